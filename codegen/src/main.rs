@@ -1,7 +1,106 @@
-fn main() {
-    let path = std::env::args().nth(1).unwrap();
-    match cuinterpose_codegen::compile_file(std::path::Path::new(&path)) {
-        Ok(ir) => println!("{:#?}", ir.messages),
-        Err(e) => eprintln!("{e}"),
+//! `cuinterpose-codegen`: the schema compiler's command line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Compile, check and compare cuinterpose protocol schemas (schema/protocol.ron).
+///
+/// Errors point at `FILE:LINE:COLUMN`. `cargo build` already regenerates the Rust types from
+/// the schema; this tool prints them, renders the Markdown reference, and checks wire
+/// compatibility against a released schema.
+#[derive(Debug, Parser)]
+#[command(name = "cuinterpose-codegen", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the generated Rust module for SCHEMA.
+    Rust {
+        /// Schema file.
+        #[arg(default_value = "schema/protocol.ron")]
+        schema: PathBuf,
+    },
+    /// Print the Markdown protocol reference for SCHEMA.
+    Doc {
+        /// Schema file.
+        #[arg(default_value = "schema/protocol.ron")]
+        schema: PathBuf,
+    },
+    /// Parse and validate SCHEMA; print every problem with its position.
+    Check {
+        /// Schema file.
+        #[arg(default_value = "schema/protocol.ron")]
+        schema: PathBuf,
+    },
+    /// List every wire-visible change from OLD to NEW; exit 1 when there are changes and the
+    /// version was not bumped.
+    Compat {
+        /// The released schema (e.g. schema/released/v1.ron).
+        old: PathBuf,
+        /// The candidate schema (e.g. schema/protocol.ron).
+        new: PathBuf,
+    },
+}
+
+fn compile(path: &PathBuf) -> Result<cuinterpose_codegen::ir::Ir, ExitCode> {
+    cuinterpose_codegen::compile_file(path).map_err(|diagnostics| {
+        eprintln!("{diagnostics}");
+        ExitCode::from(2)
+    })
+}
+
+fn run(cli: Cli) -> Result<(), ExitCode> {
+    match cli.command {
+        Command::Rust { schema } => {
+            let ir = compile(&schema)?;
+            let rust = cuinterpose_codegen::rust(&ir).map_err(|error| {
+                eprintln!("code generation failed: {error}");
+                ExitCode::FAILURE
+            })?;
+            print!("{rust}");
+        }
+        Command::Doc { schema } => {
+            let ir = compile(&schema)?;
+            let doc = cuinterpose_codegen::markdown(&ir).map_err(|error| {
+                eprintln!("rendering the reference failed: {error}");
+                ExitCode::FAILURE
+            })?;
+            print!("{doc}");
+        }
+        Command::Check { schema } => {
+            let ir = compile(&schema)?;
+            println!(
+                "{}: ok (version {}, {} enums, {} structs, {} unions, {} layouts, {} messages)",
+                schema.display(),
+                ir.version,
+                ir.enums.len(),
+                ir.structs.len(),
+                ir.unions.len(),
+                ir.layouts.len(),
+                ir.messages.len()
+            );
+        }
+        Command::Compat { old, new } => {
+            let old_ir = compile(&old)?;
+            let new_ir = compile(&new)?;
+            let report = cuinterpose_codegen::compat(&old_ir, &new_ir);
+            print!("{report}");
+            if !report.is_compatible() {
+                return Err(ExitCode::FAILURE);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(code) => code,
     }
 }
