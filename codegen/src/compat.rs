@@ -101,6 +101,7 @@ impl Differ {
     }
 
     fn fields(&mut self, owner: &str, old: &[Field], new: &[Field]) {
+        // Types compare as written: a changed bound is reported once, on its limit.
         // A field that disappears while another of the same type appears at the same
         // position is reported as a rename; the wire sees a different key either way.
         let mut renamed = Vec::new();
@@ -110,7 +111,7 @@ impl Differ {
             }
             if let Some(new_field) = new.get(index)
                 && !old.iter().any(|field| field.name == new_field.name)
-                && new_field.ty == old_field.ty
+                && new_field.ty.schema_text() == old_field.ty.schema_text()
             {
                 self.change(
                     format!("{owner} field {}", old_field.name),
@@ -123,7 +124,7 @@ impl Differ {
         }
         for new_field in new {
             match old.iter().find(|field| field.name == new_field.name) {
-                Some(old_field) if old_field.ty != new_field.ty => self.change(
+                Some(old_field) if old_field.ty.schema_text() != new_field.ty.schema_text() => self.change(
                     format!("{owner} field {}", new_field.name),
                     format!(
                         "type changed from `{}` to `{}`",

@@ -151,9 +151,9 @@ mod tests {
             "// \"A\" in a comment\n(name: \"A\", x: [\"B\", \"A\"],\n  y: \"B\")",
         );
         let offset = map.locate(&["A", "B"]);
-        assert_eq!(map.position(offset), Position { line: 2, column: 18 });
+        assert_eq!(map.position(offset), Position { line: 2, column: 17 });
         let second = map.locate_nth(&["A"], 1);
-        assert_eq!(map.position(second), Position { line: 2, column: 23 });
+        assert_eq!(map.position(second), Position { line: 2, column: 22 });
         let missing = map.locate(&["A", "Z"]);
         assert_eq!(map.position(missing), Position { line: 2, column: 8 });
     }
