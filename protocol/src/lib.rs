@@ -8,6 +8,8 @@ pub mod bounded;
 pub mod envelope;
 pub mod error;
 pub mod layout;
+pub mod ticket;
+pub mod transport;
 pub mod wire;
 
 /// Types generated from `schema/protocol.ron`.
