@@ -1,0 +1,160 @@
+//! fakecuda-checkpoint: drives native checkpoint of another process, like NVIDIA's
+//! `cuda-checkpoint`. It loads the driver (`libcuda.so.1`, found through the usual library
+//! search path, or `--driver PATH` / `FAKECUDA_LIBCUDA`) and calls its
+//! `cuCheckpointProcess*` entry points, so it works against fakecuda or the real driver.
+
+use clap::{Parser, ValueEnum};
+use std::ffi::{CStr, c_char, c_int, c_uint};
+use std::process::ExitCode;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Action {
+    Lock,
+    Checkpoint,
+    Restore,
+    Unlock,
+}
+
+#[derive(Debug, Parser)]
+#[command(version, about = "Checkpoint and restore the CUDA state of a running process")]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["toggle", "action", "get_state"])))]
+struct Args {
+    /// Suspend a running process (lock + checkpoint) or resume a checkpointed one
+    /// (restore + unlock).
+    #[arg(long)]
+    toggle: bool,
+    /// Perform a single step.
+    #[arg(long, value_enum)]
+    action: Option<Action>,
+    /// Print the process state: running, locked, checkpointed or failed.
+    #[arg(long)]
+    get_state: bool,
+    /// The target process id.
+    #[arg(long, short = 'p')]
+    pid: c_int,
+    /// Lock timeout in milliseconds (0: wait indefinitely).
+    #[arg(long, default_value_t = 0)]
+    timeout: c_uint,
+    /// Driver library to load instead of `libcuda.so.1` (also: FAKECUDA_LIBCUDA).
+    #[arg(long)]
+    driver: Option<std::path::PathBuf>,
+}
+
+type StateFn = unsafe extern "C" fn(c_int, *mut c_uint) -> c_uint;
+/// Every step takes an optional args struct: a null pointer, or for lock, the timeout.
+type StepFn = unsafe extern "C" fn(c_int, *mut [u64; 8]) -> c_uint;
+type NameFn = unsafe extern "C" fn(c_uint, *mut *const c_char) -> c_uint;
+
+struct Driver {
+    lib: libloading::Library,
+}
+
+impl Driver {
+    fn load(path: Option<std::path::PathBuf>) -> Result<Driver, String> {
+        let path = path
+            .or_else(|| std::env::var_os("FAKECUDA_LIBCUDA").map(Into::into))
+            .unwrap_or_else(|| "libcuda.so.1".into());
+        // SAFETY: loading the CUDA driver library runs its initialisers, which is what this
+        // tool exists to do.
+        let lib = unsafe { libloading::Library::new(&path) }
+            .map_err(|e| format!("cannot load the CUDA driver {}: {e}", path.display()))?;
+        Ok(Driver { lib })
+    }
+
+    fn sym<T: Copy>(&self, name: &str) -> Result<T, String> {
+        // SAFETY: each symbol is looked up with the C signature cuda.h declares for it.
+        unsafe { self.lib.get::<T>(name.as_bytes()) }
+            .map(|s| *s)
+            .map_err(|e| format!("the driver lacks {name}: {e}"))
+    }
+
+    fn error_name(&self, code: c_uint) -> String {
+        let Ok(f) = self.sym::<NameFn>("cuGetErrorName") else {
+            return format!("CUDA error {code}");
+        };
+        let mut p: *const c_char = std::ptr::null();
+        // SAFETY: cuGetErrorName writes a pointer to a static string or null.
+        let r = unsafe { f(code, &mut p) };
+        if r != 0 || p.is_null() {
+            return format!("CUDA error {code}");
+        }
+        // SAFETY: non-null result of cuGetErrorName: a static NUL-terminated string.
+        let s = unsafe { CStr::from_ptr(p) }.to_string_lossy();
+        format!("{s} ({code})")
+    }
+
+    fn state(&self, pid: c_int) -> Result<&'static str, String> {
+        let f = self.sym::<StateFn>("cuCheckpointProcessGetState")?;
+        let mut s: c_uint = 0;
+        // SAFETY: `s` is a valid CUprocessState out-parameter.
+        let r = unsafe { f(pid, &mut s) };
+        if r != 0 {
+            return Err(format!("pid {pid}: get-state failed: {}", self.error_name(r)));
+        }
+        Ok(match s {
+            0 => "running",
+            1 => "locked",
+            2 => "checkpointed",
+            3 => "failed",
+            _ => "unknown",
+        })
+    }
+
+    fn step(&self, pid: c_int, action: Action, timeout: c_uint) -> Result<(), String> {
+        let (name, label) = match action {
+            Action::Lock => ("cuCheckpointProcessLock", "lock"),
+            Action::Checkpoint => ("cuCheckpointProcessCheckpoint", "checkpoint"),
+            Action::Restore => ("cuCheckpointProcessRestore", "restore"),
+            Action::Unlock => ("cuCheckpointProcessUnlock", "unlock"),
+        };
+        let f = self.sym::<StepFn>(name)?;
+        // CUcheckpointLockArgs: timeoutMs (u32), reserved0 (u32), reserved1[7]; the other
+        // args structs are 64 reserved bytes: all zero.
+        let mut args = [0u64; 8];
+        if action == Action::Lock {
+            args[0] = u64::from(timeout);
+        }
+        let p: *mut [u64; 8] = if action == Action::Lock { &mut args } else { std::ptr::null_mut() };
+        // SAFETY: `p` is null or a zeroed 64-byte args struct of the layout cuda.h declares.
+        let r = unsafe { f(pid, p) };
+        if r != 0 {
+            return Err(format!("pid {pid}: {label} failed: {}", self.error_name(r)));
+        }
+        Ok(())
+    }
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let driver = Driver::load(args.driver)?;
+    let pid = args.pid;
+    if args.get_state {
+        println!("{}", driver.state(pid)?);
+        return Ok(());
+    }
+    if let Some(action) = args.action {
+        return driver.step(pid, action, args.timeout);
+    }
+    match driver.state(pid)? {
+        "running" => {
+            driver.step(pid, Action::Lock, args.timeout)?;
+            driver.step(pid, Action::Checkpoint, args.timeout)
+        }
+        "checkpointed" => {
+            driver.step(pid, Action::Restore, args.timeout)?;
+            driver.step(pid, Action::Unlock, args.timeout)
+        }
+        other => Err(format!(
+            "pid {pid}: cannot toggle a process in state {other} (use --action to finish the step)"
+        )),
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fakecuda-checkpoint: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

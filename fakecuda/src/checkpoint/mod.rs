@@ -1,0 +1,209 @@
+//! Native checkpoint emulation: the gate every entry point passes (so a lock really stops
+//! the application's driver calls), the process state machine, and what checkpoint and
+//! restore do to the device state.
+
+pub mod client;
+pub mod server;
+pub mod wire;
+
+use crate::abi::consts as c;
+use crate::driver::Driver;
+use crate::error::{CuError, CuResult};
+use crate::sys;
+use crate::vmm::{Backing, Target};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+#[derive(Debug)]
+struct Gate {
+    state: u32,
+    /// A lock is waiting for in-flight calls to drain; new calls wait.
+    draining: bool,
+    in_flight: usize,
+}
+
+static GATE: Mutex<Gate> = Mutex::new(Gate { state: c::PROCESS_STATE_RUNNING, draining: false, in_flight: 0 });
+static GATE_CV: Condvar = Condvar::new();
+
+fn gate() -> MutexGuard<'static, Gate> {
+    GATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Proof that the caller passed the gate; dropping it lets a pending lock proceed.
+#[derive(Debug)]
+pub struct Pass(());
+
+impl Drop for Pass {
+    fn drop(&mut self) {
+        let mut g = gate();
+        g.in_flight -= 1;
+        if g.in_flight == 0 {
+            GATE_CV.notify_all();
+        }
+    }
+}
+
+/// Waits while the process is locked or checkpointed, as driver calls block on the real
+/// driver between lock and unlock.
+pub fn enter() -> Pass {
+    let mut g = gate();
+    while g.state != c::PROCESS_STATE_RUNNING || g.draining {
+        g = GATE_CV.wait(g).unwrap_or_else(|e| e.into_inner());
+    }
+    g.in_flight += 1;
+    Pass(())
+}
+
+pub fn state() -> u32 {
+    gate().state
+}
+
+/// Lock: from RUNNING only; waits up to `timeout_ms` (0: no limit) for calls in flight.
+pub fn lock(timeout_ms: u32) -> CuResult<()> {
+    let mut g = gate();
+    if g.state != c::PROCESS_STATE_RUNNING || g.draining {
+        return Err(CuError::CUDA_ERROR_ILLEGAL_STATE);
+    }
+    g.draining = true;
+    if timeout_ms == 0 {
+        while g.in_flight > 0 {
+            g = GATE_CV.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    } else {
+        let (ng, res) = GATE_CV
+            .wait_timeout_while(g, Duration::from_millis(u64::from(timeout_ms)), |g| g.in_flight > 0)
+            .unwrap_or_else(|e| e.into_inner());
+        g = ng;
+        if res.timed_out() && g.in_flight > 0 {
+            g.draining = false;
+            GATE_CV.notify_all();
+            return Err(CuError::CUDA_ERROR_TIMEOUT);
+        }
+    }
+    g.draining = false;
+    g.state = c::PROCESS_STATE_LOCKED;
+    Ok(())
+}
+
+pub fn unlock() -> CuResult<()> {
+    let mut g = gate();
+    if g.state != c::PROCESS_STATE_LOCKED {
+        return Err(CuError::CUDA_ERROR_ILLEGAL_STATE);
+    }
+    g.state = c::PROCESS_STATE_RUNNING;
+    GATE_CV.notify_all();
+    Ok(())
+}
+
+/// A failure after destructive work leaves the process FAILED; a refusal before it leaves the
+/// state unchanged.
+enum Outcome {
+    Refused(CuError),
+    Broken(CuError),
+}
+
+pub fn checkpoint() -> CuResult<()> {
+    let mut g = gate();
+    if g.state != c::PROCESS_STATE_LOCKED {
+        return Err(CuError::CUDA_ERROR_ILLEGAL_STATE);
+    }
+    match crate::driver::with(|d| Ok(d.checkpoint_device()))? {
+        Ok(()) => {
+            g.state = c::PROCESS_STATE_CHECKPOINTED;
+            Ok(())
+        }
+        Err(Outcome::Refused(e)) => Err(e),
+        Err(Outcome::Broken(e)) => {
+            g.state = c::PROCESS_STATE_FAILED;
+            Err(e)
+        }
+    }
+}
+
+pub fn restore() -> CuResult<()> {
+    let mut g = gate();
+    if g.state != c::PROCESS_STATE_CHECKPOINTED {
+        return Err(CuError::CUDA_ERROR_ILLEGAL_STATE);
+    }
+    match crate::driver::with(|d| Ok(d.restore_device())) {
+        Ok(Ok(())) => {
+            // Restore leaves the process locked; unlock resumes it.
+            g.state = c::PROCESS_STATE_LOCKED;
+            Ok(())
+        }
+        Ok(Err(e)) | Err(e) => {
+            g.state = c::PROCESS_STATE_FAILED;
+            Err(e)
+        }
+    }
+}
+
+impl Driver {
+    /// Why native checkpoint cannot proceed, if it cannot: any sharing the driver cannot save
+    /// in one process.
+    fn sharing_in_use(&self) -> Option<String> {
+        if let Some((h, a)) = self.vmm.allocs.iter().find(|(_, a)| a.shared()) {
+            let what = if a.exported {
+                "was exported to a shareable handle"
+            } else if a.imported {
+                "was imported from a shareable handle"
+            } else if a.ipc_handle {
+                "has a native IPC handle"
+            } else {
+                "is a peer allocation opened by native IPC"
+            };
+            return Some(format!("allocation {h:#x} {what}"));
+        }
+        if self.ipc.live() {
+            return Some("a native IPC handle of a peer is open".to_owned());
+        }
+        if let Some(h) = self.mc.objects.keys().next() {
+            return Some(format!("multicast object {h:#x} is alive"));
+        }
+        None
+    }
+
+    fn checkpoint_device(&mut self) -> Result<(), Outcome> {
+        if let Some(why) = self.sharing_in_use() {
+            eprintln!("fakecuda: pid {}: checkpoint refused: {why}", std::process::id());
+            return Err(Outcome::Refused(CuError::CUDA_ERROR_NOT_SUPPORTED));
+        }
+        // Copy every allocation to host memory first: nothing is destroyed if this fails.
+        let mut saved = Vec::with_capacity(self.vmm.allocs.len());
+        for (h, a) in &self.vmm.allocs {
+            let fd = a.fd().map_err(Outcome::Refused)?;
+            saved.push((*h, sys::read_all(fd, a.size).map_err(Outcome::Refused)?));
+        }
+        // Release the device: views become inaccessible placeholders (the address ranges
+        // stay reserved), memfds are closed.
+        for (start, m) in &self.vmm.mappings {
+            // SAFETY: every mapping lies in a fakecuda reservation.
+            unsafe { sys::placeholder(*start, m.size) }.map_err(Outcome::Broken)?;
+        }
+        for (h, bytes) in saved {
+            if let Some(a) = self.vmm.allocs.get_mut(&h) {
+                a.backing = Backing::Host(bytes);
+            }
+        }
+        Ok(())
+    }
+
+    fn restore_device(&mut self) -> CuResult<()> {
+        for a in self.vmm.allocs.values_mut() {
+            if let Backing::Host(bytes) = &a.backing {
+                let fd = sys::new_memfd(&crate::vmm::alloc_memfd_name(a.device, a.handle_types), a.size)?;
+                sys::write_all(&fd, bytes)?;
+                a.backing = Backing::Device(fd);
+            }
+        }
+        for (start, m) in &self.vmm.mappings {
+            if let Target::Alloc(h) = m.target {
+                let a = self.vmm.allocs.get(&h).ok_or(CuError::CUDA_ERROR_ILLEGAL_STATE)?;
+                // SAFETY: the mapping's range is still reserved by fakecuda (a placeholder
+                // since checkpoint).
+                unsafe { sys::map_shared(*start, m.size, a.fd()?, m.offset, m.prot())? };
+            }
+        }
+        Ok(())
+    }
+}

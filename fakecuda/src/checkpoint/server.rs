@@ -1,0 +1,76 @@
+//! The control socket a process's fakecuda serves from `cuInit` on: native checkpoint
+//! requests from a checkpoint tool and IPC FD requests from peers.
+
+use super::wire::{Op, Reply, Request, socket_path};
+use crate::error::{CUDA_SUCCESS, CuError, CuResult};
+use nix::sys::socket::{ControlMessage, MsgFlags, getsockopt, sockopt::PeerCredentials};
+use std::io::{IoSlice, Read};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::time::Duration;
+
+pub fn start() -> std::io::Result<()> {
+    let path = socket_path(std::process::id());
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    // A file left by an earlier process with the same pid is stale: that process is gone.
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path)?;
+    std::thread::Builder::new()
+        .name("fakecuda-control".into())
+        .spawn(move || {
+            for conn in listener.incoming().flatten() {
+                // One thread per connection: a lock waiting for calls to drain must not stall
+                // a peer's IPC request.
+                let _ = std::thread::Builder::new()
+                    .name("fakecuda-conn".into())
+                    .spawn(move || serve(conn));
+            }
+        })?;
+    Ok(())
+}
+
+fn serve(mut conn: UnixStream) {
+    // Only processes of the same user may drive this process's driver.
+    let same_user = getsockopt(&conn, PeerCredentials)
+        .map(|c| c.uid() == nix::unistd::geteuid().as_raw())
+        .unwrap_or(false);
+    if !same_user {
+        return;
+    }
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut buf = [0u8; 16];
+    if conn.read_exact(&mut buf).is_err() {
+        return;
+    }
+    let Some(req) = Request::decode(&buf) else {
+        return;
+    };
+    let (result, fd) = match handle(req) {
+        Ok(fd) => (CUDA_SUCCESS, fd),
+        Err(e) => (e.raw(), None),
+    };
+    let reply = Reply { result, state: super::state(), value: 0 }.encode();
+    let iov = [IoSlice::new(&reply)];
+    let raw;
+    let cmsgs: Vec<ControlMessage<'_>> = match &fd {
+        Some(f) => {
+            raw = [f.as_raw_fd()];
+            vec![ControlMessage::ScmRights(&raw)]
+        }
+        None => Vec::new(),
+    };
+    let _ = nix::sys::socket::sendmsg::<()>(conn.as_raw_fd(), &iov, &cmsgs, MsgFlags::empty(), None);
+}
+
+fn handle(req: Request) -> CuResult<Option<OwnedFd>> {
+    match req.op {
+        Op::GetState => Ok(None),
+        Op::Lock => super::lock(u32::try_from(req.arg).map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?).map(|()| None),
+        Op::Checkpoint => super::checkpoint().map(|()| None),
+        Op::Restore => super::restore().map(|()| None),
+        Op::Unlock => super::unlock().map(|()| None),
+        Op::IpcFd => crate::driver::with(|d| d.ipc_fd_for(req.arg)).map(Some),
+    }
+}

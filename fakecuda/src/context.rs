@@ -1,0 +1,172 @@
+//! Contexts (primary and created), the per-thread context stack and streams.
+//!
+//! Handles given to the application are opaque numbers, never dereferenced.
+
+use crate::error::{CuError, CuResult};
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// Default stream handles that need no creation: NULL, `CU_STREAM_LEGACY`,
+/// `CU_STREAM_PER_THREAD`.
+const DEFAULT_STREAMS: [u64; 3] = [0, 1, 2];
+/// Primary context handles are `PRIMARY_BASE + ordinal`, stable for the process lifetime as in
+/// CUDA (a released and re-retained primary context has the same handle).
+const PRIMARY_BASE: u64 = 0x100;
+
+#[derive(Debug)]
+struct Context {
+    device: u32,
+    /// Primary contexts: retain count; created contexts: always 1 while alive.
+    refs: u32,
+    primary: bool,
+}
+
+#[derive(Debug)]
+pub struct Contexts {
+    table: HashMap<u64, Context>,
+    streams: HashMap<u64, u64>,
+}
+
+thread_local! {
+    /// The calling thread's context stack; the last entry is current.
+    static STACK: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Contexts {
+    pub fn new(devices: u32) -> Contexts {
+        let table = (0..devices)
+            .map(|d| (PRIMARY_BASE + u64::from(d), Context { device: d, refs: 0, primary: true }))
+            .collect();
+        Contexts { table, streams: HashMap::new() }
+    }
+
+    fn live(&self, ctx: u64) -> CuResult<&Context> {
+        self.table
+            .get(&ctx)
+            .filter(|c| c.refs > 0)
+            .ok_or(CuError::CUDA_ERROR_INVALID_CONTEXT)
+    }
+
+    pub fn primary_retain(&mut self, dev: u32) -> CuResult<u64> {
+        let h = PRIMARY_BASE + u64::from(dev);
+        let c = self.table.get_mut(&h).ok_or(CuError::CUDA_ERROR_INVALID_DEVICE)?;
+        c.refs += 1;
+        Ok(h)
+    }
+
+    pub fn primary_release(&mut self, dev: u32) -> CuResult<()> {
+        let h = PRIMARY_BASE + u64::from(dev);
+        let c = self.table.get_mut(&h).ok_or(CuError::CUDA_ERROR_INVALID_DEVICE)?;
+        if c.refs == 0 {
+            return Err(CuError::CUDA_ERROR_INVALID_CONTEXT);
+        }
+        c.refs -= 1;
+        if c.refs == 0 {
+            self.streams.retain(|_, owner| *owner != h);
+        }
+        Ok(())
+    }
+
+    /// Destroys the primary context's streams and makes it inactive, whatever its count.
+    pub fn primary_reset(&mut self, dev: u32) -> CuResult<()> {
+        let h = PRIMARY_BASE + u64::from(dev);
+        let c = self.table.get_mut(&h).ok_or(CuError::CUDA_ERROR_INVALID_DEVICE)?;
+        c.refs = 0;
+        self.streams.retain(|_, owner| *owner != h);
+        Ok(())
+    }
+
+    pub fn primary_state(&self, dev: u32) -> CuResult<bool> {
+        let h = PRIMARY_BASE + u64::from(dev);
+        let c = self.table.get(&h).ok_or(CuError::CUDA_ERROR_INVALID_DEVICE)?;
+        Ok(c.refs > 0)
+    }
+
+    /// `cuCtxCreate`: a new context, pushed on the calling thread's stack.
+    pub fn create(&mut self, handle: u64, dev: u32) -> u64 {
+        self.table.insert(handle, Context { device: dev, refs: 1, primary: false });
+        STACK.with_borrow_mut(|s| s.push(handle));
+        handle
+    }
+
+    pub fn destroy(&mut self, ctx: u64) -> CuResult<()> {
+        match self.table.get(&ctx) {
+            Some(c) if !c.primary && c.refs > 0 => {}
+            Some(c) if c.primary => return Err(CuError::CUDA_ERROR_INVALID_CONTEXT),
+            _ => return Err(CuError::CUDA_ERROR_INVALID_CONTEXT),
+        }
+        self.table.remove(&ctx);
+        self.streams.retain(|_, owner| *owner != ctx);
+        // Only the calling thread's stack can be fixed up; other threads see an invalid
+        // context on their next call, as with the real driver.
+        STACK.with_borrow_mut(|s| s.retain(|c| *c != ctx));
+        Ok(())
+    }
+
+    pub fn set_current(&self, ctx: u64) -> CuResult<()> {
+        if ctx != 0 {
+            self.live(ctx)?;
+        }
+        STACK.with_borrow_mut(|s| {
+            s.pop();
+            if ctx != 0 {
+                s.push(ctx);
+            }
+        });
+        Ok(())
+    }
+
+    pub fn push(&self, ctx: u64) -> CuResult<()> {
+        self.live(ctx)?;
+        STACK.with_borrow_mut(|s| s.push(ctx));
+        Ok(())
+    }
+
+    pub fn pop(&self) -> CuResult<u64> {
+        STACK
+            .with_borrow_mut(|s| s.pop())
+            .ok_or(CuError::CUDA_ERROR_INVALID_CONTEXT)
+    }
+
+    /// The calling thread's current context handle (0 if none), without validation.
+    pub fn current_handle(&self) -> u64 {
+        STACK.with_borrow(|s| s.last().copied().unwrap_or(0))
+    }
+
+    /// The current context and its device; `CUDA_ERROR_INVALID_CONTEXT` when there is none or
+    /// it was destroyed.
+    pub fn current(&self) -> CuResult<(u64, u32)> {
+        let h = self.current_handle();
+        let c = self.live(h)?;
+        Ok((h, c.device))
+    }
+
+    pub fn create_stream(&mut self, handle: u64, flags: u32) -> CuResult<u64> {
+        // CU_STREAM_DEFAULT (0) and CU_STREAM_NON_BLOCKING (1) are the only flags.
+        if flags > 1 {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let (ctx, _) = self.current()?;
+        self.streams.insert(handle, ctx);
+        Ok(handle)
+    }
+
+    /// Checks that a stream can be used by the calling thread now. Work is executed
+    /// synchronously, so a valid stream has nothing pending.
+    pub fn check_stream(&self, stream: u64) -> CuResult<()> {
+        self.current()?;
+        if DEFAULT_STREAMS.contains(&stream) {
+            return Ok(());
+        }
+        let owner = self.streams.get(&stream).ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
+        self.live(*owner).map_err(|_| CuError::CUDA_ERROR_INVALID_HANDLE)?;
+        Ok(())
+    }
+
+    pub fn destroy_stream(&mut self, stream: u64) -> CuResult<()> {
+        self.streams
+            .remove(&stream)
+            .map(|_| ())
+            .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)
+    }
+}

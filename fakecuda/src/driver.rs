@@ -1,0 +1,92 @@
+//! The process-wide driver state, its initialisation (`cuInit`) and the access helpers every
+//! entry point uses.
+
+use crate::context::Contexts;
+use crate::device::Config;
+use crate::error::{CuError, CuResult};
+use crate::ipc::Ipc;
+use crate::multicast::Multicast;
+use crate::vmm::Vmm;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+pub struct Driver {
+    pub config: Config,
+    pub contexts: Contexts,
+    pub vmm: Vmm,
+    pub ipc: Ipc,
+    pub mc: Multicast,
+    pub legacy: crate::legacy::Legacy,
+    /// Source of every handle value (allocations, multicast objects, contexts, streams):
+    /// values are never reused within a process.
+    next_handle: u64,
+}
+
+impl Driver {
+    pub fn next_handle(&mut self) -> u64 {
+        self.next_handle += 1;
+        self.next_handle
+    }
+}
+
+static DRIVER: Mutex<Option<Driver>> = Mutex::new(None);
+
+/// The pid that ran `cuInit`; a forked child sees another pid and, as with the real driver,
+/// cannot use the parent's driver state.
+static INIT_PID: AtomicU32 = AtomicU32::new(0);
+
+fn lock() -> MutexGuard<'static, Option<Driver>> {
+    // A panic while holding the lock was already reported as an error by the ABI edge; the
+    // tables are updated in an order that leaves them consistent, so keep going.
+    DRIVER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn forked_child() -> bool {
+    let pid = INIT_PID.load(Ordering::Acquire);
+    pid != 0 && pid != std::process::id()
+}
+
+/// Runs `f` on the initialised driver state.
+pub fn with<T>(f: impl FnOnce(&mut Driver) -> CuResult<T>) -> CuResult<T> {
+    if forked_child() {
+        return Err(CuError::CUDA_ERROR_NOT_INITIALIZED);
+    }
+    let mut g = lock();
+    let d = g.as_mut().ok_or(CuError::CUDA_ERROR_NOT_INITIALIZED)?;
+    f(d)
+}
+
+/// `cuInit`: reads the configuration, creates the device tables and starts the control
+/// socket that serves native checkpoint and IPC requests from other processes.
+pub fn init(flags: u32) -> CuResult<()> {
+    if flags != 0 {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    if forked_child() {
+        return Err(CuError::CUDA_ERROR_NOT_INITIALIZED);
+    }
+    let mut g = lock();
+    if g.is_some() {
+        return Ok(());
+    }
+    let config = Config::from_env()?;
+    if config.devices == 0 {
+        return Err(CuError::CUDA_ERROR_NO_DEVICE);
+    }
+    crate::checkpoint::server::start().map_err(|e| {
+        eprintln!("fakecuda: cuInit failed: cannot start the control socket: {e}");
+        CuError::CUDA_ERROR_OPERATING_SYSTEM
+    })?;
+    INIT_PID.store(std::process::id(), Ordering::Release);
+    let contexts = Contexts::new(config.devices);
+    *g = Some(Driver {
+        config,
+        contexts,
+        vmm: Vmm::default(),
+        ipc: Ipc::default(),
+        mc: Multicast::default(),
+        legacy: crate::legacy::Legacy::default(),
+        next_handle: 0x1000,
+    });
+    Ok(())
+}
