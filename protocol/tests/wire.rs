@@ -1,0 +1,113 @@
+//! Wire bytes of every message, record, the state file and each layout, pinned in
+//! `snapshots/` (hex dump plus decoded view), and the round trip of each.
+
+mod examples;
+
+use cuinterpose_protocol as p;
+use examples::hex_dump;
+
+fn snapshot(name: &str, content: &str) {
+    insta::with_settings!({
+        snapshot_path => "../../snapshots",
+        prepend_module_to_snapshot => false,
+        omit_expression => true,
+    }, {
+        insta::assert_snapshot!(name, content);
+    });
+}
+
+/// Encodes, snapshots bytes and decoded view, and checks the round trip.
+fn check<M: p::Message + std::fmt::Debug + PartialEq>(name: &str, value: &M) {
+    let bytes = p::encode(value).expect("example encodes");
+    let decoded: M = p::decode(&bytes).expect("example decodes");
+    assert_eq!(&decoded, value, "{name} round-trips");
+    snapshot(
+        name,
+        &format!(
+            "{} ({} bytes)\n{}\ndecoded:\n{decoded:#?}\n",
+            M::NAME,
+            bytes.len(),
+            hex_dump(&bytes)
+        ),
+    );
+}
+
+#[test]
+fn requests() {
+    for (name, request) in examples::requests() {
+        check(&format!("wire_request_{name}"), &request);
+    }
+}
+
+#[test]
+fn replies() {
+    for (name, reply) in examples::replies() {
+        check(&format!("wire_reply_{name}"), &reply);
+    }
+}
+
+#[test]
+fn records() {
+    // Records travel inside an inspection; each is pinned alone in a one-record reply.
+    for (name, record) in examples::records() {
+        let reply = p::Reply::Inspection(p::InspectionReply {
+            namespace_pid: examples::pid(100),
+            phase: p::Phase::Frozen,
+            raw_imports: 0,
+            records: vec![record].try_into().expect("one record"),
+        });
+        check(&format!("wire_record_{name}"), &reply);
+    }
+}
+
+#[test]
+fn state_file() {
+    check("wire_state_file", &examples::state_file());
+}
+
+#[test]
+fn ticket() {
+    let ticket = examples::ticket();
+    check("wire_ticket", &ticket);
+    let bytes = p::encode(&ticket).expect("encodes");
+    assert!(bytes.len() <= p::MAX_TICKET_BYTES);
+}
+
+fn check_layout(name: &str, bytes: &[u8], decoded: &dyn std::fmt::Debug) {
+    snapshot(
+        name,
+        &format!("{} bytes\n{}\ndecoded:\n{decoded:#?}\n", bytes.len(), hex_dump(bytes)),
+    );
+}
+
+#[test]
+fn virtual_shareable_handle_layout() {
+    let handle = examples::virtual_shareable_handle();
+    let bytes = handle.encode();
+    let mut expected = vec![b'C', b'U', b'I', p::VERSION, 0x44, 0x33, 0x22, 0x11];
+    expected.extend([0x22; 16]);
+    assert_eq!(bytes.as_slice(), expected.as_slice());
+    assert_eq!(p::VirtualShareableHandle::decode(&bytes), Ok(handle));
+    check_layout("layout_virtual_shareable_handle", &bytes, &handle);
+}
+
+#[test]
+fn ipc_mem_handle_layout() {
+    let handle = examples::ipc_mem_handle();
+    let bytes = handle.encode();
+    assert_eq!(&bytes[..8], format!("CUIPC00{}", p::VERSION).as_bytes());
+    assert!(bytes[28..48].iter().all(|&byte| byte == 0));
+    assert_eq!(p::IpcMemHandle::decode(&bytes), Ok(handle));
+    check_layout("layout_ipc_mem_handle", &bytes, &handle);
+}
+
+#[test]
+fn human_readable_forms_use_hex_identities() {
+    let text = serde_json::to_string(&examples::requests()[3].1).expect("json");
+    assert_eq!(
+        text,
+        r#"{"kind":"export","allocation":{"id":"11111111111111111111111111111111","creator_pid":100},"resource":"unicast","capability":"c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5"}"#
+    );
+    let back: p::Request = serde_json::from_str(&text).expect("json decodes");
+    assert_eq!(back, examples::requests()[3].1);
+}
