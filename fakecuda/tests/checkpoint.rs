@@ -1,0 +1,240 @@
+//! Native checkpoint driven from another process: state machine, the lock gate, refusal of
+//! live sharing, toggles that keep addresses and bytes, and the fakecuda-checkpoint CLI.
+
+mod support;
+use std::ffi::c_void;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use support::*;
+
+const RUNNING: u32 = 0;
+const LOCKED: u32 = 1;
+const CHECKPOINTED: u32 = 2;
+const VMM_SIZE: usize = 2 * GRAN;
+const CLASSIC_SIZE: usize = 3 << 20;
+
+#[test]
+fn child_role_dispatch() {
+    let Some(role) = child_role() else { return };
+    match role.as_str() {
+        "target" => target(None),
+        "target-exported" => target(Some("exported")),
+        "target-imported" => target(Some("imported")),
+        "target-ipc" => target(Some("ipc")),
+        "target-multicast" => target(Some("multicast")),
+        other => panic!("unknown role {other}"),
+    }
+    std::process::exit(0);
+}
+
+/// Child: two private allocations (one VMM, one cuMemAlloc) with known bytes, optionally one
+/// kind of sharing, then commands from the parent.
+fn target(sharing: Option<&str>) {
+    let cu = cuda();
+    cu.setup(0);
+    let h = cu.create(VMM_SIZE, 0, POSIX_FD);
+    let a = cu.map_rw(h, VMM_SIZE, 0);
+    cu.write(a, &pattern(11, VMM_SIZE));
+    let mut b = 0u64;
+    ok(cu.cuMemAlloc_v2(&mut b, CLASSIC_SIZE));
+    cu.write(b, &pattern(22, CLASSIC_SIZE));
+    let mut keep: Vec<OwnedFd> = Vec::new();
+    match sharing {
+        Some("exported") => {
+            let mut fd = -1;
+            ok(cu.cuMemExportToShareableHandle((&mut fd as *mut i32).cast(), h, POSIX_FD, 0));
+            // SAFETY: the export returned an FD we own.
+            keep.push(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+        Some("imported") => {
+            let other = cu.create(GRAN, 0, POSIX_FD);
+            let mut fd = -1;
+            ok(cu.cuMemExportToShareableHandle((&mut fd as *mut i32).cast(), other, POSIX_FD, 0));
+            // SAFETY: as above.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            let mut imp = 0;
+            ok(cu.cuMemImportFromShareableHandle(&mut imp, fd.as_raw_fd() as usize as *mut c_void, POSIX_FD));
+            // Drop the FD and the creator handle: the importer's handle alone is the sharing.
+            drop(fd);
+        }
+        Some("ipc") => {
+            let mut handle = [0u8; 64];
+            ok(cu.cuIpcGetMemHandle(&mut handle, b));
+        }
+        Some("multicast") => {
+            let mut mc = 0;
+            let prop = McProp { num_devices: 1, size: GRAN, handle_types: 0, flags: 0 };
+            ok(cu.cuMulticastCreate(&mut mc, &prop));
+        }
+        _ => {}
+    }
+    say("ADDRS", format!("{a} {b}"));
+    loop {
+        match hear().as_str() {
+            "verify" => {
+                let vmm = cu.read(a, VMM_SIZE) == pattern(11, VMM_SIZE);
+                let classic = cu.read(b, CLASSIC_SIZE) == pattern(22, CLASSIC_SIZE);
+                // SAFETY: both ranges are mapped with read access (the point of the check).
+                let direct = unsafe { *(a as *const u8).add(5) == pattern(11, 6)[5] && *(b as *const u8).add(7) == pattern(22, 8)[7] };
+                let (mut base, mut size) = (0u64, 0usize);
+                ok(cu.cuMemGetAddressRange_v2(&mut base, &mut size, b + 1));
+                let range = base == b && size == CLASSIC_SIZE;
+                say("VERIFY", u8::from(vmm && classic && direct && range));
+            }
+            "call" => {
+                std::thread::spawn(move || {
+                    let cu = cuda();
+                    let mut ctx = 0;
+                    let r = cu.cuDevicePrimaryCtxRetain(&mut ctx, 0);
+                    say("CALLED", r);
+                });
+            }
+            _ => break,
+        }
+    }
+    keep.clear();
+}
+
+fn addrs(child: &Child) -> (u64, u64) {
+    let line = child.expect("ADDRS", 30);
+    let mut it = line.split_whitespace().map(|x| x.parse::<u64>().unwrap());
+    (it.next().unwrap(), it.next().unwrap())
+}
+
+fn state(pid: i32) -> u32 {
+    let mut s = 99;
+    ok(cuda().cuCheckpointProcessGetState(pid, &mut s));
+    s
+}
+
+fn lock(pid: i32, timeout_ms: u32) -> u32 {
+    let mut args = [0u64; 8];
+    args[0] = u64::from(timeout_ms);
+    cuda().cuCheckpointProcessLock(pid, &mut args)
+}
+
+/// fakecuda memfds open in process `pid`.
+fn device_memfds(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|l| l.to_string_lossy().starts_with("/memfd:fakecuda-alloc"))
+        .count()
+}
+
+/// (d) lock, checkpoint, restore, unlock from another process keep addresses and bytes, and
+/// the lock really blocks the target's driver calls.
+#[test]
+fn toggle_through_the_api_keeps_addresses_and_bytes() {
+    let cu = cuda();
+    lib_dir();
+    let mut child = Child::spawn(role_command("target"));
+    let pid = child.pid();
+    let (a, b) = addrs(&child);
+    assert_eq!(state(pid), RUNNING);
+    let n = std::ptr::null_mut();
+    assert_eq!(cu.cuCheckpointProcessCheckpoint(pid, n), ILLEGAL_STATE, "checkpoint needs LOCKED");
+    assert_eq!(cu.cuCheckpointProcessUnlock(pid, n), ILLEGAL_STATE, "unlock needs LOCKED");
+    assert_eq!(cu.cuCheckpointProcessRestore(pid, n), ILLEGAL_STATE, "restore needs CHECKPOINTED");
+    ok(lock(pid, 5000));
+    assert_eq!(state(pid), LOCKED);
+    assert_eq!(lock(pid, 0), ILLEGAL_STATE, "lock needs RUNNING");
+    child.send("call");
+    assert_eq!(child.try_line("CALLED", 300), None, "a driver call blocks while locked");
+    ok(cu.cuCheckpointProcessCheckpoint(pid, n));
+    assert_eq!(state(pid), CHECKPOINTED);
+    assert_eq!(device_memfds(pid), 0, "checkpoint released the device memory");
+    ok(cu.cuCheckpointProcessRestore(pid, n));
+    assert_eq!(state(pid), LOCKED, "restore leaves the process locked");
+    assert_eq!(device_memfds(pid), 2);
+    ok(cu.cuCheckpointProcessUnlock(pid, n));
+    assert_eq!(state(pid), RUNNING);
+    assert_eq!(child.expect("CALLED", 30), "0", "the blocked call completes after unlock");
+    child.send("verify");
+    assert_eq!(child.expect("VERIFY", 30), "1", "same addresses {a:#x} {b:#x}, same bytes");
+    child.send("exit");
+    assert!(child.wait().success());
+}
+
+/// (c) Checkpoint refuses while sharing is live, and the state stays LOCKED.
+#[test]
+fn checkpoint_refuses_live_sharing() {
+    let cu = cuda();
+    lib_dir();
+    for role in ["target-exported", "target-imported", "target-ipc", "target-multicast"] {
+        let mut child = Child::spawn(role_command(role));
+        let pid = child.pid();
+        addrs(&child);
+        ok(lock(pid, 5000));
+        assert_eq!(cu.cuCheckpointProcessCheckpoint(pid, std::ptr::null_mut()), NOT_SUPPORTED, "{role}");
+        assert_eq!(state(pid), LOCKED, "{role}: state unchanged by the refusal");
+        assert_eq!(device_memfds(pid), match role { "target-imported" => 4, "target-exported" => 3, _ => 2 }, "{role}: nothing released");
+        ok(cu.cuCheckpointProcessUnlock(pid, std::ptr::null_mut()));
+        child.send("verify");
+        assert_eq!(child.expect("VERIFY", 30), "1", "{role}");
+        child.send("exit");
+        assert!(child.wait().success(), "{role}");
+    }
+}
+
+#[test]
+fn checkpoint_calls_check_their_target() {
+    let cu = cuda();
+    lib_dir();
+    // A process that never initialised the driver has no control socket.
+    let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let mut s = 0;
+    assert_eq!(cu.cuCheckpointProcessGetState(sleeper.id() as i32, &mut s), NOT_INITIALIZED);
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert_eq!(cu.cuCheckpointProcessGetState(-1, &mut s), INVALID_VALUE);
+    assert_eq!(cu.cuCheckpointProcessGetState(std::process::id() as i32, std::ptr::null_mut()), INVALID_VALUE);
+    // Non-zero reserved fields are rejected.
+    let mut args = [0u64; 8];
+    args[3] = 1;
+    assert_eq!(cu.cuCheckpointProcessLock(std::process::id() as i32, &mut args), INVALID_VALUE);
+}
+
+fn cli(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_fakecuda-checkpoint"))
+        .args(args)
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .output()
+        .expect("run fakecuda-checkpoint")
+}
+
+/// (f) `fakecuda-checkpoint --toggle` round-trips a two-allocation process, bytes verified.
+#[test]
+fn cli_toggle_round_trips_a_two_allocation_process() {
+    lib_dir();
+    let mut child = Child::spawn(role_command("target"));
+    let pid = child.pid().to_string();
+    addrs(&child);
+    let get = |label: &str| {
+        let out = cli(&["--get-state", "--pid", &pid]);
+        assert!(out.status.success(), "{label}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(get("before"), "running");
+    let out = cli(&["--toggle", "--pid", &pid, "--timeout", "5000"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(get("suspended"), "checkpointed");
+    assert_eq!(device_memfds(child.pid()), 0);
+    let out = cli(&["--toggle", "--pid", &pid]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(get("resumed"), "running");
+    child.send("verify");
+    assert_eq!(child.expect("VERIFY", 30), "1");
+    // Single steps and a clear error naming the pid and the step.
+    let out = cli(&["--action", "unlock", "--pid", &pid]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("pid {pid}")) && err.contains("unlock") && err.contains("CUDA_ERROR_ILLEGAL_STATE"), "{err}");
+    for step in ["lock", "checkpoint", "restore", "unlock"] {
+        let out = cli(&["--action", step, "--pid", &pid]);
+        assert!(out.status.success(), "{step}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    child.send("verify");
+    assert_eq!(child.expect("VERIFY", 30), "1");
+    child.send("exit");
+    assert!(child.wait().success());
+}
