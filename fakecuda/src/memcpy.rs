@@ -16,10 +16,10 @@ fn check(stream: Option<u64>, src_dev: Option<u64>, dst_dev: Option<u64>, n: u64
             }
         }
         if let Some(s) = src_dev {
-            d.vmm.check_range(s, n, false)?;
+            d.check_range(s, n, false)?;
         }
         if let Some(t) = dst_dev {
-            d.vmm.check_range(t, n, true)?;
+            d.check_range(t, n, true)?;
         }
         Ok(())
     })

@@ -296,6 +296,29 @@ impl Driver {
         Ok(())
     }
 
+    /// Whether multicast offsets `[lo, hi)` of mapping `m` have memory bound for its view
+    /// device.
+    pub fn mc_view_backed(&self, h: u64, m: &crate::vmm::Mapping, lo: u64, hi: u64) -> bool {
+        let Some(view_dev) = m.access.iter().find(|(_, f)| **f != c::ACCESS_NONE).map(|(d, _)| *d) else {
+            return false;
+        };
+        let Some(obj) = self.mc.objects.get(&h) else { return false };
+        let mut bound: Vec<(u64, u64)> = obj
+            .bindings
+            .iter()
+            .filter(|b| b.device == view_dev)
+            .map(|b| (b.mc_offset, b.mc_offset + b.size))
+            .collect();
+        bound.sort_unstable();
+        let mut at = lo;
+        for (s, e) in bound {
+            if s <= at && at < e {
+                at = e;
+            }
+        }
+        at >= hi
+    }
+
     /// Rebuilds the host view of one multicast mapping from the bindings of its view device.
     pub fn mc_install_view(&mut self, start: u64) -> CuResult<()> {
         let m = self.vmm.mappings.get(&start).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;

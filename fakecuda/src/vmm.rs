@@ -141,9 +141,16 @@ impl Vmm {
         Ok(out)
     }
 
+    pub fn used(&self, device: u32) -> u64 {
+        self.used.get(&device).copied().unwrap_or(0)
+    }
+}
+
+impl Driver {
     /// Checks that `[ptr, ptr+len)` is mapped device memory the CPU may read (and write): what
     /// a copy engine would touch. Unmapped memory is an invalid value; mapped memory without
-    /// the access is an illegal address, as a GPU fault would report it.
+    /// the access (or a multicast range with no memory bound for the view's device) is an
+    /// illegal address, as a GPU fault would report it.
     pub fn check_range(&self, ptr: u64, len: u64, write: bool) -> CuResult<()> {
         if len == 0 {
             return Ok(());
@@ -151,22 +158,22 @@ impl Vmm {
         let end = ptr.checked_add(len).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         let mut at = ptr;
         while at < end {
-            let (start, m) = self.mapping_at(at).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+            let (start, m) = self.vmm.mapping_at(at).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
             let need = if write { libc::PROT_WRITE } else { libc::PROT_READ };
             if m.prot() & need == 0 {
                 return Err(CuError::CUDA_ERROR_ILLEGAL_ADDRESS);
             }
-            at = start + m.size;
+            let stop = end.min(start + m.size);
+            if let Target::Multicast(h) = m.target
+                && !self.mc_view_backed(h, m, at - start + m.offset, stop - start + m.offset)
+            {
+                return Err(CuError::CUDA_ERROR_ILLEGAL_ADDRESS);
+            }
+            at = stop;
         }
         Ok(())
     }
 
-    pub fn used(&self, device: u32) -> u64 {
-        self.used.get(&device).copied().unwrap_or(0)
-    }
-}
-
-impl Driver {
     /// Creates a physical allocation backed by a fresh memfd.
     pub fn alloc_create(&mut self, size: u64, device: u32, handle_types: u32, legacy: bool) -> CuResult<u64> {
         let used = self.vmm.used(device);
