@@ -124,14 +124,15 @@ impl Differ {
         }
         for new_field in new {
             match old.iter().find(|field| field.name == new_field.name) {
-                Some(old_field) if old_field.ty.schema_text() != new_field.ty.schema_text() => self.change(
-                    format!("{owner} field {}", new_field.name),
-                    format!(
-                        "type changed from `{}` to `{}`",
-                        old_field.ty.schema_text(),
-                        new_field.ty.schema_text()
+                Some(old_field) if old_field.ty.schema_text() != new_field.ty.schema_text() => self
+                    .change(
+                        format!("{owner} field {}", new_field.name),
+                        format!(
+                            "type changed from `{}` to `{}`",
+                            old_field.ty.schema_text(),
+                            new_field.ty.schema_text()
+                        ),
                     ),
-                ),
                 Some(_) => {}
                 None if renamed.contains(&new_field.name) => {}
                 None => self.change(format!("{owner} field {}", new_field.name), "added"),
@@ -142,7 +143,10 @@ impl Differ {
     fn enumeration(&mut self, name: &str, old: &Enum, new: &Enum) {
         let subject = format!("enum {name}");
         if old.kind != new.kind {
-            self.change(&subject, format!("encoding changed from {:?} to {:?}", old.kind, new.kind));
+            self.change(
+                &subject,
+                format!("encoding changed from {:?} to {:?}", old.kind, new.kind),
+            );
             return;
         }
         let wire = |e: &Enum| -> BTreeMap<String, String> {
@@ -189,20 +193,34 @@ impl Differ {
     fn layout(&mut self, name: &str, old: &Layout, new: &Layout) {
         let subject = format!("layout {name}");
         if old.size != new.size {
-            self.change(&subject, format!("size changed from {} to {}", old.size, new.size));
+            self.change(
+                &subject,
+                format!("size changed from {} to {}", old.size, new.size),
+            );
         }
         let describe = |layout: &Layout| -> Vec<String> {
             layout
                 .fields
                 .iter()
-                .map(|field| format!("{}@{}+{} {:?}", field.name, field.offset, field.size, field.kind))
+                .map(|field| {
+                    format!(
+                        "{}@{}+{} {:?}",
+                        field.name, field.offset, field.size, field.kind
+                    )
+                })
                 .collect()
         };
         let (old_fields, new_fields) = (describe(old), describe(new));
-        for field in old_fields.iter().filter(|field| !new_fields.contains(field)) {
+        for field in old_fields
+            .iter()
+            .filter(|field| !new_fields.contains(field))
+        {
             self.change(&subject, format!("field `{field}` changed or removed"));
         }
-        for field in new_fields.iter().filter(|field| !old_fields.contains(field)) {
+        for field in new_fields
+            .iter()
+            .filter(|field| !old_fields.contains(field))
+        {
             self.change(&subject, format!("field `{field}` changed or added"));
         }
     }
@@ -220,7 +238,11 @@ pub fn compat(old: &Ir, new: &Ir) -> Report {
         new.limits.iter().map(|l| (l.name.as_str(), l)),
         |d, name, o, n| {
             if o.value != n.value {
-                let direction = if n.value < o.value { "lowered" } else { "raised" };
+                let direction = if n.value < o.value {
+                    "lowered"
+                } else {
+                    "raised"
+                };
                 d.change(
                     format!("limit {name}"),
                     format!("{direction} from {} to {}", o.value, n.value),
@@ -263,7 +285,11 @@ pub fn compat(old: &Ir, new: &Ir) -> Report {
                 o.variants.iter().map(|v| (v.name.as_str(), v)),
                 n.variants.iter().map(|v| (v.name.as_str(), v)),
                 |d, variant, ov, nv| {
-                    d.fields(&format!("union {name} variant {variant}"), &ov.fields, &nv.fields)
+                    d.fields(
+                        &format!("union {name} variant {variant}"),
+                        &ov.fields,
+                        &nv.fields,
+                    )
                 },
             );
         },
@@ -282,10 +308,7 @@ pub fn compat(old: &Ir, new: &Ir) -> Report {
             if o.limit != n.limit {
                 d.change(
                     format!("message {name}"),
-                    format!(
-                        "limit changed from {} to {}",
-                        o.limit.limit, n.limit.limit
-                    ),
+                    format!("limit changed from {} to {}", o.limit.limit, n.limit.limit),
                 );
             }
         },

@@ -150,9 +150,9 @@ pub fn markdown(ir: &Ir) -> Result<String, askama::Error> {
                     EnumKind::Cuda { cudarc } => {
                         format!("CUDA enum `{cudarc}`, as its `u32` value")
                     }
-                    EnumKind::CudaFlags { cudarc } => format!(
-                        "CUDA bit set `{cudarc}`, as a `u32` whose bits must all be listed"
-                    ),
+                    EnumKind::CudaFlags { cudarc } => {
+                        format!("CUDA bit set `{cudarc}`, as a `u32` whose bits must all be listed")
+                    }
                     EnumKind::Name => "snake_case name".to_owned(),
                 },
                 values: e

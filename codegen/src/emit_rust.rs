@@ -8,8 +8,8 @@ use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
 use crate::ir::{
-    Enum, EnumKind, Field, Identity, IdentityRepr, Ir, Layout, LayoutFieldKind, NamedKind,
-    Struct, Type, Union,
+    Enum, EnumKind, Field, Identity, IdentityRepr, Ir, Layout, LayoutFieldKind, NamedKind, Struct,
+    Type, Union,
 };
 use crate::lower::screaming_snake_case;
 
@@ -70,7 +70,11 @@ pub fn rust(ir: &Ir) -> Result<String, syn::Error> {
 /// One `#[doc]` attribute per line, each starting with a space so it prints as `/// text`.
 fn docs(text: &str) -> TokenStream {
     let lines = text.lines().map(|line| {
-        let line = if line.is_empty() { String::new() } else { format!(" {line}") };
+        let line = if line.is_empty() {
+            String::new()
+        } else {
+            format!(" {line}")
+        };
         quote!(#[doc = #line])
     });
     quote!(#(#lines)*)
@@ -237,13 +241,21 @@ fn emit_flags(e: &Enum) -> TokenStream {
             pub const #constant: Self = Self(#number);
         }
     });
-    let known: u32 = e.values.iter().filter_map(|value| value.value).fold(0, |a, b| a | b);
+    let known: u32 = e
+        .values
+        .iter()
+        .filter_map(|value| value.value)
+        .fold(0, |a, b| a | b);
     let known = Literal::u32_unsuffixed(known);
-    let names = e.values.iter().filter(|value| value.value != Some(0)).map(|value| {
-        let number = Literal::u32_unsuffixed(value.value.unwrap_or_default());
-        let label = screaming_snake_case(&value.name);
-        quote!((#number, #label))
-    });
+    let names = e
+        .values
+        .iter()
+        .filter(|value| value.value != Some(0))
+        .map(|value| {
+            let number = Literal::u32_unsuffixed(value.value.unwrap_or_default());
+            let label = screaming_snake_case(&value.name);
+            quote!((#number, #label))
+        });
     let reject = rejection_arms(e);
     quote! {
         #doc
@@ -537,7 +549,11 @@ fn emit_fields_struct(name_str: &str, doc_text: &str, fields: &[Field]) -> Token
     let declarations = fields.iter().map(|field| {
         let field_name = ident(&field.name);
         let ty = rust_type(&field.ty);
-        let doc = docs(&format!("{} Schema type `{}`.", field.doc, field.ty.schema_text()));
+        let doc = docs(&format!(
+            "{} Schema type `{}`.",
+            field.doc,
+            field.ty.schema_text()
+        ));
         quote! {
             #doc
             pub #field_name: #ty,
@@ -659,7 +675,10 @@ fn emit_union(u: &Union) -> TokenStream {
         });
     let variants = u.variants.iter().map(|variant| {
         let variant_ident = ident(&variant.name);
-        let doc = docs(&format!("{} Wire kind `{}`.", variant.doc, variant.wire_name));
+        let doc = docs(&format!(
+            "{} Wire kind `{}`.",
+            variant.doc, variant.wire_name
+        ));
         if variant.fields.is_empty() {
             quote! {
                 #doc
@@ -755,7 +774,10 @@ fn emit_layout(layout: &Layout) -> TokenStream {
     let name = ident(&layout.name);
     let name_str = &layout.name;
     let size = Literal::usize_unsuffixed(layout.size as usize);
-    let mut doc = format!("{}\n\nFixed layout, {} bytes, little-endian:\n", layout.doc, layout.size);
+    let mut doc = format!(
+        "{}\n\nFixed layout, {} bytes, little-endian:\n",
+        layout.doc, layout.size
+    );
     for field in &layout.fields {
         let what = match &field.kind {
             LayoutFieldKind::Magic(text) => format!("magic `{text}`"),
@@ -882,7 +904,13 @@ fn layout_type(ty: &Type, nonzero: bool) -> TokenStream {
         (Type::U16, true) => quote!(core::num::NonZeroU16),
         (Type::U32, true) => quote!(core::num::NonZeroU32),
         (Type::U64, true) => quote!(core::num::NonZeroU64),
-        (Type::Named { name, kind: NamedKind::Identity }, _) => {
+        (
+            Type::Named {
+                name,
+                kind: NamedKind::Identity,
+            },
+            _,
+        ) => {
             let name = ident(name);
             quote!(#name)
         }

@@ -11,11 +11,23 @@ pub enum Type {
     I32,
     I64,
     /// UTF-8 text of at most `limit` bytes.
-    String { limit: Bound },
-    List { element: Box<Type>, limit: Bound },
-    Map { key: Box<Type>, value: Box<Type>, limit: Bound },
+    String {
+        limit: Bound,
+    },
+    List {
+        element: Box<Type>,
+        limit: Bound,
+    },
+    Map {
+        key: Box<Type>,
+        value: Box<Type>,
+        limit: Bound,
+    },
     Option(Box<Type>),
-    Named { name: String, kind: NamedKind },
+    Named {
+        name: String,
+        kind: NamedKind,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

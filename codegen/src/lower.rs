@@ -39,7 +39,7 @@ pub fn lower(schema: &ast::Schema, source: &SourceMap) -> Result<ir::Ir, Diagnos
         Ok(ir)
     } else {
         let mut diagnostics = lowering.diagnostics;
-        diagnostics.sort_by(|a, b| a.position.cmp(&b.position));
+        diagnostics.sort_by_key(|diagnostic| diagnostic.position);
         diagnostics.dedup();
         Err(Diagnostics(diagnostics))
     }
@@ -140,7 +140,10 @@ impl Lowering<'_> {
                 );
             }
             if limit.value == 0 {
-                self.error(&[&limit.name], format!("limit `{}` must not be 0", limit.name));
+                self.error(
+                    &[&limit.name],
+                    format!("limit `{}` must not be 0", limit.name),
+                );
             }
             if limit.value > u32::MAX as u64 {
                 self.error(
@@ -174,7 +177,12 @@ impl Lowering<'_> {
             .enums
             .iter()
             .map(|e| (&e.name, NamedKind::Enum))
-            .chain(schema.identities.iter().map(|i| (&i.name, NamedKind::Identity)))
+            .chain(
+                schema
+                    .identities
+                    .iter()
+                    .map(|i| (&i.name, NamedKind::Identity)),
+            )
             .chain(schema.structs.iter().map(|s| (&s.name, NamedKind::Struct)))
             .chain(schema.unions.iter().map(|u| (&u.name, NamedKind::Union)))
             .chain(schema.layouts.iter().map(|l| (&l.name, NamedKind::Layout)));
@@ -189,7 +197,10 @@ impl Lowering<'_> {
                 continue;
             }
             if is_builtin(name) {
-                self.error(&[name], format!("type name `{name}` shadows a built-in type"));
+                self.error(
+                    &[name],
+                    format!("type name `{name}` shadows a built-in type"),
+                );
             }
             self.types.insert(name.clone(), kind);
         }
@@ -381,11 +392,7 @@ impl Lowering<'_> {
                 let offset = self.source.locate_nth(&path, *count - 1);
                 self.error_at(
                     offset,
-                    format!(
-                        "duplicate field `{}` in `{}`",
-                        field.name,
-                        owner.join(".")
-                    ),
+                    format!("duplicate field `{}` in `{}`", field.name, owner.join(".")),
                 );
                 continue;
             }
@@ -416,7 +423,10 @@ impl Lowering<'_> {
     fn union(&mut self, union: &ast::Union) -> ir::Union {
         self.check_type_name(&union.name);
         if union.variants.is_empty() {
-            self.error(&[&union.name], format!("union `{}` has no variants", union.name));
+            self.error(
+                &[&union.name],
+                format!("union `{}` has no variants", union.name),
+            );
         }
         let mut seen: HashMap<&str, usize> = HashMap::new();
         let mut variants = Vec::new();
@@ -424,7 +434,9 @@ impl Lowering<'_> {
             let count = seen.entry(&variant.name).or_insert(0);
             *count += 1;
             if *count > 1 {
-                let offset = self.source.locate_nth(&[&union.name, &variant.name], *count - 1);
+                let offset = self
+                    .source
+                    .locate_nth(&[&union.name, &variant.name], *count - 1);
                 self.error_at(
                     offset,
                     format!(
@@ -622,7 +634,10 @@ impl Lowering<'_> {
         }) {
             self.error(
                 &[&layout.name],
-                format!("layout `{}` does not carry the protocol version", layout.name),
+                format!(
+                    "layout `{}` does not carry the protocol version",
+                    layout.name
+                ),
             );
         }
         ir::Layout {
@@ -638,7 +653,10 @@ impl Lowering<'_> {
         // those reachable through one would make unbounded nesting. Both are refused.
         let mut edges: HashMap<&str, Vec<&str>> = HashMap::new();
         for s in structs {
-            edges.insert(&s.name, s.fields.iter().flat_map(|f| named(&f.ty)).collect());
+            edges.insert(
+                &s.name,
+                s.fields.iter().flat_map(|f| named(&f.ty)).collect(),
+            );
         }
         for u in unions {
             edges.insert(
@@ -702,7 +720,9 @@ impl Lowering<'_> {
                 }
             };
             let Some(&limit) = self.limits.get(&message.limit) else {
-                let offset = self.source.locate(&["messages", &message.body, &message.limit]);
+                let offset = self
+                    .source
+                    .locate(&["messages", &message.body, &message.limit]);
                 self.error_at(offset, format!("undefined limit `{}`", message.limit));
                 continue;
             };
@@ -838,7 +858,13 @@ impl Lowering<'_> {
                 let limit = self.bound(&expr.args[2], offset);
                 let key = key?;
                 let key_ok = matches!(key, Type::U32 | Type::U64)
-                    || matches!(&key, Type::Named { kind: NamedKind::Identity, .. });
+                    || matches!(
+                        &key,
+                        Type::Named {
+                            kind: NamedKind::Identity,
+                            ..
+                        }
+                    );
                 if !key_ok {
                     self.error_at(
                         offset + expr.args[0].at,
@@ -861,7 +887,10 @@ impl Lowering<'_> {
                 }
                 let inner = self.resolve(&expr.args[0], offset)?;
                 if matches!(inner, Type::Option(_)) {
-                    self.error_at(offset + expr.at, "nested options cannot be told apart on the wire");
+                    self.error_at(
+                        offset + expr.at,
+                        "nested options cannot be told apart on the wire",
+                    );
                     return None;
                 }
                 Some(Type::Option(Box::new(inner)))
@@ -899,7 +928,10 @@ impl Lowering<'_> {
 
 fn named(ty: &Type) -> Vec<&str> {
     match ty {
-        Type::Named { name, kind } if matches!(kind, NamedKind::Struct | NamedKind::Union) => {
+        Type::Named {
+            name,
+            kind: NamedKind::Struct | NamedKind::Union,
+        } => {
             vec![name.as_str()]
         }
         Type::List { element, .. } => named(element),
@@ -936,7 +968,8 @@ fn type_depth(ty: &Type, structs: &[ir::Struct], unions: &[ir::Union], guard: u6
     match ty {
         Type::List { element, .. } => 1 + type_depth(element, structs, unions, guard),
         Type::Map { key, value, .. } => {
-            1 + type_depth(key, structs, unions, guard).max(type_depth(value, structs, unions, guard))
+            1 + type_depth(key, structs, unions, guard)
+                .max(type_depth(value, structs, unions, guard))
         }
         Type::Option(inner) => type_depth(inner, structs, unions, guard),
         Type::Named {
@@ -1009,7 +1042,10 @@ impl TypeParser<'_> {
             .text
             .starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
         {
-            return Err((token.at, format!("expected a type name, found `{}`", token.text)));
+            return Err((
+                token.at,
+                format!("expected a type name, found `{}`", token.text),
+            ));
         }
         self.index += 1;
         let mut expr = TypeExpr {
@@ -1027,7 +1063,9 @@ impl TypeParser<'_> {
                         self.index += 1;
                         break;
                     }
-                    Some(t) => return Err((t.at, format!("expected `,` or `>`, found `{}`", t.text))),
+                    Some(t) => {
+                        return Err((t.at, format!("expected `,` or `>`, found `{}`", t.text)));
+                    }
                     None => return Err((self.text_len, "unclosed `<`".to_owned())),
                 }
             }
@@ -1039,7 +1077,17 @@ impl TypeParser<'_> {
 fn is_builtin(name: &str) -> bool {
     matches!(
         name,
-        "bool" | "u8" | "u16" | "u32" | "u64" | "i32" | "i64" | "string" | "list" | "map" | "option"
+        "bool"
+            | "u8"
+            | "u16"
+            | "u32"
+            | "u64"
+            | "i32"
+            | "i64"
+            | "string"
+            | "list"
+            | "map"
+            | "option"
     )
 }
 

@@ -47,7 +47,7 @@ enum Command {
     },
 }
 
-fn compile(path: &PathBuf) -> Result<cuinterpose_codegen::ir::Ir, ExitCode> {
+fn compile(path: &std::path::Path) -> Result<cuinterpose_codegen::ir::Ir, ExitCode> {
     cuinterpose_codegen::compile_file(path).map_err(|diagnostics| {
         eprintln!("{diagnostics}");
         ExitCode::from(2)

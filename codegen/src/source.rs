@@ -48,7 +48,10 @@ impl SourceMap {
     pub fn position(&self, offset: usize) -> Position {
         let line = self.line_starts.partition_point(|&start| start <= offset);
         let start = self.line_starts[line - 1];
-        let column = self.text[start..offset.min(self.text.len())].chars().count() + 1;
+        let column = self.text[start..offset.min(self.text.len())]
+            .chars()
+            .count()
+            + 1;
         Position { line, column }
     }
 
@@ -102,7 +105,8 @@ fn scan_literals(text: &str) -> Vec<Literal> {
             }
             b'/' if bytes.get(index + 1) == Some(&b'*') => {
                 index += 2;
-                while index + 1 < bytes.len() && !(bytes[index] == b'*' && bytes[index + 1] == b'/') {
+                while index + 1 < bytes.len() && !(bytes[index] == b'*' && bytes[index + 1] == b'/')
+                {
                     index += 1;
                 }
                 index += 2;
@@ -151,9 +155,21 @@ mod tests {
             "// \"A\" in a comment\n(name: \"A\", x: [\"B\", \"A\"],\n  y: \"B\")",
         );
         let offset = map.locate(&["A", "B"]);
-        assert_eq!(map.position(offset), Position { line: 2, column: 17 });
+        assert_eq!(
+            map.position(offset),
+            Position {
+                line: 2,
+                column: 17
+            }
+        );
         let second = map.locate_nth(&["A"], 1);
-        assert_eq!(map.position(second), Position { line: 2, column: 22 });
+        assert_eq!(
+            map.position(second),
+            Position {
+                line: 2,
+                column: 22
+            }
+        );
         let missing = map.locate(&["A", "Z"]);
         assert_eq!(map.position(missing), Position { line: 2, column: 8 });
     }

@@ -3,13 +3,19 @@
 use cuinterpose_codegen::{compat, compile};
 
 fn released() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../schema/released/v1.ron"))
-        .expect("schema/released/v1.ron is readable")
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../schema/released/v1.ron"
+    ))
+    .expect("schema/released/v1.ron is readable")
 }
 
 fn current() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../schema/protocol.ron"))
-        .expect("schema/protocol.ron is readable")
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../schema/protocol.ron"
+    ))
+    .expect("schema/protocol.ron is readable")
 }
 
 /// Applies `edits` to the released schema and returns the compatibility report's changes as
@@ -18,7 +24,11 @@ fn check(edits: &[(&str, &str)]) -> (Vec<String>, bool) {
     let old_text = released();
     let mut new_text = old_text.clone();
     for (from, to) in edits {
-        assert_eq!(new_text.matches(from).count(), 1, "anchor `{from}` must be unique");
+        assert_eq!(
+            new_text.matches(from).count(),
+            1,
+            "anchor `{from}` must be unique"
+        );
         new_text = new_text.replacen(from, to, 1);
     }
     let old = compile("old.ron", &old_text).expect("released schema is valid");
@@ -102,7 +112,10 @@ fn removed_and_added_fields() {
 #[test]
 fn enum_value_changed_and_added() {
     let (changes, ok) = check(&[
-        (r#"(name: "ProtRead", value: 1,"#, r#"(name: "ProtRead", value: 5,"#),
+        (
+            r#"(name: "ProtRead", value: 1,"#,
+            r#"(name: "ProtRead", value: 5,"#,
+        ),
         (
             r#"(name: "Busy", doc: "The control queue is full; try again later."),"#,
             r#"(name: "Busy", doc: "The control queue is full; try again later."), (name: "Later", doc: "x"),"#,
@@ -129,7 +142,11 @@ fn limit_lowered() {
 fn layout_changed() {
     let (changes, ok) = check(&[(r#"kind: Magic("CUI")"#, r#"kind: Magic("CUX")"#)]);
     assert_eq!(changes.len(), 2, "{changes:?}");
-    assert!(changes.iter().all(|c| c.starts_with("layout VirtualShareableHandle: field `magic@0+3")));
+    assert!(
+        changes
+            .iter()
+            .all(|c| c.starts_with("layout VirtualShareableHandle: field `magic@0+3"))
+    );
     assert!(!ok);
 }
 
@@ -148,7 +165,11 @@ fn cli_exits_non_zero_on_an_unbumped_change() {
     let dir = std::env::temp_dir().join(format!("cuinterpose-compat-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let new_path = dir.join("new.ron");
-    let edited = released().replacen(r#"type: "i32", doc: "Device ordinal"#, r#"type: "u32", doc: "Device ordinal"#, 1);
+    let edited = released().replacen(
+        r#"type: "i32", doc: "Device ordinal"#,
+        r#"type: "u32", doc: "Device ordinal"#,
+        1,
+    );
     std::fs::write(&new_path, edited).expect("write edited schema");
     let old_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../schema/released/v1.ron");
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_cuinterpose-codegen"))
@@ -158,7 +179,10 @@ fn cli_exits_non_zero_on_an_unbumped_change() {
         .expect("run the CLI");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(1), "{stdout}");
-    assert!(stdout.contains("struct Location field id: type changed from `i32` to `u32`"), "{stdout}");
+    assert!(
+        stdout.contains("struct Location field id: type changed from `i32` to `u32`"),
+        "{stdout}"
+    );
     assert!(stdout.contains("need a version bump"), "{stdout}");
     let same = std::process::Command::new(env!("CARGO_BIN_EXE_cuinterpose-codegen"))
         .args(["compat", old_path, old_path])
@@ -173,8 +197,11 @@ fn cli_check_reports_positions() {
     let dir = std::env::temp_dir().join(format!("cuinterpose-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join("bad.ron");
-    std::fs::write(&path, released().replacen(r#"type: "LocationType""#, r#"type: "LocationKind""#, 1))
-        .expect("write");
+    std::fs::write(
+        &path,
+        released().replacen(r#"type: "LocationType""#, r#"type: "LocationKind""#, 1),
+    )
+    .expect("write");
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_cuinterpose-codegen"))
         .arg("check")
         .arg(&path)
@@ -183,6 +210,9 @@ fn cli_check_reports_positions() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2));
     let expected_prefix = format!("{}:", path.display());
-    assert!(stderr.starts_with(&expected_prefix) && stderr.contains(": unknown type `LocationKind`"), "{stderr}");
+    assert!(
+        stderr.starts_with(&expected_prefix) && stderr.contains(": unknown type `LocationKind`"),
+        "{stderr}"
+    );
     std::fs::remove_dir_all(&dir).expect("clean up");
 }

@@ -3,9 +3,11 @@
 use cuinterpose_codegen::{compile, markdown, rust};
 
 fn schema() -> cuinterpose_codegen::ir::Ir {
-    let text =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../schema/protocol.ron"))
-            .expect("schema is readable");
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../schema/protocol.ron"
+    ))
+    .expect("schema is readable");
     compile("schema/protocol.ron", &text).expect("schema is valid")
 }
 

@@ -52,7 +52,11 @@ Schema(
 fn edit(edits: &[(&str, &str)]) -> String {
     let mut text = BASE.to_owned();
     for (from, to) in edits {
-        assert_eq!(text.matches(from).count(), 1, "edit anchor `{from}` must be unique");
+        assert_eq!(
+            text.matches(from).count(),
+            1,
+            "edit anchor `{from}` must be unique"
+        );
         text = text.replacen(from, to, 1);
     }
     text
@@ -60,7 +64,10 @@ fn edit(edits: &[(&str, &str)]) -> String {
 
 /// Line and column (1-based) right after the `/*@*/` marker.
 fn marker(text: &str) -> (usize, usize) {
-    let at = text.find("/*@*/").expect("the edited schema marks the error position") + 5;
+    let at = text
+        .find("/*@*/")
+        .expect("the edited schema marks the error position")
+        + 5;
     let line = text[..at].matches('\n').count() + 1;
     let column = text[..at].rsplit('\n').next().unwrap_or("").chars().count() + 1;
     (line, column)
@@ -111,7 +118,10 @@ fn unknown_schema_key_is_a_syntax_error() {
     let text = edit(&[("version: 1,", "version: 1, colour: 2,")]);
     let error = compile("test.ron", &text).expect_err("unknown key");
     let first = error.iter().next().expect("one diagnostic").to_string();
-    assert!(first.starts_with("test.ron:3:") && first.contains("colour"), "{first}");
+    assert!(
+        first.starts_with("test.ron:3:") && first.contains("colour"),
+        "{first}"
+    );
 }
 
 #[test]
@@ -128,7 +138,10 @@ fn duplicate_type_name() {
     check(
         &[
             (r#"(name: "Mode", doc: "m""#, r#"(name: "Item", doc: "m""#),
-            (r#"(name: "Item", doc: "i", fields"#, r#"(name: /*@*/"Item", doc: "i", fields"#),
+            (
+                r#"(name: "Item", doc: "i", fields"#,
+                r#"(name: /*@*/"Item", doc: "i", fields"#,
+            ),
         ],
         "duplicate type name `Item`",
         None,
@@ -138,7 +151,10 @@ fn duplicate_type_name() {
 #[test]
 fn duplicate_field() {
     check(
-        &[(r#"(name: "owner", type: "Pid""#, r#"(name: /*@*/"color", type: "Pid""#)],
+        &[(
+            r#"(name: "owner", type: "Pid""#,
+            r#"(name: /*@*/"color", type: "Pid""#,
+        )],
         "duplicate field `color` in `Item`",
         None,
     );
@@ -147,7 +163,10 @@ fn duplicate_field() {
 #[test]
 fn enum_value_collision() {
     check(
-        &[(r#"(name: "Blue", value: 2"#, r#"(name: /*@*/"Blue", value: 1"#)],
+        &[(
+            r#"(name: "Blue", value: 2"#,
+            r#"(name: /*@*/"Blue", value: 1"#,
+        )],
         "value 1 of `Blue` collides with `Red` in enum `Color`",
         None,
     );
@@ -156,7 +175,10 @@ fn enum_value_collision() {
 #[test]
 fn rejected_value_collides_with_a_value() {
     check(
-        &[(r#"reason: "invalid""#, r#"reason: /*@*/"invalid""#), ("(value: 0, cuda", "(value: 2, cuda")],
+        &[
+            (r#"reason: "invalid""#, r#"reason: /*@*/"invalid""#),
+            ("(value: 0, cuda", "(value: 2, cuda"),
+        ],
         "rejected value 2 of enum `Color` collides with `Blue`",
         None,
     );
@@ -165,7 +187,10 @@ fn rejected_value_collides_with_a_value() {
 #[test]
 fn flag_is_not_a_single_bit() {
     check(
-        &[(r#"(name: "Write", value: 2"#, r#"(name: /*@*/"Write", value: 6"#)],
+        &[(
+            r#"(name: "Write", value: 2"#,
+            r#"(name: /*@*/"Write", value: 6"#,
+        )],
         "flag `Write` = 6 of `Perm` is not a single bit",
         None,
     );
@@ -174,7 +199,10 @@ fn flag_is_not_a_single_bit() {
 #[test]
 fn cuda_value_without_its_constant() {
     check(
-        &[(r#"(name: "Blue", value: 2, cuda: "BLUE","#, r#"(name: /*@*/"Blue", value: 2,"#)],
+        &[(
+            r#"(name: "Blue", value: 2, cuda: "BLUE","#,
+            r#"(name: /*@*/"Blue", value: 2,"#,
+        )],
         "value `Blue` of CUDA enum `Color` must name the CUDA constant it mirrors (`cuda`)",
         None,
     );
@@ -183,7 +211,10 @@ fn cuda_value_without_its_constant() {
 #[test]
 fn name_enum_value_with_an_integer() {
     check(
-        &[(r#"(name: "Fast", doc: "f")"#, r#"(name: /*@*/"Fast", value: 3, doc: "f")"#)],
+        &[(
+            r#"(name: "Fast", doc: "f")"#,
+            r#"(name: /*@*/"Fast", value: 3, doc: "f")"#,
+        )],
         "value `Fast` of name enum `Mode` cannot have an integer value or a CUDA constant",
         None,
     );
@@ -237,7 +268,10 @@ fn union_field_named_like_the_tag() {
 #[test]
 fn field_name_must_be_snake_case() {
     check(
-        &[(r#"(name: "owner", type: "Pid""#, r#"(name: /*@*/"Owner", type: "Pid""#)],
+        &[(
+            r#"(name: "owner", type: "Pid""#,
+            r#"(name: /*@*/"Owner", type: "Pid""#,
+        )],
         "field name `Owner` must be snake_case and not a Rust keyword",
         None,
     );
@@ -247,8 +281,14 @@ fn field_name_must_be_snake_case() {
 fn type_that_contains_itself() {
     check(
         &[
-            (r#"(name: "Item", doc: "i""#, r#"(name: /*@*/"Item", doc: "i""#),
-            (r#"type: "Pid", doc: "o""#, r#"type: "option<Item>", doc: "o""#),
+            (
+                r#"(name: "Item", doc: "i""#,
+                r#"(name: /*@*/"Item", doc: "i""#,
+            ),
+            (
+                r#"type: "Pid", doc: "o""#,
+                r#"type: "option<Item>", doc: "o""#,
+            ),
         ],
         "type `Item` contains itself",
         None,
@@ -259,9 +299,18 @@ fn type_that_contains_itself() {
 fn variant_struct_name_collision() {
     check(
         &[
-            (r#"(name: "Item", doc: "i""#, r#"(name: "EmptyBody", doc: "i""#),
-            (r#"type: "list<Item, MAX_ITEMS>""#, r#"type: "list<EmptyBody, MAX_ITEMS>""#),
-            (r#"(name: "Empty", doc: "e""#, r#"(name: /*@*/"Empty", doc: "e""#),
+            (
+                r#"(name: "Item", doc: "i""#,
+                r#"(name: "EmptyBody", doc: "i""#,
+            ),
+            (
+                r#"type: "list<Item, MAX_ITEMS>""#,
+                r#"type: "list<EmptyBody, MAX_ITEMS>""#,
+            ),
+            (
+                r#"(name: "Empty", doc: "e""#,
+                r#"(name: /*@*/"Empty", doc: "e""#,
+            ),
         ],
         "variant `Empty` of `Body` generates struct `EmptyBody`, which is already defined",
         None,
@@ -271,7 +320,10 @@ fn variant_struct_name_collision() {
 #[test]
 fn layout_fields_overlap() {
     check(
-        &[(r#"(name: "reserved", offset: 3"#, r#"(name: /*@*/"reserved", offset: 2"#)],
+        &[(
+            r#"(name: "reserved", offset: 3"#,
+            r#"(name: /*@*/"reserved", offset: 2"#,
+        )],
         "field `reserved` at offset 2 overlaps the previous field (which ends at 3)",
         None,
     );
@@ -281,8 +333,14 @@ fn layout_fields_overlap() {
 fn layout_gap() {
     check(
         &[
-            (r#"(name: "reserved", offset: 3, kind: Reserved(size: 1)),"#, ""),
-            (r#"(name: "owner", offset: 4"#, r#"(name: /*@*/"owner", offset: 4"#),
+            (
+                r#"(name: "reserved", offset: 3, kind: Reserved(size: 1)),"#,
+                "",
+            ),
+            (
+                r#"(name: "owner", offset: 4"#,
+                r#"(name: /*@*/"owner", offset: 4"#,
+            ),
         ],
         "gap of 1 bytes before field `owner` at offset 4 (declare it reserved)",
         None,
@@ -292,7 +350,13 @@ fn layout_gap() {
 #[test]
 fn layout_field_beyond_size() {
     check(
-        &[(r#"size: 8, fields"#, r#"size: 6, fields"#), (r#"(name: "owner", offset"#, r#"(name: /*@*/"owner", offset"#)],
+        &[
+            (r#"size: 8, fields"#, r#"size: 6, fields"#),
+            (
+                r#"(name: "owner", offset"#,
+                r#"(name: /*@*/"owner", offset"#,
+            ),
+        ],
         "field `owner` ends at 8, beyond the layout size 6",
         None,
     );
@@ -301,7 +365,10 @@ fn layout_field_beyond_size() {
 #[test]
 fn layout_leaves_bytes_undeclared() {
     check(
-        &[(r#"(name: "Handle", doc: "h", size: 8"#, r#"(name: /*@*/"Handle", doc: "h", size: 12"#)],
+        &[(
+            r#"(name: "Handle", doc: "h", size: 8"#,
+            r#"(name: /*@*/"Handle", doc: "h", size: 12"#,
+        )],
         "layout `Handle` leaves bytes 8..12 undeclared (declare them reserved)",
         None,
     );
@@ -311,7 +378,10 @@ fn layout_leaves_bytes_undeclared() {
 fn layout_without_magic() {
     check(
         &[
-            (r#"(name: "Handle", doc: "h""#, r#"(name: /*@*/"Handle", doc: "h""#),
+            (
+                r#"(name: "Handle", doc: "h""#,
+                r#"(name: /*@*/"Handle", doc: "h""#,
+            ),
             (r#"kind: Magic("HD")"#, r#"kind: Reserved(size: 2)"#),
         ],
         "layout `Handle` has no magic: a foreign buffer could not be told apart",
@@ -322,9 +392,10 @@ fn layout_without_magic() {
 #[test]
 fn layout_value_without_fixed_size() {
     check(
-        &[
-            (r#"(name: "owner", offset: 4, kind: Value(type: "Pid"))"#, r#"(name: /*@*/"owner", offset: 4, kind: Value(type: "Item"))"#),
-        ],
+        &[(
+            r#"(name: "owner", offset: 4, kind: Value(type: "Pid"))"#,
+            r#"(name: /*@*/"owner", offset: 4, kind: Value(type: "Item"))"#,
+        )],
         "type `Item` of layout field `owner` has no fixed size",
         None,
     );
@@ -333,7 +404,10 @@ fn layout_value_without_fixed_size() {
 #[test]
 fn nonzero_applies_to_unsigned_integers() {
     check(
-        &[(r#"(name: "owner", offset: 4, kind: Value(type: "Pid"))"#, r#"(name: /*@*/"owner", offset: 4, kind: Value(type: "Pid", nonzero: true))"#)],
+        &[(
+            r#"(name: "owner", offset: 4, kind: Value(type: "Pid"))"#,
+            r#"(name: /*@*/"owner", offset: 4, kind: Value(type: "Pid", nonzero: true))"#,
+        )],
         "`nonzero` applies to unsigned integers, not `Pid` (identities are never zero already)",
         None,
     );
@@ -344,7 +418,10 @@ fn version_digit_needs_a_one_digit_version() {
     check(
         &[
             ("version: 1,", "version: 12,"),
-            (r#"(name: "version", offset: 2, kind: Version)"#, r#"(name: /*@*/"version", offset: 2, kind: VersionDigit)"#),
+            (
+                r#"(name: "version", offset: 2, kind: Version)"#,
+                r#"(name: /*@*/"version", offset: 2, kind: VersionDigit)"#,
+            ),
         ],
         "version 12 cannot be written as one ASCII digit in `Handle`",
         None,
@@ -353,7 +430,11 @@ fn version_digit_needs_a_one_digit_version() {
 
 #[test]
 fn version_out_of_range() {
-    check(&[("version: 1,", "/*@*/version: 0,")], "version 0 is out of range: it must be 1..=127", None);
+    check(
+        &[("version: 1,", "/*@*/version: 0,")],
+        "version 0 is out of range: it must be 1..=127",
+        None,
+    );
 }
 
 #[test]
@@ -372,8 +453,14 @@ fn required_limit_missing() {
 fn message_deeper_than_max_depth() {
     check(
         &[
-            (r#"(name: "MAX_DEPTH", value: 8"#, r#"(name: "MAX_DEPTH", value: 2"#),
-            (r#"messages: [(body: "Body""#, r#"messages: [(body: /*@*/"Body""#),
+            (
+                r#"(name: "MAX_DEPTH", value: 8"#,
+                r#"(name: "MAX_DEPTH", value: 2"#,
+            ),
+            (
+                r#"messages: [(body: "Body""#,
+                r#"messages: [(body: /*@*/"Body""#,
+            ),
         ],
         "message `Body` nests 3 levels, more than MAX_DEPTH = 2",
         None,
@@ -383,7 +470,10 @@ fn message_deeper_than_max_depth() {
 #[test]
 fn unknown_message_body() {
     check(
-        &[(r#"messages: [(body: "Body""#, r#"messages: [(body: /*@*/"Bodies""#)],
+        &[(
+            r#"messages: [(body: "Body""#,
+            r#"messages: [(body: /*@*/"Bodies""#,
+        )],
         "unknown message body `Bodies`",
         None,
     );
@@ -392,7 +482,10 @@ fn unknown_message_body() {
 #[test]
 fn message_body_must_be_a_struct_or_union() {
     check(
-        &[(r#"messages: [(body: "Body""#, r#"messages: [(body: /*@*/"Color""#)],
+        &[(
+            r#"messages: [(body: "Body""#,
+            r#"messages: [(body: /*@*/"Color""#,
+        )],
         "message body `Color` must be a struct or a union",
         None,
     );

@@ -187,7 +187,11 @@ fn inputs() -> (p::Reply, twin::Reply) {
     let generated = generated_reply();
     let bytes = p::encode(&generated).expect("encodes");
     let twin = twin_decode(&bytes);
-    assert_eq!(twin_encode(&twin), bytes, "the twin must produce the same bytes");
+    assert_eq!(
+        twin_encode(&twin),
+        bytes,
+        "the twin must produce the same bytes"
+    );
     (generated, twin)
 }
 

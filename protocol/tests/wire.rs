@@ -76,7 +76,11 @@ fn ticket() {
 fn check_layout(name: &str, bytes: &[u8], decoded: &dyn std::fmt::Debug) {
     snapshot(
         name,
-        &format!("{} bytes\n{}\ndecoded:\n{decoded:#?}\n", bytes.len(), hex_dump(bytes)),
+        &format!(
+            "{} bytes\n{}\ndecoded:\n{decoded:#?}\n",
+            bytes.len(),
+            hex_dump(bytes)
+        ),
     );
 }
 

@@ -31,7 +31,9 @@ pub fn device(ordinal: i32) -> p::Location {
     }
 }
 
-pub fn access(grants: &[(i32, p::AccessFlags)]) -> p::BoundedVec<p::AccessDescriptor, { p::MAX_ACCESS }> {
+pub fn access(
+    grants: &[(i32, p::AccessFlags)],
+) -> p::BoundedVec<p::AccessDescriptor, { p::MAX_ACCESS }> {
     grants
         .iter()
         .map(|&(ordinal, flags)| p::AccessDescriptor {
@@ -75,7 +77,10 @@ pub fn records() -> Vec<(&'static str, p::Record)> {
                 address: 0x7f12_3400_0000,
                 size: 2 << 20,
                 offset: 2 << 20,
-                access: access(&[(0, p::AccessFlags::ProtReadWrite), (1, p::AccessFlags::ProtRead)]),
+                access: access(&[
+                    (0, p::AccessFlags::ProtReadWrite),
+                    (1, p::AccessFlags::ProtRead),
+                ]),
             }),
         ),
         (
@@ -255,9 +260,19 @@ pub fn hex_dump(bytes: &[u8]) -> String {
         let hex: Vec<String> = chunk.iter().map(|byte| format!("{byte:02x}")).collect();
         let ascii: String = chunk
             .iter()
-            .map(|&byte| if byte.is_ascii_graphic() || byte == b' ' { byte as char } else { '.' })
+            .map(|&byte| {
+                if byte.is_ascii_graphic() || byte == b' ' {
+                    byte as char
+                } else {
+                    '.'
+                }
+            })
             .collect();
-        out.push_str(&format!("{:08x}  {:<47}  |{ascii}|\n", row * 16, hex.join(" ")));
+        out.push_str(&format!(
+            "{:08x}  {:<47}  |{ascii}|\n",
+            row * 16,
+            hex.join(" ")
+        ));
     }
     out
 }

@@ -1,1 +1,0 @@
-//! Unix-socket transport.
