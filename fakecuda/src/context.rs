@@ -35,9 +35,21 @@ thread_local! {
 impl Contexts {
     pub fn new(devices: u32) -> Contexts {
         let table = (0..devices)
-            .map(|d| (PRIMARY_BASE + u64::from(d), Context { device: d, refs: 0, primary: true }))
+            .map(|d| {
+                (
+                    PRIMARY_BASE + u64::from(d),
+                    Context {
+                        device: d,
+                        refs: 0,
+                        primary: true,
+                    },
+                )
+            })
             .collect();
-        Contexts { table, streams: HashMap::new() }
+        Contexts {
+            table,
+            streams: HashMap::new(),
+        }
     }
 
     fn live(&self, ctx: u64) -> CuResult<&Context> {
@@ -49,14 +61,20 @@ impl Contexts {
 
     pub fn primary_retain(&mut self, dev: u32) -> CuResult<u64> {
         let h = PRIMARY_BASE + u64::from(dev);
-        let c = self.table.get_mut(&h).ok_or(CuError::CUDA_ERROR_INVALID_DEVICE)?;
+        let c = self
+            .table
+            .get_mut(&h)
+            .ok_or(CuError::CUDA_ERROR_INVALID_DEVICE)?;
         c.refs += 1;
         Ok(h)
     }
 
     pub fn primary_release(&mut self, dev: u32) -> CuResult<()> {
         let h = PRIMARY_BASE + u64::from(dev);
-        let c = self.table.get_mut(&h).ok_or(CuError::CUDA_ERROR_INVALID_DEVICE)?;
+        let c = self
+            .table
+            .get_mut(&h)
+            .ok_or(CuError::CUDA_ERROR_INVALID_DEVICE)?;
         if c.refs == 0 {
             return Err(CuError::CUDA_ERROR_INVALID_CONTEXT);
         }
@@ -70,7 +88,10 @@ impl Contexts {
     /// Destroys the primary context's streams and makes it inactive, whatever its count.
     pub fn primary_reset(&mut self, dev: u32) -> CuResult<()> {
         let h = PRIMARY_BASE + u64::from(dev);
-        let c = self.table.get_mut(&h).ok_or(CuError::CUDA_ERROR_INVALID_DEVICE)?;
+        let c = self
+            .table
+            .get_mut(&h)
+            .ok_or(CuError::CUDA_ERROR_INVALID_DEVICE)?;
         c.refs = 0;
         self.streams.retain(|_, owner| *owner != h);
         Ok(())
@@ -78,13 +99,23 @@ impl Contexts {
 
     pub fn primary_state(&self, dev: u32) -> CuResult<bool> {
         let h = PRIMARY_BASE + u64::from(dev);
-        let c = self.table.get(&h).ok_or(CuError::CUDA_ERROR_INVALID_DEVICE)?;
+        let c = self
+            .table
+            .get(&h)
+            .ok_or(CuError::CUDA_ERROR_INVALID_DEVICE)?;
         Ok(c.refs > 0)
     }
 
     /// `cuCtxCreate`: a new context, pushed on the calling thread's stack.
     pub fn create(&mut self, handle: u64, dev: u32) -> u64 {
-        self.table.insert(handle, Context { device: dev, refs: 1, primary: false });
+        self.table.insert(
+            handle,
+            Context {
+                device: dev,
+                refs: 1,
+                primary: false,
+            },
+        );
         STACK.with_borrow_mut(|s| s.push(handle));
         handle
     }
@@ -158,8 +189,12 @@ impl Contexts {
         if DEFAULT_STREAMS.contains(&stream) {
             return Ok(());
         }
-        let owner = self.streams.get(&stream).ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
-        self.live(*owner).map_err(|_| CuError::CUDA_ERROR_INVALID_HANDLE)?;
+        let owner = self
+            .streams
+            .get(&stream)
+            .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
+        self.live(*owner)
+            .map_err(|_| CuError::CUDA_ERROR_INVALID_HANDLE)?;
         Ok(())
     }
 

@@ -19,9 +19,20 @@ impl Config {
     /// Reads `FAKECUDA_DEVICES` (default 2) and `FAKECUDA_DEVICE_MEMORY_MIB` (default 80 GiB).
     /// An unusable value fails `cuInit` and says why on stderr.
     pub fn from_env() -> CuResult<Config> {
-        let devices = parse_env("FAKECUDA_DEVICES", u64::from(DEFAULT_DEVICES), 0..=u64::from(MAX_DEVICES))?;
-        let mib = parse_env("FAKECUDA_DEVICE_MEMORY_MIB", DEFAULT_MEMORY_MIB, 2..=(1 << 30))?;
-        Ok(Config { devices: devices as u32, memory: mib << 20 })
+        let devices = parse_env(
+            "FAKECUDA_DEVICES",
+            u64::from(DEFAULT_DEVICES),
+            0..=u64::from(MAX_DEVICES),
+        )?;
+        let mib = parse_env(
+            "FAKECUDA_DEVICE_MEMORY_MIB",
+            DEFAULT_MEMORY_MIB,
+            2..=(1 << 30),
+        )?;
+        Ok(Config {
+            devices: devices as u32,
+            memory: mib << 20,
+        })
     }
 
     pub fn check_device(&self, dev: i32) -> CuResult<u32> {

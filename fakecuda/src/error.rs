@@ -129,14 +129,14 @@ pub fn error_string(raw: RawResult) -> Option<&'static std::ffi::CStr> {
         x if x == CuError::CUDA_ERROR_NO_DEVICE.0 => c"no CUDA-capable device is detected",
         x if x == CuError::CUDA_ERROR_INVALID_DEVICE.0 => c"invalid device ordinal",
         x if x == CuError::CUDA_ERROR_INVALID_CONTEXT.0 => c"invalid device context",
-        x if x == CuError::CUDA_ERROR_CONTEXT_ALREADY_CURRENT.0 => {
-            c"context already current"
-        }
+        x if x == CuError::CUDA_ERROR_CONTEXT_ALREADY_CURRENT.0 => c"context already current",
         x if x == CuError::CUDA_ERROR_MAP_FAILED.0 => c"mapping of buffer object failed",
         x if x == CuError::CUDA_ERROR_UNMAP_FAILED.0 => c"unmapping of buffer object failed",
         x if x == CuError::CUDA_ERROR_ALREADY_MAPPED.0 => c"resource already mapped",
         x if x == CuError::CUDA_ERROR_NOT_MAPPED.0 => c"resource not mapped",
-        x if x == CuError::CUDA_ERROR_OPERATING_SYSTEM.0 => c"OS call failed or operation not supported on this OS",
+        x if x == CuError::CUDA_ERROR_OPERATING_SYSTEM.0 => {
+            c"OS call failed or operation not supported on this OS"
+        }
         x if x == CuError::CUDA_ERROR_INVALID_HANDLE.0 => c"invalid resource handle",
         x if x == CuError::CUDA_ERROR_ILLEGAL_STATE.0 => {
             c"the operation cannot be performed in the present state"

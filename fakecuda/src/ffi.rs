@@ -11,9 +11,10 @@ use crate::driver::{self, Driver};
 use crate::error::{CUDA_SUCCESS, CuError, CuResult, RawResult, to_raw};
 use crate::{device, ipc, memcpy, multicast, proc_address};
 use cudarc::driver::sys::{
-    CUcheckpointCheckpointArgs, CUcheckpointLockArgs, CUcheckpointRestoreArgs, CUcheckpointUnlockArgs,
-    CUcontext, CUctx_st, CUctxCreateParams, CUdevice, CUdeviceptr, CUexecAffinityParam, CUipcMemHandle,
-    CUmemGenericAllocationHandle, CUmulticastObjectProp, CUstream, CUstream_st, CUuuid,
+    CUcheckpointCheckpointArgs, CUcheckpointLockArgs, CUcheckpointRestoreArgs,
+    CUcheckpointUnlockArgs, CUcontext, CUctx_st, CUctxCreateParams, CUdevice, CUdeviceptr,
+    CUexecAffinityParam, CUipcMemHandle, CUmemGenericAllocationHandle, CUmulticastObjectProp,
+    CUstream, CUstream_st, CUuuid,
 };
 use std::ffi::{c_char, c_int, c_uchar, c_uint, c_ulonglong, c_void};
 use std::os::fd::{BorrowedFd, IntoRawFd};
@@ -126,7 +127,9 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: `symbol` is a NUL-terminated C string (cuda.h).
-        let name = unsafe { std::ffi::CStr::from_ptr(symbol) }.to_str().unwrap_or("");
+        let name = unsafe { std::ffi::CStr::from_ptr(symbol) }
+            .to_str()
+            .unwrap_or("");
         let (ptr, status, result) = proc_address::lookup(name, cuda_version, flags);
         // SAFETY: `pfn` is the caller's pointer out-parameter (checked non-null above).
         unsafe { put(pfn, ptr) }?;
@@ -156,7 +159,11 @@ pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> RawResult {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) -> RawResult {
+pub unsafe extern "C" fn cuDeviceGetName(
+    name: *mut c_char,
+    len: c_int,
+    dev: CUdevice,
+) -> RawResult {
     with(|d| {
         let dev = d.config.check_device(dev)?;
         if name.is_null() || len <= 0 {
@@ -190,7 +197,11 @@ pub unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) ->
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetAttribute(pi: *mut c_int, attrib: c_uint, dev: CUdevice) -> RawResult {
+pub unsafe extern "C" fn cuDeviceGetAttribute(
+    pi: *mut c_int,
+    attrib: c_uint,
+    dev: CUdevice,
+) -> RawResult {
     with(|d| {
         let dev = d.config.check_device(dev)?;
         let v = device::attribute(attrib, dev)?;
@@ -223,7 +234,10 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
 // ---- contexts and streams ----
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> RawResult {
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(
+    pctx: *mut CUcontext,
+    dev: CUdevice,
+) -> RawResult {
     with(|d| {
         let dev = d.config.check_device(dev)?;
         if pctx.is_null() {
@@ -252,7 +266,11 @@ pub extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> RawResult {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(dev: CUdevice, flags: *mut c_uint, active: *mut c_int) -> RawResult {
+pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
+    dev: CUdevice,
+    flags: *mut c_uint,
+    active: *mut c_int,
+) -> RawResult {
     with(|d| {
         let dev = d.config.check_device(dev)?;
         let on = d.contexts.primary_state(dev)?;
@@ -278,7 +296,11 @@ fn ctx_create(pctx: *mut CUcontext, dev: CUdevice) -> CuResult<()> {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> RawResult {
+pub unsafe extern "C" fn cuCtxCreate_v2(
+    pctx: *mut CUcontext,
+    flags: c_uint,
+    dev: CUdevice,
+) -> RawResult {
     gated(|| {
         // Scheduling and map-host flags (bits 0..=4, 0x80) change nothing in a synchronous model.
         if flags & !0x9f != 0 {
@@ -503,7 +525,10 @@ pub unsafe extern "C" fn cuMemGetAccess(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemRetainAllocationHandle(handle: *mut CUmemGenericAllocationHandle, addr: *mut c_void) -> RawResult {
+pub unsafe extern "C" fn cuMemRetainAllocationHandle(
+    handle: *mut CUmemGenericAllocationHandle,
+    addr: *mut c_void,
+) -> RawResult {
     with(|d| {
         if handle.is_null() {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
@@ -619,7 +644,11 @@ pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> RawResult {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemGetAddressRange_v2(pbase: *mut CUdeviceptr, psize: *mut usize, dptr: CUdeviceptr) -> RawResult {
+pub unsafe extern "C" fn cuMemGetAddressRange_v2(
+    pbase: *mut CUdeviceptr,
+    psize: *mut usize,
+    dptr: CUdeviceptr,
+) -> RawResult {
     with(|d| {
         let (base, size) = d.address_range(dptr)?;
         // SAFETY: both out-parameters are optional (cuda.h); non-null ones are writable.
@@ -636,13 +665,22 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(pbase: *mut CUdeviceptr, psize:
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize) -> RawResult {
+pub unsafe extern "C" fn cuMemcpyHtoD_v2(
+    dst: CUdeviceptr,
+    src: *const c_void,
+    n: usize,
+) -> RawResult {
     // SAFETY: forwarded with the default stream.
     unsafe { cuMemcpyHtoDAsync_v2(dst, src, n, std::ptr::null_mut()) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(dst: CUdeviceptr, src: *const c_void, n: usize, stream: CUstream) -> RawResult {
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
+    dst: CUdeviceptr,
+    src: *const c_void,
+    n: usize,
+    stream: CUstream,
+) -> RawResult {
     gated(|| {
         if src.is_null() && n > 0 {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
@@ -653,13 +691,22 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(dst: CUdeviceptr, src: *const c_vo
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize) -> RawResult {
+pub unsafe extern "C" fn cuMemcpyDtoH_v2(
+    dst: *mut c_void,
+    src: CUdeviceptr,
+    n: usize,
+) -> RawResult {
     // SAFETY: forwarded with the default stream.
     unsafe { cuMemcpyDtoHAsync_v2(dst, src, n, std::ptr::null_mut()) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, n: usize, stream: CUstream) -> RawResult {
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
+    dst: *mut c_void,
+    src: CUdeviceptr,
+    n: usize,
+    stream: CUstream,
+) -> RawResult {
     gated(|| {
         if dst.is_null() && n > 0 {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
@@ -675,7 +722,12 @@ pub extern "C" fn cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize) 
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize, stream: CUstream) -> RawResult {
+pub extern "C" fn cuMemcpyDtoDAsync_v2(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    n: usize,
+    stream: CUstream,
+) -> RawResult {
     gated(|| memcpy::dtod(dst, src, n, Some(stream as usize as u64)))
 }
 
@@ -691,12 +743,21 @@ pub extern "C" fn cuMemsetD8_v2(dst: CUdeviceptr, value: c_uchar, n: usize) -> R
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD8Async(dst: CUdeviceptr, value: c_uchar, n: usize, stream: CUstream) -> RawResult {
+pub extern "C" fn cuMemsetD8Async(
+    dst: CUdeviceptr,
+    value: c_uchar,
+    n: usize,
+    stream: CUstream,
+) -> RawResult {
     gated(|| memcpy::memset_d8(dst, value, n, Some(stream as usize as u64)))
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemHostRegister_v2(p: *mut c_void, bytesize: usize, flags: c_uint) -> RawResult {
+pub extern "C" fn cuMemHostRegister_v2(
+    p: *mut c_void,
+    bytesize: usize,
+    flags: c_uint,
+) -> RawResult {
     with(|d| d.host_register(p as usize as u64, bytesize as u64, flags))
 }
 
@@ -715,7 +776,10 @@ pub extern "C" fn fakecuda_native_ipc_calls() -> u64 {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuIpcGetMemHandle(handle: *mut CUipcMemHandle, dptr: CUdeviceptr) -> RawResult {
+pub unsafe extern "C" fn cuIpcGetMemHandle(
+    handle: *mut CUipcMemHandle,
+    dptr: CUdeviceptr,
+) -> RawResult {
     ipc::count_call();
     with(|d| {
         if handle.is_null() {
@@ -729,7 +793,11 @@ pub unsafe extern "C" fn cuIpcGetMemHandle(handle: *mut CUipcMemHandle, dptr: CU
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) -> RawResult {
+pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(
+    pdptr: *mut CUdeviceptr,
+    handle: CUipcMemHandle,
+    flags: c_uint,
+) -> RawResult {
     ipc::count_call();
     gated(|| {
         if pdptr.is_null() {
@@ -751,7 +819,10 @@ pub extern "C" fn cuIpcCloseMemHandle(dptr: CUdeviceptr) -> RawResult {
 // ---- multicast ----
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMulticastCreate(mc_handle: *mut CUmemGenericAllocationHandle, prop: *const CUmulticastObjectProp) -> RawResult {
+pub unsafe extern "C" fn cuMulticastCreate(
+    mc_handle: *mut CUmemGenericAllocationHandle,
+    prop: *const CUmulticastObjectProp,
+) -> RawResult {
     with(|d| {
         // SAFETY: CUmulticastObjectProp input (cuda.h): integers only.
         let prop = unsafe { get(prop) }?;
@@ -765,7 +836,10 @@ pub unsafe extern "C" fn cuMulticastCreate(mc_handle: *mut CUmemGenericAllocatio
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMulticastAddDevice(mc_handle: CUmemGenericAllocationHandle, dev: CUdevice) -> RawResult {
+pub extern "C" fn cuMulticastAddDevice(
+    mc_handle: CUmemGenericAllocationHandle,
+    dev: CUdevice,
+) -> RawResult {
     with(|d| d.mc_add_device(mc_handle, dev))
 }
 
@@ -778,7 +852,10 @@ pub extern "C" fn cuMulticastBindMem(
     size: usize,
     flags: c_ulonglong,
 ) -> RawResult {
-    let src = multicast::BindSource::Mem { handle: mem_handle, offset: mem_offset as u64 };
+    let src = multicast::BindSource::Mem {
+        handle: mem_handle,
+        offset: mem_offset as u64,
+    };
     gated(|| multicast::bind(mc_handle, None, mc_offset as u64, src, size as u64, flags))
 }
 
@@ -792,8 +869,20 @@ pub extern "C" fn cuMulticastBindMem_v2(
     size: usize,
     flags: c_ulonglong,
 ) -> RawResult {
-    let src = multicast::BindSource::Mem { handle: mem_handle, offset: mem_offset as u64 };
-    gated(|| multicast::bind(mc_handle, Some(dev), mc_offset as u64, src, size as u64, flags))
+    let src = multicast::BindSource::Mem {
+        handle: mem_handle,
+        offset: mem_offset as u64,
+    };
+    gated(|| {
+        multicast::bind(
+            mc_handle,
+            Some(dev),
+            mc_offset as u64,
+            src,
+            size as u64,
+            flags,
+        )
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -818,11 +907,25 @@ pub extern "C" fn cuMulticastBindAddr_v2(
     flags: c_ulonglong,
 ) -> RawResult {
     let src = multicast::BindSource::Addr { ptr: memptr };
-    gated(|| multicast::bind(mc_handle, Some(dev), mc_offset as u64, src, size as u64, flags))
+    gated(|| {
+        multicast::bind(
+            mc_handle,
+            Some(dev),
+            mc_offset as u64,
+            src,
+            size as u64,
+            flags,
+        )
+    })
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMulticastUnbind(mc_handle: CUmemGenericAllocationHandle, dev: CUdevice, mc_offset: usize, size: usize) -> RawResult {
+pub extern "C" fn cuMulticastUnbind(
+    mc_handle: CUmemGenericAllocationHandle,
+    dev: CUdevice,
+    mc_offset: usize,
+    size: usize,
+) -> RawResult {
     with(|d| d.mc_unbind(mc_handle, dev, mc_offset as u64, size as u64))
 }
 
@@ -873,7 +976,10 @@ pub unsafe extern "C" fn cuCheckpointProcessGetState(pid: c_int, state: *mut c_u
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCheckpointProcessLock(pid: c_int, args: *mut CUcheckpointLockArgs) -> RawResult {
+pub unsafe extern "C" fn cuCheckpointProcessLock(
+    pid: c_int,
+    args: *mut CUcheckpointLockArgs,
+) -> RawResult {
     run(|| {
         // SAFETY: optional CUcheckpointLockArgs (cuda.h); only timeoutMs may be non-zero.
         let a = unsafe { reserved_zero(args, 4) }?;
@@ -883,7 +989,10 @@ pub unsafe extern "C" fn cuCheckpointProcessLock(pid: c_int, args: *mut CUcheckp
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCheckpointProcessCheckpoint(pid: c_int, args: *mut CUcheckpointCheckpointArgs) -> RawResult {
+pub unsafe extern "C" fn cuCheckpointProcessCheckpoint(
+    pid: c_int,
+    args: *mut CUcheckpointCheckpointArgs,
+) -> RawResult {
     run(|| {
         // SAFETY: optional CUcheckpointCheckpointArgs (cuda.h): reserved, must be zero.
         unsafe { reserved_zero(args, 0) }?;
@@ -892,7 +1001,10 @@ pub unsafe extern "C" fn cuCheckpointProcessCheckpoint(pid: c_int, args: *mut CU
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCheckpointProcessRestore(pid: c_int, args: *mut CUcheckpointRestoreArgs) -> RawResult {
+pub unsafe extern "C" fn cuCheckpointProcessRestore(
+    pid: c_int,
+    args: *mut CUcheckpointRestoreArgs,
+) -> RawResult {
     run(|| {
         if !args.is_null() {
             // SAFETY: optional CUcheckpointRestoreArgs (cuda.h).
@@ -907,7 +1019,10 @@ pub unsafe extern "C" fn cuCheckpointProcessRestore(pid: c_int, args: *mut CUche
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCheckpointProcessUnlock(pid: c_int, args: *mut CUcheckpointUnlockArgs) -> RawResult {
+pub unsafe extern "C" fn cuCheckpointProcessUnlock(
+    pid: c_int,
+    args: *mut CUcheckpointUnlockArgs,
+) -> RawResult {
     run(|| {
         // SAFETY: optional CUcheckpointUnlockArgs (cuda.h): reserved, must be zero.
         unsafe { reserved_zero(args, 0) }?;

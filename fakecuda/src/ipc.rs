@@ -8,7 +8,7 @@ use crate::abi::consts as c;
 use crate::driver::Driver;
 use crate::error::{CuError, CuResult};
 use crate::sys::GRANULARITY;
-use crate::vmm::{Owner, PhysAlloc, Target, Backing};
+use crate::vmm::{Backing, Owner, PhysAlloc, Target};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -57,9 +57,21 @@ fn decode(h: &[u8; HANDLE_BYTES]) -> CuResult<(u32, u64, u64)> {
     if &h[..8] != MAGIC || h[12..16] != [0; 4] || h[32..].iter().any(|b| *b != 0) {
         return Err(CuError::CUDA_ERROR_INVALID_VALUE);
     }
-    let pid = u32::from_le_bytes(h[8..12].try_into().map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?);
-    let alloc = u64::from_le_bytes(h[16..24].try_into().map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?);
-    let size = u64::from_le_bytes(h[24..32].try_into().map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?);
+    let pid = u32::from_le_bytes(
+        h[8..12]
+            .try_into()
+            .map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?,
+    );
+    let alloc = u64::from_le_bytes(
+        h[16..24]
+            .try_into()
+            .map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?,
+    );
+    let size = u64::from_le_bytes(
+        h[24..32]
+            .try_into()
+            .map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?,
+    );
     Ok((pid, alloc, size))
 }
 
@@ -67,21 +79,38 @@ impl Driver {
     /// The same bytes for the same allocation every time.
     pub fn ipc_get(&mut self, ptr: u64) -> CuResult<[u8; HANDLE_BYTES]> {
         self.contexts.current()?;
-        let l = self.legacy.by_base.get(&ptr).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let l = self
+            .legacy
+            .by_base
+            .get(&ptr)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         let h = l.alloc;
-        let a = self.vmm.allocs.get_mut(&h).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let a = self
+            .vmm
+            .allocs
+            .get_mut(&h)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         a.ipc_handle = true;
         Ok(encode(std::process::id(), h, a.size))
     }
 
     /// Server side: a new FD for an allocation this process handed an IPC handle for.
     pub fn ipc_fd_for(&self, alloc: u64) -> CuResult<OwnedFd> {
-        let a = self.vmm.allocs.get(&alloc).filter(|a| a.ipc_handle).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let a = self
+            .vmm
+            .allocs
+            .get(&alloc)
+            .filter(|a| a.ipc_handle)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         crate::sys::dup_cloexec(a.fd()?)
     }
 
     /// Returns the existing mapping for a handle already open here, or what to fetch.
-    pub fn ipc_open_existing(&mut self, handle: &[u8; HANDLE_BYTES], flags: u32) -> CuResult<Result<u64, (u32, u64, u64)>> {
+    pub fn ipc_open_existing(
+        &mut self,
+        handle: &[u8; HANDLE_BYTES],
+        flags: u32,
+    ) -> CuResult<Result<u64, (u32, u64, u64)>> {
         if flags & !c::IPC_MEM_LAZY_ENABLE_PEER_ACCESS != 0 {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
@@ -105,7 +134,10 @@ impl Driver {
             return Ok(o.base);
         }
         let (_, device) = self.contexts.current()?;
-        if size == 0 || size % GRANULARITY != 0 || crate::sys::file_size(std::os::fd::AsFd::as_fd(&fd))? < size {
+        if size == 0
+            || !size.is_multiple_of(GRANULARITY)
+            || crate::sys::file_size(std::os::fd::AsFd::as_fd(&fd))? < size
+        {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
         let h = self.next_handle();
@@ -132,19 +164,23 @@ impl Driver {
                 return Err(e);
             }
         };
-        let mapped = self.map_target(base, size, 0, Target::Alloc(h)).and_then(|()| {
-            if let Some(m) = self.vmm.mappings.get_mut(&base) {
-                m.access.insert(device, c::ACCESS_READWRITE);
-            }
-            self.apply_access(base)
-        });
+        let mapped = self
+            .map_target(base, size, 0, Target::Alloc(h))
+            .and_then(|()| {
+                if let Some(m) = self.vmm.mappings.get_mut(&base) {
+                    m.access.insert(device, c::ACCESS_READWRITE);
+                }
+                self.apply_access(base)
+            });
         if let Err(e) = mapped {
             let _ = self.unmap_one(base);
             self.free_reservation(base);
             self.alloc_maybe_free(h);
             return Err(e);
         }
-        self.ipc.opened.insert((pid, alloc), Opened { base, refs: 1 });
+        self.ipc
+            .opened
+            .insert((pid, alloc), Opened { base, refs: 1 });
         Ok(base)
     }
 
@@ -157,7 +193,11 @@ impl Driver {
             .find(|(_, o)| o.base == ptr)
             .map(|(k, _)| *k)
             .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
-        let o = self.ipc.opened.get_mut(&key).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let o = self
+            .ipc
+            .opened
+            .get_mut(&key)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         o.refs -= 1;
         if o.refs == 0 {
             self.ipc.opened.remove(&key);

@@ -35,19 +35,27 @@ impl Driver {
                 return Err(e);
             }
         };
-        let mapped = self.map_target(base, size, 0, Target::Alloc(h)).and_then(|()| {
-            if let Some(m) = self.vmm.mappings.get_mut(&base) {
-                m.access.insert(device, c::ACCESS_READWRITE);
-            }
-            self.apply_access(base)
-        });
+        let mapped = self
+            .map_target(base, size, 0, Target::Alloc(h))
+            .and_then(|()| {
+                if let Some(m) = self.vmm.mappings.get_mut(&base) {
+                    m.access.insert(device, c::ACCESS_READWRITE);
+                }
+                self.apply_access(base)
+            });
         if let Err(e) = mapped {
             let _ = self.unmap_one(base);
             self.free_reservation(base);
             self.alloc_maybe_free(h);
             return Err(e);
         }
-        self.legacy.by_base.insert(base, LegacyAlloc { requested: bytes, alloc: h });
+        self.legacy.by_base.insert(
+            base,
+            LegacyAlloc {
+                requested: bytes,
+                alloc: h,
+            },
+        );
         Ok(base)
     }
 
@@ -87,7 +95,9 @@ impl Driver {
         if p == 0 || size == 0 || flags & !c::MEMHOSTREGISTER_ALL != 0 {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        let end = p.checked_add(size).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let end = p
+            .checked_add(size)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         let overlaps = self
             .legacy
             .host_registered

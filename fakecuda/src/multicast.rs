@@ -136,17 +136,21 @@ impl Driver {
 
     pub fn mc_create(&mut self, prop: &CUmulticastObjectProp) -> CuResult<u64> {
         let size = prop.size as u64;
-        let types = u32::try_from(prop.handleTypes).map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let types =
+            u32::try_from(prop.handleTypes).map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?;
         if prop.numDevices == 0
             || prop.numDevices > crate::device::MAX_DEVICES
             || size == 0
-            || size % GRANULARITY != 0
+            || !size.is_multiple_of(GRANULARITY)
             || prop.flags != 0
             || types & !(c::HANDLE_TYPE_POSIX_FD | c::HANDLE_TYPE_FABRIC) != 0
         {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        let fd = sys::new_memfd(&mc_memfd_name(prop.numDevices, size, types), TEAM_PAGE as u64)?;
+        let fd = sys::new_memfd(
+            &mc_memfd_name(prop.numDevices, size, types),
+            TEAM_PAGE as u64,
+        )?;
         let team = Team::map(fd)?;
         let h = self.next_handle();
         self.mc.objects.insert(
@@ -195,7 +199,12 @@ impl Driver {
     /// Whether every device joined; `None` when the caller should wait (team shared with
     /// other processes that may still join).
     fn mc_team_state(&self, h: u64) -> CuResult<Option<bool>> {
-        let m = self.mc.objects.get(&h).filter(|m| m.handle_refs > 0).ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
+        let m = self
+            .mc
+            .objects
+            .get(&h)
+            .filter(|m| m.handle_refs > 0)
+            .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
         let complete = m.team.members().load(Ordering::Acquire).count_ones() >= m.num_devices;
         Ok(if complete {
             Some(true)
@@ -208,7 +217,10 @@ impl Driver {
 
     /// Resolves `(alloc, offset)` for a bind by address: the range must lie in one mapping.
     pub fn mc_resolve_addr(&self, ptr: u64, size: u64) -> CuResult<(u64, u64)> {
-        let (start, m) = self.vmm.mapping_at(ptr).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let (start, m) = self
+            .vmm
+            .mapping_at(ptr)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         let Target::Alloc(a) = m.target else {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         };
@@ -227,10 +239,18 @@ impl Driver {
         mem_offset: u64,
         size: u64,
     ) -> CuResult<()> {
-        if size == 0 || size % GRANULARITY != 0 || mc_offset % GRANULARITY != 0 || mem_offset % GRANULARITY != 0 {
+        if size == 0
+            || !size.is_multiple_of(GRANULARITY)
+            || !mc_offset.is_multiple_of(GRANULARITY)
+            || !mem_offset.is_multiple_of(GRANULARITY)
+        {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        let a = self.vmm.allocs.get(&alloc).ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
+        let a = self
+            .vmm
+            .allocs
+            .get(&alloc)
+            .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
         if mem_offset.checked_add(size).is_none_or(|e| e > a.size) {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
@@ -251,7 +271,13 @@ impl Driver {
         if overlaps {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        m.bindings.push(Binding { device, mc_offset, size, alloc, mem_offset });
+        m.bindings.push(Binding {
+            device,
+            mc_offset,
+            size,
+            alloc,
+            mem_offset,
+        });
         if let Some(a) = self.vmm.allocs.get_mut(&alloc) {
             a.users += 1;
         }
@@ -260,15 +286,17 @@ impl Driver {
 
     pub fn mc_unbind(&mut self, h: u64, dev: i32, mc_offset: u64, size: u64) -> CuResult<()> {
         let dev = self.config.check_device(dev)?;
-        if size == 0 || size % GRANULARITY != 0 || mc_offset % GRANULARITY != 0 {
+        if size == 0 || !size.is_multiple_of(GRANULARITY) || !mc_offset.is_multiple_of(GRANULARITY)
+        {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
         let m = self.mc_live(h)?;
-        let end = mc_offset.checked_add(size).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
-        let (gone, kept): (Vec<Binding>, Vec<Binding>) = m
-            .bindings
-            .iter()
-            .partition(|b| b.device == dev && b.mc_offset >= mc_offset && b.mc_offset + b.size <= end);
+        let end = mc_offset
+            .checked_add(size)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let (gone, kept): (Vec<Binding>, Vec<Binding>) = m.bindings.iter().partition(|b| {
+            b.device == dev && b.mc_offset >= mc_offset && b.mc_offset + b.size <= end
+        });
         if gone.is_empty() {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
@@ -299,10 +327,17 @@ impl Driver {
     /// Whether multicast offsets `[lo, hi)` of mapping `m` have memory bound for its view
     /// device.
     pub fn mc_view_backed(&self, h: u64, m: &crate::vmm::Mapping, lo: u64, hi: u64) -> bool {
-        let Some(view_dev) = m.access.iter().find(|(_, f)| **f != c::ACCESS_NONE).map(|(d, _)| *d) else {
+        let Some(view_dev) = m
+            .access
+            .iter()
+            .find(|(_, f)| **f != c::ACCESS_NONE)
+            .map(|(d, _)| *d)
+        else {
             return false;
         };
-        let Some(obj) = self.mc.objects.get(&h) else { return false };
+        let Some(obj) = self.mc.objects.get(&h) else {
+            return false;
+        };
         let mut bound: Vec<(u64, u64)> = obj
             .bindings
             .iter()
@@ -321,27 +356,51 @@ impl Driver {
 
     /// Rebuilds the host view of one multicast mapping from the bindings of its view device.
     pub fn mc_install_view(&mut self, start: u64) -> CuResult<()> {
-        let m = self.vmm.mappings.get(&start).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let m = self
+            .vmm
+            .mappings
+            .get(&start)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         let Target::Multicast(h) = m.target else {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         };
         let (size, offset, prot) = (m.size, m.offset, m.prot());
-        let view_dev = m.access.iter().find(|(_, f)| **f != c::ACCESS_NONE).map(|(d, _)| *d);
+        let view_dev = m
+            .access
+            .iter()
+            .find(|(_, f)| **f != c::ACCESS_NONE)
+            .map(|(d, _)| *d);
         // SAFETY: the mapping lies in a fakecuda reservation; it is rebuilt below.
         unsafe { sys::placeholder(start, size)? };
-        let Some(view_dev) = view_dev else { return Ok(()) };
-        let obj = self.mc.objects.get(&h).ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
+        let Some(view_dev) = view_dev else {
+            return Ok(());
+        };
+        let obj = self
+            .mc
+            .objects
+            .get(&h)
+            .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
         for b in obj.bindings.iter().filter(|b| b.device == view_dev) {
             let lo = b.mc_offset.max(offset);
             let hi = (b.mc_offset + b.size).min(offset + size);
             if lo >= hi {
                 continue;
             }
-            let a = self.vmm.allocs.get(&b.alloc).ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
+            let a = self
+                .vmm
+                .allocs
+                .get(&b.alloc)
+                .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
             // SAFETY: `start + (lo - offset) .. + (hi - lo)` lies within this mapping, which
             // lies in a fakecuda reservation.
             unsafe {
-                sys::map_shared(start + (lo - offset), hi - lo, a.fd()?, b.mem_offset + (lo - b.mc_offset), prot)?;
+                sys::map_shared(
+                    start + (lo - offset),
+                    hi - lo,
+                    a.fd()?,
+                    b.mem_offset + (lo - b.mc_offset),
+                    prot,
+                )?;
             }
         }
         Ok(())
@@ -355,7 +414,9 @@ impl Driver {
     }
 
     pub fn mc_maybe_free(&mut self, h: u64) {
-        let Some(m) = self.mc.objects.get(&h) else { return };
+        let Some(m) = self.mc.objects.get(&h) else {
+            return;
+        };
         if m.handle_refs > 0 || m.users > 0 {
             return;
         }
@@ -415,7 +476,14 @@ pub enum BindSource {
 /// cuMulticastBindMem/BindAddr (+ `_v2`). All devices must have joined first: a team only
 /// this process knows about fails at once; a shared team waits (without holding the driver
 /// lock) for the other processes to add theirs, as the real bind blocks.
-pub fn bind(h: u64, dev: Option<i32>, mc_offset: u64, src: BindSource, size: u64, flags: u64) -> CuResult<()> {
+pub fn bind(
+    h: u64,
+    dev: Option<i32>,
+    mc_offset: u64,
+    src: BindSource,
+    size: u64,
+    flags: u64,
+) -> CuResult<()> {
     if flags != 0 {
         return Err(CuError::CUDA_ERROR_INVALID_VALUE);
     }
@@ -432,7 +500,11 @@ pub fn bind(h: u64, dev: Option<i32>, mc_offset: u64, src: BindSource, size: u64
         let dev = dev.map(|x| d.config.check_device(x)).transpose()?;
         let (alloc, mem_offset) = match src {
             BindSource::Mem { handle, offset } => {
-                let a = d.vmm.allocs.get(&handle).filter(|a| a.handle_refs > 0 && !a.legacy);
+                let a = d
+                    .vmm
+                    .allocs
+                    .get(&handle)
+                    .filter(|a| a.handle_refs > 0 && !a.legacy);
                 a.ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
                 (handle, offset)
             }

@@ -21,21 +21,80 @@ macro_rules! exported {
 }
 
 exported!(
-    cuInit, cuDriverGetVersion, cuGetErrorName, cuGetErrorString, cuGetProcAddress, cuGetProcAddress_v2,
-    cuDeviceGet, cuDeviceGetCount, cuDeviceGetName, cuDeviceGetUuid, cuDeviceGetUuid_v2, cuDeviceGetAttribute,
-    cuDeviceTotalMem_v2, cuMemGetInfo_v2, cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease_v2,
-    cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxGetState, cuCtxCreate_v2, cuCtxCreate_v3, cuCtxCreate_v4,
-    cuCtxDestroy_v2, cuCtxGetCurrent, cuCtxSetCurrent, cuCtxPushCurrent_v2, cuCtxPopCurrent_v2, cuCtxSynchronize,
-    cuCtxGetDevice, cuStreamCreate, cuStreamSynchronize, cuStreamDestroy_v2, cuMemAddressReserve, cuMemAddressFree,
-    cuMemCreate, cuMemRelease, cuMemMap, cuMemUnmap, cuMemSetAccess, cuMemGetAccess, cuMemRetainAllocationHandle,
-    cuMemGetAllocationPropertiesFromHandle, cuMemGetAllocationGranularity, cuMemExportToShareableHandle,
-    cuMemImportFromShareableHandle, cuMemAlloc_v2, cuMemFree_v2, cuMemGetAddressRange_v2, cuMemcpyHtoD_v2,
-    cuMemcpyHtoDAsync_v2, cuMemcpyDtoH_v2, cuMemcpyDtoHAsync_v2, cuMemcpyDtoD_v2, cuMemcpyDtoDAsync_v2, cuMemcpy,
-    cuMemsetD8_v2, cuMemsetD8Async, cuMemHostRegister_v2, cuMemHostUnregister, cuIpcGetMemHandle,
-    cuIpcOpenMemHandle_v2, cuIpcCloseMemHandle, cuMulticastCreate, cuMulticastAddDevice, cuMulticastBindMem,
-    cuMulticastBindMem_v2, cuMulticastBindAddr, cuMulticastBindAddr_v2, cuMulticastUnbind,
-    cuMulticastGetGranularity, cuCheckpointProcessGetState, cuCheckpointProcessLock,
-    cuCheckpointProcessCheckpoint, cuCheckpointProcessRestore, cuCheckpointProcessUnlock,
+    cuInit,
+    cuDriverGetVersion,
+    cuGetErrorName,
+    cuGetErrorString,
+    cuGetProcAddress,
+    cuGetProcAddress_v2,
+    cuDeviceGet,
+    cuDeviceGetCount,
+    cuDeviceGetName,
+    cuDeviceGetUuid,
+    cuDeviceGetUuid_v2,
+    cuDeviceGetAttribute,
+    cuDeviceTotalMem_v2,
+    cuMemGetInfo_v2,
+    cuDevicePrimaryCtxRetain,
+    cuDevicePrimaryCtxRelease_v2,
+    cuDevicePrimaryCtxReset_v2,
+    cuDevicePrimaryCtxGetState,
+    cuCtxCreate_v2,
+    cuCtxCreate_v3,
+    cuCtxCreate_v4,
+    cuCtxDestroy_v2,
+    cuCtxGetCurrent,
+    cuCtxSetCurrent,
+    cuCtxPushCurrent_v2,
+    cuCtxPopCurrent_v2,
+    cuCtxSynchronize,
+    cuCtxGetDevice,
+    cuStreamCreate,
+    cuStreamSynchronize,
+    cuStreamDestroy_v2,
+    cuMemAddressReserve,
+    cuMemAddressFree,
+    cuMemCreate,
+    cuMemRelease,
+    cuMemMap,
+    cuMemUnmap,
+    cuMemSetAccess,
+    cuMemGetAccess,
+    cuMemRetainAllocationHandle,
+    cuMemGetAllocationPropertiesFromHandle,
+    cuMemGetAllocationGranularity,
+    cuMemExportToShareableHandle,
+    cuMemImportFromShareableHandle,
+    cuMemAlloc_v2,
+    cuMemFree_v2,
+    cuMemGetAddressRange_v2,
+    cuMemcpyHtoD_v2,
+    cuMemcpyHtoDAsync_v2,
+    cuMemcpyDtoH_v2,
+    cuMemcpyDtoHAsync_v2,
+    cuMemcpyDtoD_v2,
+    cuMemcpyDtoDAsync_v2,
+    cuMemcpy,
+    cuMemsetD8_v2,
+    cuMemsetD8Async,
+    cuMemHostRegister_v2,
+    cuMemHostUnregister,
+    cuIpcGetMemHandle,
+    cuIpcOpenMemHandle_v2,
+    cuIpcCloseMemHandle,
+    cuMulticastCreate,
+    cuMulticastAddDevice,
+    cuMulticastBindMem,
+    cuMulticastBindMem_v2,
+    cuMulticastBindAddr,
+    cuMulticastBindAddr_v2,
+    cuMulticastUnbind,
+    cuMulticastGetGranularity,
+    cuCheckpointProcessGetState,
+    cuCheckpointProcessLock,
+    cuCheckpointProcessCheckpoint,
+    cuCheckpointProcessRestore,
+    cuCheckpointProcessUnlock,
 );
 
 /// Unsuffixed names whose current version carries a suffix: (name, [(from version, symbol)]),
@@ -53,16 +112,32 @@ const VERSIONED: &[(&str, &[(i32, &str)])] = &[
     ("cuMemcpyDtoHAsync", &[(3020, "cuMemcpyDtoHAsync_v2")]),
     ("cuMemcpyDtoDAsync", &[(3020, "cuMemcpyDtoDAsync_v2")]),
     ("cuMemsetD8", &[(3020, "cuMemsetD8_v2")]),
-    ("cuCtxCreate", &[(12050, "cuCtxCreate_v4"), (11040, "cuCtxCreate_v3"), (3020, "cuCtxCreate_v2")]),
+    (
+        "cuCtxCreate",
+        &[
+            (12050, "cuCtxCreate_v4"),
+            (11040, "cuCtxCreate_v3"),
+            (3020, "cuCtxCreate_v2"),
+        ],
+    ),
     ("cuCtxDestroy", &[(4000, "cuCtxDestroy_v2")]),
     ("cuCtxPushCurrent", &[(4000, "cuCtxPushCurrent_v2")]),
     ("cuCtxPopCurrent", &[(4000, "cuCtxPopCurrent_v2")]),
     ("cuStreamDestroy", &[(4000, "cuStreamDestroy_v2")]),
     ("cuMemHostRegister", &[(6050, "cuMemHostRegister_v2")]),
-    ("cuDevicePrimaryCtxRelease", &[(11000, "cuDevicePrimaryCtxRelease_v2")]),
-    ("cuDevicePrimaryCtxReset", &[(11000, "cuDevicePrimaryCtxReset_v2")]),
+    (
+        "cuDevicePrimaryCtxRelease",
+        &[(11000, "cuDevicePrimaryCtxRelease_v2")],
+    ),
+    (
+        "cuDevicePrimaryCtxReset",
+        &[(11000, "cuDevicePrimaryCtxReset_v2")],
+    ),
     ("cuIpcOpenMemHandle", &[(11000, "cuIpcOpenMemHandle_v2")]),
-    ("cuDeviceGetUuid", &[(11040, "cuDeviceGetUuid_v2"), (9020, "cuDeviceGetUuid")]),
+    (
+        "cuDeviceGetUuid",
+        &[(11040, "cuDeviceGetUuid_v2"), (9020, "cuDeviceGetUuid")],
+    ),
 ];
 
 /// CUDA version that introduced an unsuffixed entry point, where it matters for callers that
@@ -98,9 +173,17 @@ const INTRODUCED: &[(&str, i32)] = &[
 /// Resolves `name` for a caller built against `version`. Per-thread-default-stream requests
 /// (`flags`) get the same functions: every stream operation here is synchronous.
 pub fn lookup(name: &str, version: i32, flags: u64) -> (*mut c_void, u32, CuResult<()>) {
-    let not_found = (std::ptr::null_mut(), c::PROC_ADDRESS_SYMBOL_NOT_FOUND, Err(CuError::CUDA_ERROR_NOT_FOUND));
+    let not_found = (
+        std::ptr::null_mut(),
+        c::PROC_ADDRESS_SYMBOL_NOT_FOUND,
+        Err(CuError::CUDA_ERROR_NOT_FOUND),
+    );
     if flags > 2 {
-        return (std::ptr::null_mut(), c::PROC_ADDRESS_SYMBOL_NOT_FOUND, Err(CuError::CUDA_ERROR_INVALID_VALUE));
+        return (
+            std::ptr::null_mut(),
+            c::PROC_ADDRESS_SYMBOL_NOT_FOUND,
+            Err(CuError::CUDA_ERROR_INVALID_VALUE),
+        );
     }
     if let Some((_, versions)) = VERSIONED.iter().find(|(n, _)| *n == name) {
         return match versions.iter().find(|(from, _)| version >= *from) {
@@ -109,13 +192,21 @@ pub fn lookup(name: &str, version: i32, flags: u64) -> (*mut c_void, u32, CuResu
                 None => not_found,
             },
             // Only the pre-suffix ABI exists for such an old version, and fakecuda lacks it.
-            None => (std::ptr::null_mut(), c::PROC_ADDRESS_VERSION_NOT_SUFFICIENT, Err(CuError::CUDA_ERROR_NOT_FOUND)),
+            None => (
+                std::ptr::null_mut(),
+                c::PROC_ADDRESS_VERSION_NOT_SUFFICIENT,
+                Err(CuError::CUDA_ERROR_NOT_FOUND),
+            ),
         };
     }
     if let Some((_, from)) = INTRODUCED.iter().find(|(n, _)| *n == name)
         && version < *from
     {
-        return (std::ptr::null_mut(), c::PROC_ADDRESS_VERSION_NOT_SUFFICIENT, Err(CuError::CUDA_ERROR_NOT_FOUND));
+        return (
+            std::ptr::null_mut(),
+            c::PROC_ADDRESS_VERSION_NOT_SUFFICIENT,
+            Err(CuError::CUDA_ERROR_NOT_FOUND),
+        );
     }
     match exact(name) {
         Some(p) => (p, c::PROC_ADDRESS_SUCCESS, Ok(())),

@@ -32,7 +32,7 @@ fn last_os_error() -> CuError {
 pub fn reserve(hint: u64, size: u64, align: u64) -> CuResult<u64> {
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
     let len = usize::try_from(size).map_err(|_| CuError::CUDA_ERROR_OUT_OF_MEMORY)?;
-    if hint != 0 && hint % align == 0 {
+    if hint != 0 && hint.is_multiple_of(align) {
         // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; on success the new
         // range is owned by the caller's reservation table.
         let p = unsafe {
@@ -95,7 +95,14 @@ pub unsafe fn placeholder(addr: u64, size: u64) -> CuResult<()> {
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED;
     // SAFETY: MAP_FIXED over a range the caller owns.
     let p = unsafe {
-        libc::mmap(addr as *mut libc::c_void, size as usize, libc::PROT_NONE, flags, -1, 0)
+        libc::mmap(
+            addr as *mut libc::c_void,
+            size as usize,
+            libc::PROT_NONE,
+            flags,
+            -1,
+            0,
+        )
     };
     if p == libc::MAP_FAILED {
         return Err(CuError::CUDA_ERROR_UNMAP_FAILED);
@@ -148,7 +155,10 @@ pub unsafe fn protect(addr: u64, size: u64, prot: i32) -> CuResult<()> {
 /// A memfd of `size` bytes, named so an importer can tell what it holds.
 pub fn new_memfd(name: &str, size: u64) -> CuResult<OwnedFd> {
     let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC)?;
-    nix::unistd::ftruncate(&fd, i64::try_from(size).map_err(|_| CuError::CUDA_ERROR_OUT_OF_MEMORY)?)?;
+    nix::unistd::ftruncate(
+        &fd,
+        i64::try_from(size).map_err(|_| CuError::CUDA_ERROR_OUT_OF_MEMORY)?,
+    )?;
     Ok(fd)
 }
 

@@ -71,7 +71,13 @@ pub struct Mapping {
 impl Mapping {
     /// Host protection: the CPU stands in for every device, so the widest grant applies.
     pub fn prot(&self) -> i32 {
-        sys::prot_for(self.access.values().copied().max().unwrap_or(c::ACCESS_NONE))
+        sys::prot_for(
+            self.access
+                .values()
+                .copied()
+                .max()
+                .unwrap_or(c::ACCESS_NONE),
+        )
     }
 }
 
@@ -98,7 +104,7 @@ pub struct Vmm {
 }
 
 pub fn aligned(v: u64) -> bool {
-    v % GRANULARITY == 0
+    v.is_multiple_of(GRANULARITY)
 }
 
 /// Memfd names carry what an importer in another process must know.
@@ -127,11 +133,16 @@ impl Vmm {
 
     /// Starts of the mappings that exactly tile `[ptr, ptr+size)`, none cut in part.
     pub fn tiling(&self, ptr: u64, size: u64) -> CuResult<Vec<u64>> {
-        let end = ptr.checked_add(size).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let end = ptr
+            .checked_add(size)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         let mut at = ptr;
         let mut out = Vec::new();
         while at < end {
-            let m = self.mappings.get(&at).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+            let m = self
+                .mappings
+                .get(&at)
+                .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
             out.push(at);
             at += m.size;
         }
@@ -155,11 +166,20 @@ impl Driver {
         if len == 0 {
             return Ok(());
         }
-        let end = ptr.checked_add(len).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let end = ptr
+            .checked_add(len)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         let mut at = ptr;
         while at < end {
-            let (start, m) = self.vmm.mapping_at(at).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
-            let need = if write { libc::PROT_WRITE } else { libc::PROT_READ };
+            let (start, m) = self
+                .vmm
+                .mapping_at(at)
+                .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+            let need = if write {
+                libc::PROT_WRITE
+            } else {
+                libc::PROT_READ
+            };
             if m.prot() & need == 0 {
                 return Err(CuError::CUDA_ERROR_ILLEGAL_ADDRESS);
             }
@@ -175,9 +195,18 @@ impl Driver {
     }
 
     /// Creates a physical allocation backed by a fresh memfd.
-    pub fn alloc_create(&mut self, size: u64, device: u32, handle_types: u32, legacy: bool) -> CuResult<u64> {
+    pub fn alloc_create(
+        &mut self,
+        size: u64,
+        device: u32,
+        handle_types: u32,
+        legacy: bool,
+    ) -> CuResult<u64> {
         let used = self.vmm.used(device);
-        if used.checked_add(size).is_none_or(|u| u > self.config.memory) {
+        if used
+            .checked_add(size)
+            .is_none_or(|u| u > self.config.memory)
+        {
             return Err(CuError::CUDA_ERROR_OUT_OF_MEMORY);
         }
         let fd = sys::new_memfd(&alloc_memfd_name(device, handle_types), size)?;
@@ -204,7 +233,9 @@ impl Driver {
 
     /// Frees an allocation once neither a handle nor a mapping refers to it.
     pub fn alloc_maybe_free(&mut self, h: u64) {
-        let Some(a) = self.vmm.allocs.get(&h) else { return };
+        let Some(a) = self.vmm.allocs.get(&h) else {
+            return;
+        };
         if a.handle_refs > 0 || a.users > 0 {
             return;
         }
@@ -260,7 +291,13 @@ impl Driver {
         Ok(())
     }
 
-    pub fn address_reserve(&mut self, size: u64, align: u64, hint: u64, flags: u64) -> CuResult<u64> {
+    pub fn address_reserve(
+        &mut self,
+        size: u64,
+        align: u64,
+        hint: u64,
+        flags: u64,
+    ) -> CuResult<u64> {
         if flags != 0 || size == 0 || !aligned(size) {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
@@ -272,9 +309,17 @@ impl Driver {
         self.reserve_internal(size, align, hint, Owner::User)
     }
 
-    pub fn reserve_internal(&mut self, size: u64, align: u64, hint: u64, owner: Owner) -> CuResult<u64> {
+    pub fn reserve_internal(
+        &mut self,
+        size: u64,
+        align: u64,
+        hint: u64,
+        owner: Owner,
+    ) -> CuResult<u64> {
         let at = sys::reserve(hint, size, align)?;
-        self.vmm.reservations.insert(at, Reservation { size, owner });
+        self.vmm
+            .reservations
+            .insert(at, Reservation { size, owner });
         Ok(at)
     }
 
@@ -299,7 +344,14 @@ impl Driver {
         }
     }
 
-    pub fn mem_map(&mut self, ptr: u64, size: u64, offset: u64, h: u64, flags: u64) -> CuResult<()> {
+    pub fn mem_map(
+        &mut self,
+        ptr: u64,
+        size: u64,
+        offset: u64,
+        h: u64,
+        flags: u64,
+    ) -> CuResult<()> {
         if flags != 0 || size == 0 || !aligned(ptr) || !aligned(size) || !aligned(offset) {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
@@ -315,7 +367,9 @@ impl Driver {
             }
             Target::Alloc(h)
         };
-        self.vmm.reservation_for(ptr, size).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        self.vmm
+            .reservation_for(ptr, size)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         if self.vmm.mapping_at(ptr).is_some()
             || self.vmm.mappings.range(ptr..ptr + size).next().is_some()
         {
@@ -328,19 +382,35 @@ impl Driver {
     pub fn map_target(&mut self, ptr: u64, size: u64, offset: u64, target: Target) -> CuResult<()> {
         match target {
             Target::Alloc(h) => {
-                let a = self.vmm.allocs.get_mut(&h).ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
+                let a = self
+                    .vmm
+                    .allocs
+                    .get_mut(&h)
+                    .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
                 // SAFETY: `ptr..ptr+size` lies in a fakecuda reservation with no mapping in it
                 // (checked by the caller).
                 unsafe { sys::map_shared(ptr, size, a.fd()?, offset, libc::PROT_NONE)? };
                 a.users += 1;
             }
             Target::Multicast(h) => {
-                let m = self.mc.objects.get_mut(&h).ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
+                let m = self
+                    .mc
+                    .objects
+                    .get_mut(&h)
+                    .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
                 m.users += 1;
                 // The view stays inaccessible until cuMemSetAccess picks the device.
             }
         }
-        self.vmm.mappings.insert(ptr, Mapping { size, offset, target, access: BTreeMap::new() });
+        self.vmm.mappings.insert(
+            ptr,
+            Mapping {
+                size,
+                offset,
+                target,
+                access: BTreeMap::new(),
+            },
+        );
         Ok(())
     }
 
@@ -356,7 +426,11 @@ impl Driver {
     }
 
     pub fn unmap_one(&mut self, start: u64) -> CuResult<()> {
-        let m = self.vmm.mappings.remove(&start).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let m = self
+            .vmm
+            .mappings
+            .remove(&start)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         // SAFETY: the mapping was inside a fakecuda reservation and has left the table.
         unsafe { sys::placeholder(start, m.size)? };
         match m.target {
@@ -393,7 +467,11 @@ impl Driver {
         }
         let starts = self.vmm.tiling(ptr, size)?;
         for s in starts {
-            let m = self.vmm.mappings.get_mut(&s).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+            let m = self
+                .vmm
+                .mappings
+                .get_mut(&s)
+                .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
             for (dev, flags) in &grants {
                 if *flags == c::ACCESS_NONE {
                     m.access.remove(dev);
@@ -408,7 +486,11 @@ impl Driver {
 
     /// Makes the host view of one mapping match its access grants.
     pub fn apply_access(&mut self, start: u64) -> CuResult<()> {
-        let m = self.vmm.mappings.get(&start).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let m = self
+            .vmm
+            .mappings
+            .get(&start)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         match m.target {
             // SAFETY: the mapping is a fakecuda view inside a fakecuda reservation.
             Target::Alloc(_) => unsafe { sys::protect(start, m.size, m.prot()) },
@@ -421,16 +503,26 @@ impl Driver {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
         let dev = self.config.check_device(location.id)?;
-        let (_, m) = self.vmm.mapping_at(ptr).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let (_, m) = self
+            .vmm
+            .mapping_at(ptr)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         Ok(m.access.get(&dev).copied().unwrap_or(c::ACCESS_NONE))
     }
 
     /// cuMemRetainAllocationHandle: the very handle value that was mapped, one more reference.
     pub fn retain_handle(&mut self, addr: u64) -> CuResult<u64> {
-        let (_, m) = self.vmm.mapping_at(addr).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let (_, m) = self
+            .vmm
+            .mapping_at(addr)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         match m.target {
             Target::Alloc(h) => {
-                let a = self.vmm.allocs.get_mut(&h).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+                let a = self
+                    .vmm
+                    .allocs
+                    .get_mut(&h)
+                    .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
                 if a.legacy || a.ipc_opened {
                     // Not VMM memory: there is no generic handle to return.
                     return Err(CuError::CUDA_ERROR_INVALID_VALUE);
@@ -439,7 +531,11 @@ impl Driver {
                 Ok(h)
             }
             Target::Multicast(h) => {
-                let o = self.mc.objects.get_mut(&h).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+                let o = self
+                    .mc
+                    .objects
+                    .get_mut(&h)
+                    .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
                 o.handle_refs += 1;
                 Ok(h)
             }
@@ -451,7 +547,10 @@ impl Driver {
         Ok(RawAllocProp {
             type_: c::ALLOCATION_TYPE_PINNED,
             requested_handle_types: a.handle_types,
-            location: RawLocation { type_: c::LOCATION_TYPE_DEVICE, id: a.device as i32 },
+            location: RawLocation {
+                type_: c::LOCATION_TYPE_DEVICE,
+                id: a.device as i32,
+            },
             win32_handle_meta_data: std::ptr::null_mut(),
             alloc_flags: [0; 8],
         })

@@ -20,11 +20,21 @@ fn c_program_creates_maps_and_copies() {
         .arg(format!("-Wl,-rpath,{}", dir.display()))
         .output()
         .expect("run cc");
-    assert!(out.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    let run = std::process::Command::new(&exe).output().expect("run the C program");
+    assert!(
+        out.status.success(),
+        "cc failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = std::process::Command::new(&exe)
+        .output()
+        .expect("run the C program");
     let _ = std::fs::remove_file(&exe);
     let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(run.status.success(), "C program failed:\n{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "C program failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(
         lines,

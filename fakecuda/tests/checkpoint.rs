@@ -52,7 +52,11 @@ fn target(sharing: Option<&str>) {
             // SAFETY: as above.
             let fd = unsafe { OwnedFd::from_raw_fd(fd) };
             let mut imp = 0;
-            ok(cu.cuMemImportFromShareableHandle(&mut imp, fd.as_raw_fd() as usize as *mut c_void, POSIX_FD));
+            ok(cu.cuMemImportFromShareableHandle(
+                &mut imp,
+                fd.as_raw_fd() as usize as *mut c_void,
+                POSIX_FD,
+            ));
             // Drop the FD and the creator handle: the importer's handle alone is the sharing.
             drop(fd);
         }
@@ -62,7 +66,12 @@ fn target(sharing: Option<&str>) {
         }
         Some("multicast") => {
             let mut mc = 0;
-            let prop = McProp { num_devices: 1, size: GRAN, handle_types: 0, flags: 0 };
+            let prop = McProp {
+                num_devices: 1,
+                size: GRAN,
+                handle_types: 0,
+                flags: 0,
+            };
             ok(cu.cuMulticastCreate(&mut mc, &prop));
         }
         _ => {}
@@ -74,7 +83,10 @@ fn target(sharing: Option<&str>) {
                 let vmm = cu.read(a, VMM_SIZE) == pattern(11, VMM_SIZE);
                 let classic = cu.read(b, CLASSIC_SIZE) == pattern(22, CLASSIC_SIZE);
                 // SAFETY: both ranges are mapped with read access (the point of the check).
-                let direct = unsafe { *(a as *const u8).add(5) == pattern(11, 6)[5] && *(b as *const u8).add(7) == pattern(22, 8)[7] };
+                let direct = unsafe {
+                    *(a as *const u8).add(5) == pattern(11, 6)[5]
+                        && *(b as *const u8).add(7) == pattern(22, 8)[7]
+                };
                 let (mut base, mut size) = (0u64, 0usize);
                 ok(cu.cuMemGetAddressRange_v2(&mut base, &mut size, b + 1));
                 let range = base == b && size == CLASSIC_SIZE;
@@ -132,25 +144,53 @@ fn toggle_through_the_api_keeps_addresses_and_bytes() {
     let (a, b) = addrs(&child);
     assert_eq!(state(pid), RUNNING);
     let n = std::ptr::null_mut();
-    assert_eq!(cu.cuCheckpointProcessCheckpoint(pid, n), ILLEGAL_STATE, "checkpoint needs LOCKED");
-    assert_eq!(cu.cuCheckpointProcessUnlock(pid, n), ILLEGAL_STATE, "unlock needs LOCKED");
-    assert_eq!(cu.cuCheckpointProcessRestore(pid, n), ILLEGAL_STATE, "restore needs CHECKPOINTED");
+    assert_eq!(
+        cu.cuCheckpointProcessCheckpoint(pid, n),
+        ILLEGAL_STATE,
+        "checkpoint needs LOCKED"
+    );
+    assert_eq!(
+        cu.cuCheckpointProcessUnlock(pid, n),
+        ILLEGAL_STATE,
+        "unlock needs LOCKED"
+    );
+    assert_eq!(
+        cu.cuCheckpointProcessRestore(pid, n),
+        ILLEGAL_STATE,
+        "restore needs CHECKPOINTED"
+    );
     ok(lock(pid, 5000));
     assert_eq!(state(pid), LOCKED);
     assert_eq!(lock(pid, 0), ILLEGAL_STATE, "lock needs RUNNING");
     child.send("call");
-    assert_eq!(child.try_line("CALLED", 300), None, "a driver call blocks while locked");
+    assert_eq!(
+        child.try_line("CALLED", 300),
+        None,
+        "a driver call blocks while locked"
+    );
     ok(cu.cuCheckpointProcessCheckpoint(pid, n));
     assert_eq!(state(pid), CHECKPOINTED);
-    assert_eq!(device_memfds(pid), 0, "checkpoint released the device memory");
+    assert_eq!(
+        device_memfds(pid),
+        0,
+        "checkpoint released the device memory"
+    );
     ok(cu.cuCheckpointProcessRestore(pid, n));
     assert_eq!(state(pid), LOCKED, "restore leaves the process locked");
     assert_eq!(device_memfds(pid), 2);
     ok(cu.cuCheckpointProcessUnlock(pid, n));
     assert_eq!(state(pid), RUNNING);
-    assert_eq!(child.expect("CALLED", 30), "0", "the blocked call completes after unlock");
+    assert_eq!(
+        child.expect("CALLED", 30),
+        "0",
+        "the blocked call completes after unlock"
+    );
     child.send("verify");
-    assert_eq!(child.expect("VERIFY", 30), "1", "same addresses {a:#x} {b:#x}, same bytes");
+    assert_eq!(
+        child.expect("VERIFY", 30),
+        "1",
+        "same addresses {a:#x} {b:#x}, same bytes"
+    );
     child.send("exit");
     assert!(child.wait().success());
 }
@@ -160,14 +200,31 @@ fn toggle_through_the_api_keeps_addresses_and_bytes() {
 fn checkpoint_refuses_live_sharing() {
     let cu = cuda();
     lib_dir();
-    for role in ["target-exported", "target-imported", "target-ipc", "target-multicast"] {
+    for role in [
+        "target-exported",
+        "target-imported",
+        "target-ipc",
+        "target-multicast",
+    ] {
         let mut child = Child::spawn(role_command(role));
         let pid = child.pid();
         addrs(&child);
         ok(lock(pid, 5000));
-        assert_eq!(cu.cuCheckpointProcessCheckpoint(pid, std::ptr::null_mut()), NOT_SUPPORTED, "{role}");
+        assert_eq!(
+            cu.cuCheckpointProcessCheckpoint(pid, std::ptr::null_mut()),
+            NOT_SUPPORTED,
+            "{role}"
+        );
         assert_eq!(state(pid), LOCKED, "{role}: state unchanged by the refusal");
-        assert_eq!(device_memfds(pid), match role { "target-imported" => 4, "target-exported" => 3, _ => 2 }, "{role}: nothing released");
+        assert_eq!(
+            device_memfds(pid),
+            match role {
+                "target-imported" => 4,
+                "target-exported" => 3,
+                _ => 2,
+            },
+            "{role}: nothing released"
+        );
         ok(cu.cuCheckpointProcessUnlock(pid, std::ptr::null_mut()));
         child.send("verify");
         assert_eq!(child.expect("VERIFY", 30), "1", "{role}");
@@ -181,17 +238,29 @@ fn checkpoint_calls_check_their_target() {
     let cu = cuda();
     lib_dir();
     // A process that never initialised the driver has no control socket.
-    let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
     let mut s = 0;
-    assert_eq!(cu.cuCheckpointProcessGetState(sleeper.id() as i32, &mut s), NOT_INITIALIZED);
+    assert_eq!(
+        cu.cuCheckpointProcessGetState(sleeper.id() as i32, &mut s),
+        NOT_INITIALIZED
+    );
     let _ = sleeper.kill();
     let _ = sleeper.wait();
     assert_eq!(cu.cuCheckpointProcessGetState(-1, &mut s), INVALID_VALUE);
-    assert_eq!(cu.cuCheckpointProcessGetState(std::process::id() as i32, std::ptr::null_mut()), INVALID_VALUE);
+    assert_eq!(
+        cu.cuCheckpointProcessGetState(std::process::id() as i32, std::ptr::null_mut()),
+        INVALID_VALUE
+    );
     // Non-zero reserved fields are rejected.
     let mut args = [0u64; 8];
     args[3] = 1;
-    assert_eq!(cu.cuCheckpointProcessLock(std::process::id() as i32, &mut args), INVALID_VALUE);
+    assert_eq!(
+        cu.cuCheckpointProcessLock(std::process::id() as i32, &mut args),
+        INVALID_VALUE
+    );
 }
 
 fn cli(args: &[&str]) -> std::process::Output {
@@ -211,16 +280,28 @@ fn cli_toggle_round_trips_a_two_allocation_process() {
     addrs(&child);
     let get = |label: &str| {
         let out = cli(&["--get-state", "--pid", &pid]);
-        assert!(out.status.success(), "{label}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{label}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     };
     assert_eq!(get("before"), "running");
     let out = cli(&["--toggle", "--pid", &pid, "--timeout", "5000"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(get("suspended"), "checkpointed");
     assert_eq!(device_memfds(child.pid()), 0);
     let out = cli(&["--toggle", "--pid", &pid]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(get("resumed"), "running");
     child.send("verify");
     assert_eq!(child.expect("VERIFY", 30), "1");
@@ -228,10 +309,19 @@ fn cli_toggle_round_trips_a_two_allocation_process() {
     let out = cli(&["--action", "unlock", "--pid", &pid]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains(&format!("pid {pid}")) && err.contains("unlock") && err.contains("CUDA_ERROR_ILLEGAL_STATE"), "{err}");
+    assert!(
+        err.contains(&format!("pid {pid}"))
+            && err.contains("unlock")
+            && err.contains("CUDA_ERROR_ILLEGAL_STATE"),
+        "{err}"
+    );
     for step in ["lock", "checkpoint", "restore", "unlock"] {
         let out = cli(&["--action", step, "--pid", &pid]);
-        assert!(out.status.success(), "{step}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{step}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     child.send("verify");
     assert_eq!(child.expect("VERIFY", 30), "1");

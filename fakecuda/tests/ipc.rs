@@ -54,20 +54,36 @@ fn native_ipc_between_processes_is_counted() {
     ok(cu.cuIpcGetMemHandle(&mut h1, d));
     ok(cu.cuIpcGetMemHandle(&mut h2, d));
     assert_eq!(h1, h2, "the same bytes for the same allocation");
-    assert_eq!(cu.cuIpcGetMemHandle(&mut h2, d + 4096), INVALID_VALUE, "not an allocation base");
+    assert_eq!(
+        cu.cuIpcGetMemHandle(&mut h2, d + 4096),
+        INVALID_VALUE,
+        "not an allocation base"
+    );
     let mut own = 0;
-    assert_eq!(cu.cuIpcOpenMemHandle_v2(&mut own, h1, 0), INVALID_CONTEXT, "own handle");
+    assert_eq!(
+        cu.cuIpcOpenMemHandle_v2(&mut own, h1, 0),
+        INVALID_CONTEXT,
+        "own handle"
+    );
     let mut junk = h1;
     junk[0] ^= 0xff;
     assert_eq!(cu.cuIpcOpenMemHandle_v2(&mut own, junk, 0), INVALID_VALUE);
     let mut child = Child::spawn(role_command("opener"));
     child.send(&h1.iter().map(|b| format!("{b:02x}")).collect::<String>());
-    assert_eq!(child.expect("SAME", 30), "1", "re-opening returns the same pointer");
+    assert_eq!(
+        child.expect("SAME", 30),
+        "1",
+        "re-opening returns the same pointer"
+    );
     assert_eq!(child.expect("SAW", 30), "1");
     child.expect("WROTE", 30);
     assert_eq!(cu.read(d + 8192, 15), b"from the opener");
     child.send("close");
-    assert_eq!(child.expect("CALLS", 30), "5", "two opens and three closes in the child");
+    assert_eq!(
+        child.expect("CALLS", 30),
+        "5",
+        "two opens and three closes in the child"
+    );
     assert!(child.wait().success());
     // This thread made 5 calls (three gets, two opens); other tests in this binary make none.
     assert_eq!(cu.native_ipc_calls() - before, 5);

@@ -20,7 +20,12 @@ fn child_role_dispatch() {
 
 fn mc_create(num: u32, size: usize, types: u64) -> u64 {
     let mut h = 0;
-    let prop = McProp { num_devices: num, size, handle_types: types, flags: 0 };
+    let prop = McProp {
+        num_devices: num,
+        size,
+        handle_types: types,
+        flags: 0,
+    };
     ok(cuda().cuMulticastCreate(&mut h, &prop));
     h
 }
@@ -33,15 +38,37 @@ fn team_rules_and_member_views() {
     let cu = cuda();
     cu.setup(0);
     let mut g = 0;
-    let prop = McProp { num_devices: 2, size: 2 * GRAN, handle_types: 0, flags: 0 };
+    let prop = McProp {
+        num_devices: 2,
+        size: 2 * GRAN,
+        handle_types: 0,
+        flags: 0,
+    };
     ok(cu.cuMulticastGetGranularity(&mut g, &prop, 0));
     assert_eq!(g, GRAN);
     ok(cu.cuMulticastGetGranularity(&mut g, &prop, 1));
-    assert_eq!(cu.cuMulticastGetGranularity(&mut g, &prop, 7), INVALID_VALUE);
+    assert_eq!(
+        cu.cuMulticastGetGranularity(&mut g, &prop, 7),
+        INVALID_VALUE
+    );
     let mut bad = 0;
-    let odd = McProp { num_devices: 2, size: GRAN + 4096, handle_types: 0, flags: 0 };
-    assert_eq!(cu.cuMulticastCreate(&mut bad, &odd), INVALID_VALUE, "size not a multiple of the granularity");
-    let none = McProp { num_devices: 0, size: GRAN, handle_types: 0, flags: 0 };
+    let odd = McProp {
+        num_devices: 2,
+        size: GRAN + 4096,
+        handle_types: 0,
+        flags: 0,
+    };
+    assert_eq!(
+        cu.cuMulticastCreate(&mut bad, &odd),
+        INVALID_VALUE,
+        "size not a multiple of the granularity"
+    );
+    let none = McProp {
+        num_devices: 0,
+        size: GRAN,
+        handle_types: 0,
+        flags: 0,
+    };
     assert_eq!(cu.cuMulticastCreate(&mut bad, &none), INVALID_VALUE);
 
     let size = 2 * GRAN;
@@ -49,16 +76,44 @@ fn team_rules_and_member_views() {
     let m0 = cu.create(size, 0, 0);
     let m1 = cu.create(size, 1, 0);
     ok(cu.cuMulticastAddDevice(mc, 0));
-    assert_eq!(cu.cuMulticastAddDevice(mc, 0), INVALID_DEVICE, "already a member");
+    assert_eq!(
+        cu.cuMulticastAddDevice(mc, 0),
+        INVALID_DEVICE,
+        "already a member"
+    );
     assert_eq!(cu.cuMulticastAddDevice(mc, 9), INVALID_DEVICE);
-    assert_eq!(cu.cuMulticastBindMem(mc, 0, m0, 0, size, 0), ILLEGAL_STATE, "bind before all devices joined");
+    assert_eq!(
+        cu.cuMulticastBindMem(mc, 0, m0, 0, size, 0),
+        ILLEGAL_STATE,
+        "bind before all devices joined"
+    );
     ok(cu.cuMulticastAddDevice(mc, 1));
-    assert_eq!(cu.cuMulticastBindMem(mc, 0, m0, 0, GRAN + 4096, 0), INVALID_VALUE, "misaligned size");
-    assert_eq!(cu.cuMulticastBindMem(mc, 4096, m0, 0, GRAN, 0), INVALID_VALUE, "misaligned offset");
-    assert_eq!(cu.cuMulticastBindMem(mc, 0, m0, 0, 4 * GRAN, 0), INVALID_VALUE, "larger than the object");
-    assert_eq!(cu.cuMulticastBindMem_v2(mc, 1, 0, m0, 0, size, 0), INVALID_DEVICE, "memory is on device 0");
+    assert_eq!(
+        cu.cuMulticastBindMem(mc, 0, m0, 0, GRAN + 4096, 0),
+        INVALID_VALUE,
+        "misaligned size"
+    );
+    assert_eq!(
+        cu.cuMulticastBindMem(mc, 4096, m0, 0, GRAN, 0),
+        INVALID_VALUE,
+        "misaligned offset"
+    );
+    assert_eq!(
+        cu.cuMulticastBindMem(mc, 0, m0, 0, 4 * GRAN, 0),
+        INVALID_VALUE,
+        "larger than the object"
+    );
+    assert_eq!(
+        cu.cuMulticastBindMem_v2(mc, 1, 0, m0, 0, size, 0),
+        INVALID_DEVICE,
+        "memory is on device 0"
+    );
     ok(cu.cuMulticastBindMem(mc, 0, m0, 0, size, 0));
-    assert_eq!(cu.cuMulticastAddDevice(mc, 1), ILLEGAL_STATE, "team fixed after a bind");
+    assert_eq!(
+        cu.cuMulticastAddDevice(mc, 1),
+        ILLEGAL_STATE,
+        "team fixed after a bind"
+    );
     // Device 1's memory is bound by address.
     let p1 = cu.map_rw(m1, size, 1);
     ok(cu.cuMulticastBindAddr(mc, 0, p1, size, 0));
@@ -70,20 +125,40 @@ fn team_rules_and_member_views() {
     let v = cu.reserve(size);
     ok(cu.cuMemMap(v, size, 0, mc, 0));
     ok(cu.grant(v, size, 0, 3));
-    assert_eq!(cu.read(v, size), pattern(1, size), "device 0's view shows device 0's member");
+    assert_eq!(
+        cu.read(v, size),
+        pattern(1, size),
+        "device 0's view shows device 0's member"
+    );
     cu.write(p0 + 100, b"fresh");
-    assert_eq!(cu.read(v + 100, 5), b"fresh", "a later member write is visible");
+    assert_eq!(
+        cu.read(v + 100, 5),
+        b"fresh",
+        "a later member write is visible"
+    );
     let v1 = cu.reserve(size);
     ok(cu.cuMemMap(v1, size, 0, mc, 0));
     ok(cu.grant(v1, size, 1, 3));
-    assert_eq!(cu.read(v1, size), pattern(2, size), "device 1's view shows device 1's member");
+    assert_eq!(
+        cu.read(v1, size),
+        pattern(2, size),
+        "device 1's view shows device 1's member"
+    );
 
     // Unbinding leaves the view inaccessible.
     assert_eq!(cu.cuMulticastUnbind(mc, 0, 0, GRAN + 1), INVALID_VALUE);
     ok(cu.cuMulticastUnbind(mc, 0, 0, size));
     let mut buf = [0u8; 4];
-    assert_eq!(cu.cuMemcpyDtoH_v2(buf.as_mut_ptr().cast(), v, 4), ILLEGAL_ADDRESS, "nothing bound for device 0");
-    assert_eq!(cu.read(v1, 4), pattern(2, 4), "device 1's binding is untouched");
+    assert_eq!(
+        cu.cuMemcpyDtoH_v2(buf.as_mut_ptr().cast(), v, 4),
+        ILLEGAL_ADDRESS,
+        "nothing bound for device 0"
+    );
+    assert_eq!(
+        cu.read(v1, 4),
+        pattern(2, 4),
+        "device 1's binding is untouched"
+    );
 
     for (p, s) in [(v, size), (v1, size), (p0, size), (p1, size)] {
         ok(cu.cuMemUnmap(p, s));
@@ -132,7 +207,11 @@ fn team_shared_between_processes() {
     let mut child = Child::spawn(role_command("member"));
     child.send(&inherit.as_raw_fd().to_string());
     child.expect("BINDING", 30);
-    assert_eq!(child.try_line("VIEW", 200), None, "the bind waits for the team");
+    assert_eq!(
+        child.try_line("VIEW", 200),
+        None,
+        "the bind waits for the team"
+    );
     ok(cu.cuMulticastAddDevice(mc, 0));
     assert_eq!(child.expect("VIEW", 30), "member one");
     assert!(child.wait().success());
@@ -164,14 +243,28 @@ fn lock_times_out_behind_a_call_in_flight() {
     cmd.env("FAKECUDA_MULTICAST_BIND_TIMEOUT_MS", "3000");
     let mut child = Child::spawn(cmd);
     child.expect("BINDING", 30);
-    std::thread::sleep(std::time::Duration::from_millis(100));
-    let mut args = [0u64; 8];
-    args[0] = 200;
-    assert_eq!(cu.cuCheckpointProcessLock(child.pid(), &mut args), 909, "CUDA_ERROR_TIMEOUT");
+    // The child announces the bind just before making it: retry until the lock meets the
+    // call in flight rather than racing it.
+    let mut result = SUCCESS;
+    for _ in 0..50 {
+        let mut args = [0u64; 8];
+        args[0] = 200;
+        result = cu.cuCheckpointProcessLock(child.pid(), &mut args);
+        if result != SUCCESS {
+            break;
+        }
+        ok(cu.cuCheckpointProcessUnlock(child.pid(), std::ptr::null_mut()));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(result, 909, "CUDA_ERROR_TIMEOUT");
     let mut s = 9;
     ok(cu.cuCheckpointProcessGetState(child.pid(), &mut s));
     assert_eq!(s, 0, "still running");
-    assert_eq!(child.expect("BOUND", 30), "909", "the bind itself gives up with a timeout");
+    assert_eq!(
+        child.expect("BOUND", 30),
+        "909",
+        "the bind itself gives up with a timeout"
+    );
     child.send("exit");
     assert!(child.wait().success());
 }

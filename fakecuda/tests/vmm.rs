@@ -38,13 +38,23 @@ fn recv_fd(sock: RawFd) -> OwnedFd {
 fn send_fd(sock: RawFd, fd: RawFd) {
     use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
     let iov = [std::io::IoSlice::new(b"f")];
-    sendmsg::<()>(sock, &iov, &[ControlMessage::ScmRights(&[fd])], MsgFlags::empty(), None).expect("sendmsg");
+    sendmsg::<()>(
+        sock,
+        &iov,
+        &[ControlMessage::ScmRights(&[fd])],
+        MsgFlags::empty(),
+        None,
+    )
+    .expect("sendmsg");
 }
 
 /// Child: imports the FD it receives, checks the creator's bytes, writes its own.
 fn importer() {
     let cu = cuda();
-    let sock: RawFd = std::env::var("FAKECUDA_TEST_SOCK").unwrap().parse().unwrap();
+    let sock: RawFd = std::env::var("FAKECUDA_TEST_SOCK")
+        .unwrap()
+        .parse()
+        .unwrap();
     cu.setup(1);
     let fd = recv_fd(sock);
     let size = 4 * GRAN;
@@ -96,7 +106,11 @@ fn two_processes_share_an_allocation() {
     drop(theirs);
     send_fd(mine.as_raw_fd(), fd.as_raw_fd());
     drop(fd);
-    assert_eq!(child.expect("SAW", 30), "1", "importer saw the creator's bytes");
+    assert_eq!(
+        child.expect("SAW", 30),
+        "1",
+        "importer saw the creator's bytes"
+    );
     child.expect("WROTE", 30);
     let back = cu.read(p + GRAN as u64, GRAN);
     assert_eq!(back, pattern(9, GRAN), "creator sees the importer's write");
@@ -134,7 +148,11 @@ fn died_of_segv(role: &str) {
     let child = Child::spawn(role_command(role));
     child.expect("TOUCHING", 30);
     let status = child.wait();
-    assert_eq!(status.signal(), Some(libc::SIGSEGV), "{role}: child should die of SIGSEGV, got {status:?}");
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGSEGV),
+        "{role}: child should die of SIGSEGV, got {status:?}"
+    );
 }
 
 /// (b) Touching mapped memory without an access grant faults.
@@ -194,7 +212,10 @@ fn devices_and_attributes() {
     assert_eq!(attr(132), 1, "multicast supported");
     let mut x = 0;
     assert_eq!(cu.cuDeviceGetAttribute(&mut x, 100_000, 0), INVALID_VALUE);
-    assert_eq!(cu.cuDeviceGetAttribute(std::ptr::null_mut(), 102, 0), INVALID_VALUE);
+    assert_eq!(
+        cu.cuDeviceGetAttribute(std::ptr::null_mut(), 102, 0),
+        INVALID_VALUE
+    );
     let mut name = [0u8; 64];
     ok(cu.cuDeviceGetName(name.as_mut_ptr(), 64, 1));
     assert!(name.starts_with(b"fakecuda device 1\0"));
@@ -215,7 +236,11 @@ fn contexts_and_streams() {
     let t = std::thread::spawn(|| {
         let cu = cuda();
         let mut d = 0;
-        assert_eq!(cu.cuCtxGetDevice(&mut d), INVALID_CONTEXT, "no current context yet");
+        assert_eq!(
+            cu.cuCtxGetDevice(&mut d),
+            INVALID_CONTEXT,
+            "no current context yet"
+        );
         assert_eq!(cu.cuCtxSynchronize(), INVALID_CONTEXT);
         let mut ctx = 0;
         ok(cu.cuCtxCreate_v4(&mut ctx, std::ptr::null_mut(), 0, 1));
@@ -261,12 +286,23 @@ fn handle_reference_rules() {
     assert_eq!(cu.read(p, size), pattern(1, size));
     assert_eq!(cu.cuMemRelease(h), INVALID_HANDLE);
     let mut prop = AllocProp::device(0, 0);
-    assert_eq!(cu.cuMemGetAllocationPropertiesFromHandle(&mut prop, h), INVALID_HANDLE);
+    assert_eq!(
+        cu.cuMemGetAllocationPropertiesFromHandle(&mut prop, h),
+        INVALID_HANDLE
+    );
     // Retaining through the mapping brings the same value back.
     ok(cu.cuMemRetainAllocationHandle(&mut r, p as *mut c_void));
     assert_eq!(r, h);
     ok(cu.cuMemGetAllocationPropertiesFromHandle(&mut prop, h));
-    assert_eq!((prop.type_, prop.requested_handle_types, prop.location.type_, prop.location.id), (1, POSIX_FD, 1, 0));
+    assert_eq!(
+        (
+            prop.type_,
+            prop.requested_handle_types,
+            prop.location.type_,
+            prop.location.id
+        ),
+        (1, POSIX_FD, 1, 0)
+    );
     ok(cu.cuMemRelease(r));
     ok(cu.cuMemUnmap(p, size));
     assert_eq!(fd_count(), fds - 1, "the last mapping gone frees the memfd");
@@ -284,31 +320,69 @@ fn map_and_access_rules() {
     ok(cu.cuMemGetAllocationGranularity(&mut g, &AllocProp::device(0, 0), 1));
     assert_eq!(g, GRAN);
     let mut h = 0;
-    assert_eq!(cu.cuMemCreate(&mut h, GRAN + 1, &AllocProp::device(0, 0), 0), INVALID_VALUE);
-    assert_eq!(cu.cuMemCreate(&mut h, GRAN, &AllocProp::device(7, 0), 0), INVALID_DEVICE);
-    assert_eq!(cu.cuMemCreate(&mut h, GRAN, std::ptr::null(), 0), INVALID_VALUE);
-    assert_eq!(cu.cuMemCreate(&mut h, 1 << 50, &AllocProp::device(0, 0), 0), OUT_OF_MEMORY);
+    assert_eq!(
+        cu.cuMemCreate(&mut h, GRAN + 1, &AllocProp::device(0, 0), 0),
+        INVALID_VALUE
+    );
+    assert_eq!(
+        cu.cuMemCreate(&mut h, GRAN, &AllocProp::device(7, 0), 0),
+        INVALID_DEVICE
+    );
+    assert_eq!(
+        cu.cuMemCreate(&mut h, GRAN, std::ptr::null(), 0),
+        INVALID_VALUE
+    );
+    assert_eq!(
+        cu.cuMemCreate(&mut h, 1 << 50, &AllocProp::device(0, 0), 0),
+        OUT_OF_MEMORY
+    );
     let h = cu.create(2 * GRAN, 0, 0);
     let p = cu.reserve(4 * GRAN);
-    assert_eq!(cu.cuMemMap(p + 1, GRAN, 0, h, 0), INVALID_VALUE, "unaligned address");
-    assert_eq!(cu.cuMemMap(p, 4 * GRAN, 0, h, 0), INVALID_VALUE, "larger than the allocation");
+    assert_eq!(
+        cu.cuMemMap(p + 1, GRAN, 0, h, 0),
+        INVALID_VALUE,
+        "unaligned address"
+    );
+    assert_eq!(
+        cu.cuMemMap(p, 4 * GRAN, 0, h, 0),
+        INVALID_VALUE,
+        "larger than the allocation"
+    );
     assert_eq!(cu.cuMemMap(p, GRAN, 0, 0xdead, 0), INVALID_HANDLE);
     ok(cu.cuMemMap(p, 2 * GRAN, 0, h, 0));
     assert_eq!(cu.cuMemMap(p, GRAN, 0, h, 0), ALREADY_MAPPED);
     // Copies need access: mapped but not granted is an illegal address.
     let buf = [1u8; 16];
-    assert_eq!(cu.cuMemcpyHtoD_v2(p, buf.as_ptr().cast(), 16), ILLEGAL_ADDRESS);
+    assert_eq!(
+        cu.cuMemcpyHtoD_v2(p, buf.as_ptr().cast(), 16),
+        ILLEGAL_ADDRESS
+    );
     ok(cu.grant(p, 2 * GRAN, 0, 1));
-    assert_eq!(cu.cuMemcpyHtoD_v2(p, buf.as_ptr().cast(), 16), ILLEGAL_ADDRESS, "read-only");
+    assert_eq!(
+        cu.cuMemcpyHtoD_v2(p, buf.as_ptr().cast(), 16),
+        ILLEGAL_ADDRESS,
+        "read-only"
+    );
     ok(cu.grant(p, 2 * GRAN, 1, 3));
     let mut f = 0;
     ok(cu.cuMemGetAccess(&mut f, &Location { type_: 1, id: 1 }, p));
     assert_eq!(f, 3);
     ok(cu.cuMemcpyHtoD_v2(p, buf.as_ptr().cast(), 16));
     // Unmapped device memory is an invalid value.
-    assert_eq!(cu.cuMemcpyHtoD_v2(p + 2 * GRAN as u64, buf.as_ptr().cast(), 16), INVALID_VALUE);
-    assert_eq!(cu.grant(p, 4 * GRAN, 0, 3), INVALID_VALUE, "range not fully mapped");
-    assert_eq!(cu.cuMemAddressFree(p, 4 * GRAN), INVALID_VALUE, "still mapped");
+    assert_eq!(
+        cu.cuMemcpyHtoD_v2(p + 2 * GRAN as u64, buf.as_ptr().cast(), 16),
+        INVALID_VALUE
+    );
+    assert_eq!(
+        cu.grant(p, 4 * GRAN, 0, 3),
+        INVALID_VALUE,
+        "range not fully mapped"
+    );
+    assert_eq!(
+        cu.cuMemAddressFree(p, 4 * GRAN),
+        INVALID_VALUE,
+        "still mapped"
+    );
     ok(cu.cuMemUnmap(p, 2 * GRAN));
     ok(cu.cuMemRelease(h));
     ok(cu.cuMemAddressFree(p, 4 * GRAN));
@@ -340,10 +414,18 @@ fn export_and_import_rules() {
     let plain = cu.create(GRAN, 0, 0);
     let mut fd: i32 = -1;
     let out = (&mut fd as *mut i32).cast::<c_void>();
-    assert_eq!(cu.cuMemExportToShareableHandle(out, plain, POSIX_FD, 0), INVALID_VALUE, "POSIX FD not requested");
+    assert_eq!(
+        cu.cuMemExportToShareableHandle(out, plain, POSIX_FD, 0),
+        INVALID_VALUE,
+        "POSIX FD not requested"
+    );
     let both = cu.create(GRAN, 0, POSIX_FD | FABRIC);
     let mut blob = [0u8; 64];
-    assert_eq!(cu.cuMemExportToShareableHandle(blob.as_mut_ptr().cast(), both, FABRIC, 0), NOT_SUPPORTED, "no IMEX");
+    assert_eq!(
+        cu.cuMemExportToShareableHandle(blob.as_mut_ptr().cast(), both, FABRIC, 0),
+        NOT_SUPPORTED,
+        "no IMEX"
+    );
     ok(cu.cuMemExportToShareableHandle(out, both, POSIX_FD, 0));
     // SAFETY: the export returned an FD this test owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -358,8 +440,20 @@ fn export_and_import_rules() {
     assert_eq!(cu.read(pb, 6), b"shared");
     let file = std::fs::File::open("/dev/null").unwrap();
     let mut c = 0;
-    assert_eq!(cu.cuMemImportFromShareableHandle(&mut c, file.as_raw_fd() as usize as *mut c_void, POSIX_FD), INVALID_VALUE, "not a fakecuda FD");
-    assert_eq!(cu.cuMemImportFromShareableHandle(&mut c, 99_999usize as *mut c_void, POSIX_FD), INVALID_VALUE, "closed FD");
+    assert_eq!(
+        cu.cuMemImportFromShareableHandle(
+            &mut c,
+            file.as_raw_fd() as usize as *mut c_void,
+            POSIX_FD
+        ),
+        INVALID_VALUE,
+        "not a fakecuda FD"
+    );
+    assert_eq!(
+        cu.cuMemImportFromShareableHandle(&mut c, 99_999usize as *mut c_void, POSIX_FD),
+        INVALID_VALUE,
+        "closed FD"
+    );
     for (p, h) in [(pa, a), (pb, b)] {
         ok(cu.cuMemUnmap(p, GRAN));
         ok(cu.cuMemAddressFree(p, GRAN));
@@ -380,7 +474,10 @@ fn classic_allocations_copies_and_host_registration() {
     let (mut base, mut size) = (0u64, 0usize);
     ok(cu.cuMemGetAddressRange_v2(&mut base, &mut size, a + 12345));
     assert_eq!((base, size), (a, 3 << 20));
-    assert_eq!(cu.cuMemGetAddressRange_v2(&mut base, &mut size, 16), NOT_FOUND);
+    assert_eq!(
+        cu.cuMemGetAddressRange_v2(&mut base, &mut size, 16),
+        NOT_FOUND
+    );
     ok(cu.cuMemsetD8_v2(a, 0xab, 3 << 20));
     assert!(cu.read(a, 3 << 20).iter().all(|x| *x == 0xab));
     cu.write(b, &pattern(3, 1000));
@@ -390,16 +487,27 @@ fn classic_allocations_copies_and_host_registration() {
     ok(cu.cuStreamCreate(&mut s, 0));
     let mut host = pattern(5, 4096);
     ok(cu.cuMemHostRegister_v2(host.as_mut_ptr().cast(), host.len(), 0));
-    assert_eq!(cu.cuMemHostRegister_v2(host.as_mut_ptr().cast(), host.len(), 0), 712, "already registered");
+    assert_eq!(
+        cu.cuMemHostRegister_v2(host.as_mut_ptr().cast(), host.len(), 0),
+        712,
+        "already registered"
+    );
     ok(cu.cuMemcpyHtoDAsync_v2(b, host.as_ptr().cast(), 1000, s));
     let mut back = vec![0u8; 1000];
     ok(cu.cuMemcpyDtoHAsync_v2(back.as_mut_ptr().cast(), b, 1000, s));
     ok(cu.cuStreamSynchronize(s));
     assert_eq!(back, host[..1000]);
     ok(cu.cuMemHostUnregister(host.as_mut_ptr().cast()));
-    assert_eq!(cu.cuMemHostUnregister(host.as_mut_ptr().cast()), 713, "not registered");
+    assert_eq!(
+        cu.cuMemHostUnregister(host.as_mut_ptr().cast()),
+        713,
+        "not registered"
+    );
     ok(cu.cuStreamDestroy_v2(s));
-    assert_eq!(cu.cuMemcpyDtoH_v2(std::ptr::null_mut(), a, 10), INVALID_VALUE);
+    assert_eq!(
+        cu.cuMemcpyDtoH_v2(std::ptr::null_mut(), a, 10),
+        INVALID_VALUE
+    );
     ok(cu.cuMemFree_v2(a));
     ok(cu.cuMemFree_v2(b));
     assert_eq!(cu.cuMemFree_v2(a), INVALID_VALUE);
@@ -412,26 +520,45 @@ fn proc_address_and_error_names() {
     cu.setup(0);
     let mut pfn: *mut c_void = std::ptr::null_mut();
     let mut status = 9;
-    ok(cu.cuGetProcAddress_v2(b"cuMemAlloc\0".as_ptr(), &mut pfn, 13010, 0, &mut status));
+    ok(cu.cuGetProcAddress_v2(c"cuMemAlloc".as_ptr(), &mut pfn, 13010, 0, &mut status));
     assert_eq!(status, 0);
     // SAFETY: looks up the exported symbol for comparison.
-    let direct = unsafe { *libloading::Library::new(lib_path()).unwrap().get::<*mut c_void>(b"cuMemAlloc_v2\0").unwrap() };
-    assert_eq!(pfn, direct, "unsuffixed name resolves to the _v2 entry point");
-    assert_eq!(cu.cuGetProcAddress_v2(b"cuMemAlloc\0".as_ptr(), &mut pfn, 3000, 0, &mut status), NOT_FOUND);
+    let direct = unsafe {
+        *libloading::Library::new(lib_path())
+            .unwrap()
+            .get::<*mut c_void>(b"cuMemAlloc_v2\0")
+            .unwrap()
+    };
+    assert_eq!(
+        pfn, direct,
+        "unsuffixed name resolves to the _v2 entry point"
+    );
+    assert_eq!(
+        cu.cuGetProcAddress_v2(c"cuMemAlloc".as_ptr(), &mut pfn, 3000, 0, &mut status),
+        NOT_FOUND
+    );
     assert_eq!(status, 2, "version not sufficient");
-    assert_eq!(cu.cuGetProcAddress_v2(b"cuMemCreate\0".as_ptr(), &mut pfn, 10000, 0, &mut status), NOT_FOUND);
+    assert_eq!(
+        cu.cuGetProcAddress_v2(c"cuMemCreate".as_ptr(), &mut pfn, 10000, 0, &mut status),
+        NOT_FOUND
+    );
     assert_eq!(status, 2);
-    ok(cu.cuGetProcAddress_v2(b"cuMemCreate\0".as_ptr(), &mut pfn, 12000, 0, &mut status));
-    assert_eq!(cu.cuGetProcAddress_v2(b"cuNoSuchThing\0".as_ptr(), &mut pfn, 13010, 0, &mut status), NOT_FOUND);
+    ok(cu.cuGetProcAddress_v2(c"cuMemCreate".as_ptr(), &mut pfn, 12000, 0, &mut status));
+    assert_eq!(
+        cu.cuGetProcAddress_v2(c"cuNoSuchThing".as_ptr(), &mut pfn, 13010, 0, &mut status),
+        NOT_FOUND
+    );
     assert_eq!(status, 1);
     assert!(pfn.is_null());
     let mut s: *const u8 = std::ptr::null();
     ok(cu.cuGetErrorName(ILLEGAL_STATE, &mut s));
     // SAFETY: cuGetErrorName returned a static C string.
-    assert_eq!(unsafe { std::ffi::CStr::from_ptr(s.cast()) }.to_str().unwrap(), "CUDA_ERROR_ILLEGAL_STATE");
+    let name = unsafe { std::ffi::CStr::from_ptr(s.cast()) };
+    assert_eq!(name.to_str().unwrap(), "CUDA_ERROR_ILLEGAL_STATE");
     ok(cu.cuGetErrorString(INVALID_VALUE, &mut s));
     // SAFETY: as above.
-    assert_eq!(unsafe { std::ffi::CStr::from_ptr(s.cast()) }.to_str().unwrap(), "invalid argument");
+    let text = unsafe { std::ffi::CStr::from_ptr(s.cast()) };
+    assert_eq!(text.to_str().unwrap(), "invalid argument");
     assert_eq!(cu.cuGetErrorName(123_456, &mut s), INVALID_VALUE);
     assert!(s.is_null());
 }

@@ -16,7 +16,10 @@ enum Action {
 }
 
 #[derive(Debug, Parser)]
-#[command(version, about = "Checkpoint and restore the CUDA state of a running process")]
+#[command(
+    version,
+    about = "Checkpoint and restore the CUDA state of a running process"
+)]
 #[command(group(clap::ArgGroup::new("what").required(true).args(["toggle", "action", "get_state"])))]
 struct Args {
     /// Suspend a running process (lock + checkpoint) or resume a checkpointed one
@@ -89,7 +92,10 @@ impl Driver {
         // SAFETY: `s` is a valid CUprocessState out-parameter.
         let r = unsafe { f(pid, &mut s) };
         if r != 0 {
-            return Err(format!("pid {pid}: get-state failed: {}", self.error_name(r)));
+            return Err(format!(
+                "pid {pid}: get-state failed: {}",
+                self.error_name(r)
+            ));
         }
         Ok(match s {
             0 => "running",
@@ -114,7 +120,11 @@ impl Driver {
         if action == Action::Lock {
             args[0] = u64::from(timeout);
         }
-        let p: *mut [u64; 8] = if action == Action::Lock { &mut args } else { std::ptr::null_mut() };
+        let p: *mut [u64; 8] = if action == Action::Lock {
+            &mut args
+        } else {
+            std::ptr::null_mut()
+        };
         // SAFETY: `p` is null or a zeroed 64-byte args struct of the layout cuda.h declares.
         let r = unsafe { f(pid, p) };
         if r != 0 {

@@ -32,23 +32,33 @@ pub fn call(pid: i32, op: Op, arg: u64) -> CuResult<(Reply, Option<OwnedFd>)> {
     // No socket: the target never initialised the driver.
     let mut conn = UnixStream::connect(&path).map_err(|_| CuError::CUDA_ERROR_NOT_INITIALIZED)?;
     // The name is only a hint; the kernel says who actually listens there.
-    let peer = getsockopt(&conn, PeerCredentials).map_err(|_| CuError::CUDA_ERROR_OPERATING_SYSTEM)?;
+    let peer =
+        getsockopt(&conn, PeerCredentials).map_err(|_| CuError::CUDA_ERROR_OPERATING_SYSTEM)?;
     if peer.pid() != pid {
         return Err(CuError::CUDA_ERROR_NOT_PERMITTED);
     }
-    conn.write_all(&Request { op, arg }.encode()).map_err(|_| CuError::CUDA_ERROR_OPERATING_SYSTEM)?;
+    conn.write_all(&Request { op, arg }.encode())
+        .map_err(|_| CuError::CUDA_ERROR_OPERATING_SYSTEM)?;
     let mut buf = [0u8; 16];
     let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 1]);
     let mut got = 0;
     let mut fd = None;
     while got < buf.len() {
         let mut iov = [IoSliceMut::new(&mut buf[got..])];
-        let msg = nix::sys::socket::recvmsg::<()>(conn.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
-            .map_err(|_| CuError::CUDA_ERROR_OPERATING_SYSTEM)?;
+        let msg = nix::sys::socket::recvmsg::<()>(
+            conn.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(|_| CuError::CUDA_ERROR_OPERATING_SYSTEM)?;
         if msg.bytes == 0 {
             return Err(CuError::CUDA_ERROR_OPERATING_SYSTEM);
         }
-        for c in msg.cmsgs().map_err(|_| CuError::CUDA_ERROR_OPERATING_SYSTEM)? {
+        for c in msg
+            .cmsgs()
+            .map_err(|_| CuError::CUDA_ERROR_OPERATING_SYSTEM)?
+        {
             if let ControlMessageOwned::ScmRights(fds) = c {
                 for raw in fds {
                     // SAFETY: SCM_RIGHTS installed `raw` as a new descriptor owned by us.
@@ -78,7 +88,11 @@ pub fn fetch_ipc_fd(pid: u32, alloc: u64) -> CuResult<OwnedFd> {
     let pid = i32::try_from(pid).map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?;
     let (_, fd) = call(pid, Op::IpcFd, alloc).map_err(|e| {
         // A creator that is gone or never initialised cannot serve the handle.
-        if e == CuError::CUDA_ERROR_NOT_INITIALIZED { CuError::CUDA_ERROR_INVALID_VALUE } else { e }
+        if e == CuError::CUDA_ERROR_NOT_INITIALIZED {
+            CuError::CUDA_ERROR_INVALID_VALUE
+        } else {
+            e
+        }
     })?;
     fd.ok_or(CuError::CUDA_ERROR_OPERATING_SYSTEM)
 }

@@ -22,7 +22,11 @@ struct Gate {
     in_flight: usize,
 }
 
-static GATE: Mutex<Gate> = Mutex::new(Gate { state: c::PROCESS_STATE_RUNNING, draining: false, in_flight: 0 });
+static GATE: Mutex<Gate> = Mutex::new(Gate {
+    state: c::PROCESS_STATE_RUNNING,
+    draining: false,
+    in_flight: 0,
+});
 static GATE_CV: Condvar = Condvar::new();
 
 fn gate() -> MutexGuard<'static, Gate> {
@@ -71,7 +75,9 @@ pub fn lock(timeout_ms: u32) -> CuResult<()> {
         }
     } else {
         let (ng, res) = GATE_CV
-            .wait_timeout_while(g, Duration::from_millis(u64::from(timeout_ms)), |g| g.in_flight > 0)
+            .wait_timeout_while(g, Duration::from_millis(u64::from(timeout_ms)), |g| {
+                g.in_flight > 0
+            })
             .unwrap_or_else(|e| e.into_inner());
         g = ng;
         if res.timed_out() && g.in_flight > 0 {
@@ -165,7 +171,10 @@ impl Driver {
 
     fn checkpoint_device(&mut self) -> Result<(), Outcome> {
         if let Some(why) = self.sharing_in_use() {
-            eprintln!("fakecuda: pid {}: checkpoint refused: {why}", std::process::id());
+            eprintln!(
+                "fakecuda: pid {}: checkpoint refused: {why}",
+                std::process::id()
+            );
             return Err(Outcome::Refused(CuError::CUDA_ERROR_NOT_SUPPORTED));
         }
         // Copy every allocation to host memory first: nothing is destroyed if this fails.
@@ -191,14 +200,21 @@ impl Driver {
     fn restore_device(&mut self) -> CuResult<()> {
         for a in self.vmm.allocs.values_mut() {
             if let Backing::Host(bytes) = &a.backing {
-                let fd = sys::new_memfd(&crate::vmm::alloc_memfd_name(a.device, a.handle_types), a.size)?;
+                let fd = sys::new_memfd(
+                    &crate::vmm::alloc_memfd_name(a.device, a.handle_types),
+                    a.size,
+                )?;
                 sys::write_all(&fd, bytes)?;
                 a.backing = Backing::Device(fd);
             }
         }
         for (start, m) in &self.vmm.mappings {
             if let Target::Alloc(h) = m.target {
-                let a = self.vmm.allocs.get(&h).ok_or(CuError::CUDA_ERROR_ILLEGAL_STATE)?;
+                let a = self
+                    .vmm
+                    .allocs
+                    .get(&h)
+                    .ok_or(CuError::CUDA_ERROR_ILLEGAL_STATE)?;
                 // SAFETY: the mapping's range is still reserved by fakecuda (a placeholder
                 // since checkpoint).
                 unsafe { sys::map_shared(*start, m.size, a.fd()?, m.offset, m.prot())? };

@@ -51,7 +51,12 @@ fn serve(mut conn: UnixStream) {
         Ok(fd) => (CUDA_SUCCESS, fd),
         Err(e) => (e.raw(), None),
     };
-    let reply = Reply { result, state: super::state(), value: 0 }.encode();
+    let reply = Reply {
+        result,
+        state: super::state(),
+        value: 0,
+    }
+    .encode();
     let iov = [IoSlice::new(&reply)];
     let raw;
     let cmsgs: Vec<ControlMessage<'_>> = match &fd {
@@ -61,13 +66,17 @@ fn serve(mut conn: UnixStream) {
         }
         None => Vec::new(),
     };
-    let _ = nix::sys::socket::sendmsg::<()>(conn.as_raw_fd(), &iov, &cmsgs, MsgFlags::empty(), None);
+    let _ =
+        nix::sys::socket::sendmsg::<()>(conn.as_raw_fd(), &iov, &cmsgs, MsgFlags::empty(), None);
 }
 
 fn handle(req: Request) -> CuResult<Option<OwnedFd>> {
     match req.op {
         Op::GetState => Ok(None),
-        Op::Lock => super::lock(u32::try_from(req.arg).map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?).map(|()| None),
+        Op::Lock => {
+            super::lock(u32::try_from(req.arg).map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?)
+                .map(|()| None)
+        }
         Op::Checkpoint => super::checkpoint().map(|()| None),
         Op::Restore => super::restore().map(|()| None),
         Op::Unlock => super::unlock().map(|()| None),

@@ -54,7 +54,10 @@ impl Request {
         let op = Op::from_u32(word(4))?;
         let mut a = [0u8; 8];
         a.copy_from_slice(&b[8..]);
-        Some(Request { op, arg: u64::from_le_bytes(a) })
+        Some(Request {
+            op,
+            arg: u64::from_le_bytes(a),
+        })
     }
 }
 
@@ -80,7 +83,11 @@ impl Reply {
         let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let mut v = [0u8; 8];
         v.copy_from_slice(&b[8..]);
-        Reply { result: word(0), state: word(4), value: u64::from_le_bytes(v) }
+        Reply {
+            result: word(0),
+            state: word(4),
+            value: u64::from_le_bytes(v),
+        }
     }
 }
 

@@ -27,7 +27,10 @@ pub const FABRIC: u32 = 8;
 /// `target/<profile>/`: the directory above the test executable's `deps/`.
 pub fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<exe>").to_path_buf()
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<exe>")
+        .to_path_buf()
 }
 
 /// Builds the cdylib (cargo does not build a cdylib-only library for integration tests) and
@@ -36,13 +39,24 @@ pub fn lib_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let profile = profile_dir();
-        let name = profile.file_name().and_then(|n| n.to_str()).unwrap_or("debug").to_owned();
+        let name = profile
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("debug")
+            .to_owned();
         let target = profile.parent().expect("target dir").to_path_buf();
         let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cmd.args(["build", "--quiet", "-p", "fakecuda", "--lib", "--manifest-path"])
-            .arg(&manifest)
-            .env("CARGO_TARGET_DIR", &target);
+        cmd.args([
+            "build",
+            "--quiet",
+            "-p",
+            "fakecuda",
+            "--lib",
+            "--manifest-path",
+        ])
+        .arg(&manifest)
+        .env("CARGO_TARGET_DIR", &target);
         match name.as_str() {
             "debug" => {}
             "release" => {
@@ -53,7 +67,11 @@ pub fn lib_dir() -> &'static Path {
             }
         }
         let out = cmd.output().expect("run cargo build for fakecuda");
-        assert!(out.status.success(), "building libcuda.so failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "building libcuda.so failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let dir = profile.join("fakecuda-lib");
         std::fs::create_dir_all(&dir).expect("create lib dir");
         let link = dir.join("libcuda.so.1");
@@ -206,7 +224,7 @@ api! {
     cuMulticastBindAddr(mc: u64, mc_off: usize, p: u64, size: usize, flags: u64);
     cuMulticastUnbind(mc: u64, dev: c_int, mc_off: usize, size: usize);
     cuMulticastGetGranularity(g: *mut usize, prop: *const McProp, option: c_uint);
-    cuGetProcAddress_v2(sym: *const u8, pfn: *mut *mut c_void, ver: c_int, flags: u64, status: *mut c_uint);
+    cuGetProcAddress_v2(sym: *const std::ffi::c_char, pfn: *mut *mut c_void, ver: c_int, flags: u64, status: *mut c_uint);
     cuGetErrorName(e: c_uint, s: *mut *const u8);
     cuGetErrorString(e: c_uint, s: *mut *const u8);
     cuCheckpointProcessGetState(pid: c_int, s: *mut c_uint);
@@ -219,7 +237,11 @@ api! {
 impl Cuda {
     pub fn native_ipc_calls(&self) -> u64 {
         // SAFETY: fakecuda's counter export, `u64 fakecuda_native_ipc_calls(void)`.
-        unsafe { self.lib.get::<unsafe extern "C" fn() -> u64>(b"fakecuda_native_ipc_calls\0").expect("counter")() }
+        unsafe {
+            self.lib
+                .get::<unsafe extern "C" fn() -> u64>(b"fakecuda_native_ipc_calls\0")
+                .expect("counter")()
+        }
     }
 
     /// cuInit plus the primary context of `dev` made current on this thread.
@@ -244,7 +266,10 @@ impl Cuda {
     }
 
     pub fn grant(&self, p: u64, size: usize, dev: i32, flags: u32) -> u32 {
-        let d = AccessDesc { location: Location { type_: 1, id: dev }, flags };
+        let d = AccessDesc {
+            location: Location { type_: 1, id: dev },
+            flags,
+        };
         self.cuMemSetAccess(p, size, &d, 1)
     }
 
@@ -269,22 +294,32 @@ impl Cuda {
 
 /// A deterministic byte pattern.
 pub fn pattern(seed: u8, n: usize) -> Vec<u8> {
-    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 pub fn fd_count() -> usize {
-    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0)
 }
 
 /// A command re-executing this test binary in `role` (dispatched by `child_main`).
 pub fn role_command(role: &str) -> Command {
     let mut c = Command::new(std::env::current_exe().expect("current_exe"));
-    c.args(["child_role_dispatch", "--exact", "--nocapture", "--test-threads=1", "-q"])
-        .env("FAKECUDA_TEST_ROLE", role)
-        .env("FAKECUDA_TEST_LIB", lib_path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+    c.args([
+        "child_role_dispatch",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+        "-q",
+    ])
+    .env("FAKECUDA_TEST_ROLE", role)
+    .env("FAKECUDA_TEST_LIB", lib_path())
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
     c
 }
 
@@ -380,7 +415,6 @@ pub fn hear() -> String {
     let _ = std::io::stdin().read_line(&mut s);
     s.trim().to_owned()
 }
-
 
 /// Tests in one binary share one driver and one descriptor table: descriptor counts and
 /// process-wide state are only meaningful one test at a time.
