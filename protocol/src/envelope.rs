@@ -171,7 +171,10 @@ pub fn decode<M: Message>(bytes: &[u8]) -> Result<M, DecodeError> {
     )
 }
 
-pub fn decode_with_limits<M: Message>(bytes: &[u8], limits: DecodeLimits) -> Result<M, DecodeError> {
+pub fn decode_with_limits<M: Message>(
+    bytes: &[u8],
+    limits: DecodeLimits,
+) -> Result<M, DecodeError> {
     let message = M::NAME;
     if bytes.len() > limits.max_bytes {
         return Err(DecodeError::Oversized {

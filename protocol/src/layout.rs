@@ -12,7 +12,10 @@ pub enum LayoutError {
         found: usize,
     },
     #[error("{layout}: wrong magic {found:02x?}")]
-    Magic { layout: &'static str, found: Vec<u8> },
+    Magic {
+        layout: &'static str,
+        found: Vec<u8>,
+    },
     #[error("{layout}: unsupported protocol version {found} (this build speaks {expected})")]
     Version {
         layout: &'static str,

@@ -26,8 +26,10 @@ pub trait WireStruct: Sized {
 pub trait WireUnion: Sized {
     const NAME: &'static str;
     const KINDS: &'static [&'static str];
-    fn deserialize_variant<'de, A: MapAccess<'de>>(index: usize, map: &mut A)
-    -> Result<Self, A::Error>;
+    fn deserialize_variant<'de, A: MapAccess<'de>>(
+        index: usize,
+        map: &mut A,
+    ) -> Result<Self, A::Error>;
 }
 
 /// A generated enum that travels by snake_case name.
@@ -159,13 +161,16 @@ impl<'de> Visitor<'de> for NameSeed {
         write!(f, "a {} name, one of {:?}", self.domain, self.names)
     }
     fn visit_str<E: de::Error>(self, name: &str) -> Result<usize, E> {
-        self.names.iter().position(|known| *known == name).ok_or_else(|| {
-            E::custom(EnumError::UnknownName {
-                domain: self.domain,
-                name: name.chars().take(64).collect(),
-                expected: self.names.join(", "),
+        self.names
+            .iter()
+            .position(|known| *known == name)
+            .ok_or_else(|| {
+                E::custom(EnumError::UnknownName {
+                    domain: self.domain,
+                    name: name.chars().take(64).collect(),
+                    expected: self.names.join(", "),
+                })
             })
-        })
     }
     fn visit_bytes<E: de::Error>(self, name: &[u8]) -> Result<usize, E> {
         match core::str::from_utf8(name) {
@@ -334,7 +339,10 @@ pub fn parse_u32_identity(identity: &'static str, text: &str) -> Result<u32, Ide
 }
 
 /// 16-byte identities: MessagePack `bin`; hex text in human-readable formats (JSON, YAML).
-pub fn serialize_bytes16<S: Serializer>(serializer: S, bytes: &[u8; 16]) -> Result<S::Ok, S::Error> {
+pub fn serialize_bytes16<S: Serializer>(
+    serializer: S,
+    bytes: &[u8; 16],
+) -> Result<S::Ok, S::Error> {
     if serializer.is_human_readable() {
         serializer.serialize_str(&hex_string(bytes))
     } else {
