@@ -1,0 +1,158 @@
+//! The calling side: one connection per exchange.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, UnixAddr};
+
+use super::endpoint::Endpoint;
+use super::error::{EndpointProblem, Peer, RefusalReason, TransportError};
+use super::frame::{self, Deadline};
+use super::server::{check_reply_fd, peer_credentials};
+use super::timeouts::{Timeouts, check_duration};
+use crate::envelope;
+use crate::generated::{Reply, Request};
+
+fn deadline(peer: &Peer, timeout: Duration) -> Result<Deadline, TransportError> {
+    check_duration(&format!("timeout for {peer}"), timeout)?;
+    Deadline::after(timeout).ok_or_else(|| TransportError::InvalidTimeout {
+        setting: format!("timeout for {peer}"),
+        value: format!("{timeout:?}"),
+        reason: "too far in the future",
+    })
+}
+
+/// Connects with `SO_SNDTIMEO` set first: on Linux it also bounds a blocking `connect` waiting
+/// for room in a full listen queue.
+pub(crate) fn connect_socket(
+    endpoint: &Endpoint,
+    peer: &Peer,
+    timeout: Duration,
+) -> Result<OwnedFd, TransportError> {
+    let deadline = deadline(peer, timeout)?;
+    let io = |during, source| TransportError::Io {
+        peer: peer.clone(),
+        during,
+        source,
+    };
+    let socket = socket::socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(|errno| io("creating a socket", io::Error::from(errno)))?;
+    let address = UnixAddr::new(endpoint.path()).map_err(|_| TransportError::InvalidEndpoint {
+        path: endpoint.path().to_path_buf(),
+        problem: EndpointProblem::TooLong {
+            len: endpoint.path().as_os_str().len(),
+            max: super::endpoint::MAX_SOCKET_PATH_BYTES,
+        },
+    })?;
+    loop {
+        let timed_out = || TransportError::Timeout {
+            peer: peer.clone(),
+            during: "connecting (the listen queue is full)",
+            after: timeout,
+        };
+        let left = deadline.remaining_or_none().ok_or_else(timed_out)?;
+        frame::set_socket_timeout(socket.as_fd(), libc::SO_SNDTIMEO, left)
+            .map_err(|source| io("setting the connect timeout", source))?;
+        match socket::connect(socket.as_raw_fd(), &address) {
+            Ok(()) => return Ok(socket),
+            // A unix connect interrupted while queued leaves the socket unconnected: retry.
+            Err(Errno::EINTR) => continue,
+            Err(Errno::EAGAIN) => return Err(timed_out()),
+            Err(Errno::ECONNREFUSED) => {
+                return Err(TransportError::Refused {
+                    peer: peer.clone(),
+                    reason: RefusalReason::NotListening,
+                });
+            }
+            Err(Errno::ENOENT) => {
+                return Err(TransportError::Refused {
+                    peer: peer.clone(),
+                    reason: RefusalReason::NoSocket,
+                });
+            }
+            Err(errno) => return Err(io("connecting", io::Error::from(errno))),
+        }
+    }
+}
+
+/// Sends `request` to `endpoint` and waits for the reply, all within `timeout` (connecting,
+/// then sending and receiving, each phase bounded by it).
+///
+/// No request of this protocol carries a file descriptor: `Some(fd)` is closed and refused
+/// with [`TransportError::UnexpectedFd`] before connecting (the parameter keeps the call's
+/// shape should a later version need it). The reply's descriptor comes back with export
+/// replies (always exactly one) and never with any other. A [`Reply::Refused`] is a reply,
+/// not an error.
+pub fn call(
+    endpoint: &Endpoint,
+    request: &Request,
+    fd: Option<OwnedFd>,
+    timeout: Duration,
+) -> Result<(Reply, Option<OwnedFd>), TransportError> {
+    exchange(endpoint, request, fd, timeout, timeout)
+}
+
+/// [`call`] with the control timeout for connecting and [`Timeouts::for_request`] for the
+/// exchange.
+pub fn call_with(
+    endpoint: &Endpoint,
+    request: &Request,
+    timeouts: &Timeouts,
+) -> Result<(Reply, Option<OwnedFd>), TransportError> {
+    exchange(
+        endpoint,
+        request,
+        None,
+        timeouts.control(),
+        timeouts.for_request(request),
+    )
+}
+
+fn exchange(
+    endpoint: &Endpoint,
+    request: &Request,
+    fd: Option<OwnedFd>,
+    connect_timeout: Duration,
+    exchange_timeout: Duration,
+) -> Result<(Reply, Option<OwnedFd>), TransportError> {
+    let mut peer = Peer::new(endpoint.path());
+    if fd.is_some() {
+        return Err(TransportError::UnexpectedFd {
+            peer,
+            message: request.kind(),
+        });
+    }
+    // Validate both timeouts before touching the socket.
+    deadline(&peer, exchange_timeout)?;
+    let body = envelope::encode(request).map_err(|source| TransportError::Encode {
+        peer: peer.clone(),
+        source,
+    })?;
+    let socket = connect_socket(endpoint, &peer, connect_timeout)?;
+    peer.pid = peer_credentials(socket.as_fd())
+        .ok()
+        .and_then(|credentials| u32::try_from(credentials.pid).ok())
+        .filter(|&pid| pid != 0);
+    let deadline = deadline(&peer, exchange_timeout)?;
+    frame::send_frame(
+        socket.as_fd(),
+        &body,
+        None,
+        &deadline,
+        &peer,
+        "sending the request",
+    )?;
+    let (bytes, fd) =
+        frame::receive_frame(socket.as_fd(), &deadline, &peer, "receiving the reply")?;
+    let reply =
+        envelope::decode::<Reply>(&bytes).map_err(|error| TransportError::decode(&peer, error))?;
+    check_reply_fd(&peer, &reply, fd.is_some())?;
+    Ok((reply, fd))
+}
