@@ -507,18 +507,11 @@ fn reply_descriptor_rules_are_enforced_before_sending() {
 
 // ---------------------------------------------------------------- a misbehaving server
 
+type CallResult = Result<(Reply, Option<OwnedFd>), TransportError>;
+
 /// The helper binds, reads our request properly and answers with `scenario` around a valid
 /// reply of `kind`; this process calls it.
-fn call_peer(
-    scenario: &str,
-    kind: &str,
-    timeout: Duration,
-) -> (
-    Result<(Reply, Option<OwnedFd>), TransportError>,
-    Duration,
-    Vec<String>,
-    PathBuf,
-) {
+fn call_peer(scenario: &str, kind: &str, timeout: Duration) -> (CallResult, Duration, Vec<String>) {
     let dir = Scratch::new(&format!("reply-{scenario}-{kind}"));
     let peer = PeerProcess::spawn(&[
         "reply",
@@ -541,15 +534,14 @@ fn call_peer(
             "{error}"
         );
     }
-    let keep = result;
     let lines = peer.finish();
-    (keep, elapsed, lines, endpoint.path().to_path_buf())
+    (result, elapsed, lines)
 }
 
 fn check_reply(scenario: &str, kind: &str, expect: impl FnOnce(&TransportError)) -> Vec<String> {
     let mut report = Vec::new();
     check(|| {
-        let (result, elapsed, lines, _) = call_peer(scenario, kind, Duration::from_secs(10));
+        let (result, elapsed, lines) = call_peer(scenario, kind, Duration::from_secs(10));
         let error = result.expect_err("a bad reply must fail");
         expect(&error);
         assert!(
@@ -571,7 +563,7 @@ fn peer_that_never_answers_times_out() {
     for scenario in ["silent", "half"] {
         check(|| {
             let timeout = Duration::from_millis(500);
-            let (result, elapsed, lines, _) = call_peer(scenario, "inspection", timeout);
+            let (result, elapsed, lines) = call_peer(scenario, "inspection", timeout);
             assert!(
                 matches!(result, Err(TransportError::Timeout { during: "receiving the reply", after, .. }) if after == timeout),
                 "{result:?}"
@@ -702,7 +694,7 @@ fn descriptors_where_none_belong_are_closed() {
 #[test]
 fn refused_reply_is_a_reply_not_an_error() {
     check(|| {
-        let (result, _, _, _) = call_peer("valid", "refused", Duration::from_secs(10));
+        let (result, _, _) = call_peer("valid", "refused", Duration::from_secs(10));
         let (reply, fd) = result.expect("a refusal is a reply");
         assert!(fd.is_none());
         assert!(
