@@ -29,9 +29,8 @@ fn deadline(peer: &Peer, timeout: Duration) -> Result<Deadline, TransportError> 
 pub(crate) fn connect_socket(
     endpoint: &Endpoint,
     peer: &Peer,
-    timeout: Duration,
+    deadline: &Deadline,
 ) -> Result<OwnedFd, TransportError> {
-    let deadline = deadline(peer, timeout)?;
     let io = |during, source| TransportError::Io {
         peer: peer.clone(),
         during,
@@ -55,7 +54,7 @@ pub(crate) fn connect_socket(
         let timed_out = || TransportError::Timeout {
             peer: peer.clone(),
             during: "connecting (the listen queue is full)",
-            after: timeout,
+            after: deadline.total(),
         };
         let left = deadline.remaining_or_none().ok_or_else(timed_out)?;
         frame::set_socket_timeout(socket.as_fd(), libc::SO_SNDTIMEO, left)
@@ -82,8 +81,8 @@ pub(crate) fn connect_socket(
     }
 }
 
-/// Sends `request` to `endpoint` and waits for the reply, all within `timeout` (connecting,
-/// then sending and receiving, each phase bounded by it).
+/// Sends `request` to `endpoint` and waits for the reply; connecting, sending and receiving
+/// together take at most `timeout`.
 ///
 /// No request of this protocol carries a file descriptor: `Some(fd)` is closed and refused
 /// with [`TransportError::UnexpectedFd`] before connecting (the parameter keeps the call's
@@ -96,11 +95,11 @@ pub fn call(
     fd: Option<OwnedFd>,
     timeout: Duration,
 ) -> Result<(Reply, Option<OwnedFd>), TransportError> {
-    exchange(endpoint, request, fd, timeout, timeout)
+    exchange(endpoint, request, fd, timeout, None)
 }
 
-/// [`call`] with the control timeout for connecting and [`Timeouts::for_request`] for the
-/// exchange.
+/// [`call`] with the control timeout for connecting, then [`Timeouts::for_request`] for sending
+/// the request and receiving the reply.
 pub fn call_with(
     endpoint: &Endpoint,
     request: &Request,
@@ -111,16 +110,17 @@ pub fn call_with(
         request,
         None,
         timeouts.control(),
-        timeouts.for_request(request),
+        Some(timeouts.for_request(request)),
     )
 }
 
+/// `then`: a fresh budget for the exchange once connected; `None` keeps the connect deadline.
 fn exchange(
     endpoint: &Endpoint,
     request: &Request,
     fd: Option<OwnedFd>,
     connect_timeout: Duration,
-    exchange_timeout: Duration,
+    then: Option<Duration>,
 ) -> Result<(Reply, Option<OwnedFd>), TransportError> {
     let mut peer = Peer::new(endpoint.path());
     if fd.is_some() {
@@ -129,18 +129,24 @@ fn exchange(
             message: request.kind(),
         });
     }
-    // Validate both timeouts before touching the socket.
-    deadline(&peer, exchange_timeout)?;
+    // Validate every timeout before touching the socket.
+    let connect_deadline = deadline(&peer, connect_timeout)?;
+    if let Some(timeout) = then {
+        deadline(&peer, timeout)?;
+    }
     let body = envelope::encode(request).map_err(|source| TransportError::Encode {
         peer: peer.clone(),
         source,
     })?;
-    let socket = connect_socket(endpoint, &peer, connect_timeout)?;
+    let socket = connect_socket(endpoint, &peer, &connect_deadline)?;
     peer.pid = peer_credentials(socket.as_fd())
         .ok()
         .and_then(|credentials| u32::try_from(credentials.pid).ok())
         .filter(|&pid| pid != 0);
-    let deadline = deadline(&peer, exchange_timeout)?;
+    let deadline = match then {
+        Some(timeout) => deadline(&peer, timeout)?,
+        None => connect_deadline,
+    };
     frame::send_frame(
         socket.as_fd(),
         &body,

@@ -256,7 +256,13 @@ fn remove_stale_socket(endpoint: &Endpoint) -> Result<(), TransportError> {
         return Err(invalid(EndpointProblem::NotASocket));
     }
     let peer = Peer::new(path);
-    match connect_socket(endpoint, &peer, PROBE_TIMEOUT) {
+    let probe_deadline = Deadline::after(PROBE_TIMEOUT).ok_or_else(|| {
+        invalid(EndpointProblem::Io {
+            during: "probing the existing socket",
+            source: io::Error::other("clock overflow"),
+        })
+    })?;
+    match connect_socket(endpoint, &peer, &probe_deadline) {
         // Someone listens (or its queue is full, which also means it is alive).
         Ok(_) | Err(TransportError::Timeout { .. }) => Err(invalid(EndpointProblem::InUse)),
         Err(TransportError::Refused {
