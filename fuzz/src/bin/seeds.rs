@@ -25,11 +25,32 @@ fn main() -> std::io::Result<()> {
     for (name, reply) in examples::replies() {
         write(&dir, "reply", name, &encode(&|| p::encode(&reply))?)?;
     }
-    write(&dir, "state_file", "example", &encode(&|| p::encode(&examples::state_file()))?)?;
-    write(&dir, "ticket", "example", &encode(&|| p::encode(&examples::ticket()))?)?;
-    write(&dir, "layouts", "virtual_shareable_handle", &examples::virtual_shareable_handle().encode())?;
-    write(&dir, "layouts", "ipc_mem_handle", &examples::ipc_mem_handle().encode())?;
-    let schema = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../schema/protocol.ron"))?;
+    write(
+        &dir,
+        "state_file",
+        "example",
+        &encode(&|| p::encode(&examples::state_file()))?,
+    )?;
+    write(
+        &dir,
+        "ticket",
+        "example",
+        &encode(&|| p::encode(&examples::ticket()))?,
+    )?;
+    write(
+        &dir,
+        "layouts",
+        "virtual_shareable_handle",
+        &examples::virtual_shareable_handle().encode(),
+    )?;
+    write(
+        &dir,
+        "layouts",
+        "ipc_mem_handle",
+        &examples::ipc_mem_handle().encode(),
+    )?;
+    let schema =
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../schema/protocol.ron"))?;
     write(&dir, "schema", "protocol", &schema)?;
     println!("seed corpora written to {}", dir.display());
     Ok(())
