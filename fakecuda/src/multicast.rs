@@ -371,7 +371,7 @@ impl Driver {
             .find(|(_, f)| **f != c::ACCESS_NONE)
             .map(|(d, _)| *d);
         // SAFETY: the mapping lies in a fakecuda reservation; it is rebuilt below.
-        unsafe { sys::placeholder(start, size)? };
+        unsafe { sys::unmap_to_reservation(start, size)? };
         let Some(view_dev) = view_dev else {
             return Ok(());
         };

@@ -91,7 +91,7 @@ pub unsafe fn unreserve(addr: u64, size: u64) {
 ///
 /// # Safety
 /// The range must lie inside a reservation owned by the caller.
-pub unsafe fn placeholder(addr: u64, size: u64) -> CuResult<()> {
+pub unsafe fn unmap_to_reservation(addr: u64, size: u64) -> CuResult<()> {
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED;
     // SAFETY: MAP_FIXED over a range the caller owns.
     let p = unsafe {

@@ -432,7 +432,7 @@ impl Driver {
             .remove(&start)
             .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         // SAFETY: the mapping was inside a fakecuda reservation and has left the table.
-        unsafe { sys::placeholder(start, m.size)? };
+        unsafe { sys::unmap_to_reservation(start, m.size)? };
         match m.target {
             Target::Alloc(h) => {
                 if let Some(a) = self.vmm.allocs.get_mut(&h) {

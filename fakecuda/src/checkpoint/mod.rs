@@ -183,11 +183,11 @@ impl Driver {
             let fd = a.fd().map_err(Outcome::Refused)?;
             saved.push((*h, sys::read_all(fd, a.size).map_err(Outcome::Refused)?));
         }
-        // Release the device: views become inaccessible placeholders (the address ranges
+        // Release the device: views become inaccessible PROT_NONE reservations (the address ranges
         // stay reserved), memfds are closed.
         for (start, m) in &self.vmm.mappings {
             // SAFETY: every mapping lies in a fakecuda reservation.
-            unsafe { sys::placeholder(*start, m.size) }.map_err(Outcome::Broken)?;
+            unsafe { sys::unmap_to_reservation(*start, m.size) }.map_err(Outcome::Broken)?;
         }
         for (h, bytes) in saved {
             if let Some(a) = self.vmm.allocs.get_mut(&h) {
@@ -215,7 +215,7 @@ impl Driver {
                     .allocs
                     .get(&h)
                     .ok_or(CuError::CUDA_ERROR_ILLEGAL_STATE)?;
-                // SAFETY: the mapping's range is still reserved by fakecuda (a placeholder
+                // SAFETY: the mapping's range is still reserved by fakecuda (a PROT_NONE reservation
                 // since checkpoint).
                 unsafe { sys::map_shared(*start, m.size, a.fd()?, m.offset, m.prot())? };
             }
