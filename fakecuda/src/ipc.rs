@@ -8,7 +8,7 @@ use crate::abi::consts as c;
 use crate::driver::Driver;
 use crate::error::{CuError, CuResult};
 use crate::sys::GRANULARITY;
-use crate::vmm::{Backing, Owner, PhysAlloc, Target};
+use crate::vmm::{Backing, PhysAlloc};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -157,27 +157,7 @@ impl Driver {
                 legacy: false,
             },
         );
-        let base = match self.reserve_internal(size, GRANULARITY, 0, Owner::Internal) {
-            Ok(b) => b,
-            Err(e) => {
-                self.vmm.allocs.remove(&h);
-                return Err(e);
-            }
-        };
-        let mapped = self
-            .map_target(base, size, 0, Target::Alloc(h))
-            .and_then(|()| {
-                if let Some(m) = self.vmm.mappings.get_mut(&base) {
-                    m.access.insert(device, c::ACCESS_READWRITE);
-                }
-                self.apply_access(base)
-            });
-        if let Err(e) = mapped {
-            let _ = self.unmap_one(base);
-            self.free_reservation(base);
-            self.alloc_maybe_free(h);
-            return Err(e);
-        }
+        let base = self.map_whole_readwrite(h, size, device)?;
         self.ipc
             .opened
             .insert((pid, alloc), Opened { base, refs: 1 });

@@ -5,7 +5,6 @@ use crate::abi::consts as c;
 use crate::driver::Driver;
 use crate::error::{CuError, CuResult};
 use crate::sys::{self, GRANULARITY};
-use crate::vmm::{Owner, Target};
 use std::collections::BTreeMap;
 
 #[derive(Debug)]
@@ -28,27 +27,7 @@ impl Driver {
         }
         let size = sys::round_up(bytes, GRANULARITY).ok_or(CuError::CUDA_ERROR_OUT_OF_MEMORY)?;
         let h = self.alloc_create(size, device, c::HANDLE_TYPE_POSIX_FD, true)?;
-        let base = match self.reserve_internal(size, GRANULARITY, 0, Owner::Internal) {
-            Ok(b) => b,
-            Err(e) => {
-                self.alloc_maybe_free(h);
-                return Err(e);
-            }
-        };
-        let mapped = self
-            .map_target(base, size, 0, Target::Alloc(h))
-            .and_then(|()| {
-                if let Some(m) = self.vmm.mappings.get_mut(&base) {
-                    m.access.insert(device, c::ACCESS_READWRITE);
-                }
-                self.apply_access(base)
-            });
-        if let Err(e) = mapped {
-            let _ = self.unmap_one(base);
-            self.free_reservation(base);
-            self.alloc_maybe_free(h);
-            return Err(e);
-        }
+        let base = self.map_whole_readwrite(h, size, device)?;
         self.legacy.by_base.insert(
             base,
             LegacyAlloc {

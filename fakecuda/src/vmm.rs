@@ -309,6 +309,34 @@ impl Driver {
         self.reserve_internal(size, align, hint, Owner::User)
     }
 
+    /// Maps all of allocation `h` at a fresh internal reservation, read-write for `device`:
+    /// the shape of `cuMemAlloc` and of an opened IPC handle. On failure nothing stays mapped
+    /// or reserved, and the allocation is freed unless something else holds it.
+    pub fn map_whole_readwrite(&mut self, h: u64, size: u64, device: u32) -> CuResult<u64> {
+        let base = match self.reserve_internal(size, GRANULARITY, 0, Owner::Internal) {
+            Ok(base) => base,
+            Err(error) => {
+                self.alloc_maybe_free(h);
+                return Err(error);
+            }
+        };
+        let mapped = self
+            .map_target(base, size, 0, Target::Alloc(h))
+            .and_then(|()| {
+                if let Some(m) = self.vmm.mappings.get_mut(&base) {
+                    m.access.insert(device, c::ACCESS_READWRITE);
+                }
+                self.apply_access(base)
+            });
+        if let Err(error) = mapped {
+            let _ = self.unmap_one(base);
+            self.free_reservation(base);
+            self.alloc_maybe_free(h);
+            return Err(error);
+        }
+        Ok(base)
+    }
+
     pub fn reserve_internal(
         &mut self,
         size: u64,
