@@ -35,6 +35,15 @@ fn prefix(version: u8) -> [u8; PREFIX_LEN] {
     bytes
 }
 
+/// Whether `bytes` start with an envelope prefix of any version: how a decoder tells our
+/// bytes (perhaps of another version) from foreign ones, e.g. a ticket from a driver FD.
+pub fn has_envelope_prefix(bytes: &[u8]) -> bool {
+    let expected = prefix(VERSION);
+    bytes.len() >= PREFIX_LEN
+        && bytes[..9] == expected[..9]
+        && bytes[10..PREFIX_LEN] == expected[10..]
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum EncodeError {
     #[error("{message}: encoding exceeds the limit of {limit} bytes")]
@@ -183,11 +192,7 @@ pub fn decode_with_limits<M: Message>(
             limit: limits.max_bytes,
         });
     }
-    let expected = prefix(VERSION);
-    if bytes.len() < PREFIX_LEN
-        || bytes[..9] != expected[..9]
-        || bytes[10..PREFIX_LEN] != expected[10..]
-    {
+    if !has_envelope_prefix(bytes) {
         return Err(DecodeError::NotEnvelope { message });
     }
     if bytes[9] != VERSION {

@@ -140,12 +140,12 @@ pub fn read_ticket(fd: BorrowedFd<'_>) -> Result<Ticket, TicketError> {
         .map_err(io_error("reading the ticket size"))?
         .st_size;
     let size = u64::try_from(size).unwrap_or(0);
-    // The envelope prefix is the ticket's magic: decoding just the first bytes reports
-    // `NotEnvelope` exactly when they are not our prefix (any version byte counts as ours).
+    // The envelope prefix is the ticket's magic (any version byte counts as ours, so a
+    // ticket of another version is reported as invalid, not as foreign).
     let mut head = [0u8; PREFIX_LEN];
     let head_len = usize::try_from(size).map_or(PREFIX_LEN, |size| size.min(PREFIX_LEN));
     pread_exact(fd, &mut head[..head_len], 0)?;
-    if let Err(DecodeError::NotEnvelope { .. }) = envelope::decode::<Ticket>(&head[..head_len]) {
+    if !envelope::has_envelope_prefix(&head[..head_len]) {
         return Err(TicketError::NotATicket(NotTicket::NoEnvelope));
     }
     if size > MAX_TICKET_BYTES as u64 {

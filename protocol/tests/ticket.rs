@@ -4,7 +4,6 @@
 use std::fs;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::sync::Mutex;
 
 use cuinterpose_protocol as p;
 use nix::errno::Errno;
@@ -18,23 +17,9 @@ use p::ticket::{
 };
 use p::{DecodeError, MAX_TICKET_BYTES, Ticket};
 
-static SERIAL: Mutex<()> = Mutex::new(());
+mod support;
 
-fn open_fds() -> usize {
-    fs::read_dir("/proc/self/fd")
-        .expect("/proc/self/fd")
-        .count()
-}
-
-/// Serializes the tests of this binary and fails one that leaks a descriptor.
-fn check(body: impl FnOnce()) {
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let before = open_fds();
-    body();
-    assert_eq!(before, open_fds(), "open file descriptors before and after");
-}
+use support::check;
 
 fn ticket() -> Ticket {
     Ticket {

@@ -62,27 +62,9 @@ static ALLOCATOR: Counting = Counting;
 
 // ---------------------------------------------------------------- harness
 
-static SERIAL: Mutex<()> = Mutex::new(());
+mod support;
 
-fn open_fds() -> usize {
-    fs::read_dir("/proc/self/fd")
-        .expect("/proc/self/fd")
-        .count()
-}
-
-/// Runs one test alone (tests of a binary share a process) and fails it if a descriptor leaked.
-fn check(body: impl FnOnce()) {
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let before = open_fds();
-    body();
-    let after = open_fds();
-    assert_eq!(
-        before, after,
-        "open file descriptors before and after the test"
-    );
-}
+use support::check;
 
 fn pid(value: u32) -> p::NamespacePid {
     p::NamespacePid::new(value).expect("non-zero")
