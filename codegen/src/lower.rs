@@ -114,7 +114,7 @@ impl Lowering<'_> {
         // The envelope writes the version as a positive fixint, so 1..=127.
         if version == 0 || version > 127 {
             self.error_at(
-                self.source.text().find("version").unwrap_or(0),
+                self.source.key("version").unwrap_or(0),
                 format!("version {version} is out of range: it must be 1..=127"),
             );
             return 1;
@@ -164,7 +164,7 @@ impl Lowering<'_> {
         for required in REQUIRED_LIMITS {
             if !self.limits.contains_key(required) {
                 self.error_at(
-                    self.source.text().find("limits").unwrap_or(0),
+                    self.source.key("limits").unwrap_or(0),
                     format!("required limit `{required}` is missing"),
                 );
             }
@@ -697,7 +697,6 @@ impl Lowering<'_> {
         let mut out = Vec::new();
         let max_depth = self.limits.get("MAX_DEPTH").copied();
         for message in messages {
-            let path = [message.body.as_str()];
             let body_offset = self.message_offset(&message.body);
             let kind = match self.types.get(&message.body) {
                 Some(kind @ (NamedKind::Struct | NamedKind::Union)) => *kind,
@@ -737,7 +736,6 @@ impl Lowering<'_> {
             if let Some(max) = max_depth
                 && depth > max
             {
-                let _ = path;
                 self.error_at(
                     body_offset,
                     format!(
@@ -761,13 +759,9 @@ impl Lowering<'_> {
     }
 
     fn message_offset(&self, body: &str) -> usize {
-        // Message entries come after the literal word `messages`.
-        let start = self.source.text().rfind("messages:").unwrap_or(0);
-        let needle = format!("\"{body}\"");
-        self.source.text()[start..]
-            .find(&needle)
-            .map(|at| start + at)
-            .unwrap_or(start)
+        // Message entries follow the `messages` key; the body is named there again.
+        let start = self.source.key("messages").unwrap_or(0);
+        self.source.literal_after(start, body).unwrap_or(start)
     }
 
     /// Parses a type expression; `offset` is where its text starts in the source.

@@ -22,17 +22,21 @@ pub struct SourceMap {
     text: String,
     line_starts: Vec<usize>,
     literals: Vec<Literal>,
+    /// Field keys (`name:` outside strings and comments) and their offsets.
+    keys: Vec<(String, usize)>,
 }
 
 impl SourceMap {
     pub fn new(path: &str, text: &str) -> Self {
         let mut line_starts = vec![0];
         line_starts.extend(text.match_indices('\n').map(|(index, _)| index + 1));
+        let (literals, keys) = scan(text);
         Self {
             path: path.to_owned(),
             text: text.to_owned(),
             line_starts,
-            literals: scan_literals(text),
+            literals,
+            keys,
         }
     }
 
@@ -77,6 +81,22 @@ impl SourceMap {
         found
     }
 
+    /// Offset of the first `key:` written outside strings and comments.
+    pub fn key(&self, key: &str) -> Option<usize> {
+        self.keys
+            .iter()
+            .find(|(name, _)| name == key)
+            .map(|&(_, offset)| offset)
+    }
+
+    /// Offset of the first literal equal to `value` at or after `from`.
+    pub fn literal_after(&self, from: usize, value: &str) -> Option<usize> {
+        self.literals
+            .iter()
+            .find(|literal| literal.offset >= from && literal.value == value)
+            .map(|literal| literal.offset)
+    }
+
     pub fn locate(&self, path: &[&str]) -> usize {
         self.locate_nth(path, 0)
     }
@@ -90,11 +110,12 @@ impl SourceMap {
     }
 }
 
-/// Collects string literals, skipping comments. Malformed text is the parser's business; this
-/// scan only has to agree with it on well-formed input.
-fn scan_literals(text: &str) -> Vec<Literal> {
+/// Collects string literals and field keys, skipping comments. Malformed text is the parser's
+/// business; this scan only has to agree with it on well-formed input.
+fn scan(text: &str) -> (Vec<Literal>, Vec<(String, usize)>) {
     let bytes = text.as_bytes();
     let mut literals = Vec::new();
+    let mut keys = Vec::new();
     let mut index = 0;
     while index < bytes.len() {
         match bytes[index] {
@@ -138,10 +159,25 @@ fn scan_literals(text: &str) -> Vec<Literal> {
                 literals.push(Literal { offset, value });
                 index = end;
             }
+            byte if byte.is_ascii_alphabetic() || byte == b'_' => {
+                let start = index;
+                while index < bytes.len()
+                    && (bytes[index].is_ascii_alphanumeric() || bytes[index] == b'_')
+                {
+                    index += 1;
+                }
+                let mut after = index;
+                while after < bytes.len() && bytes[after].is_ascii_whitespace() {
+                    after += 1;
+                }
+                if bytes.get(after) == Some(&b':') && bytes.get(after + 1) != Some(&b':') {
+                    keys.push((text[start..index].to_owned(), start));
+                }
+            }
             _ => index += 1,
         }
     }
-    literals
+    (literals, keys)
 }
 
 #[cfg(test)]
@@ -172,5 +208,18 @@ mod tests {
         );
         let missing = map.locate(&["A", "Z"]);
         assert_eq!(map.position(missing), Position { line: 2, column: 8 });
+        let key = map.key("x").expect("a key outside the comment");
+        assert_eq!(
+            map.position(key),
+            Position {
+                line: 2,
+                column: 13
+            }
+        );
+        assert_eq!(
+            map.key("name"),
+            Some(map.text().find("name").expect("present"))
+        );
+        assert_eq!(map.key("A"), None, "a string is not a key");
     }
 }
