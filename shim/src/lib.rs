@@ -1,0 +1,1 @@
+//! libcuinterpose.so.

@@ -1,0 +1,1 @@
+//! Scriptable CUDA worker processes for tests and the demo.
