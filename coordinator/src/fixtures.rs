@@ -1,0 +1,230 @@
+//! Record builders for tests and examples: small, readable topologies.
+//!
+//! Ids are `n` repeated in the first byte and `0xa1` elsewhere, so `id(1)` reads
+//! `01a1a1…` in messages.
+
+use std::collections::BTreeMap;
+
+use cuinterpose_protocol::{
+    AccessDescriptor, AccessFlags, AddressBindingSource, AllocationId, AllocationProperties,
+    AllocationRecord, AllocationReference, AllocationType, BindingSource, BindingVersion,
+    BoundedVec, HandleTypes, InspectionReply, Location, LocationType, MappingRecord, MemberRange,
+    MemoryBindingSource, MulticastBindingRecord, MulticastDeviceRecord, MulticastMappingRecord,
+    MulticastProperties, MulticastRecord, NamespacePid, Phase, Record, StateFile,
+};
+
+/// 2 MiB, the usual granularity.
+pub const SIZE: u64 = 2 << 20;
+
+pub fn pid(value: u32) -> NamespacePid {
+    NamespacePid::new(value).expect("non-zero pid")
+}
+
+pub fn id(n: u8) -> AllocationId {
+    let mut bytes = [0xa1; 16];
+    bytes[0] = n;
+    AllocationId::new(bytes).expect("non-zero id")
+}
+
+pub fn reference(n: u8, creator: u32) -> AllocationReference {
+    AllocationReference {
+        id: id(n),
+        creator_pid: pid(creator),
+    }
+}
+
+pub fn device_location(device: i32) -> Location {
+    Location {
+        location_type: LocationType::Device,
+        id: device,
+    }
+}
+
+pub fn properties() -> AllocationProperties {
+    AllocationProperties {
+        allocation_type: AllocationType::Pinned,
+        location: device_location(0),
+        handle_types: HandleTypes::POSIX_FILE_DESCRIPTOR,
+    }
+}
+
+pub fn read_write(device: i32) -> AccessDescriptor {
+    AccessDescriptor {
+        location: device_location(device),
+        flags: AccessFlags::ProtReadWrite,
+    }
+}
+
+pub fn allocation(
+    n: u8,
+    creator: u32,
+    size: u64,
+    host_carrier: bool,
+    handle_count: u64,
+) -> AllocationRecord {
+    AllocationRecord {
+        allocation: reference(n, creator),
+        size,
+        properties: properties(),
+        host_carrier,
+        handle_count,
+    }
+}
+
+pub fn mapping(n: u8, creator: u32, address: u64, size: u64, offset: u64) -> MappingRecord {
+    MappingRecord {
+        allocation: reference(n, creator),
+        address,
+        size,
+        offset,
+        access: BoundedVec::try_from(vec![read_write(0)]).expect("one descriptor"),
+    }
+}
+
+pub fn multicast_properties(device_count: u32, size: u64) -> MulticastProperties {
+    MulticastProperties {
+        device_count,
+        size,
+        handle_types: HandleTypes::POSIX_FILE_DESCRIPTOR,
+        flags: 0,
+    }
+}
+
+pub fn multicast(n: u8, creator: u32, device_count: u32, size: u64) -> MulticastRecord {
+    MulticastRecord {
+        object: reference(n, creator),
+        properties: multicast_properties(device_count, size),
+        handle_count: 1,
+    }
+}
+
+pub fn multicast_device(n: u8, creator: u32, device: i32) -> MulticastDeviceRecord {
+    MulticastDeviceRecord {
+        object: reference(n, creator),
+        device,
+    }
+}
+
+/// `cuMulticastBindMem_v2` of `member` (allocation `m` created by `member_creator`).
+pub fn memory_binding(
+    object: AllocationReference,
+    member: AllocationReference,
+    offset: u64,
+    size: u64,
+    device: i32,
+) -> MulticastBindingRecord {
+    MulticastBindingRecord {
+        object,
+        source: BindingSource::Memory(MemoryBindingSource {
+            member: MemberRange {
+                allocation: member,
+                offset,
+            },
+        }),
+        multicast_offset: 0,
+        size,
+        flags: 0,
+        version: BindingVersion::V2,
+        device,
+    }
+}
+
+/// `cuMulticastBindAddr` of `address`, optionally a tracked member.
+pub fn address_binding(
+    object: AllocationReference,
+    address: u64,
+    member: Option<MemberRange>,
+    size: u64,
+    device: i32,
+) -> MulticastBindingRecord {
+    MulticastBindingRecord {
+        object,
+        source: BindingSource::Address(AddressBindingSource { address, member }),
+        multicast_offset: 0,
+        size,
+        flags: 0,
+        version: BindingVersion::V1,
+        device,
+    }
+}
+
+pub fn multicast_mapping(
+    object: AllocationReference,
+    address: u64,
+    size: u64,
+) -> MulticastMappingRecord {
+    MulticastMappingRecord {
+        object,
+        address,
+        size,
+        offset: 0,
+        flags: 0,
+        access: BoundedVec::try_from(vec![read_write(0)]).expect("one descriptor"),
+    }
+}
+
+pub fn inspection(pid_value: u32, phase: Phase, mut records: Vec<Record>) -> InspectionReply {
+    records.sort();
+    InspectionReply {
+        namespace_pid: pid(pid_value),
+        phase,
+        raw_imports: 0,
+        records: BoundedVec::try_from(records).expect("within MAX_RECORDS"),
+    }
+}
+
+/// Every participant of `participants` in `phase`.
+pub fn inspections(
+    participants: &BTreeMap<NamespacePid, Vec<Record>>,
+    phase: Phase,
+) -> BTreeMap<NamespacePid, InspectionReply> {
+    participants
+        .iter()
+        .map(|(pid, records)| (*pid, inspection(pid.get(), phase, records.clone())))
+        .collect()
+}
+
+pub fn state_file(participants: &BTreeMap<NamespacePid, Vec<Record>>) -> StateFile {
+    let mut map = BTreeMap::new();
+    for (pid, records) in participants {
+        let mut records = records.clone();
+        records.sort();
+        map.insert(
+            *pid,
+            BoundedVec::try_from(records).expect("within MAX_RECORDS"),
+        );
+    }
+    StateFile {
+        participants: map.try_into().expect("within MAX_PARTICIPANTS"),
+    }
+}
+
+/// Address where participant `p` maps allocation `n`.
+pub fn address(p: u32, n: u8) -> u64 {
+    0x7f00_0000_0000 + (u64::from(p) << 32) + (u64::from(n) << 24)
+}
+
+/// Three participants (`first`, `first+1`, `first+2`) sharing one 2 MiB allocation (id 1,
+/// created by `first`, mapped by everyone) and one multicast object (id 9, created by `first`,
+/// three devices: device 0 of each participant, each binding its view of allocation 1). The
+/// creator also holds a private, never-shared allocation (id 2).
+pub fn shared_topology(first: u32) -> BTreeMap<NamespacePid, Vec<Record>> {
+    let creator = first;
+    let mut participants = BTreeMap::new();
+    for p in first..first + 3 {
+        let mut records: Vec<Record> = vec![
+            allocation(1, creator, SIZE, p == creator, 1).into(),
+            mapping(1, creator, address(p, 1), SIZE, 0).into(),
+            multicast(9, creator, 3, SIZE).into(),
+            multicast_device(9, creator, 0).into(),
+            memory_binding(reference(9, creator), reference(1, creator), 0, SIZE, 0).into(),
+            multicast_mapping(reference(9, creator), address(p, 9), SIZE).into(),
+        ];
+        if p == creator {
+            records.push(allocation(2, creator, SIZE, false, 1).into());
+        }
+        records.sort();
+        participants.insert(pid(p), records);
+    }
+    participants
+}

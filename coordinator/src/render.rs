@@ -1,0 +1,468 @@
+//! Human-readable and JSON views of records: hex ids, enum names, one line per record.
+//!
+//! The wire encoding carries CUDA enums as integers; everything a person reads (error messages,
+//! `inspect`, `state show`) goes through these functions instead, so the names are the same
+//! everywhere.
+
+use std::fmt::Write as _;
+
+use cuinterpose_protocol::{
+    AccessDescriptor, AccessFlags, AllocationProperties, AllocationReference, AllocationType,
+    BindingSource, HandleTypes, InspectionReply, Location, LocationType, MemberRange,
+    MulticastProperties, NamespacePid, Record, StateFile,
+};
+use serde_json::{Map, Value, json};
+
+/// `<hex id> (creator <pid>)`.
+pub fn reference(reference: &AllocationReference) -> String {
+    format!("{} (creator {})", reference.id, reference.creator_pid)
+}
+
+pub fn allocation_type_name(value: AllocationType) -> &'static str {
+    match value {
+        AllocationType::Pinned => "pinned",
+    }
+}
+
+pub fn location_type_name(value: LocationType) -> &'static str {
+    match value {
+        LocationType::Device => "device",
+        LocationType::Host => "host",
+        LocationType::HostNuma => "host_numa",
+        LocationType::HostNumaCurrent => "host_numa_current",
+    }
+}
+
+pub fn access_flags_name(value: AccessFlags) -> &'static str {
+    match value {
+        AccessFlags::ProtNone => "none",
+        AccessFlags::ProtRead => "read",
+        AccessFlags::ProtReadWrite => "read_write",
+    }
+}
+
+/// The names of the bits set, e.g. `["posix_file_descriptor"]`; an empty set is `["none"]`.
+pub fn handle_type_names(value: HandleTypes) -> Vec<&'static str> {
+    const BITS: [(HandleTypes, &str); 4] = [
+        (HandleTypes::POSIX_FILE_DESCRIPTOR, "posix_file_descriptor"),
+        (HandleTypes::WIN32, "win32"),
+        (HandleTypes::WIN32_KMT, "win32_kmt"),
+        (HandleTypes::FABRIC, "fabric"),
+    ];
+    if value == HandleTypes::NONE {
+        return vec!["none"];
+    }
+    BITS.iter()
+        .filter(|(bit, _)| value.contains(*bit))
+        .map(|(_, name)| *name)
+        .collect()
+}
+
+/// `device 0`, `host`, `host_numa 1`.
+pub fn location(location: &Location) -> String {
+    match location.location_type {
+        LocationType::Host | LocationType::HostNumaCurrent => {
+            location_type_name(location.location_type).to_string()
+        }
+        LocationType::Device | LocationType::HostNuma => {
+            format!(
+                "{} {}",
+                location_type_name(location.location_type),
+                location.id
+            )
+        }
+    }
+}
+
+fn properties(properties: &AllocationProperties) -> String {
+    format!(
+        "{} on {}, handle types {}",
+        allocation_type_name(properties.allocation_type),
+        location(&properties.location),
+        handle_type_names(properties.handle_types).join("|")
+    )
+}
+
+fn multicast_properties(properties: &MulticastProperties) -> String {
+    format!(
+        "{} devices, size {:#x}, handle types {}, flags {:#x}",
+        properties.device_count,
+        properties.size,
+        handle_type_names(properties.handle_types).join("|"),
+        properties.flags
+    )
+}
+
+fn access(list: &[AccessDescriptor]) -> String {
+    if list.is_empty() {
+        return "no access".to_string();
+    }
+    list.iter()
+        .map(|descriptor| {
+            format!(
+                "{}={}",
+                location(&descriptor.location),
+                access_flags_name(descriptor.flags)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn member(member: &MemberRange) -> String {
+    format!(
+        "allocation {} at offset {:#x}",
+        reference(&member.allocation),
+        member.offset
+    )
+}
+
+/// One line describing a record, naming its allocation or multicast object by hex id.
+pub fn record(record: &Record) -> String {
+    match record {
+        Record::Allocation(r) => format!(
+            "allocation {}: size {:#x}, {}, host carrier {}, {} handles",
+            reference(&r.allocation),
+            r.size,
+            properties(&r.properties),
+            if r.host_carrier { "yes" } else { "no" },
+            r.handle_count
+        ),
+        Record::Mapping(r) => format!(
+            "mapping of allocation {} at {:#x}: size {:#x}, offset {:#x}, access [{}]",
+            reference(&r.allocation),
+            r.address,
+            r.size,
+            r.offset,
+            access(&r.access)
+        ),
+        Record::Multicast(r) => format!(
+            "multicast object {}: {}, {} handles",
+            reference(&r.object),
+            multicast_properties(&r.properties),
+            r.handle_count
+        ),
+        Record::MulticastDevice(r) => format!(
+            "multicast device {} of object {}",
+            r.device,
+            reference(&r.object)
+        ),
+        Record::MulticastBinding(r) => {
+            let source = match &r.source {
+                BindingSource::Memory(source) => format!("memory: {}", member(&source.member)),
+                BindingSource::Address(source) => match &source.member {
+                    Some(tracked) => {
+                        format!("address {:#x} ({})", source.address, member(tracked))
+                    }
+                    None => format!("address {:#x} (untracked)", source.address),
+                },
+            };
+            format!(
+                "multicast binding of object {} on device {}: {}, multicast offset {:#x}, size {:#x}, flags {:#x}, {}",
+                reference(&r.object),
+                r.device,
+                source,
+                r.multicast_offset,
+                r.size,
+                r.flags,
+                r.version
+            )
+        }
+        Record::MulticastMapping(r) => format!(
+            "multicast mapping of object {} at {:#x}: size {:#x}, offset {:#x}, flags {:#x}, access [{}]",
+            reference(&r.object),
+            r.address,
+            r.size,
+            r.offset,
+            r.flags,
+            access(&r.access)
+        ),
+    }
+}
+
+/// Text block for one participant's inspection.
+pub fn inspection_text(pid: NamespacePid, inspection: &InspectionReply) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "participant {pid}: phase {}, {} raw imports, {} records",
+        inspection.phase,
+        inspection.raw_imports,
+        inspection.records.len()
+    );
+    for record in inspection.records.iter() {
+        let _ = writeln!(out, "  {}", self::record(record));
+    }
+    out
+}
+
+fn reference_json(reference: &AllocationReference) -> Value {
+    json!({"id": reference.id.to_string(), "creator_pid": reference.creator_pid.get()})
+}
+
+fn location_json(location: &Location) -> Value {
+    json!({"type": location_type_name(location.location_type), "id": location.id})
+}
+
+fn access_json(list: &[AccessDescriptor]) -> Value {
+    Value::Array(
+        list.iter()
+            .map(|descriptor| {
+                json!({
+                    "location": location_json(&descriptor.location),
+                    "flags": access_flags_name(descriptor.flags),
+                })
+            })
+            .collect(),
+    )
+}
+
+fn member_json(member: &MemberRange) -> Value {
+    json!({"allocation": reference_json(&member.allocation), "offset": member.offset})
+}
+
+/// A record as JSON with hex ids and enum names (not the wire's integers).
+pub fn record_json(record: &Record) -> Value {
+    let mut object = Map::new();
+    object.insert("kind".into(), Value::from(record.kind()));
+    let fields = match record {
+        Record::Allocation(r) => json!({
+            "allocation": reference_json(&r.allocation),
+            "size": r.size,
+            "properties": {
+                "allocation_type": allocation_type_name(r.properties.allocation_type),
+                "location": location_json(&r.properties.location),
+                "handle_types": handle_type_names(r.properties.handle_types),
+            },
+            "host_carrier": r.host_carrier,
+            "handle_count": r.handle_count,
+        }),
+        Record::Mapping(r) => json!({
+            "allocation": reference_json(&r.allocation),
+            "address": r.address,
+            "size": r.size,
+            "offset": r.offset,
+            "access": access_json(&r.access),
+        }),
+        Record::Multicast(r) => json!({
+            "object": reference_json(&r.object),
+            "properties": {
+                "device_count": r.properties.device_count,
+                "size": r.properties.size,
+                "handle_types": handle_type_names(r.properties.handle_types),
+                "flags": r.properties.flags,
+            },
+            "handle_count": r.handle_count,
+        }),
+        Record::MulticastDevice(r) => json!({
+            "object": reference_json(&r.object),
+            "device": r.device,
+        }),
+        Record::MulticastBinding(r) => {
+            let source = match &r.source {
+                BindingSource::Memory(source) => json!({
+                    "kind": "memory",
+                    "member": member_json(&source.member),
+                }),
+                BindingSource::Address(source) => json!({
+                    "kind": "address",
+                    "address": source.address,
+                    "member": source.member.as_ref().map(member_json),
+                }),
+            };
+            json!({
+                "object": reference_json(&r.object),
+                "source": source,
+                "multicast_offset": r.multicast_offset,
+                "size": r.size,
+                "flags": r.flags,
+                "version": r.version.wire_name(),
+                "device": r.device,
+            })
+        }
+        Record::MulticastMapping(r) => json!({
+            "object": reference_json(&r.object),
+            "address": r.address,
+            "size": r.size,
+            "offset": r.offset,
+            "flags": r.flags,
+            "access": access_json(&r.access),
+        }),
+    };
+    if let Value::Object(fields) = fields {
+        object.extend(fields);
+    }
+    Value::Object(object)
+}
+
+/// The state file as JSON: participants keyed by namespace PID (as strings, JSON keys are).
+pub fn state_json(state: &StateFile) -> Value {
+    let participants: Map<String, Value> = state
+        .participants
+        .iter()
+        .map(|(pid, records)| {
+            (
+                pid.to_string(),
+                Value::Array(records.iter().map(record_json).collect()),
+            )
+        })
+        .collect();
+    json!({ "participants": participants })
+}
+
+/// A small YAML emitter for JSON values (block style, strings quoted when needed).
+pub fn yaml(value: &Value) -> String {
+    let mut out = String::new();
+    match value {
+        Value::Object(map) if !map.is_empty() => yaml_map(map, 0, &mut out),
+        Value::Array(list) if !list.is_empty() => yaml_list(list, 0, &mut out),
+        scalar => {
+            out.push_str(&yaml_scalar(scalar));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn indent(level: usize, out: &mut String) {
+    for _ in 0..level {
+        out.push_str("  ");
+    }
+}
+
+fn yaml_map(map: &Map<String, Value>, level: usize, out: &mut String) {
+    for (key, value) in map {
+        indent(level, out);
+        out.push_str(&yaml_string(key));
+        out.push(':');
+        yaml_child(value, level, out);
+    }
+}
+
+fn yaml_list(list: &[Value], level: usize, out: &mut String) {
+    for value in list {
+        indent(level, out);
+        out.push('-');
+        match value {
+            // A map item starts on the dash's line: "- key: value", the rest aligned under it.
+            Value::Object(map) if !map.is_empty() => {
+                let mut item = String::new();
+                yaml_map(map, level + 1, &mut item);
+                out.push(' ');
+                out.push_str(item.trim_start());
+            }
+            _ => yaml_child(value, level, out),
+        }
+    }
+}
+
+/// The value after `key:` or `-`: a scalar on the same line, a collection on the next lines.
+fn yaml_child(value: &Value, level: usize, out: &mut String) {
+    match value {
+        Value::Object(map) if !map.is_empty() => {
+            out.push('\n');
+            yaml_map(map, level + 1, out);
+        }
+        Value::Array(list) if !list.is_empty() => {
+            out.push('\n');
+            yaml_list(list, level + 1, out);
+        }
+        scalar => {
+            out.push(' ');
+            out.push_str(&yaml_scalar(scalar));
+            out.push('\n');
+        }
+    }
+}
+
+fn yaml_scalar(value: &Value) -> String {
+    match value {
+        Value::Null => "null".to_string(),
+        Value::Bool(flag) => flag.to_string(),
+        Value::Number(number) => number.to_string(),
+        Value::String(text) => yaml_string(text),
+        Value::Array(_) => "[]".to_string(),
+        Value::Object(_) => "{}".to_string(),
+    }
+}
+
+/// Plain when unambiguous (starts with a letter or `_`, then letters, digits, `_`, `-`, `.`, and
+/// is not a YAML keyword), else a JSON string, which is valid YAML. A leading digit is always
+/// quoted: hex ids such as `12e4...` would otherwise read as numbers.
+fn yaml_string(text: &str) -> String {
+    let plain = text.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        && !matches!(
+            text.to_ascii_lowercase().as_str(),
+            "true" | "false" | "null" | "yes" | "no" | "on" | "off" | "y" | "n" | "~"
+        );
+    if plain {
+        text.to_string()
+    } else {
+        Value::String(text.to_string()).to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yaml_of_nested_values() {
+        let value = json!({
+            "participants": {
+                "12": [
+                    {"kind": "allocation", "id": "00ff", "size": 4096, "names": ["a", "b"]},
+                    {"kind": "mapping", "empty": [], "nested": {"x": null}},
+                ],
+            },
+            "flag": true,
+            "text": "two words",
+        });
+        // serde_json's map (no preserve_order feature) keeps keys sorted.
+        let expected = "\
+flag: true
+participants:
+  \"12\":
+    - id: \"00ff\"
+      kind: allocation
+      names:
+        - a
+        - b
+      size: 4096
+    - empty: []
+      kind: mapping
+      nested:
+        x: null
+text: \"two words\"
+";
+        assert_eq!(yaml(&value), expected);
+    }
+
+    #[test]
+    fn yaml_quotes_ambiguous_strings() {
+        for (text, expected) in [
+            ("plain", "plain"),
+            ("yes", "\"yes\""),
+            ("123", "\"123\""),
+            ("1e5", "\"1e5\""),
+            ("Null", "\"Null\""),
+            ("", "\"\""),
+            ("a: b", "\"a: b\""),
+            ("-x", "\"-x\""),
+        ] {
+            assert_eq!(yaml_string(text), expected, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn handle_type_names_cover_bits() {
+        assert_eq!(handle_type_names(HandleTypes::NONE), ["none"]);
+        assert_eq!(
+            handle_type_names(HandleTypes::POSIX_FILE_DESCRIPTOR.union(HandleTypes::FABRIC)),
+            ["posix_file_descriptor", "fabric"]
+        );
+    }
+}
