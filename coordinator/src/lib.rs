@@ -8,4 +8,5 @@
 
 pub mod fixtures;
 pub mod render;
+pub mod state;
 pub mod validate;
