@@ -1,0 +1,142 @@
+//! The real driver: `dlopen("libcuda.so.1")` (or `CUINTERPOSE_DRIVER`), resolved once through
+//! glibc's own `dlsym` into a table of typed function pointers.
+//!
+//! The table is loaded on the first call that needs it, so a process that never calls CUDA
+//! pays nothing but the library load.
+
+use crate::abi::{RawAccessDesc, RawAllocProp, RawMulticastProp};
+use crate::error::{CuError, CuResult};
+use crate::ffi::dlsym::real_dlsym;
+use crate::log;
+use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
+use std::sync::OnceLock;
+
+/// Environment variable naming the driver library to load instead of `libcuda.so.1`.
+pub const DRIVER_VARIABLE: &str = "CUINTERPOSE_DRIVER";
+
+macro_rules! table {
+    ($($name:ident: fn($($arg:ty),*);)*) => {
+        /// Entry points of the real driver; `None` where the driver lacks one.
+        #[allow(non_snake_case)]
+        #[derive(Debug, Clone, Copy)]
+        pub struct Driver {
+            /// The `dlopen` handle, as an address (kept open for the life of the process).
+            pub handle: usize,
+            $(pub $name: Option<unsafe extern "C" fn($($arg),*) -> u32>,)*
+        }
+
+        impl Driver {
+            fn resolve(handle: *mut c_void) -> Self {
+                Driver {
+                    handle: handle as usize,
+                    $($name: {
+                        let name = concat!(stringify!($name), "\0");
+                        // SAFETY: `handle` came from dlopen; the name is NUL-terminated.
+                        let p = unsafe { real_dlsym(handle, name.as_ptr().cast()) };
+                        // SAFETY: a non-null result is the driver's function of that name,
+                        // whose C prototype (cuda.h) is the declared one.
+                        (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) -> u32>(p) })
+                    },)*
+                }
+            }
+        }
+    };
+}
+
+table! {
+    cuInit: fn(c_uint);
+    cuGetProcAddress: fn(*const c_char, *mut *mut c_void, c_int, u64);
+    cuGetProcAddress_v2: fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_uint);
+    cuDeviceGetAttribute: fn(*mut c_int, c_int, c_int);
+    cuDevicePrimaryCtxRetain: fn(*mut usize, c_int);
+    cuDevicePrimaryCtxRelease_v2: fn(c_int);
+    cuCtxGetCurrent: fn(*mut usize);
+    cuCtxSetCurrent: fn(usize);
+    cuCtxGetDevice: fn(*mut c_int);
+    cuCtxSynchronize: fn();
+    cuStreamCreate: fn(*mut usize, c_uint);
+    cuStreamSynchronize: fn(usize);
+    cuStreamDestroy_v2: fn(usize);
+    cuMemAddressReserve: fn(*mut u64, usize, usize, u64, u64);
+    cuMemAddressFree: fn(u64, usize);
+    cuMemCreate: fn(*mut u64, usize, *const RawAllocProp, u64);
+    cuMemRelease: fn(u64);
+    cuMemRetainAllocationHandle: fn(*mut u64, *mut c_void);
+    cuMemMap: fn(u64, usize, usize, u64, u64);
+    cuMemUnmap: fn(u64, usize);
+    cuMemSetAccess: fn(u64, usize, *const RawAccessDesc, usize);
+    cuMemGetAllocationGranularity: fn(*mut usize, *const RawAllocProp, c_uint);
+    cuMemGetAllocationPropertiesFromHandle: fn(*mut RawAllocProp, u64);
+    cuMemExportToShareableHandle: fn(*mut c_void, u64, c_uint, u64);
+    cuMemImportFromShareableHandle: fn(*mut u64, *mut c_void, c_uint);
+    cuMemHostRegister_v2: fn(*mut c_void, usize, c_uint);
+    cuMemHostUnregister: fn(*mut c_void);
+    cuMemcpyDtoHAsync_v2: fn(*mut c_void, u64, usize, usize);
+    cuMemcpyHtoDAsync_v2: fn(u64, *const c_void, usize, usize);
+    cuMemAlloc_v2: fn(*mut u64, usize);
+    cuMemFree_v2: fn(u64);
+    cuMemGetAddressRange_v2: fn(*mut u64, *mut usize, u64);
+    cuMulticastCreate: fn(*mut u64, *const RawMulticastProp);
+    cuMulticastAddDevice: fn(u64, c_int);
+    cuMulticastBindMem: fn(u64, usize, u64, usize, usize, u64);
+    cuMulticastBindMem_v2: fn(u64, c_int, usize, u64, usize, usize, u64);
+    cuMulticastBindAddr: fn(u64, usize, u64, usize, u64);
+    cuMulticastBindAddr_v2: fn(u64, c_int, usize, u64, usize, u64);
+    cuMulticastUnbind: fn(u64, c_int, usize, usize);
+    cuMulticastGetGranularity: fn(*mut usize, *const RawMulticastProp, c_uint);
+}
+
+static DRIVER: OnceLock<Result<Driver, String>> = OnceLock::new();
+
+/// The driver table, loading it on first use. A driver that cannot be loaded gives
+/// `CUDA_ERROR_NOT_INITIALIZED` (logged once).
+#[inline]
+pub fn driver() -> CuResult<&'static Driver> {
+    match DRIVER.get_or_init(load) {
+        Ok(driver) => Ok(driver),
+        Err(_) => Err(CuError::NOT_INITIALIZED),
+    }
+}
+
+fn load() -> Result<Driver, String> {
+    let path = std::env::var_os(DRIVER_VARIABLE)
+        .filter(|v| !v.is_empty())
+        .map(|v| v.into_encoded_bytes())
+        .unwrap_or_else(|| b"libcuda.so.1".to_vec());
+    let shown = String::from_utf8_lossy(&path).into_owned();
+    let Ok(cpath) = CString::new(path) else {
+        let message = format!("{DRIVER_VARIABLE}={shown:?} contains a NUL byte");
+        log!("cannot load the CUDA driver: {message}");
+        return Err(message);
+    };
+    // SAFETY: a NUL-terminated path; dlopen has no other precondition.
+    let handle = unsafe { libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if handle.is_null() {
+        // SAFETY: dlerror returns null or a NUL-terminated message owned by libc.
+        let reason = unsafe { libc::dlerror() };
+        let reason = if reason.is_null() {
+            "unknown error".to_owned()
+        } else {
+            // SAFETY: non-null, NUL-terminated (above).
+            unsafe { CStr::from_ptr(reason) }.to_string_lossy().into_owned()
+        };
+        let message = format!("dlopen({shown}) failed: {reason}");
+        log!("cannot load the CUDA driver: {message}");
+        return Err(message);
+    }
+    Ok(Driver::resolve(handle))
+}
+
+/// Calls a driver entry point: `NOT_INITIALIZED` when the driver lacks it, else its result.
+#[macro_export]
+macro_rules! call {
+    ($driver:expr, $name:ident($($arg:expr),* $(,)?)) => {{
+        match $driver.$name {
+            // SAFETY: the pointer is the driver's own function with this prototype (see
+            // `Driver::resolve`); every argument is what cuda.h asks for, and pointer
+            // arguments point at live locals or application memory the caller vouched for.
+            Some(f) => $crate::error::CuError::check(unsafe { f($($arg),*) }),
+            None => Err($crate::error::CuError::NOT_INITIALIZED),
+        }
+    }};
+}

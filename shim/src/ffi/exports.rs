@@ -1,0 +1,230 @@
+//! The driver entry points the shim exports in place of the driver's.
+
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+// The safety contract of every function here is the one cuda.h documents for it.
+
+use super::{entry, non_null, read, write};
+use crate::abi::{RawAccessDesc, RawAllocProp, RawMulticastProp};
+use crate::call;
+use crate::driver::driver;
+use crate::error::CuError;
+use crate::sharing::Exported;
+use crate::{multicast, ops, sharing};
+use std::ffi::{c_int, c_uint, c_void};
+use std::os::fd::IntoRawFd;
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuInit(flags: c_uint) -> u32 {
+    entry("cuInit", || ops::init(flags))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetAllocationGranularity(
+    granularity: *mut usize,
+    prop: *const RawAllocProp,
+    option: c_uint,
+) -> u32 {
+    entry("cuMemGetAllocationGranularity", || {
+        call!(driver()?, cuMemGetAllocationGranularity(granularity, prop, option))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemCreate(
+    handle: *mut u64,
+    size: usize,
+    prop: *const RawAllocProp,
+    flags: u64,
+) -> u32 {
+    entry("cuMemCreate", || {
+        non_null(handle)?;
+        // SAFETY: `prop` points at a CUmemAllocationProp (cuda.h) or is null.
+        let prop = unsafe { read(prop) }?;
+        let value = ops::mem_create(size, &prop, flags)?;
+        // SAFETY: `handle` is the caller's output (checked non-null above).
+        unsafe { write(handle, value) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemRelease(handle: u64) -> u32 {
+    entry("cuMemRelease", || ops::mem_release(handle))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemRetainAllocationHandle(handle: *mut u64, address: *mut c_void) -> u32 {
+    entry("cuMemRetainAllocationHandle", || {
+        non_null(handle)?;
+        let value = ops::retain(address as usize as u64)?;
+        // SAFETY: the caller's output, checked non-null.
+        unsafe { write(handle, value) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemMap(address: u64, size: usize, offset: usize, handle: u64, flags: u64) -> u32 {
+    entry("cuMemMap", || ops::map(address, size, offset, handle, flags))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemUnmap(address: u64, size: usize) -> u32 {
+    entry("cuMemUnmap", || ops::unmap(address, size))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemSetAccess(
+    address: u64,
+    size: usize,
+    descriptors: *const RawAccessDesc,
+    count: usize,
+) -> u32 {
+    entry("cuMemSetAccess", || {
+        if descriptors.is_null() {
+            // The driver answers this one itself.
+            return call!(driver()?, cuMemSetAccess(address, size, descriptors, count));
+        }
+        if count > isize::MAX as usize / std::mem::size_of::<RawAccessDesc>() {
+            return Err(CuError::INVALID_VALUE);
+        }
+        // SAFETY: cuda.h: `descriptors` points at `count` CUmemAccessDesc; plain integers.
+        let list = unsafe { std::slice::from_raw_parts(descriptors, count) };
+        ops::set_access(address, size, list)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetAllocationPropertiesFromHandle(
+    prop: *mut RawAllocProp,
+    handle: u64,
+) -> u32 {
+    entry("cuMemGetAllocationPropertiesFromHandle", || {
+        non_null(prop)?;
+        // SAFETY: non-null output struct of the caller; the driver fills it.
+        let out = unsafe { &mut *prop };
+        ops::properties_from_handle(out, handle)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemExportToShareableHandle(
+    shareable: *mut c_void,
+    handle: u64,
+    handle_type: c_uint,
+    flags: u64,
+) -> u32 {
+    entry("cuMemExportToShareableHandle", || {
+        match sharing::export(handle, handle_type, flags, shareable)? {
+            Exported::Native => Ok(()),
+            Exported::Ticket(fd) => {
+                if shareable.is_null() {
+                    return Err(CuError::INVALID_VALUE);
+                }
+                // SAFETY: for POSIX FD exports `shareable` points at an int (cuda.h).
+                unsafe { write(shareable.cast::<c_int>(), fd.into_raw_fd()) }
+            }
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemImportFromShareableHandle(
+    handle: *mut u64,
+    os_handle: *mut c_void,
+    handle_type: c_uint,
+) -> u32 {
+    entry("cuMemImportFromShareableHandle", || {
+        non_null(handle)?;
+        let value = sharing::import(os_handle, handle_type)?;
+        // SAFETY: the caller's output, checked non-null.
+        unsafe { write(handle, value) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMulticastCreate(handle: *mut u64, prop: *const RawMulticastProp) -> u32 {
+    entry("cuMulticastCreate", || {
+        non_null(handle)?;
+        // SAFETY: `prop` points at a CUmulticastObjectProp (cuda.h) or is null.
+        let prop = unsafe { read(prop) }?;
+        let value = multicast::create(&prop)?;
+        // SAFETY: the caller's output, checked non-null.
+        unsafe { write(handle, value) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMulticastAddDevice(handle: u64, device: c_int) -> u32 {
+    entry("cuMulticastAddDevice", || multicast::add_device(handle, device))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMulticastBindMem(
+    handle: u64,
+    multicast_offset: usize,
+    member: u64,
+    member_offset: usize,
+    size: usize,
+    flags: u64,
+) -> u32 {
+    entry("cuMulticastBindMem", || {
+        multicast::bind_mem(handle, None, multicast_offset, member, member_offset, size, flags)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMulticastBindMem_v2(
+    handle: u64,
+    device: c_int,
+    multicast_offset: usize,
+    member: u64,
+    member_offset: usize,
+    size: usize,
+    flags: u64,
+) -> u32 {
+    entry("cuMulticastBindMem_v2", || {
+        multicast::bind_mem(handle, Some(device), multicast_offset, member, member_offset, size, flags)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMulticastBindAddr(
+    handle: u64,
+    multicast_offset: usize,
+    address: u64,
+    size: usize,
+    flags: u64,
+) -> u32 {
+    entry("cuMulticastBindAddr", || {
+        multicast::bind_addr(handle, None, multicast_offset, address, size, flags)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMulticastBindAddr_v2(
+    handle: u64,
+    device: c_int,
+    multicast_offset: usize,
+    address: u64,
+    size: usize,
+    flags: u64,
+) -> u32 {
+    entry("cuMulticastBindAddr_v2", || {
+        multicast::bind_addr(handle, Some(device), multicast_offset, address, size, flags)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMulticastUnbind(handle: u64, device: c_int, multicast_offset: usize, size: usize) -> u32 {
+    entry("cuMulticastUnbind", || multicast::unbind(handle, device, multicast_offset, size))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMulticastGetGranularity(
+    granularity: *mut usize,
+    prop: *const RawMulticastProp,
+    option: c_uint,
+) -> u32 {
+    entry("cuMulticastGetGranularity", || {
+        call!(driver()?, cuMulticastGetGranularity(granularity, prop, option))
+    })
+}

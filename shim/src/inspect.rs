@@ -1,0 +1,96 @@
+//! The records an inspection reports: the generated schema types, built from the registry,
+//! in a deterministic order.
+
+use crate::registry::{BindingTarget, Kind, Registry};
+use cuinterpose_protocol::{
+    AddressBindingSource, AllocationRecord, BindingSource, BoundedVec, MappingRecord, MemberRange,
+    MemoryBindingSource, MulticastBindingRecord, MulticastDeviceRecord, MulticastMappingRecord,
+    MulticastRecord, Record, MAX_RECORDS,
+};
+
+/// Every record of this process, sorted; `Err` with the count when they exceed `MAX_RECORDS`.
+pub fn records(r: &Registry) -> Result<BoundedVec<Record, MAX_RECORDS>, usize> {
+    let mut out = Vec::new();
+    for a in r.allocations.values() {
+        out.push(Record::Allocation(AllocationRecord {
+            allocation: a.reference.clone(),
+            size: a.size,
+            properties: a.properties.clone(),
+            host_carrier: a.host_carrier(r.pid),
+            handle_count: a.handle_refs,
+        }));
+    }
+    for (&address, m) in &r.mappings {
+        // Access lists are bounded when they are recorded (cuMemSetAccess refuses more).
+        let access = BoundedVec::try_from(m.access.clone()).unwrap_or_default();
+        match m.kind {
+            Kind::Unicast => {
+                let Some(a) = r.allocations.get(&m.id) else { continue };
+                out.push(Record::Mapping(MappingRecord {
+                    allocation: a.reference.clone(),
+                    address,
+                    size: m.size,
+                    offset: m.offset,
+                    access,
+                }));
+            }
+            Kind::Multicast => {
+                let Some(o) = r.multicasts.get(&m.id) else { continue };
+                out.push(Record::MulticastMapping(MulticastMappingRecord {
+                    object: o.reference.clone(),
+                    address,
+                    size: m.size,
+                    offset: m.offset,
+                    flags: m.flags,
+                    access,
+                }));
+            }
+        }
+    }
+    for o in r.multicasts.values() {
+        out.push(Record::Multicast(MulticastRecord {
+            object: o.reference.clone(),
+            properties: o.properties.clone(),
+            handle_count: o.handle_refs,
+        }));
+        for &device in &o.devices {
+            out.push(Record::MulticastDevice(MulticastDeviceRecord {
+                object: o.reference.clone(),
+                device,
+            }));
+        }
+        for b in &o.bindings {
+            let source = match &b.target {
+                BindingTarget::Memory { member, offset } => {
+                    BindingSource::Memory(MemoryBindingSource {
+                        member: MemberRange {
+                            allocation: member.clone(),
+                            offset: *offset,
+                        },
+                    })
+                }
+                BindingTarget::Address { address, member } => {
+                    BindingSource::Address(AddressBindingSource {
+                        address: *address,
+                        member: member.as_ref().map(|(allocation, offset)| MemberRange {
+                            allocation: allocation.clone(),
+                            offset: *offset,
+                        }),
+                    })
+                }
+            };
+            out.push(Record::MulticastBinding(MulticastBindingRecord {
+                object: o.reference.clone(),
+                source,
+                multicast_offset: b.multicast_offset,
+                size: b.size,
+                flags: b.flags,
+                version: b.version,
+                device: b.device,
+            }));
+        }
+    }
+    out.sort();
+    let count = out.len();
+    BoundedVec::try_from(out).map_err(|_| count)
+}

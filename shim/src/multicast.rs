@@ -1,0 +1,312 @@
+//! Multicast objects: creation, devices, bindings, unbinding and import.
+//!
+//! Bind and add-device calls can wait for other processes (the driver holds a bind until the
+//! whole team has joined), so they run with the registry lock dropped; while one is in flight
+//! `inspect` and `begin_checkpoint` are refused instead of waiting.
+
+use crate::abi::{RawMulticastProp, consts};
+use crate::call;
+use crate::context;
+use crate::convert;
+use crate::driver::{Driver, driver};
+use crate::error::{CuError, CuResult};
+use crate::log;
+use crate::ops::{new_capability, new_id};
+use crate::process;
+use crate::registry::{Binding, BindingTarget, Kind, Multicast, Registry, is_logical};
+use crate::sharing;
+use cuinterpose_protocol::{
+    AllocationReference, BindingVersion, CapabilityToken, LocationType, MulticastProperties,
+};
+use std::os::fd::{AsFd, OwnedFd};
+
+pub fn create(prop: &RawMulticastProp) -> CuResult<u64> {
+    let d = driver()?;
+    let types = prop.handle_types;
+    if types != 0 && types != u64::from(consts::HANDLE_TYPE_POSIX_FD) {
+        log!(
+            "cuMulticastCreate: handle types {types:#x} refused with CUDA_ERROR_NOT_SUPPORTED: only \
+             POSIX file descriptors (1) or none can be checkpointed"
+        );
+        return Err(CuError::NOT_SUPPORTED);
+    }
+    let properties = convert::multicast_properties(prop)?;
+    process::with(|r| {
+        r.require_active()?;
+        let context = context::current(d);
+        let mut raw = 0;
+        call!(d, cuMulticastCreate(&mut raw, prop))?;
+        let id = new_id();
+        let object = Multicast {
+            reference: AllocationReference {
+                id,
+                creator_pid: r.pid,
+            },
+            driver: Some(raw),
+            properties,
+            shared: false,
+            context,
+            capability: new_capability(),
+            primary_handle: 0,
+            handle_refs: 0,
+            mappings: 0,
+            devices: Vec::new(),
+            bindings: Vec::new(),
+        };
+        adopt(d, r, object)
+    })
+}
+
+fn adopt(d: &Driver, r: &mut Registry, object: Multicast) -> CuResult<u64> {
+    let raw = object.driver.expect("adopt takes a live driver handle");
+    if is_logical(raw) {
+        let _ = call!(d, cuMemRelease(raw));
+        log!("the driver returned handle {raw:#x}, which carries the shim's tag; refused");
+        return Err(CuError::UNKNOWN);
+    }
+    let id = object.reference.id;
+    r.multicasts.insert(id, object);
+    match r.mint(id, Kind::Multicast) {
+        Ok(handle) => {
+            r.multicasts.get_mut(&id).expect("inserted above").primary_handle = handle;
+            Ok(handle)
+        }
+        Err(e) => {
+            r.multicasts.remove(&id);
+            let _ = call!(d, cuMemRelease(raw));
+            Err(e)
+        }
+    }
+}
+
+/// Records an imported multicast object (the FD came from its creator).
+pub fn adopt_import(
+    d: &Driver,
+    r: &mut Registry,
+    reference: AllocationReference,
+    properties: MulticastProperties,
+    capability: CapabilityToken,
+    fd: OwnedFd,
+) -> CuResult<u64> {
+    let context = context::current(d);
+    let raw = sharing::import_fd(d, fd.as_fd())?;
+    drop(fd);
+    let object = Multicast {
+        reference,
+        driver: Some(raw),
+        properties,
+        shared: true,
+        context,
+        capability,
+        primary_handle: 0,
+        handle_refs: 0,
+        mappings: 0,
+        devices: Vec::new(),
+        bindings: Vec::new(),
+    };
+    adopt(d, r, object)
+}
+
+/// Runs a driver call that may wait on other processes with the registry lock dropped.
+fn unlocked<T>(call: impl FnOnce() -> CuResult<T>) -> CuResult<T> {
+    process::with(|r| {
+        r.unlocked_calls += 1;
+        Ok(())
+    })?;
+    let result = call();
+    let mut guard = process::lock();
+    if let Some(r) = guard.as_mut() {
+        r.unlocked_calls -= 1;
+    }
+    result
+}
+
+fn object_driver(r: &Registry, handle: u64) -> CuResult<(cuinterpose_protocol::AllocationId, u64)> {
+    let entry = r.entry(handle)?;
+    if entry.kind != Kind::Multicast {
+        return Err(CuError::INVALID_HANDLE);
+    }
+    let m = r.multicasts.get(&entry.id).ok_or(CuError::INVALID_HANDLE)?;
+    Ok((entry.id, m.driver.ok_or(CuError::INVALID_HANDLE)?))
+}
+
+pub fn add_device(handle: u64, device: i32) -> CuResult<()> {
+    let d = driver()?;
+    if !is_logical(handle) {
+        return call!(d, cuMulticastAddDevice(handle, device));
+    }
+    let (id, raw) = process::with(|r| {
+        r.require_active()?;
+        object_driver(r, handle)
+    })?;
+    let current = context::current(d);
+    unlocked(|| call!(d, cuMulticastAddDevice(raw, device)))?;
+    process::with(|r| {
+        if let Some(m) = r.multicasts.get_mut(&id) {
+            if !m.devices.contains(&device) {
+                m.devices.push(device);
+            }
+            if m.context == 0 {
+                m.context = current;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `cuMulticastBindMem` (`device` None) and `cuMulticastBindMem_v2`.
+pub fn bind_mem(
+    handle: u64,
+    device: Option<i32>,
+    multicast_offset: usize,
+    member: u64,
+    member_offset: usize,
+    size: usize,
+    flags: u64,
+) -> CuResult<()> {
+    let d = driver()?;
+    if !is_logical(handle) {
+        if is_logical(member) {
+            log!("cuMulticastBindMem: a tracked allocation bound into an untracked multicast object cannot be checkpointed; refused");
+            return Err(CuError::NOT_SUPPORTED);
+        }
+        return match device {
+            None => call!(d, cuMulticastBindMem(handle, multicast_offset, member, member_offset, size, flags)),
+            Some(dev) => call!(d, cuMulticastBindMem_v2(handle, dev, multicast_offset, member, member_offset, size, flags)),
+        };
+    }
+    if !is_logical(member) {
+        log!("cuMulticastBindMem: memory not created through the shim cannot be restored into a multicast object; refused with CUDA_ERROR_NOT_SUPPORTED");
+        return Err(CuError::NOT_SUPPORTED);
+    }
+    let (id, raw, reference, member_raw, bound_device) = process::with(|r| {
+        r.require_active()?;
+        let (id, raw) = object_driver(r, handle)?;
+        let a = r.allocation_of(member)?;
+        if (member_offset as u64).checked_add(size as u64).is_none_or(|end| end > a.size) {
+            return Err(CuError::INVALID_VALUE);
+        }
+        let bound_device = match device {
+            Some(dev) => dev,
+            None if a.properties.location.location_type == LocationType::Device => a.properties.location.id,
+            None => return Err(CuError::NOT_SUPPORTED),
+        };
+        Ok((id, raw, a.reference.clone(), a.driver.ok_or(CuError::INVALID_HANDLE)?, bound_device))
+    })?;
+    let current = context::current(d);
+    unlocked(|| match device {
+        None => call!(d, cuMulticastBindMem(raw, multicast_offset, member_raw, member_offset, size, flags)),
+        Some(dev) => call!(d, cuMulticastBindMem_v2(raw, dev, multicast_offset, member_raw, member_offset, size, flags)),
+    })?;
+    process::with(|r| {
+        if let Some(a) = r.allocations.get_mut(&reference.id) {
+            a.shared = true;
+        }
+        record_binding(r, id, current, Binding {
+            target: BindingTarget::Memory { member: reference, offset: member_offset as u64 },
+            multicast_offset: multicast_offset as u64,
+            size: size as u64,
+            flags,
+            version: if device.is_some() { BindingVersion::V2 } else { BindingVersion::V1 },
+            device: bound_device,
+        });
+        Ok(())
+    })
+}
+
+fn record_binding(r: &mut Registry, id: cuinterpose_protocol::AllocationId, current: usize, binding: Binding) {
+    if let Some(m) = r.multicasts.get_mut(&id) {
+        if m.context == 0 {
+            m.context = current;
+        }
+        m.bindings.push(binding);
+    }
+}
+
+/// `cuMulticastBindAddr` (`device` None) and `cuMulticastBindAddr_v2`.
+pub fn bind_addr(
+    handle: u64,
+    device: Option<i32>,
+    multicast_offset: usize,
+    address: u64,
+    size: usize,
+    flags: u64,
+) -> CuResult<()> {
+    let d = driver()?;
+    if !is_logical(handle) {
+        return match device {
+            None => call!(d, cuMulticastBindAddr(handle, multicast_offset, address, size, flags)),
+            Some(dev) => call!(d, cuMulticastBindAddr_v2(handle, dev, multicast_offset, address, size, flags)),
+        };
+    }
+    if size == 0 {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let end = address.checked_add(size as u64).ok_or(CuError::INVALID_VALUE)?;
+    let (id, raw, member) = process::with(|r| {
+        r.require_active()?;
+        let (id, raw) = object_driver(r, handle)?;
+        let member = match r.mapping_at(address) {
+            Some((base, m)) if m.kind == Kind::Unicast => {
+                if end > base + m.size {
+                    return Err(CuError::INVALID_VALUE);
+                }
+                let a = r.allocations.get(&m.id).ok_or(CuError::INVALID_HANDLE)?;
+                Some((a.reference.clone(), m.offset + (address - base)))
+            }
+            Some(_) => return Err(CuError::INVALID_VALUE),
+            None => {
+                if !r.mappings_overlapping(address, size as u64).is_empty() {
+                    return Err(CuError::INVALID_VALUE);
+                }
+                None
+            }
+        };
+        Ok((id, raw, member))
+    })?;
+    let bound_device = match device {
+        Some(dev) => dev,
+        None => context::current_device(d)?,
+    };
+    let current = context::current(d);
+    unlocked(|| match device {
+        None => call!(d, cuMulticastBindAddr(raw, multicast_offset, address, size, flags)),
+        Some(dev) => call!(d, cuMulticastBindAddr_v2(raw, dev, multicast_offset, address, size, flags)),
+    })?;
+    process::with(|r| {
+        if let Some((reference, _)) = &member
+            && let Some(a) = r.allocations.get_mut(&reference.id)
+        {
+            a.shared = true;
+        }
+        record_binding(r, id, current, Binding {
+            target: BindingTarget::Address { address, member },
+            multicast_offset: multicast_offset as u64,
+            size: size as u64,
+            flags,
+            version: if device.is_some() { BindingVersion::V2 } else { BindingVersion::V1 },
+            device: bound_device,
+        });
+        Ok(())
+    })
+}
+
+pub fn unbind(handle: u64, device: i32, multicast_offset: usize, size: usize) -> CuResult<()> {
+    let d = driver()?;
+    if !is_logical(handle) {
+        return call!(d, cuMulticastUnbind(handle, device, multicast_offset, size));
+    }
+    let (id, raw) = process::with(|r| {
+        r.require_active()?;
+        object_driver(r, handle)
+    })?;
+    unlocked(|| call!(d, cuMulticastUnbind(raw, device, multicast_offset, size)))?;
+    let start = multicast_offset as u64;
+    let end = start.saturating_add(size as u64);
+    process::with(|r| {
+        if let Some(m) = r.multicasts.get_mut(&id) {
+            m.bindings.retain(|b| !(b.device == device && b.multicast_offset >= start && b.multicast_offset < end));
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,299 @@
+//! The registry: what this process holds of tracked allocations and multicast objects, the
+//! logical handles the application sees, and every mapping of them.
+//!
+//! Logical handles carry [`HANDLE_TAG`] in their top 16 bits; the low 48 bits count from 1.
+//! The registry translates them to the current driver handle, which changes across restore
+//! while the logical value stays.
+
+use crate::abi::RawAllocProp;
+use crate::error::{CuError, CuResult};
+use cuinterpose_protocol::{
+    AccessDescriptor, AllocationId, AllocationProperties, AllocationReference, BindingVersion,
+    CapabilityToken, MulticastProperties, NamespacePid, Phase,
+};
+use std::collections::{BTreeMap, HashMap};
+
+/// Tag of every logical handle: `0xC0DE` in bits 48..64.
+pub const HANDLE_TAG: u64 = 0xC0DE << 48;
+/// Bits that hold the tag.
+pub const TAG_MASK: u64 = 0xFFFF << 48;
+
+pub fn is_logical(handle: u64) -> bool {
+    handle & TAG_MASK == HANDLE_TAG
+}
+
+/// A unicast VMM allocation this process created or imported.
+#[derive(Debug)]
+pub struct Allocation {
+    pub reference: AllocationReference,
+    /// The driver's handle; `None` between `prepare_unicast` and its restore.
+    pub driver: Option<u64>,
+    pub size: u64,
+    pub properties: AllocationProperties,
+    /// `CUmemAllocationProp::allocFlags` at creation, so restore recreates the same memory.
+    pub alloc_flags: [u8; 8],
+    /// Exported, imported, IPC-shared or bound into multicast; never goes back to false.
+    pub shared: bool,
+    /// The context current at creation or import (0: none was); the lifecycle works in it.
+    pub context: usize,
+    /// Authorizes `export` requests for this allocation (the creator's token).
+    pub capability: CapabilityToken,
+    /// The logical handle `cuMemCreate` (or the first import) returned.
+    pub primary_handle: u64,
+    /// Live references over all logical handles of this allocation.
+    pub handle_refs: u64,
+    /// Recorded mappings of this allocation.
+    pub mappings: u64,
+    /// Set for `cuMemAlloc` conversions (memory IPC adapter): requested size and extent.
+    pub malloc: Option<MallocInfo>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MallocInfo {
+    pub requested: u64,
+    /// IPC opens of an imported region (0 for the creator's own).
+    pub opens: u64,
+}
+
+impl Allocation {
+    pub fn is_creator(&self, me: NamespacePid) -> bool {
+        self.reference.creator_pid == me
+    }
+
+    /// Whether this process saves the allocation's bytes in its host carrier.
+    pub fn host_carrier(&self, me: NamespacePid) -> bool {
+        self.shared && self.is_creator(me)
+    }
+
+    pub fn raw_properties(&self) -> RawAllocProp {
+        crate::convert::raw_allocation_properties(&self.properties, self.alloc_flags)
+    }
+}
+
+/// A multicast object this process created or imported.
+#[derive(Debug)]
+pub struct Multicast {
+    pub reference: AllocationReference,
+    pub driver: Option<u64>,
+    pub properties: MulticastProperties,
+    pub shared: bool,
+    pub context: usize,
+    pub capability: CapabilityToken,
+    pub primary_handle: u64,
+    pub handle_refs: u64,
+    pub mappings: u64,
+    /// Devices this process added, in order.
+    pub devices: Vec<i32>,
+    pub bindings: Vec<Binding>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BindingTarget {
+    /// `cuMulticastBindMem`: a tracked allocation and an offset into it.
+    Memory { member: AllocationReference, offset: u64 },
+    /// `cuMulticastBindAddr`: an address, inside a tracked mapping or not.
+    Address { address: u64, member: Option<(AllocationReference, u64)> },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    pub target: BindingTarget,
+    pub multicast_offset: u64,
+    pub size: u64,
+    pub flags: u64,
+    pub version: BindingVersion,
+    pub device: i32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Unicast,
+    Multicast,
+}
+
+/// One `cuMemMap` of a tracked allocation or multicast object.
+#[derive(Debug, Clone)]
+pub struct Mapping {
+    pub id: AllocationId,
+    pub kind: Kind,
+    pub size: u64,
+    pub offset: u64,
+    pub flags: u64,
+    /// Granted access, sorted by location; a location appears at most once.
+    pub access: Vec<AccessDescriptor>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct HandleEntry {
+    pub id: AllocationId,
+    pub kind: Kind,
+    pub refs: u64,
+}
+
+/// Everything the shim knows about this process's tracked CUDA memory.
+#[derive(Debug)]
+pub struct Registry {
+    pub pid: NamespacePid,
+    pub phase: Phase,
+    /// Why the process is fail-stopped, once it is.
+    pub failure: Option<String>,
+    pub allocations: BTreeMap<AllocationId, Allocation>,
+    pub multicasts: BTreeMap<AllocationId, Multicast>,
+    pub handles: HashMap<u64, HandleEntry>,
+    /// By base address.
+    pub mappings: BTreeMap<u64, Mapping>,
+    /// Driver handles of imports that were not tickets, with their live counts.
+    pub raw_imports: HashMap<u64, u64>,
+    /// Driver calls in flight with the registry lock dropped (multicast collectives).
+    pub unlocked_calls: u64,
+    /// The host carrier between `save_allocations` and `load_allocations`.
+    pub arena: Option<crate::carrier::Arena>,
+    next_handle: u64,
+}
+
+impl Registry {
+    pub fn new(pid: NamespacePid) -> Self {
+        Registry {
+            pid,
+            phase: Phase::Active,
+            failure: None,
+            allocations: BTreeMap::new(),
+            multicasts: BTreeMap::new(),
+            handles: HashMap::new(),
+            mappings: BTreeMap::new(),
+            raw_imports: HashMap::new(),
+            unlocked_calls: 0,
+            arena: None,
+            next_handle: 0,
+        }
+    }
+
+    /// Tracked calls are allowed only while active.
+    pub fn require_active(&self) -> CuResult<()> {
+        if self.failure.is_some() {
+            return Err(CuError::UNKNOWN);
+        }
+        if self.phase != Phase::Active {
+            return Err(CuError::NOT_READY);
+        }
+        Ok(())
+    }
+
+    /// A fresh logical handle naming `id`, with one reference.
+    pub fn mint(&mut self, id: AllocationId, kind: Kind) -> CuResult<u64> {
+        if self.next_handle >= !TAG_MASK {
+            return Err(CuError::OUT_OF_MEMORY);
+        }
+        self.next_handle += 1;
+        let handle = HANDLE_TAG | self.next_handle;
+        self.handles.insert(handle, HandleEntry { id, kind, refs: 1 });
+        self.add_handle_ref(id, kind, 1);
+        Ok(handle)
+    }
+
+    /// Adds a reference to `handle` (re-creating its entry if the last one was released).
+    pub fn retain_handle(&mut self, handle: u64, id: AllocationId, kind: Kind) {
+        self.handles
+            .entry(handle)
+            .or_insert(HandleEntry { id, kind, refs: 0 })
+            .refs += 1;
+        self.add_handle_ref(id, kind, 1);
+    }
+
+    fn add_handle_ref(&mut self, id: AllocationId, kind: Kind, delta: u64) {
+        match kind {
+            Kind::Unicast => {
+                if let Some(a) = self.allocations.get_mut(&id) {
+                    a.handle_refs += delta;
+                }
+            }
+            Kind::Multicast => {
+                if let Some(m) = self.multicasts.get_mut(&id) {
+                    m.handle_refs += delta;
+                }
+            }
+        }
+    }
+
+    pub fn entry(&self, handle: u64) -> CuResult<HandleEntry> {
+        self.handles
+            .get(&handle)
+            .copied()
+            .ok_or(CuError::INVALID_HANDLE)
+    }
+
+    /// Drops one reference of a logical handle; returns the object it named.
+    pub fn drop_handle(&mut self, handle: u64) -> CuResult<HandleEntry> {
+        let entry = self
+            .handles
+            .get_mut(&handle)
+            .ok_or(CuError::INVALID_HANDLE)?;
+        entry.refs -= 1;
+        let entry = *entry;
+        if entry.refs == 0 {
+            self.handles.remove(&handle);
+        }
+        match entry.kind {
+            Kind::Unicast => {
+                if let Some(a) = self.allocations.get_mut(&entry.id) {
+                    a.handle_refs -= 1;
+                }
+            }
+            Kind::Multicast => {
+                if let Some(m) = self.multicasts.get_mut(&entry.id) {
+                    m.handle_refs -= 1;
+                }
+            }
+        }
+        Ok(entry)
+    }
+
+    /// The unicast allocation behind a logical handle.
+    pub fn allocation_of(&self, handle: u64) -> CuResult<&Allocation> {
+        let entry = self.entry(handle)?;
+        match entry.kind {
+            Kind::Unicast => self
+                .allocations
+                .get(&entry.id)
+                .ok_or(CuError::INVALID_HANDLE),
+            Kind::Multicast => Err(CuError::INVALID_HANDLE),
+        }
+    }
+
+    /// The mapping that contains `address`, with its base.
+    pub fn mapping_at(&self, address: u64) -> Option<(u64, &Mapping)> {
+        let (&base, mapping) = self.mappings.range(..=address).next_back()?;
+        (address - base < mapping.size).then_some((base, mapping))
+    }
+
+    /// Bases of the mappings that start inside `[address, address + size)`.
+    pub fn mappings_starting_in(&self, address: u64, size: u64) -> Vec<u64> {
+        let end = address.saturating_add(size);
+        self.mappings.range(address..end).map(|(&b, _)| b).collect()
+    }
+
+    /// Bases of the mappings that overlap `[address, address + size)`.
+    pub fn mappings_overlapping(&self, address: u64, size: u64) -> Vec<u64> {
+        let end = address.saturating_add(size);
+        let mut bases: Vec<u64> = self.mappings.range(address..end).map(|(&b, _)| b).collect();
+        if let Some((base, _)) = self.mapping_at(address)
+            && base < address
+        {
+            bases.insert(0, base);
+        }
+        bases
+    }
+
+    /// Whether nothing keeps a unicast allocation's record alive any more.
+    pub fn unicast_unused(&self, id: &AllocationId) -> bool {
+        self.allocations
+            .get(id)
+            .is_some_and(|a| a.handle_refs == 0 && a.mappings == 0 && a.malloc.is_none())
+    }
+
+    pub fn multicast_unused(&self, id: &AllocationId) -> bool {
+        self.multicasts
+            .get(id)
+            .is_some_and(|m| m.handle_refs == 0 && m.mappings == 0)
+    }
+}

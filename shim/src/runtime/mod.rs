@@ -1,0 +1,66 @@
+//! The shim's runtime, started by the first successful `cuInit`: the control socket, the peer
+//! thread that accepts connections, and the control worker that serves the coordinator.
+
+pub mod cache;
+pub mod control;
+pub mod fork;
+pub mod peer;
+
+use crate::error::{CuError, CuResult};
+use crate::log;
+use crate::process;
+use cuinterpose_protocol::transport::{Listener, Timeouts, control_dir};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The pid the running runtime belongs to (0: none). A forked child sees its parent's value
+/// until the fork handler clears it.
+static STARTED_FOR: Mutex<u32> = Mutex::new(0);
+
+/// The listening socket's descriptor, for the fork handler to close in a child.
+pub(crate) static LISTENER_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// Starts the runtime once per process. A failure is logged and reported as
+/// `CUDA_ERROR_OPERATING_SYSTEM`: a process that cannot be reached cannot be checkpointed,
+/// and the operator should hear so now rather than at checkpoint time.
+pub fn start() -> CuResult<()> {
+    let mut started = STARTED_FOR.lock().unwrap_or_else(|p| p.into_inner());
+    let me = std::process::id();
+    if *started == me {
+        return Ok(());
+    }
+    let pid = process::own_pid();
+    let fail = |what: String| {
+        log!("cannot start: {what}");
+        CuError::OPERATING_SYSTEM
+    };
+    let timeouts = Timeouts::from_env().map_err(|e| fail(e.to_string()))?;
+    let dir = control_dir().map_err(|e| fail(e.to_string()))?;
+    let listener = Listener::bind(&dir, pid)
+        .and_then(|l| l.with_request_timeout(timeouts.control()))
+        .map_err(|e| fail(e.to_string()))?;
+    // Make sure the registry (and the fork handlers) exist before anyone can connect.
+    drop(process::lock());
+    LISTENER_FD.store(
+        std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(&listener)),
+        Ordering::SeqCst,
+    );
+    let queue = control::spawn(timeouts).map_err(|e| fail(format!("control worker: {e}")))?;
+    peer::spawn(listener, queue, timeouts).map_err(|e| fail(format!("peer thread: {e}")))?;
+    *started = me;
+    Ok(())
+}
+
+/// Called in a forked child: the parent's runtime threads do not exist here.
+pub(crate) fn forget_in_child() {
+    // The fork handler runs with no other thread alive; the lock cannot be held by anyone.
+    if let Ok(mut started) = STARTED_FOR.try_lock() {
+        *started = 0;
+    }
+    let fd = LISTENER_FD.swap(-1, Ordering::SeqCst);
+    if fd >= 0 {
+        // SAFETY: the inherited listening socket; no object in the child owns it (its owner
+        // was the parent's peer thread, which does not exist here).
+        unsafe { libc::close(fd) };
+    }
+}

@@ -1,0 +1,333 @@
+//! POSIX-FD export and import of tracked objects.
+//!
+//! The application never sees the driver's export FD: it gets a sealed ticket memfd naming the
+//! creator, the object and a capability token. Importing a ticket asks the creator's shim for
+//! the real FD (over its socket, lock dropped), imports it and closes it.
+
+use crate::abi::{RawAllocProp, consts};
+use crate::call;
+use crate::context;
+use crate::convert;
+use crate::driver::{Driver, driver};
+use crate::error::{CuError, CuResult};
+use crate::log;
+use crate::ops;
+use crate::process;
+use crate::registry::{Allocation, Kind, Registry, is_logical};
+use crate::runtime::cache;
+use cuinterpose_protocol::ticket::{TicketError, create_ticket, read_ticket};
+use cuinterpose_protocol::transport::{Endpoint, Timeouts, call_with, control_dir};
+use cuinterpose_protocol::{
+    AllocationId, AllocationReference, CapabilityToken, ExportRequest, MulticastExportReply,
+    NamespacePid, Reply, Request, ResourceKind, Ticket, UnicastExportReply,
+    VirtualShareableHandle,
+};
+use std::ffi::{c_int, c_void};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+/// What an export hands back to the FFI edge.
+#[derive(Debug)]
+pub enum Exported {
+    /// The driver wrote its own handle into the application's output.
+    Native,
+    /// A ticket FD for the application.
+    Ticket(OwnedFd),
+}
+
+pub fn export(handle: u64, handle_type: u32, flags: u64, out: *mut c_void) -> CuResult<Exported> {
+    let d = driver()?;
+    if !is_logical(handle) {
+        call!(d, cuMemExportToShareableHandle(out, handle, handle_type, flags))?;
+        return Ok(Exported::Native);
+    }
+    let ticket = process::with(|r| {
+        r.require_active()?;
+        let entry = r.entry(handle)?;
+        if handle_type != consts::HANDLE_TYPE_POSIX_FD {
+            // Tracked objects are POSIX-only: the driver answers (and refuses) other kinds.
+            let raw = driver_handle(r, entry.id, entry.kind)?;
+            call!(d, cuMemExportToShareableHandle(out, raw, handle_type, flags))?;
+            return Ok(None);
+        }
+        if flags != 0 {
+            return Err(CuError::INVALID_VALUE);
+        }
+        publish(d, r, entry.id, entry.kind).map(Some)
+    })?;
+    match ticket {
+        None => Ok(Exported::Native),
+        Some(ticket) => create_ticket(&ticket).map(Exported::Ticket).map_err(|e| {
+            log!("cuMemExportToShareableHandle: cannot create the ticket: {e}");
+            CuError::OUT_OF_MEMORY
+        }),
+    }
+}
+
+fn driver_handle(r: &Registry, id: AllocationId, kind: Kind) -> CuResult<u64> {
+    match kind {
+        Kind::Unicast => r.allocations.get(&id).and_then(|a| a.driver),
+        Kind::Multicast => r.multicasts.get(&id).and_then(|m| m.driver),
+    }
+    .ok_or(CuError::INVALID_HANDLE)
+}
+
+/// Makes sure the creator's real export FD is cached (exported once per object), marks the
+/// object shared and returns the ticket that names it.
+pub fn publish(d: &Driver, r: &mut Registry, id: AllocationId, kind: Kind) -> CuResult<Ticket> {
+    let me = r.pid;
+    let (reference, capability, resource) = match kind {
+        Kind::Unicast => {
+            let a = r.allocations.get_mut(&id).ok_or(CuError::INVALID_HANDLE)?;
+            if a.is_creator(me) && !cache::contains(&id) {
+                let raw = a.driver.ok_or(CuError::INVALID_HANDLE)?;
+                let fd = export_fd(d, raw)?;
+                cache::insert(
+                    id,
+                    fd,
+                    a.capability,
+                    Reply::UnicastExport(UnicastExportReply { size: a.size }),
+                );
+            }
+            a.shared = true;
+            (a.reference.clone(), a.capability, ResourceKind::Unicast)
+        }
+        Kind::Multicast => {
+            let m = r.multicasts.get_mut(&id).ok_or(CuError::INVALID_HANDLE)?;
+            if m.reference.creator_pid == me && !cache::contains(&id) {
+                let raw = m.driver.ok_or(CuError::INVALID_HANDLE)?;
+                let fd = export_fd(d, raw)?;
+                cache::insert(
+                    id,
+                    fd,
+                    m.capability,
+                    Reply::MulticastExport(MulticastExportReply {
+                        properties: m.properties.clone(),
+                    }),
+                );
+            }
+            m.shared = true;
+            (m.reference.clone(), m.capability, ResourceKind::Multicast)
+        }
+    };
+    Ok(Ticket {
+        handle: VirtualShareableHandle {
+            creator_pid: reference.creator_pid,
+            allocation: reference.id,
+        },
+        resource,
+        capability,
+    })
+}
+
+/// The driver's POSIX export of `raw`, close-on-exec.
+pub fn export_fd(d: &Driver, raw: u64) -> CuResult<OwnedFd> {
+    let mut fd: c_int = -1;
+    call!(
+        d,
+        cuMemExportToShareableHandle(
+            (&mut fd as *mut c_int).cast(),
+            raw,
+            consts::HANDLE_TYPE_POSIX_FD,
+            0
+        )
+    )?;
+    if fd < 0 {
+        return Err(CuError::UNKNOWN);
+    }
+    // SAFETY: the driver just created this descriptor for us; nobody else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+    Ok(fd)
+}
+
+/// The driver's POSIX import of `fd`.
+pub fn import_fd(d: &Driver, fd: BorrowedFd<'_>) -> CuResult<u64> {
+    let mut raw = 0;
+    call!(
+        d,
+        cuMemImportFromShareableHandle(
+            &mut raw,
+            fd.as_raw_fd() as usize as *mut c_void,
+            consts::HANDLE_TYPE_POSIX_FD
+        )
+    )?;
+    if is_logical(raw) {
+        let _ = call!(d, cuMemRelease(raw));
+        log!("the driver returned handle {raw:#x}, which carries the shim's tag; refused");
+        return Err(CuError::UNKNOWN);
+    }
+    Ok(raw)
+}
+
+pub fn import(os_handle: *mut c_void, handle_type: u32) -> CuResult<u64> {
+    let d = driver()?;
+    let native = || {
+        let mut raw = 0;
+        call!(d, cuMemImportFromShareableHandle(&mut raw, os_handle, handle_type))?;
+        Ok(raw)
+    };
+    if handle_type != consts::HANDLE_TYPE_POSIX_FD {
+        return native();
+    }
+    let number = os_handle as usize as c_int;
+    // SAFETY: F_GETFD only asks whether the number is an open descriptor.
+    if number < 0 || unsafe { libc::fcntl(number, libc::F_GETFD) } < 0 {
+        return native();
+    }
+    // SAFETY: the number is open (checked above) and the application lends it for the call.
+    let fd = unsafe { BorrowedFd::borrow_raw(number) };
+    match read_ticket(fd) {
+        Ok(ticket) => import_ticket(d, &ticket),
+        Err(TicketError::NotATicket(why)) => {
+            let raw = native()?;
+            process::with(|r| {
+                *r.raw_imports.entry(raw).or_insert(0) += 1;
+                Ok(())
+            })?;
+            log!(
+                "cuMemImportFromShareableHandle: fd {number} is not a cuinterpose ticket ({why}); \
+                 imported natively as a raw import: checkpoint is refused while it is held"
+            );
+            Ok(raw)
+        }
+        Err(e) => {
+            log!("cuMemImportFromShareableHandle: fd {number}: {e}; refused with CUDA_ERROR_INVALID_HANDLE");
+            Err(CuError::INVALID_HANDLE)
+        }
+    }
+}
+
+/// A handle for an object already in the registry (same allocation imported again, or an
+/// exporter importing its own export).
+fn known(r: &mut Registry, ticket: &Ticket) -> CuResult<Option<u64>> {
+    let id = ticket.handle.allocation;
+    let creator = ticket.handle.creator_pid;
+    let kind = match ticket.resource {
+        ResourceKind::Unicast => {
+            let Some(a) = r.allocations.get_mut(&id) else {
+                return Ok(None);
+            };
+            if a.reference.creator_pid != creator {
+                return Err(CuError::INVALID_HANDLE);
+            }
+            a.shared = true;
+            Kind::Unicast
+        }
+        ResourceKind::Multicast => {
+            let Some(m) = r.multicasts.get_mut(&id) else {
+                return Ok(None);
+            };
+            if m.reference.creator_pid != creator {
+                return Err(CuError::INVALID_HANDLE);
+            }
+            m.shared = true;
+            Kind::Multicast
+        }
+    };
+    r.mint(id, kind).map(Some)
+}
+
+fn import_ticket(d: &Driver, ticket: &Ticket) -> CuResult<u64> {
+    if let Some(handle) = process::with(|r| {
+        r.require_active()?;
+        known(r, ticket)
+    })? {
+        return Ok(handle);
+    }
+    let reference = AllocationReference {
+        id: ticket.handle.allocation,
+        creator_pid: ticket.handle.creator_pid,
+    };
+    let (reply, fd) = request_export(&reference, ticket.resource, ticket.capability)?;
+    process::with(|r| {
+        r.require_active()?;
+        if let Some(handle) = known(r, ticket)? {
+            return Ok(handle);
+        }
+        match reply {
+            Reply::UnicastExport(export) => {
+                let context = context::current(d);
+                let raw = import_fd(d, fd.as_fd())?;
+                drop(fd);
+                let allocation = imported_allocation(d, raw, reference, export.size, ticket.capability, context)?;
+                ops::adopt(d, r, allocation)
+            }
+            Reply::MulticastExport(export) => {
+                crate::multicast::adopt_import(d, r, reference, export.properties, ticket.capability, fd)
+            }
+            other => {
+                log!("import of {}: the creator answered {} instead of an export", reference.id, other.kind());
+                Err(CuError::INVALID_HANDLE)
+            }
+        }
+    })
+}
+
+/// The record of a freshly imported unicast allocation; releases `raw` when it cannot be
+/// tracked.
+pub fn imported_allocation(
+    d: &Driver,
+    raw: u64,
+    reference: AllocationReference,
+    size: u64,
+    capability: CapabilityToken,
+    context: usize,
+) -> CuResult<Allocation> {
+    let mut prop = RawAllocProp::new(0, 0, Default::default(), [0; 8]);
+    let properties = call!(d, cuMemGetAllocationPropertiesFromHandle(&mut prop, raw))
+        .and_then(|()| convert::allocation_properties(&prop));
+    let properties = match properties {
+        Ok(p) if ops::trackable(&p) => p,
+        _ => {
+            let _ = call!(d, cuMemRelease(raw));
+            log!("import of {}: memory of this kind cannot be checkpointed; refused", reference.id);
+            return Err(CuError::NOT_SUPPORTED);
+        }
+    };
+    Ok(Allocation {
+        reference,
+        driver: Some(raw),
+        size,
+        properties,
+        alloc_flags: prop.alloc_flags,
+        shared: true,
+        context,
+        capability,
+        primary_handle: 0,
+        handle_refs: 0,
+        mappings: 0,
+        malloc: None,
+    })
+}
+
+/// Asks the creator's shim for the real export FD of `reference` (registry lock not held).
+pub fn request_export(
+    reference: &AllocationReference,
+    resource: ResourceKind,
+    capability: CapabilityToken,
+) -> CuResult<(Reply, OwnedFd)> {
+    let creator: NamespacePid = reference.creator_pid;
+    let fail = |what: String| {
+        log!("import of {} from creator pid {creator}: {what}", reference.id);
+        CuError::INVALID_HANDLE
+    };
+    let dir = control_dir().map_err(|e| fail(e.to_string()))?;
+    let endpoint = Endpoint::for_pid(&dir, creator).map_err(|e| fail(e.to_string()))?;
+    let timeouts = Timeouts::from_env().map_err(|e| fail(e.to_string()))?;
+    let request = Request::Export(ExportRequest {
+        allocation: reference.clone(),
+        resource,
+        capability,
+    });
+    match call_with(&endpoint, &request, &timeouts) {
+        Ok((Reply::Refused(refused), _)) => Err(fail(format!(
+            "refused ({}): {}",
+            refused.code,
+            refused.message.as_str()
+        ))),
+        Ok((reply, Some(fd))) => Ok((reply, fd)),
+        Ok((reply, None)) => Err(fail(format!("{} reply without a descriptor", reply.kind()))),
+        Err(e) => Err(fail(e.to_string())),
+    }
+}
