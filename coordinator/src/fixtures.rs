@@ -262,3 +262,102 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.path);
     }
 }
+
+/// A participant that follows the shim's phase machine, without sockets: what a correct shim
+/// answers to each request (tests of the plan and fake shims behind real sockets use it).
+#[derive(Debug, Clone)]
+pub struct FakeParticipant {
+    pub pid: NamespacePid,
+    pub phase: Phase,
+    pub raw_imports: u64,
+    pub records: Vec<Record>,
+}
+
+impl FakeParticipant {
+    pub fn new(pid: NamespacePid, records: Vec<Record>) -> Self {
+        Self {
+            pid,
+            phase: Phase::Active,
+            raw_imports: 0,
+            records,
+        }
+    }
+
+    /// Bytes of the allocations it created for the host carrier.
+    pub fn carried_bytes(&self) -> u64 {
+        self.records
+            .iter()
+            .filter_map(|record| match record {
+                Record::Allocation(r) if r.host_carrier && r.allocation.creator_pid == self.pid => {
+                    Some(r.size)
+                }
+                _ => None,
+            })
+            .sum()
+    }
+
+    pub fn inspection(&self) -> InspectionReply {
+        let mut reply = inspection(self.pid.get(), self.phase, self.records.clone());
+        reply.raw_imports = self.raw_imports;
+        reply
+    }
+
+    fn refuse(
+        code: cuinterpose_protocol::RefusalCode,
+        message: String,
+    ) -> cuinterpose_protocol::Reply {
+        cuinterpose_protocol::RefusedReply {
+            code,
+            message: cuinterpose_protocol::BoundedString::truncating(&message),
+        }
+        .into()
+    }
+
+    /// The reply to `request`, moving through the phases like a shim.
+    pub fn handle(
+        &mut self,
+        request: &cuinterpose_protocol::Request,
+    ) -> cuinterpose_protocol::Reply {
+        use cuinterpose_protocol::{CompletedReply, Operation, RefusalCode, Request};
+        match request {
+            Request::Inspect => self.inspection().into(),
+            Request::BeginCheckpoint if self.phase == Phase::Active => {
+                self.phase = Phase::Frozen;
+                self.inspection().into()
+            }
+            Request::BeginCheckpoint => Self::refuse(
+                RefusalCode::OutOfOrder,
+                format!("begin_checkpoint in phase {}", self.phase),
+            ),
+            Request::Execute(execute) => {
+                let operation = execute.operation;
+                if self.phase != crate::plan::phase_before(operation) {
+                    return Self::refuse(
+                        RefusalCode::OutOfOrder,
+                        format!("{operation} in phase {}", self.phase),
+                    );
+                }
+                self.phase = crate::plan::phase_after(operation);
+                let bytes = match operation {
+                    Operation::SaveAllocations | Operation::LoadAllocations => self.carried_bytes(),
+                    _ => 0,
+                };
+                CompletedReply { operation, bytes }.into()
+            }
+            Request::Export(_) => Self::refuse(
+                RefusalCode::UnknownAllocation,
+                "this fake participant exports nothing".to_string(),
+            ),
+        }
+    }
+}
+
+/// Fake participants for every entry of `participants`.
+pub fn fake_participants(
+    participants: &BTreeMap<NamespacePid, Vec<Record>>,
+) -> BTreeMap<NamespacePid, FakeParticipant> {
+    participants
+        .iter()
+        .map(|(pid, records)| (*pid, FakeParticipant::new(*pid, records.clone())))
+        .collect()
+}

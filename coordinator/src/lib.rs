@@ -7,6 +7,8 @@
 //! [`process`] for `/proc`).
 
 pub mod fixtures;
+pub mod plan;
 pub mod render;
+pub mod report;
 pub mod state;
 pub mod validate;

@@ -1,0 +1,219 @@
+//! What a run did: per phase, its duration, the bytes moved and the participants; as text
+//! (default) or JSON.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cuinterpose_protocol::NamespacePid;
+use serde_json::{Value, json};
+
+/// One completed phase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PhaseReport {
+    /// `inspect`, `begin_checkpoint`, an operation's wire name, `publish_state`, `verify`,
+    /// `native_checkpoint`, ...
+    pub name: String,
+    pub duration: Duration,
+    /// Host-carrier bytes moved by all participants (0 where nothing is copied).
+    pub bytes: u64,
+    pub participants: usize,
+}
+
+/// A finished command.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Report {
+    /// `prepare`, `restore`, `checkpoint`, `toggle`, ...
+    pub command: String,
+    pub participants: Vec<NamespacePid>,
+    pub phases: Vec<PhaseReport>,
+    /// Creator allocations saved through host carriers.
+    pub shared_allocations: usize,
+    pub multicast_groups: usize,
+    pub checkpoint_dir: Option<PathBuf>,
+}
+
+impl Report {
+    pub fn new(command: impl Into<String>) -> Self {
+        Self {
+            command: command.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Sum of the phases' durations.
+    pub fn duration(&self) -> Duration {
+        self.phases.iter().map(|phase| phase.duration).sum()
+    }
+
+    /// Host-carrier bytes moved, all phases together.
+    pub fn bytes(&self) -> u64 {
+        self.phases
+            .iter()
+            .fold(0u64, |sum, phase| sum.saturating_add(phase.bytes))
+    }
+
+    /// Appends `other`'s phases (a composition: prepare, then native checkpoint, ...); keeps
+    /// this report's command and takes the other's participants and counts where this has none.
+    pub fn absorb(&mut self, other: Report) {
+        if self.participants.is_empty() {
+            self.participants = other.participants;
+        }
+        self.shared_allocations = self.shared_allocations.max(other.shared_allocations);
+        self.multicast_groups = self.multicast_groups.max(other.multicast_groups);
+        if self.checkpoint_dir.is_none() {
+            self.checkpoint_dir = other.checkpoint_dir;
+        }
+        self.phases.extend(other.phases);
+    }
+
+    /// Human-readable summary, one line per phase.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{}: ok in {}, {} participants ({}), {} shared allocations, {} multicast groups, {} host-carrier bytes",
+            self.command,
+            milliseconds(self.duration()),
+            self.participants.len(),
+            self.participants
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            self.shared_allocations,
+            self.multicast_groups,
+            self.bytes()
+        );
+        if let Some(dir) = &self.checkpoint_dir {
+            let _ = writeln!(out, "  checkpoint directory: {}", dir.display());
+        }
+        for phase in &self.phases {
+            let _ = write!(
+                out,
+                "  {:<28} {:>12}  {} participants",
+                phase.name,
+                milliseconds(phase.duration),
+                phase.participants
+            );
+            if phase.bytes > 0 {
+                let _ = write!(
+                    out,
+                    ", {} bytes ({:.2} GB/s)",
+                    phase.bytes,
+                    gigabytes_per_second(phase.bytes, phase.duration)
+                );
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    pub fn json(&self) -> Value {
+        json!({
+            "command": self.command,
+            "status": "ok",
+            "elapsed_ms": self.duration().as_secs_f64() * 1e3,
+            "participants": self.participants.iter().map(|pid| pid.get()).collect::<Vec<_>>(),
+            "shared_allocations": self.shared_allocations,
+            "multicast_groups": self.multicast_groups,
+            "bytes": self.bytes(),
+            "checkpoint_dir": self.checkpoint_dir.as_ref().map(|dir| dir.display().to_string()),
+            "phases": self.phases.iter().map(|phase| json!({
+                "phase": phase.name,
+                "elapsed_ms": phase.duration.as_secs_f64() * 1e3,
+                "participants": phase.participants,
+                "bytes": phase.bytes,
+                "gb_per_s": gigabytes_per_second(phase.bytes, phase.duration),
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+fn milliseconds(duration: Duration) -> String {
+    format!("{:.1} ms", duration.as_secs_f64() * 1e3)
+}
+
+/// Bytes / 1e9 / seconds; 0 for an empty phase.
+pub fn gigabytes_per_second(bytes: u64, duration: Duration) -> f64 {
+    let seconds = duration.as_secs_f64();
+    if bytes == 0 || seconds == 0.0 {
+        return 0.0;
+    }
+    bytes as f64 / 1e9 / seconds
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::pid;
+
+    fn sample() -> Report {
+        Report {
+            command: "prepare".into(),
+            participants: vec![pid(101), pid(102)],
+            phases: vec![
+                PhaseReport {
+                    name: "inspect".into(),
+                    duration: Duration::from_micros(1500),
+                    bytes: 0,
+                    participants: 2,
+                },
+                PhaseReport {
+                    name: "save_allocations".into(),
+                    duration: Duration::from_secs(2),
+                    bytes: 4_000_000_000,
+                    participants: 2,
+                },
+            ],
+            shared_allocations: 3,
+            multicast_groups: 1,
+            checkpoint_dir: Some("/ckpt".into()),
+        }
+    }
+
+    #[test]
+    fn text_names_every_phase() {
+        let text = sample().text();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert!(lines[0].starts_with("prepare: ok in 2001.5 ms, 2 participants (101, 102), 3 shared allocations, 1 multicast groups, 4000000000 host-carrier bytes"), "{text}");
+        assert_eq!(lines[1], "  checkpoint directory: /ckpt");
+        assert!(
+            lines[2].starts_with("  inspect ") && lines[2].ends_with("1.5 ms  2 participants"),
+            "{text}"
+        );
+        assert!(
+            lines[3].ends_with("2 participants, 4000000000 bytes (2.00 GB/s)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn json_carries_phases_and_totals() {
+        let value = sample().json();
+        assert_eq!(value["command"], "prepare");
+        assert_eq!(value["bytes"], 4_000_000_000u64);
+        assert_eq!(value["participants"], json!([101, 102]));
+        assert_eq!(value["phases"][1]["phase"], "save_allocations");
+        assert_eq!(value["phases"][1]["gb_per_s"], 2.0);
+        assert_eq!(value["phases"][0]["elapsed_ms"], 1.5);
+        assert_eq!(value["checkpoint_dir"], "/ckpt");
+    }
+
+    #[test]
+    fn absorb_appends_phases() {
+        let mut report = Report::new("checkpoint");
+        report.absorb(sample());
+        report.phases.push(PhaseReport {
+            name: "native_checkpoint".into(),
+            duration: Duration::from_millis(1),
+            bytes: 0,
+            participants: 2,
+        });
+        assert_eq!(report.command, "checkpoint");
+        assert_eq!(report.participants, [pid(101), pid(102)]);
+        assert_eq!(report.phases.len(), 3);
+        assert_eq!(report.bytes(), 4_000_000_000);
+    }
+}
