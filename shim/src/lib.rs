@@ -14,6 +14,7 @@ pub mod driver;
 pub mod error;
 pub mod ffi;
 pub mod inspect;
+pub mod ipc;
 pub mod lifecycle;
 pub mod log;
 pub mod multicast;

@@ -304,6 +304,9 @@ fn load(d: &Driver, r: &mut Registry) -> Step<u64> {
                 .map_err(at(|| format!("remapping allocation {id}")))?;
             let fd = sharing::export_fd(d, raw).map_err(at(|| format!("exporting allocation {id}")))?;
             cache::insert(*id, fd, a.capability, Reply::UnicastExport(UnicastExportReply { size: a.size }));
+            if a.malloc.is_some_and(|m| m.ipc_exported) {
+                cache::authorize_by_id(id);
+            }
             bytes += a.size;
         }
         Ok(bytes)

@@ -357,10 +357,9 @@ pub fn properties_from_handle(out: &mut RawAllocProp, handle: u64) -> CuResult<(
     }
     let (raw, visible) = process::with(|r| {
         let a = r.allocation_of(handle)?;
-        Ok((
-            a.driver.ok_or(CuError::INVALID_HANDLE)?,
-            a.properties.handle_types.bits(),
-        ))
+        // cuMemAlloc memory is exportable only for the shim's own use.
+        let visible = if a.malloc.is_some() { 0 } else { a.properties.handle_types.bits() };
+        Ok((a.driver.ok_or(CuError::INVALID_HANDLE)?, visible))
     })?;
     call!(d, cuMemGetAllocationPropertiesFromHandle(out, raw))?;
     // What the application asked for, not what the shim asked of the driver on its behalf.

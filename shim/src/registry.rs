@@ -53,6 +53,9 @@ pub struct MallocInfo {
     pub requested: u64,
     /// IPC opens of an imported region (0 for the creator's own).
     pub opens: u64,
+    /// Whether `cuIpcGetMemHandle` published it: its IPC handle carries no capability token,
+    /// so the allocation id (random, and as secret as the handle) authorizes exports.
+    pub ipc_exported: bool,
 }
 
 impl Allocation {

@@ -52,6 +52,10 @@ pub fn export(handle: u64, handle_type: u32, flags: u64, out: *mut c_void) -> Cu
         if flags != 0 {
             return Err(CuError::INVALID_VALUE);
         }
+        if r.allocations.get(&entry.id).is_some_and(|a| a.malloc.is_some()) {
+            // cuMemAlloc memory was not created exportable as far as the application knows.
+            return Err(CuError::INVALID_VALUE);
+        }
         publish(d, r, entry.id, entry.kind).map(Some)
     })?;
     match ticket {

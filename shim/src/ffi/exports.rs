@@ -228,3 +228,74 @@ pub unsafe extern "C" fn cuMulticastGetGranularity(
         call!(driver()?, cuMulticastGetGranularity(granularity, prop, option))
     })
 }
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut u64, size: usize) -> u32 {
+    entry("cuMemAlloc_v2", || {
+        non_null(dptr)?;
+        let address = crate::ipc::mem_alloc(size)?;
+        // SAFETY: the caller's output, checked non-null.
+        unsafe { write(dptr, address) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemFree_v2(dptr: u64) -> u32 {
+    entry("cuMemFree_v2", || crate::ipc::mem_free(dptr))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetAddressRange_v2(base: *mut u64, size: *mut usize, dptr: u64) -> u32 {
+    entry("cuMemGetAddressRange_v2", || match crate::ipc::address_range(dptr)? {
+        Some((start, length)) => {
+            if !base.is_null() {
+                // SAFETY: non-null output of the caller.
+                unsafe { write(base, start) }?;
+            }
+            if !size.is_null() {
+                // SAFETY: non-null output of the caller.
+                unsafe { write(size, length as usize) }?;
+            }
+            Ok(())
+        }
+        None => call!(driver()?, cuMemGetAddressRange_v2(base, size, dptr)),
+    })
+}
+
+/// `CUipcMemHandle`: 64 opaque bytes, passed by value.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct IpcMemHandleBytes {
+    pub reserved: [u8; 64],
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuIpcGetMemHandle(handle: *mut IpcMemHandleBytes, dptr: u64) -> u32 {
+    entry("cuIpcGetMemHandle", || {
+        non_null(handle)?;
+        let bytes = crate::ipc::ipc_get(dptr)?;
+        // SAFETY: the caller's output, checked non-null.
+        unsafe { write(handle, IpcMemHandleBytes { reserved: bytes }) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(dptr: *mut u64, handle: IpcMemHandleBytes, flags: c_uint) -> u32 {
+    entry("cuIpcOpenMemHandle_v2", || {
+        non_null(dptr)?;
+        let address = crate::ipc::ipc_open(&handle.reserved, flags)?;
+        // SAFETY: the caller's output, checked non-null.
+        unsafe { write(dptr, address) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuIpcOpenMemHandle(dptr: *mut u64, handle: IpcMemHandleBytes, flags: c_uint) -> u32 {
+    // SAFETY: same contract; the two names are one function in cuda.h.
+    unsafe { cuIpcOpenMemHandle_v2(dptr, handle, flags) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuIpcCloseMemHandle(dptr: u64) -> u32 {
+    entry("cuIpcCloseMemHandle", || crate::ipc::ipc_close(dptr))
+}

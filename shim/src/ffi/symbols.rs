@@ -27,6 +27,15 @@ pub const WRAPPED: &[&str] = &[
     "cuMulticastBindAddr_v2",
     "cuMulticastUnbind",
     "cuMulticastGetGranularity",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
+    "cuMemGetAddressRange_v2",
+    "cuIpcGetMemHandle",
+    "cuIpcOpenMemHandle",
+    "cuIpcOpenMemHandle_v2",
+    "cuIpcCloseMemHandle",
+    "cudaGetDriverEntryPoint",
+    "cudaGetDriverEntryPointByVersion",
 ];
 
 /// The shim's wrapper for a driver symbol name, if it wraps that name.
@@ -55,6 +64,15 @@ pub fn wrapper(name: &[u8]) -> Option<*mut c_void> {
         b"cuMulticastBindAddr_v2" => x::cuMulticastBindAddr_v2 as *mut c_void,
         b"cuMulticastUnbind" => x::cuMulticastUnbind as *mut c_void,
         b"cuMulticastGetGranularity" => x::cuMulticastGetGranularity as *mut c_void,
+        b"cuMemAlloc_v2" => x::cuMemAlloc_v2 as *mut c_void,
+        b"cuMemFree_v2" => x::cuMemFree_v2 as *mut c_void,
+        b"cuMemGetAddressRange_v2" => x::cuMemGetAddressRange_v2 as *mut c_void,
+        b"cuIpcGetMemHandle" => x::cuIpcGetMemHandle as *mut c_void,
+        b"cuIpcOpenMemHandle" => x::cuIpcOpenMemHandle as *mut c_void,
+        b"cuIpcOpenMemHandle_v2" => x::cuIpcOpenMemHandle_v2 as *mut c_void,
+        b"cuIpcCloseMemHandle" => x::cuIpcCloseMemHandle as *mut c_void,
+        b"cudaGetDriverEntryPoint" => p::cudaGetDriverEntryPoint as *mut c_void,
+        b"cudaGetDriverEntryPointByVersion" => p::cudaGetDriverEntryPointByVersion as *mut c_void,
         _ => return None,
     };
     Some(f)
@@ -75,8 +93,8 @@ fn basename(path: &[u8]) -> &[u8] {
     path.rsplit(|&b| b == b'/').next().unwrap_or(path)
 }
 
-/// Whether `p` lies in a CUDA driver library: `libcuda.so*`, or the library named by
-/// `CUINTERPOSE_DRIVER`.
+/// Whether `p` lies in a CUDA library: the driver (`libcuda.so*`, or the library named by
+/// `CUINTERPOSE_DRIVER`) or the runtime (`libcudart.so*`).
 pub fn is_cuda_library(p: *const c_void) -> bool {
     let Some(info) = dladdr(p) else {
         return false;
@@ -87,7 +105,7 @@ pub fn is_cuda_library(p: *const c_void) -> bool {
     // SAFETY: dladdr's file name is a NUL-terminated string owned by the loader.
     let file = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes();
     let file = basename(file);
-    if file.starts_with(b"libcuda.so") {
+    if file.starts_with(b"libcuda.so") || file.starts_with(b"libcudart.so") {
         return true;
     }
     std::env::var_os(DRIVER_VARIABLE)

@@ -17,6 +17,8 @@ pub struct Entry {
     pub fd: OwnedFd,
     pub capability: CapabilityToken,
     pub reply: Reply,
+    /// Also accept the allocation id as the token (memory IPC handles carry no token).
+    pub id_authorizes: bool,
 }
 
 pub type Cache = HashMap<AllocationId, Entry>;
@@ -42,8 +44,21 @@ pub fn insert(id: AllocationId, fd: OwnedFd, capability: CapabilityToken, reply:
             fd,
             capability,
             reply,
+            id_authorizes: false,
         },
     );
+}
+
+/// Lets the allocation id authorize exports of `id` (after `cuIpcGetMemHandle`).
+pub fn authorize_by_id(id: &AllocationId) {
+    if let Some(entry) = lock().as_mut().and_then(|c| c.get_mut(id)) {
+        entry.id_authorizes = true;
+    }
+}
+
+/// The token an IPC importer presents: the allocation id's bytes.
+pub fn id_token(id: &AllocationId) -> CapabilityToken {
+    CapabilityToken::new(*id.as_bytes()).expect("allocation ids are never all zero")
 }
 
 pub fn remove(id: &AllocationId) {
@@ -79,7 +94,8 @@ pub fn serve(request: &ExportRequest, peer_pid: i32) -> (Reply, Option<OwnedFd>)
             None,
         );
     };
-    if entry.capability != request.capability {
+    let by_id = entry.id_authorizes && request.capability == id_token(&id);
+    if entry.capability != request.capability && !by_id {
         crate::log!("refused an export of {id} to pid {peer_pid}: wrong capability token");
         return (
             refused(

@@ -45,10 +45,34 @@ pub fn start() -> CuResult<()> {
         std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(&listener)),
         Ordering::SeqCst,
     );
+    remember_socket(listener.endpoint().path().to_path_buf());
     let queue = control::spawn(timeouts).map_err(|e| fail(format!("control worker: {e}")))?;
     peer::spawn(listener, queue, timeouts).map_err(|e| fail(format!("peer thread: {e}")))?;
     *started = me;
     Ok(())
+}
+
+/// The socket file this process listens on, removed at normal exit so the control directory
+/// lists live processes (a killed process leaves its file; the next bind of that pid, or the
+/// coordinator's discovery, recognises it as stale).
+static SOCKET_PATH: Mutex<Option<(u32, std::path::PathBuf)>> = Mutex::new(None);
+
+extern "C" fn remove_socket_at_exit() {
+    if let Ok(guard) = SOCKET_PATH.try_lock()
+        && let Some((owner, path)) = guard.as_ref()
+        && *owner == std::process::id()
+    {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+fn remember_socket(path: std::path::PathBuf) {
+    *SOCKET_PATH.lock().unwrap_or_else(|p| p.into_inner()) = Some((std::process::id(), path));
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a plain `extern "C" fn()` that lives as long as the process.
+        unsafe { libc::atexit(remove_socket_at_exit) };
+    });
 }
 
 /// Called in a forked child: the parent's runtime threads do not exist here.

@@ -17,6 +17,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <dirent.h>
+#include <sys/wait.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -168,6 +170,89 @@ static void verify(CUdeviceptr va, int salt) {
         }
 }
 
+CUresult cuMemGetAllocationGranularity(size_t *, const CUmemAllocationProp *, int);
+CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *, CUhandle);
+CUresult cuMemRetainAllocationHandle(CUhandle *, void *);
+typedef struct { unsigned int n; size_t size; unsigned long long types, flags; } CUmulticastObjectProp;
+CUresult cuMulticastGetGranularity(size_t *, const CUmulticastObjectProp *, int);
+CUresult cuMulticastCreate(CUhandle *, const CUmulticastObjectProp *);
+
+/* Calls every wrapped entry point with inputs whose outcome the shim must not change, and
+ * prints each result code: the test runs this with and without the shim and compares. */
+static void probe(void) {
+    CUmemAllocationProp posix = {1, 1, {1, 0}, 0, {0}}, plain = {1, 0, {1, 0}, 0, {0}};
+    CUmemAllocationProp bad_location = {1, 0, {1, 99}, 0, {0}};
+    CUmulticastObjectProp mc = {2, 2u << 20, 1, 0}, mc_none = {0, 2u << 20, 1, 0};
+    size_t g = 0;
+    CUhandle h = 0;
+    CUdeviceptr va = 0;
+    int fd = -1;
+    CUmemAccessDesc rw = {{1, 0}, 3}, bad_access = {{1, 0}, 2};
+    CUresult code = R(cuMemGetAllocationGranularity)(&g, &posix, 0);
+    printf("granularity %d %zu\n", code, g);
+    printf("granularity_recommended %d\n", R(cuMemGetAllocationGranularity)(&g, &posix, 1));
+    printf("granularity_bad_option %d\n", R(cuMemGetAllocationGranularity)(&g, &posix, 7));
+    printf("granularity_null %d\n", R(cuMemGetAllocationGranularity)(&g, NULL, 0));
+    printf("create_zero_size %d\n", R(cuMemCreate)(&h, 0, &posix, 0));
+    printf("create_unaligned %d\n", R(cuMemCreate)(&h, 4096, &posix, 0));
+    printf("create_bad_device %d\n", R(cuMemCreate)(&h, SIZE, &bad_location, 0));
+    printf("create_null_prop %d\n", R(cuMemCreate)(&h, SIZE, NULL, 0));
+    printf("create_plain %d\n", R(cuMemCreate)(&h, SIZE, &plain, 0));
+    printf("release_plain %d\n", R(cuMemRelease)(h));
+    printf("release_bogus %d\n", R(cuMemRelease)(0x1234));
+    printf("map_bogus %d\n", R(cuMemMap)(0x7000000000, SIZE, 0, 0x1234, 0));
+    printf("unmap_unmapped %d\n", R(cuMemUnmap)(0x7000000000, SIZE));
+    printf("access_unmapped %d\n", R(cuMemSetAccess)(0x7000000000, SIZE, &rw, 1));
+    printf("export_bogus %d\n", R(cuMemExportToShareableHandle)(&fd, 0x1234, 1, 0));
+    printf("import_closed_fd %d\n", R(cuMemImportFromShareableHandle)(&h, (void *)(uintptr_t)987, 1));
+    printf("properties_bogus %d\n", R(cuMemGetAllocationPropertiesFromHandle)(&posix, 0x1234));
+    printf("retain_unmapped %d\n", R(cuMemRetainAllocationHandle)(&h, (void *)0x7000000000));
+    code = R(cuMulticastGetGranularity)(&g, &mc, 0);
+    printf("mc_granularity %d %zu\n", code, g);
+    printf("mc_create_no_devices %d\n", R(cuMulticastCreate)(&h, &mc_none));
+    /* A tracked allocation's observable results. */
+    printf("create_posix %d\n", R(cuMemCreate)(&h, SIZE, &posix, 0));
+    printf("reserve %d\n", R(cuMemAddressReserve)(&va, SIZE, 0, 0, 0));
+    printf("map_offset_beyond %d\n", R(cuMemMap)(va, SIZE, SIZE, h, 0));
+    printf("map %d\n", R(cuMemMap)(va, SIZE, 0, h, 0));
+    printf("map_again %d\n", R(cuMemMap)(va, SIZE, 0, h, 0));
+    printf("access_bad_flags %d\n", R(cuMemSetAccess)(va, SIZE, &bad_access, 1));
+    printf("access %d\n", R(cuMemSetAccess)(va, SIZE, &rw, 1));
+    CUmemAllocationProp got = {0};
+    code = R(cuMemGetAllocationPropertiesFromHandle)(&got, h);
+    printf("properties %d %d %d %d %d\n", code, got.type,
+           got.requestedHandleTypes, got.location.type, got.location.id);
+    printf("export_fabric %d\n", R(cuMemExportToShareableHandle)(&fd, h, 8, 0));
+    printf("export_flags %d\n", R(cuMemExportToShareableHandle)(&fd, h, 1, 1));
+    printf("unmap %d\n", R(cuMemUnmap)(va, SIZE));
+    printf("release %d\n", R(cuMemRelease)(h));
+}
+
+/* Counts this process's memfds and names its cuinterpose sockets. */
+static void describe_fds(const char *who) {
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int memfds = 0;
+    while ((e = readdir(d))) {
+        char link[64], target[256];
+        int fd = atoi(e->d_name);
+        if (e->d_name[0] == '.' || fd == dirfd(d)) continue;
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(link, target, sizeof target - 1);
+        if (n < 0) continue;
+        target[n] = 0;
+        if (strstr(target, "memfd:")) memfds++;
+        if (!strncmp(target, "socket:", 7)) {
+            struct sockaddr_un a;
+            socklen_t len = sizeof a;
+            if (!getsockname(fd, (void *)&a, &len) && a.sun_family == AF_UNIX && strstr(a.sun_path, "cuinterpose-"))
+                printf("%s socket %s\n", who, strrchr(a.sun_path, '/') + 1);
+        }
+    }
+    closedir(d);
+    printf("%s memfds %d\n", who, memfds);
+}
+
 static void lib_of(const char *name) {
     Dl_info info;
     void *p = resolve(name, dlsym(RTLD_DEFAULT, name));
@@ -188,6 +273,33 @@ int main(int argc, char **argv) {
     }
     setup();
     CUresult r;
+    if (!strcmp(argv[1], "probe")) {
+        probe();
+        return 0;
+    }
+    if (!strcmp(argv[1], "fork")) {
+        /* Export once (the shim caches the driver's FD), then fork: the child must hold
+         * neither the control socket nor the cached FD, and must not answer as the parent. */
+        CUmemAllocationProp prop = {1, 1, {1, 0}, 0, {0}};
+        CUhandle h;
+        int fd;
+        if ((r = R(cuMemCreate)(&h, SIZE, &prop, 0))) die("create", r);
+        if ((r = R(cuMemExportToShareableHandle)(&fd, h, 1, 0))) die("export", r);
+        fflush(stdout);
+        pid_t child = fork();
+        if (child == 0) {
+            describe_fds("child");
+            printf("child cuInit %d\n", R(cuInit)(0));
+            CUmemAllocationProp p2 = {1, 1, {1, 0}, 0, {0}};
+            printf("child cuMemCreate %d\n", R(cuMemCreate)(&h, SIZE, &p2, 0));
+            fflush(stdout);
+            _exit(0);
+        }
+        int status;
+        waitpid(child, &status, 0);
+        describe_fds("parent");
+        return 0;
+    }
     if (!strcmp(argv[1], "creator")) {
         CUmemAllocationProp prop = {1, 1, {1, 0}, 0, {0}};
         CUhandle h;

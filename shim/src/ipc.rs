@@ -1,0 +1,314 @@
+//! The memory IPC adapter: `cuMemAlloc` memory backed by POSIX-exportable VMM from the start,
+//! and the `cuIpc*Mem*` calls implemented on the shim's own peer service. The native IPC
+//! functions are never called: native checkpoint refuses memory they touched.
+
+use crate::abi::{RawAccessDesc, RawAllocProp, RawLocation, consts};
+use crate::call;
+use crate::context;
+use crate::driver::{Driver, driver};
+use crate::error::{CuError, CuResult};
+use crate::log;
+use crate::ops;
+use crate::process;
+use crate::registry::{Allocation, Kind, MallocInfo, Registry};
+use crate::runtime::cache;
+use crate::sharing;
+use cuinterpose_protocol::{
+    AccessDescriptor, AccessFlags, AllocationProperties, AllocationReference, AllocationType,
+    HandleTypes, IpcMemHandle, Location, LocationType, ResourceKind,
+};
+use std::num::NonZeroU64;
+use std::os::fd::AsFd;
+
+fn device_properties(device: i32) -> RawAllocProp {
+    RawAllocProp::new(
+        consts::ALLOCATION_TYPE_PINNED,
+        consts::HANDLE_TYPE_POSIX_FD,
+        RawLocation {
+            type_: consts::LOCATION_TYPE_DEVICE,
+            id: device,
+        },
+        [0; 8],
+    )
+}
+
+fn read_write(device: i32) -> AccessDescriptor {
+    AccessDescriptor {
+        location: Location {
+            location_type: LocationType::Device,
+            id: device,
+        },
+        flags: AccessFlags::ProtReadWrite,
+    }
+}
+
+/// Reserves `extent` bytes, maps `raw` there and grants `device` read-write; undoes what it did
+/// on failure.
+fn map_whole(d: &Driver, raw: u64, extent: u64, device: i32) -> CuResult<u64> {
+    let size = usize::try_from(extent).map_err(|_| CuError::OUT_OF_MEMORY)?;
+    let mut address = 0;
+    call!(d, cuMemAddressReserve(&mut address, size, 0, 0, 0))?;
+    let grant = RawAccessDesc {
+        location: RawLocation {
+            type_: consts::LOCATION_TYPE_DEVICE,
+            id: device,
+        },
+        flags: consts::ACCESS_READWRITE,
+    };
+    let mapped = call!(d, cuMemMap(address, size, 0, raw, 0));
+    let granted = mapped.and_then(|()| call!(d, cuMemSetAccess(address, size, &grant, 1)));
+    if let Err(e) = granted {
+        if mapped.is_ok() {
+            let _ = call!(d, cuMemUnmap(address, size));
+        }
+        let _ = call!(d, cuMemAddressFree(address, size));
+        return Err(e);
+    }
+    Ok(address)
+}
+
+/// Records a `cuMemAlloc`-style region: the allocation, its whole-extent mapping with
+/// read-write access, and a logical handle for `cuMemRetainAllocationHandle` to return.
+fn record_region(r: &mut Registry, mut allocation: Allocation, address: u64, device: i32) -> CuResult<()> {
+    let id = allocation.reference.id;
+    let extent = allocation.size;
+    allocation.primary_handle = 0;
+    r.allocations.insert(id, allocation);
+    let handle = r.mint(id, Kind::Unicast)?;
+    r.drop_handle(handle)?;
+    r.allocations.get_mut(&id).expect("inserted above").primary_handle = handle;
+    ops::record_mapping(r, address, id, Kind::Unicast, extent, 0, 0);
+    r.mappings.get_mut(&address).expect("recorded above").access = vec![read_write(device)];
+    Ok(())
+}
+
+pub fn mem_alloc(size: usize) -> CuResult<u64> {
+    let d = driver()?;
+    if size == 0 {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let device = context::current_device(d)?;
+    let prop = device_properties(device);
+    let mut granularity = 0usize;
+    call!(d, cuMemGetAllocationGranularity(&mut granularity, &prop, consts::GRANULARITY_MINIMUM))?;
+    let granularity = granularity.max(1);
+    let extent = size
+        .checked_next_multiple_of(granularity)
+        .ok_or(CuError::OUT_OF_MEMORY)?;
+    process::with(|r| {
+        r.require_active()?;
+        let context = context::current(d);
+        let mut raw = 0;
+        call!(d, cuMemCreate(&mut raw, extent, &prop, 0))?;
+        let address = match map_whole(d, raw, extent as u64, device) {
+            Ok(address) => address,
+            Err(e) => {
+                let _ = call!(d, cuMemRelease(raw));
+                return Err(e);
+            }
+        };
+        let allocation = Allocation {
+            reference: AllocationReference {
+                id: ops::new_id(),
+                creator_pid: r.pid,
+            },
+            driver: Some(raw),
+            size: extent as u64,
+            properties: AllocationProperties {
+                allocation_type: AllocationType::Pinned,
+                location: Location {
+                    location_type: LocationType::Device,
+                    id: device,
+                },
+                handle_types: HandleTypes::POSIX_FILE_DESCRIPTOR,
+            },
+            alloc_flags: [0; 8],
+            shared: false,
+            context,
+            capability: ops::new_capability(),
+            primary_handle: 0,
+            handle_refs: 0,
+            mappings: 0,
+            malloc: Some(MallocInfo {
+                requested: size as u64,
+                opens: 0,
+                ipc_exported: false,
+            }),
+        };
+        record_region(r, allocation, address, device)?;
+        Ok(address)
+    })
+}
+
+/// The region whose base is exactly `address`, if it is one of the adapter's.
+fn region_at(r: &Registry, address: u64) -> Option<(cuinterpose_protocol::AllocationId, MallocInfo, bool)> {
+    let (base, mapping) = r.mapping_at(address)?;
+    if base != address {
+        return None;
+    }
+    let a = r.allocations.get(&mapping.id)?;
+    Some((mapping.id, a.malloc?, a.is_creator(r.pid)))
+}
+
+/// Unmaps and releases a region after the context finished using it.
+fn drop_region(d: &Driver, r: &mut Registry, id: cuinterpose_protocol::AllocationId, address: u64) -> CuResult<()> {
+    let extent = r.allocations[&id].size;
+    call!(d, cuMemUnmap(address, extent as usize))?;
+    if let Some(a) = r.allocations.get_mut(&id) {
+        a.malloc = None;
+    }
+    ops::forget_mapping(d, r, address)?;
+    call!(d, cuMemAddressFree(address, extent as usize))
+}
+
+pub fn mem_free(address: u64) -> CuResult<()> {
+    let d = driver()?;
+    process::with(|r| {
+        let Some((id, malloc, creator)) = region_at(r, address) else {
+            if r.mapping_at(address).is_some() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            return call!(d, cuMemFree_v2(address));
+        };
+        r.require_active()?;
+        if !creator || malloc.opens != 0 {
+            return Err(CuError::INVALID_VALUE);
+        }
+        // Pending work may still use the memory; a failed synchronization keeps it mapped.
+        call!(d, cuCtxSynchronize())?;
+        drop_region(d, r, id, address)
+    })
+}
+
+pub fn address_range(address: u64) -> CuResult<Option<(u64, u64)>> {
+    process::with(|r| {
+        let Some((base, mapping)) = r.mapping_at(address) else {
+            return Ok(None);
+        };
+        let Some(malloc) = r.allocations.get(&mapping.id).and_then(|a| a.malloc) else {
+            return Ok(None);
+        };
+        if address - base >= malloc.requested {
+            return Ok(None);
+        }
+        Ok(Some((base, malloc.requested)))
+    })
+}
+
+pub fn ipc_get(address: u64) -> CuResult<[u8; 64]> {
+    let d = driver()?;
+    process::with(|r| {
+        let Some((id, malloc, creator)) = region_at(r, address) else {
+            return Err(CuError::INVALID_VALUE);
+        };
+        r.require_active()?;
+        if !creator {
+            return Err(CuError::INVALID_VALUE);
+        }
+        sharing::publish(d, r, id, Kind::Unicast)?;
+        cache::authorize_by_id(&id);
+        let a = r.allocations.get_mut(&id).expect("region_at found it");
+        if let Some(m) = a.malloc.as_mut() {
+            m.ipc_exported = true;
+        }
+        let handle = IpcMemHandle {
+            creator_pid: a.reference.creator_pid,
+            allocation: id,
+            requested_size: NonZeroU64::new(malloc.requested).ok_or(CuError::INVALID_VALUE)?,
+            extent: NonZeroU64::new(a.size).ok_or(CuError::INVALID_VALUE)?,
+        };
+        Ok(handle.encode())
+    })
+}
+
+pub fn ipc_open(bytes: &[u8; 64], flags: u32) -> CuResult<u64> {
+    let d = driver()?;
+    if flags != consts::IPC_MEM_LAZY_ENABLE_PEER_ACCESS {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let handle = match IpcMemHandle::decode(bytes) {
+        Ok(h) => h,
+        Err(e) => {
+            log!("cuIpcOpenMemHandle: not a cuinterpose IPC handle ({e}); refused with CUDA_ERROR_INVALID_VALUE");
+            return Err(CuError::INVALID_VALUE);
+        }
+    };
+    if handle.requested_size > handle.extent {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let device = context::current_device(d)?;
+    let reference = AllocationReference {
+        id: handle.allocation,
+        creator_pid: handle.creator_pid,
+    };
+    // Already open here: the same address, one more reference.
+    let existing = process::with(|r| {
+        r.require_active()?;
+        if handle.creator_pid == r.pid {
+            return Err(CuError::INVALID_CONTEXT);
+        }
+        let Some(a) = r.allocations.get_mut(&reference.id) else {
+            return Ok(None);
+        };
+        match a.malloc.as_mut() {
+            Some(m) if a.reference == reference && a.size == handle.extent.get() && m.requested == handle.requested_size.get() => {
+                m.opens += 1;
+                Ok(r.mappings.iter().find(|(_, m)| m.id == reference.id).map(|(&base, _)| base))
+            }
+            _ => Err(CuError::INVALID_HANDLE),
+        }
+    })?;
+    if let Some(address) = existing {
+        return Ok(address);
+    }
+    let token = cache::id_token(&reference.id);
+    let (reply, fd) = sharing::request_export(&reference, ResourceKind::Unicast, token)?;
+    match reply {
+        cuinterpose_protocol::Reply::UnicastExport(export) if export.size == handle.extent.get() => {}
+        _ => {
+            log!("cuIpcOpenMemHandle: the creator's export of {} does not match the handle", reference.id);
+            return Err(CuError::INVALID_HANDLE);
+        }
+    }
+    process::with(|r| {
+        r.require_active()?;
+        let context = context::current(d);
+        let raw = sharing::import_fd(d, fd.as_fd())?;
+        let mut allocation = sharing::imported_allocation(d, raw, reference.clone(), handle.extent.get(), token, context)?;
+        allocation.malloc = Some(MallocInfo {
+            requested: handle.requested_size.get(),
+            opens: 1,
+            ipc_exported: true,
+        });
+        let address = match map_whole(d, raw, handle.extent.get(), device) {
+            Ok(address) => address,
+            Err(e) => {
+                let _ = call!(d, cuMemRelease(raw));
+                return Err(e);
+            }
+        };
+        record_region(r, allocation, address, device)?;
+        Ok(address)
+    })
+}
+
+pub fn ipc_close(address: u64) -> CuResult<()> {
+    let d = driver()?;
+    process::with(|r| {
+        let Some((id, malloc, creator)) = region_at(r, address) else {
+            return Err(CuError::INVALID_VALUE);
+        };
+        r.require_active()?;
+        if creator || malloc.opens == 0 {
+            return Err(CuError::INVALID_VALUE);
+        }
+        if malloc.opens > 1 {
+            if let Some(m) = r.allocations.get_mut(&id).and_then(|a| a.malloc.as_mut()) {
+                m.opens -= 1;
+            }
+            return Ok(());
+        }
+        call!(d, cuCtxSynchronize())?;
+        drop_region(d, r, id, address)
+    })
+}

@@ -1,0 +1,128 @@
+//! Interception paths, pass-through faithfulness and fork, with C programs over fakecuda.
+
+mod support;
+
+use std::process::Stdio;
+use support::{Sandbox, fake_runtime, share_program, stdout_of};
+
+fn runtime_path() -> String {
+    format!("runtime:{}", fake_runtime().display())
+}
+
+/// Every entry path the application may use to reach the driver.
+fn entry_paths() -> Vec<String> {
+    let mut paths: Vec<String> = [
+        "direct", "dlsym", "default", "next", "proc:12030", "proc:12000", "proc:10020",
+        "procv1:12000",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    paths.push(runtime_path());
+    paths
+}
+
+/// A creator and an importer process share one allocation through `path`: the importer sees
+/// the creator's bytes, the creator sees the importer's write.
+fn check_sharing(path: &str) {
+    let sandbox = Sandbox::new("share");
+    let socket = sandbox.root.join("pair.sock");
+    let creator = sandbox
+        .command(share_program(), true)
+        .args(["creator"])
+        .arg(&socket)
+        .arg(path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let importer = sandbox
+        .command(share_program(), true)
+        .args(["importer"])
+        .arg(&socket)
+        .arg(path)
+        .output()
+        .unwrap();
+    let importer = stdout_of(&format!("importer over {path}"), importer);
+    let creator = stdout_of(&format!("creator over {path}"), creator.wait_with_output().unwrap());
+    // Tracked allocations are handed to the application as logical handles.
+    assert!(creator.contains("handle=0xc0de"), "{path}: {creator}");
+    assert!(importer.contains("handle=0xc0de"), "{path}: {importer}");
+}
+
+#[test]
+fn every_entry_path_shares_memory_between_processes() {
+    for path in entry_paths() {
+        check_sharing(&path);
+    }
+}
+
+/// Which library answers each name through `path`: wrapped names the shim, others fakecuda.
+fn check_resolution(path: &str) {
+    let sandbox = Sandbox::new("resolve");
+    let out = sandbox.command(share_program(), true).args(["resolve", path]).output().unwrap();
+    let out = stdout_of(&format!("resolve over {path}"), out);
+    for line in out.lines() {
+        let (name, library) = line.split_once(' ').unwrap();
+        let expected = match name {
+            "cuMemcpyHtoD_v2" | "cuDevicePrimaryCtxRetain" => "libcuda.so",
+            _ => "libcuinterpose.so",
+        };
+        assert!(library.starts_with(expected), "{name} through {path}: {library}");
+    }
+    assert_eq!(out.lines().count(), 9, "{out}");
+}
+
+#[test]
+fn wrappers_are_returned_only_for_wrapped_symbols() {
+    for path in entry_paths() {
+        check_resolution(&path);
+    }
+}
+
+#[test]
+fn without_the_shim_every_path_reaches_the_driver() {
+    let sandbox = Sandbox::new("noshim");
+    let out = sandbox.command(share_program(), false).args(["resolve", "dlsym"]).output().unwrap();
+    let out = stdout_of("resolve without shim", out);
+    assert!(out.lines().all(|l| l.contains(" libcuda.so")), "{out}");
+}
+
+#[test]
+fn pass_through_results_equal_the_unshimmed_driver() {
+    let sandbox = Sandbox::new("probe");
+    for path in ["direct", "proc:12030"] {
+        let plain = stdout_of("probe", sandbox.command(share_program(), false).args(["probe", path]).output().unwrap());
+        let shimmed = stdout_of("probe", sandbox.command(share_program(), true).args(["probe", path]).output().unwrap());
+        assert_eq!(plain, shimmed, "results differ under the shim ({path})");
+        assert!(plain.lines().count() >= 30, "{plain}");
+        // The probe reaches the driver's refusals, not just successes.
+        assert!(plain.contains("map_again 208"), "{plain}");
+        assert!(plain.contains("export_fabric 801"), "{plain}");
+    }
+}
+
+#[test]
+fn a_forked_child_holds_neither_the_control_socket_nor_cached_exports() {
+    let sandbox = Sandbox::new("fork");
+    let out = sandbox.command(share_program(), true).args(["fork", "direct"]).output().unwrap();
+    let out = stdout_of("fork", out);
+    let value = |key: &str| -> i64 {
+        out.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no `{key}` in:\n{out}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    // The parent holds its socket, the allocation's memfd, the cached export and the ticket;
+    // the child lost exactly the socket and the cached export.
+    assert!(out.contains("parent socket cuinterpose-"), "{out}");
+    assert!(!out.contains("child socket"), "{out}");
+    assert_eq!(value("parent memfds"), value("child memfds") + 1, "{out}");
+    // The child cannot use its parent's driver (as with CUDA) and starts no runtime of its own.
+    assert_eq!(value("child cuInit"), 3, "{out}");
+    assert_eq!(value("child cuMemCreate"), 3, "{out}");
+    let sockets: Vec<_> = std::fs::read_dir(sandbox.control_dir()).unwrap().collect();
+    assert!(sockets.len() <= 1, "{sockets:?}");
+}
