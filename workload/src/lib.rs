@@ -1,1 +1,42 @@
 //! Scriptable CUDA worker processes for tests and the demo.
+//!
+//! `cuinterpose-worker` is an ordinary CUDA driver-API program: it `dlopen`s `libcuda.so.1`
+//! (or `$CUINTERPOSE_WORKER_DRIVER`), resolves entry points through one selectable
+//! [`EntryPath`], and touches device memory only through driver calls. It runs
+//! [`Command`]s sent over an inherited Unix socket and answers each with a [`Response`].
+//! [`Worker`] spawns and drives one.
+//!
+//! ```no_run
+//! use cuinterpose_workload::{Worker, WorkerConfig, worker_program};
+//! let mut a = Worker::spawn(&WorkerConfig::new(worker_program()))?;
+//! a.init(0)?;
+//! let h = a.create(2 << 20, 0, 1)?;
+//! let p = a.map_rw(h, 2 << 20, 0)?;
+//! a.fill(p, 2 << 20, 42)?;
+//! let fd = a.export(h)?;
+//! let mut b = Worker::spawn(&WorkerConfig::new(worker_program()))?;
+//! b.init(0)?;
+//! let hb = b.import(std::os::fd::AsFd::as_fd(&fd))?;
+//! let q = b.map_rw(hb, 2 << 20, 0)?;
+//! b.verify(q, 2 << 20, 42)?;
+//! # Ok::<(), cuinterpose_workload::WorkloadError>(())
+//! ```
+
+pub mod client;
+pub mod cuda;
+pub mod entry;
+pub mod error;
+pub mod paths;
+pub mod pattern;
+pub mod proto;
+pub mod wire;
+pub mod worker;
+
+pub use client::{
+    DEFAULT_TIMEOUT, Exported, InitInfo, Output, Resolved, Worker, WorkerConfig, WorkerIdentity,
+};
+pub use entry::EntryPath;
+pub use error::WorkloadError;
+pub use paths::{build_worker, fakecuda_lib_dir, target_profile_dir, worker_program};
+pub use pattern::{checksum, pattern, pattern_byte, pattern_checksum, pattern_word};
+pub use proto::{AllocationProperties, Command, ErrorKind, ErrorReply, Grant, Reply, Response};

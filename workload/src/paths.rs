@@ -1,0 +1,94 @@
+//! Finding the built binaries, and building them for tests of other packages.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// `target/<profile>/` of the running executable: the directory above `deps/` (or
+/// `examples/`) for test and example executables, the executable's own directory otherwise.
+pub fn target_profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe.parent().expect("executable has a directory");
+    match dir.file_name().and_then(|n| n.to_str()) {
+        Some("deps" | "examples") => dir.parent().unwrap_or(dir).to_path_buf(),
+        _ => dir.to_path_buf(),
+    }
+}
+
+/// `$CUINTERPOSE_WORKER_PROGRAM` if set, else `target/<profile>/cuinterpose-worker`. The
+/// binary exists there once `cuinterpose-workload`'s binaries were built for that profile
+/// (see [`build_worker`]).
+pub fn worker_program() -> PathBuf {
+    std::env::var_os("CUINTERPOSE_WORKER_PROGRAM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_profile_dir().join("cuinterpose-worker"))
+}
+
+/// Runs `cargo build -p <package> <what>` for the running executable's target directory and
+/// profile (tests of one package cannot rely on another package's binaries or cdylibs being
+/// built). Panics with cargo's output on failure: for tests.
+pub fn cargo_build(package: &str, what: &[&str]) {
+    let profile = target_profile_dir();
+    let name = profile
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("debug")
+        .to_owned();
+    let target = profile.parent().expect("target dir").to_path_buf();
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .join("Cargo.toml");
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.args(["build", "--quiet", "-p", package])
+        .args(what)
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .env("CARGO_TARGET_DIR", &target);
+    match name.as_str() {
+        "debug" => {}
+        "release" => {
+            cmd.arg("--release");
+        }
+        other => {
+            cmd.args(["--profile", other]);
+        }
+    }
+    let out = cmd.output().expect("run cargo build");
+    assert!(
+        out.status.success(),
+        "cargo build -p {package} {what:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Builds `cuinterpose-worker` for the running executable's profile (once per process) and
+/// returns its path. Honours `$CUINTERPOSE_WORKER_PROGRAM` without building.
+pub fn build_worker() -> &'static Path {
+    static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
+    PROGRAM.get_or_init(|| {
+        if let Some(p) = std::env::var_os("CUINTERPOSE_WORKER_PROGRAM") {
+            return PathBuf::from(p);
+        }
+        cargo_build("cuinterpose-workload", &["--bin", "cuinterpose-worker"]);
+        worker_program()
+    })
+}
+
+/// Builds fakecuda's `libcuda.so` for the running executable's profile (once per process)
+/// and returns `target/<profile>/fakecuda-lib/`, a directory holding a `libcuda.so.1`
+/// symlink to it: use it as `LD_LIBRARY_PATH`.
+pub fn fakecuda_lib_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        cargo_build("fakecuda", &["--lib"]);
+        let profile = target_profile_dir();
+        let dir = profile.join("fakecuda-lib");
+        std::fs::create_dir_all(&dir).expect("create fakecuda-lib");
+        let tmp = dir.join(format!("libcuda.so.1.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(profile.join("libcuda.so"), &tmp).expect("symlink");
+        std::fs::rename(&tmp, dir.join("libcuda.so.1")).expect("install symlink");
+        dir
+    })
+}
