@@ -92,3 +92,13 @@ pub fn fakecuda_lib_dir() -> &'static Path {
         dir
     })
 }
+
+/// Builds `libcuinterpose.so` (the shim) for the running executable's profile (once per
+/// process) and returns its path, for `LD_PRELOAD`.
+pub fn build_shim() -> &'static Path {
+    static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
+    LIBRARY.get_or_init(|| {
+        cargo_build("cuinterpose-shim", &["--lib"]);
+        target_profile_dir().join("libcuinterpose.so")
+    })
+}

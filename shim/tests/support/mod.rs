@@ -5,58 +5,20 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// `target/<profile>/`: the directory above the test executable's `deps/`.
-pub fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<exe>")
-        .to_path_buf()
-}
+pub use cuinterpose_workload::target_profile_dir as profile_dir;
 
-/// Builds both cdylibs (cargo does not build cdylib-only packages for integration tests).
-/// Returns (directory holding `libcuda.so.1`, path of `libcuinterpose.so`).
-pub fn libraries() -> &'static (PathBuf, PathBuf) {
-    static LIBS: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
-    LIBS.get_or_init(|| {
-        let profile = profile_dir();
-        let name = profile.file_name().and_then(|n| n.to_str()).unwrap_or("debug").to_owned();
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cmd.args(["build", "--quiet", "-p", "fakecuda", "-p", "cuinterpose-shim", "--lib", "--manifest-path"])
-            .arg(&manifest)
-            .env("CARGO_TARGET_DIR", profile.parent().expect("target dir"));
-        match name.as_str() {
-            "debug" => {}
-            "release" => {
-                cmd.arg("--release");
-            }
-            other => {
-                cmd.args(["--profile", other]);
-            }
-        }
-        let out = cmd.output().expect("run cargo build");
-        assert!(out.status.success(), "building the libraries failed:\n{}", String::from_utf8_lossy(&out.stderr));
-        let dir = profile.join("shim-test-lib");
-        std::fs::create_dir_all(&dir).expect("create lib dir");
-        let link = dir.join("libcuda.so.1");
-        let tmp = dir.join(format!("libcuda.so.1.{}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(profile.join("libcuda.so"), &tmp).expect("symlink");
-        std::fs::rename(&tmp, &link).expect("install symlink");
-        (dir, profile.join("libcuinterpose.so"))
-    })
-}
-
+/// The directory holding fakecuda's `libcuda.so.1` (built for this test's profile).
 pub fn lib_dir() -> &'static Path {
-    &libraries().0
+    cuinterpose_workload::fakecuda_lib_dir()
 }
 
+/// `libcuinterpose.so`, built for this test's profile.
 pub fn shim() -> &'static Path {
-    &libraries().1
+    cuinterpose_workload::build_shim()
 }
 
 fn compile(args: &[&str], source: &str, output: &Path) {

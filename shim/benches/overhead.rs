@@ -1,0 +1,121 @@
+//! What the shim adds to a driver call, measured against fakecuda called directly in the same
+//! run: a pass-through call (`cuMemGetAllocationGranularity`) and a tracked `cuMemMap` +
+//! `cuMemUnmap` pair.
+//!
+//! Both libraries are `dlopen`ed into this process (the shim `RTLD_LOCAL`, so nothing else is
+//! interposed); the shim finds fakecuda through `CUINTERPOSE_DRIVER`.
+
+#[path = "../tests/support/mod.rs"]
+#[allow(dead_code)]
+mod support;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use std::ffi::{c_int, c_uint, c_void};
+use std::hint::black_box;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Prop {
+    type_: u32,
+    handle_types: u32,
+    location: [i32; 2],
+    win32: *mut c_void,
+    flags: [u8; 8],
+}
+
+const POSIX: Prop = Prop {
+    type_: 1,
+    handle_types: 1,
+    location: [1, 0],
+    win32: std::ptr::null_mut(),
+    flags: [0; 8],
+};
+const SIZE: usize = 2 << 20;
+
+type Init = unsafe extern "C" fn(c_uint) -> u32;
+type Retain = unsafe extern "C" fn(*mut usize, c_int) -> u32;
+type SetCurrent = unsafe extern "C" fn(usize) -> u32;
+type Granularity = unsafe extern "C" fn(*mut usize, *const Prop, c_uint) -> u32;
+type Create = unsafe extern "C" fn(*mut u64, usize, *const Prop, u64) -> u32;
+type Reserve = unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> u32;
+type Map = unsafe extern "C" fn(u64, usize, usize, u64, u64) -> u32;
+type Unmap = unsafe extern "C" fn(u64, usize) -> u32;
+
+struct Api {
+    granularity: Granularity,
+    create: Create,
+    reserve: Reserve,
+    map: Map,
+    unmap: Unmap,
+}
+
+fn load(library: &libloading::Library, driver: &libloading::Library) -> Api {
+    // SAFETY: each name is looked up with its cuda.h prototype; the context calls go to the
+    // driver itself (the shim does not wrap them).
+    unsafe {
+        let init: Init = *library.get(b"cuInit\0").unwrap();
+        assert_eq!(init(0), 0);
+        let retain: Retain = *driver.get(b"cuDevicePrimaryCtxRetain\0").unwrap();
+        let set: SetCurrent = *driver.get(b"cuCtxSetCurrent\0").unwrap();
+        let mut ctx = 0;
+        assert_eq!(retain(&mut ctx, 0), 0);
+        assert_eq!(set(ctx), 0);
+        Api {
+            granularity: *library.get(b"cuMemGetAllocationGranularity\0").unwrap(),
+            create: *library.get(b"cuMemCreate\0").unwrap(),
+            reserve: *driver.get(b"cuMemAddressReserve\0").unwrap(),
+            map: *library.get(b"cuMemMap\0").unwrap(),
+            unmap: *library.get(b"cuMemUnmap\0").unwrap(),
+        }
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let fakecuda = support::lib_dir().join("libcuda.so.1");
+    let sandbox = support::Sandbox::new("bench");
+    // SAFETY: single-threaded at this point; the variables are read by the libraries below.
+    unsafe {
+        std::env::set_var("CUINTERPOSE_DRIVER", &fakecuda);
+        std::env::set_var("CUINTERPOSE_CONTROL_DIR", sandbox.control_dir());
+        std::env::set_var("FAKECUDA_CONTROL_DIR", sandbox.root.join("fakecuda"));
+    }
+    // SAFETY: loading the libraries runs no initialisers with preconditions.
+    let driver = unsafe { libloading::Library::new(&fakecuda) }.unwrap();
+    // SAFETY: as above; RTLD_LOCAL keeps the shim's exports out of the global scope.
+    let shim = unsafe { libloading::os::unix::Library::open(Some(support::shim()), libc::RTLD_NOW | libc::RTLD_LOCAL) }.unwrap();
+    let shim: libloading::Library = shim.into();
+    let direct = load(&driver, &driver);
+    let shimmed = load(&shim, &driver);
+
+    let mut group = c.benchmark_group("pass_through_granularity");
+    for (name, api) in [("fakecuda", &direct), ("shim", &shimmed)] {
+        group.bench_function(name, |b| {
+            let mut g = 0usize;
+            // SAFETY: valid output and property pointers.
+            b.iter(|| unsafe { black_box((api.granularity)(&mut g, &POSIX, 0)) })
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("tracked_map_unmap");
+    for (name, api) in [("fakecuda", &direct), ("shim", &shimmed)] {
+        let mut handle = 0;
+        let mut va = 0;
+        // SAFETY: valid outputs; a 2 MiB POSIX-exportable allocation and a reservation.
+        unsafe {
+            assert_eq!((api.create)(&mut handle, SIZE, &POSIX, 0), 0);
+            assert_eq!((api.reserve)(&mut va, SIZE, 0, 0, 0), 0);
+        }
+        group.bench_function(name, |b| {
+            // SAFETY: maps the allocation into its own reservation and unmaps it again.
+            b.iter(|| unsafe {
+                assert_eq!((api.map)(va, SIZE, 0, handle, 0), 0);
+                assert_eq!((api.unmap)(va, SIZE), 0);
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
