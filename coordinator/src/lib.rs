@@ -1,14 +1,21 @@
 //! The cuinterpose coordinator: inspects, validates, checkpoints and restores the processes of
 //! a multi-process CUDA workload through their shims' control sockets.
 //!
-//! Layout: a sans-I/O core ([`validate`], [`plan`], [`state::compare`], [`report`]) fed with
-//! replies and time, and the edges that do I/O ([`session`] for sockets and threads, [`state`]
-//! for the durable state file, [`native`] for the driver's checkpoint entry points,
-//! [`process`] for `/proc`).
+//! Layout: a sans-I/O core ([`validate`], [`plan`], [`state::compare`], [`report`],
+//! [`render`]) fed with replies and time, and the edges that do I/O: [`session`] (sockets,
+//! one thread per participant), [`state`] (the durable state file), [`native`] (the driver's
+//! checkpoint entry points), [`process`] (`/proc`). [`commands`] and [`compose`] put them
+//! together as the CLI's commands ([`cli`]).
 
+pub mod cli;
+pub mod commands;
+pub mod compose;
 pub mod fixtures;
+pub mod native;
 pub mod plan;
+pub mod process;
 pub mod render;
 pub mod report;
+pub mod session;
 pub mod state;
 pub mod validate;

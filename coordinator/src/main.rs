@@ -1,1 +1,5 @@
-fn main() {}
+//! `cuinterpose`: the coordinator's command line (see `cuinterpose --help`).
+
+fn main() -> std::process::ExitCode {
+    cuinterpose_coordinator::cli::run(std::env::args_os())
+}

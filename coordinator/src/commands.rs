@@ -1,0 +1,115 @@
+//! The coordinator's commands as library functions: what the CLI runs, usable from tests and
+//! other tools.
+
+use std::fs::DirBuilder;
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use crate::plan::{Run, RunError};
+use crate::report::{PhaseReport, Report};
+use crate::session::{Session, SessionError};
+use crate::state::{self, StateError};
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error(transparent)]
+    Run(#[from] RunError),
+    #[error(transparent)]
+    Native(#[from] crate::native::NativeError),
+    #[error(transparent)]
+    Process(#[from] crate::process::ProcessError),
+    #[error("{}: {during}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        during: &'static str,
+        source: io::Error,
+    },
+    /// A step failed after participants were changed: the workload must not resume.
+    #[error(
+        "{source}\nFAIL-STOP: {during} failed after the participants were prepared; nothing \
+         was rolled back. The workload must not resume: restart it"
+    )]
+    AfterMutation {
+        during: String,
+        #[source]
+        source: Box<CommandError>,
+    },
+}
+
+impl CommandError {
+    /// 1: refused or invalid, nothing changed; 2: failed after mutation.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Run(error) => error.exit_code(),
+            Self::AfterMutation { .. } => 2,
+            _ => 1,
+        }
+    }
+
+    /// Wraps `self` as a failure after mutation (unless it already says so).
+    pub fn after_mutation(self, during: impl Into<String>) -> Self {
+        match self {
+            Self::AfterMutation { .. } => self,
+            Self::Run(ref error) if error.mutated => self,
+            other => Self::AfterMutation {
+                during: during.into(),
+                source: Box::new(other),
+            },
+        }
+    }
+}
+
+/// Creates the checkpoint directory (mode 0700) if it does not exist.
+pub fn ensure_directory(dir: &Path) -> Result<(), CommandError> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|source| CommandError::Io {
+            path: dir.to_path_buf(),
+            during: "creating the checkpoint directory",
+            source,
+        })
+}
+
+/// inspect → validate → begin_checkpoint → prepare_multicast → save_allocations →
+/// prepare_unicast → publish `cuinterpose.state` in `checkpoint_dir`. Refuses a directory that
+/// already holds a state before contacting anyone.
+pub fn prepare(
+    session: &Session,
+    checkpoint_dir: &Path,
+    progress: &mut dyn FnMut(&PhaseReport),
+) -> Result<Report, CommandError> {
+    ensure_directory(checkpoint_dir)?;
+    state::check_absent(checkpoint_dir)?;
+    let mut run = Run::capture(session.participants());
+    let mut publish = |state: &cuinterpose_protocol::StateFile| {
+        state::publish(checkpoint_dir, state)
+            .map(|_| ())
+            .map_err(|error| error.to_string())
+    };
+    let mut report = session.drive(&mut run, &mut publish, progress)?;
+    report.checkpoint_dir = Some(checkpoint_dir.to_path_buf());
+    Ok(report)
+}
+
+/// Loads the state (before contacting anyone) → checks the live participants against it →
+/// load_allocations … restore_multicast_bindings → verify the records.
+pub fn restore(
+    session: &Session,
+    checkpoint_dir: &Path,
+    progress: &mut dyn FnMut(&PhaseReport),
+) -> Result<Report, CommandError> {
+    let state = state::load(checkpoint_dir)?;
+    let mut run = Run::restore(&state, session.participants());
+    let mut publish = |_: &cuinterpose_protocol::StateFile| Ok(());
+    let mut report = session.drive(&mut run, &mut publish, progress)?;
+    report.checkpoint_dir = Some(checkpoint_dir.to_path_buf());
+    Ok(report)
+}

@@ -1,0 +1,322 @@
+//! Whole-workload compositions: coordinator phases plus the driver's native checkpoint of
+//! every CUDA process of a process tree (`checkpoint`, `restore --dir`, `toggle`).
+//!
+//! Checkpoint: find the tree's CUDA processes and participants → `prepare` (state published)
+//! → record the processes → native lock of every CUDA process → native checkpoint of each.
+//! Restore: load the state → find the processes → native restore of each → native unlock of
+//! each → the coordinator's restore phases. Anything that fails after `prepare` changed the
+//! participants is fail-stop (exit 2).
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use cuinterpose_protocol::NamespacePid;
+use cuinterpose_protocol::transport::{Timeouts, socket_name};
+use serde::{Deserialize, Serialize};
+
+use crate::commands::{self, CommandError};
+use crate::native::{Driver, NativeError, NativeStep, ProcessState};
+use crate::process;
+use crate::report::{PhaseReport, Report};
+use crate::session::Session;
+use crate::state;
+
+/// Written next to the state by `checkpoint`: the processes it checkpointed natively, so that
+/// `restore --dir` finds them without a root PID.
+pub const PROCESSES_FILE_NAME: &str = "cuinterpose.processes";
+
+/// One process of the workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    pub host_pid: u32,
+    pub namespace_pid: u32,
+    /// Has a cuinterpose socket in the control directory.
+    pub participant: bool,
+    /// The driver knows it (native checkpoint applies).
+    pub cuda: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct ProcessesFile {
+    root: u32,
+    processes: Vec<Member>,
+}
+
+/// Where the workload is and how to talk to it.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    pub control_dir: PathBuf,
+    pub timeouts: Timeouts,
+    /// Passed to `cuCheckpointProcessLock` (0: wait as long as it takes).
+    pub lock_timeout_ms: u32,
+    /// `/proc`, replaceable for tests.
+    pub proc_dir: PathBuf,
+}
+
+fn has_socket(control_dir: &Path, pid: NamespacePid) -> bool {
+    fs::symlink_metadata(control_dir.join(socket_name(pid)))
+        .is_ok_and(|metadata| metadata.file_type().is_socket())
+}
+
+/// The CUDA processes and participants of the tree rooted at `root`.
+pub fn find_members(
+    workload: &Workload,
+    driver: &Driver,
+    root: u32,
+) -> Result<Vec<Member>, CommandError> {
+    let mut members = Vec::new();
+    let mut seen = BTreeSet::new();
+    for process in process::tree(&workload.proc_dir, root)? {
+        let participant = has_socket(&workload.control_dir, process.namespace_pid);
+        let cuda = driver.state(process.host_pid).is_ok();
+        if !participant && !cuda {
+            continue;
+        }
+        if participant && !seen.insert(process.namespace_pid) {
+            return Err(CommandError::Process(process::ProcessError::Parse {
+                path: workload
+                    .control_dir
+                    .join(socket_name(process.namespace_pid)),
+                what: "a unique participant: two processes of the tree have this namespace pid",
+            }));
+        }
+        members.push(Member {
+            host_pid: process.host_pid,
+            namespace_pid: process.namespace_pid.get(),
+            participant,
+            cuda,
+        });
+    }
+    if !members.iter().any(|member| member.participant) {
+        return Err(CommandError::Session(
+            crate::session::SessionError::NoParticipants {
+                path: workload.control_dir.clone(),
+            },
+        ));
+    }
+    Ok(members)
+}
+
+fn participants(members: &[Member]) -> Vec<NamespacePid> {
+    members
+        .iter()
+        .filter(|member| member.participant)
+        .filter_map(|member| NamespacePid::new(member.namespace_pid))
+        .collect()
+}
+
+fn write_members(dir: &Path, root: u32, members: &[Member]) -> Result<(), CommandError> {
+    let path = dir.join(PROCESSES_FILE_NAME);
+    let file = ProcessesFile {
+        root,
+        processes: members.to_vec(),
+    };
+    let text = serde_json::to_string_pretty(&file).expect("plain data serializes");
+    fs::write(&path, text + "\n").map_err(|source| CommandError::Io {
+        path,
+        during: "writing the process list",
+        source,
+    })
+}
+
+/// The processes `checkpoint` recorded, each checked to still be the same namespace PID.
+pub fn read_members(workload: &Workload, dir: &Path) -> Result<Vec<Member>, CommandError> {
+    let path = dir.join(PROCESSES_FILE_NAME);
+    let text = fs::read_to_string(&path).map_err(|source| CommandError::Io {
+        path: path.clone(),
+        during: "reading the process list (written by `cuinterpose checkpoint`; pass --pid ROOT otherwise)",
+        source,
+    })?;
+    let file: ProcessesFile = serde_json::from_str(&text).map_err(|error| CommandError::Io {
+        path: path.clone(),
+        during: "parsing the process list",
+        source: std::io::Error::other(error),
+    })?;
+    for member in &file.processes {
+        let status = workload
+            .proc_dir
+            .join(member.host_pid.to_string())
+            .join("status");
+        let current = fs::read_to_string(&status)
+            .ok()
+            .and_then(|text| process::parse_namespace_pid(&text));
+        if current.map(NamespacePid::get) != Some(member.namespace_pid) {
+            return Err(CommandError::Process(
+                process::ProcessError::NoSuchProcess {
+                    pid: member.host_pid,
+                },
+            ));
+        }
+    }
+    Ok(file.processes)
+}
+
+fn native_phase(
+    report: &mut Report,
+    progress: &mut dyn FnMut(&PhaseReport),
+    name: &str,
+    members: &[Member],
+    mut step: impl FnMut(&Member) -> Result<(), NativeError>,
+) -> Result<(), CommandError> {
+    let started = Instant::now();
+    let cuda: Vec<&Member> = members.iter().filter(|member| member.cuda).collect();
+    for member in &cuda {
+        step(member)?;
+    }
+    let phase = PhaseReport {
+        name: name.to_string(),
+        duration: started.elapsed(),
+        bytes: 0,
+        participants: cuda.len(),
+    };
+    progress(&phase);
+    report.phases.push(phase);
+    Ok(())
+}
+
+/// prepare → native lock and checkpoint of every CUDA process of the tree rooted at `root`.
+pub fn checkpoint(
+    workload: &Workload,
+    root: u32,
+    dir: &Path,
+    progress: &mut dyn FnMut(&PhaseReport),
+) -> Result<Report, CommandError> {
+    let driver = Driver::load()?;
+    let members = find_members(workload, &driver, root)?;
+    for member in members.iter().filter(|member| member.cuda) {
+        driver.expect_state(member.host_pid, NativeStep::Lock, ProcessState::Running)?;
+    }
+    let session = Session::open(
+        &workload.control_dir,
+        &participants(&members),
+        workload.timeouts,
+    )?;
+    let mut report = Report::new("checkpoint");
+    report.absorb(commands::prepare(&session, dir, progress)?);
+    let after = |error: CommandError| error.after_mutation("native checkpoint");
+    write_members(dir, root, &members).map_err(after)?;
+    native_phase(&mut report, progress, "native_lock", &members, |member| {
+        driver.lock(member.host_pid, workload.lock_timeout_ms)
+    })
+    .map_err(after)?;
+    native_phase(
+        &mut report,
+        progress,
+        "native_checkpoint",
+        &members,
+        |member| driver.checkpoint(member.host_pid),
+    )
+    .map_err(after)?;
+    Ok(report)
+}
+
+/// Native restore and unlock of every CUDA process, then the coordinator's restore phases.
+/// The processes are those of the tree rooted at `root`, or those `checkpoint` recorded.
+pub fn restore(
+    workload: &Workload,
+    root: Option<u32>,
+    dir: &Path,
+    progress: &mut dyn FnMut(&PhaseReport),
+) -> Result<Report, CommandError> {
+    let saved = state::load(dir)?;
+    let driver = Driver::load()?;
+    let members = match root {
+        Some(root) => find_members(workload, &driver, root)?,
+        None => read_members(workload, dir)?,
+    };
+    for member in members.iter().filter(|member| member.cuda) {
+        driver.expect_state(
+            member.host_pid,
+            NativeStep::Restore,
+            ProcessState::Checkpointed,
+        )?;
+    }
+    let live: BTreeSet<NamespacePid> = participants(&members).into_iter().collect();
+    let expected: BTreeSet<NamespacePid> = saved.participants.keys().copied().collect();
+    if live != expected {
+        // Nothing was touched yet: the same refusal restore's own preflight gives.
+        return Err(CommandError::Run(crate::plan::RunError {
+            kind: crate::plan::RunKind::Restore,
+            stage: crate::plan::Stage::CheckState,
+            failures: vec![crate::plan::Failure {
+                participant: None,
+                reason: crate::plan::Reason::ParticipantsDiffer {
+                    missing: expected.difference(&live).copied().collect(),
+                    unexpected: live.difference(&expected).copied().collect(),
+                },
+            }],
+            mutated: false,
+            fail_stopped: Vec::new(),
+        }));
+    }
+    let mut report = Report::new("restore");
+    let after = |error: CommandError| error.after_mutation("restore");
+    native_phase(
+        &mut report,
+        progress,
+        "native_restore",
+        &members,
+        |member| driver.restore(member.host_pid),
+    )
+    .map_err(after)?;
+    native_phase(&mut report, progress, "native_unlock", &members, |member| {
+        driver.unlock(member.host_pid)
+    })
+    .map_err(after)?;
+    let session = Session::open(
+        &workload.control_dir,
+        &participants(&members),
+        workload.timeouts,
+    )
+    .map_err(|error| after(error.into()))?;
+    report.absorb(commands::restore(&session, dir, progress).map_err(after)?);
+    Ok(report)
+}
+
+/// Checkpoint and restore in place: the workload keeps running afterwards, with its sharing
+/// rebuilt. Uses `dir`, or a fresh temporary directory removed after success.
+pub fn toggle(
+    workload: &Workload,
+    root: u32,
+    dir: Option<&Path>,
+    progress: &mut dyn FnMut(&PhaseReport),
+) -> Result<Report, CommandError> {
+    let temporary = match dir {
+        Some(_) => None,
+        None => Some(temporary_dir(root)?),
+    };
+    let dir = dir.map_or_else(|| temporary.clone().expect("temporary"), Path::to_path_buf);
+    let mut report = Report::new("toggle");
+    report.absorb(checkpoint(workload, root, &dir, progress)?);
+    let restored = restore(workload, Some(root), &dir, progress)
+        .map_err(|error| error.after_mutation("restore"))?;
+    report.absorb(restored);
+    if let Some(temporary) = temporary {
+        let _ = fs::remove_dir_all(&temporary);
+        report.checkpoint_dir = None;
+    }
+    Ok(report)
+}
+
+fn temporary_dir(root: u32) -> Result<PathBuf, CommandError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_nanos());
+    let path = std::env::temp_dir().join(format!(
+        "cuinterpose-toggle-{root}-{}-{nanos:x}",
+        std::process::id()
+    ));
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&path)
+        .map_err(|source| CommandError::Io {
+            path: path.clone(),
+            during: "creating a temporary checkpoint directory",
+            source,
+        })?;
+    Ok(path)
+}
