@@ -113,3 +113,41 @@ pub fn stdout_of(what: &str, out: Output) -> String {
     );
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
+
+/// A scriptable worker (cuinterpose-worker) in `sandbox`, with the shim preloaded when `shim`
+/// is set, initialised on device 0.
+pub fn worker(
+    sandbox: &Sandbox,
+    entry: cuinterpose_workload::EntryPath,
+    shim: bool,
+) -> cuinterpose_workload::Worker {
+    let mut config = cuinterpose_workload::WorkerConfig::new(cuinterpose_workload::build_worker())
+        .entry(entry)
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .env("CUINTERPOSE_CONTROL_DIR", sandbox.control_dir())
+        .env("FAKECUDA_CONTROL_DIR", sandbox.root.join("fakecuda"));
+    config = if shim {
+        config.env("LD_PRELOAD", self::shim())
+    } else {
+        config.env_remove("LD_PRELOAD")
+    };
+    let mut worker = cuinterpose_workload::Worker::spawn(&config).expect("spawn worker");
+    worker.init(0).expect("init");
+    worker
+}
+
+/// Sends one request to the shim of namespace pid `pid` in `sandbox`.
+pub fn ask(sandbox: &Sandbox, pid: i32, request: &cuinterpose_protocol::Request) -> cuinterpose_protocol::Reply {
+    use cuinterpose_protocol::NamespacePid;
+    use cuinterpose_protocol::transport::{Endpoint, call};
+    let endpoint = Endpoint::for_pid(&sandbox.control_dir(), NamespacePid::new(pid as u32).unwrap()).unwrap();
+    call(&endpoint, request, None, std::time::Duration::from_secs(10)).expect("shim answers").0
+}
+
+/// The shim's inspection of namespace pid `pid`.
+pub fn inspect(sandbox: &Sandbox, pid: i32) -> cuinterpose_protocol::InspectionReply {
+    match ask(sandbox, pid, &cuinterpose_protocol::Request::Inspect) {
+        cuinterpose_protocol::Reply::Inspection(i) => i,
+        other => panic!("inspect of {pid}: {other:?}"),
+    }
+}

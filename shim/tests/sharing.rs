@@ -1,0 +1,311 @@
+//! Sharing between Rust worker processes under the shim: every worker entry path, the exact
+//! records `inspect` reports for a three-process topology, capability checks, raw imports,
+//! deduplication, re-export and descriptor hygiene.
+
+mod support;
+
+use cuinterpose_protocol::ticket::{create_ticket, read_ticket};
+use cuinterpose_protocol::{
+    AccessDescriptor, AccessFlags, AllocationProperties, AllocationRecord, AllocationReference,
+    AllocationType, BoundedVec, CapabilityToken, ExportRequest, HandleTypes, Location,
+    LocationType, MappingRecord, NamespacePid, Phase, Record, RefusalCode, Reply, Request,
+    ResourceKind, Ticket, VirtualShareableHandle,
+};
+use cuinterpose_workload::{EntryPath, Grant, Worker};
+use std::os::fd::AsFd;
+use support::{Sandbox, ask, fake_runtime, inspect, worker};
+
+const MIB: u64 = 1 << 20;
+const POSIX: u32 = 1;
+const INVALID_HANDLE: u32 = 400;
+
+fn entry_paths() -> Vec<EntryPath> {
+    vec![
+        EntryPath::Dlsym,
+        EntryPath::Default,
+        EntryPath::Next,
+        EntryPath::ProcAddress(12030),
+        EntryPath::ProcAddress(12000),
+        EntryPath::ProcAddress(10020),
+        EntryPath::ProcAddressV1(12000),
+        EntryPath::Runtime(fake_runtime().to_path_buf()),
+    ]
+}
+
+/// Creator and importer, both Rust programs reaching the driver through `entry`: bytes cross
+/// in both directions and the application only ever sees logical handles.
+fn check_share(entry: EntryPath) {
+    let sandbox = Sandbox::new("rust-share");
+    let mut a = worker(&sandbox, entry.clone(), true);
+    let mut b = worker(&sandbox, entry.clone(), true);
+    let handle = a.create(4 * MIB, 0, POSIX).unwrap();
+    assert_eq!(handle >> 48, 0xC0DE, "{entry:?}: {handle:#x}");
+    let va = a.map_rw(handle, 4 * MIB, 0).unwrap();
+    a.fill(va, 4 * MIB, 11).unwrap();
+    let ticket = a.export(handle).unwrap();
+    let imported = b.import(ticket.as_fd()).unwrap();
+    assert_eq!(imported >> 48, 0xC0DE, "{entry:?}");
+    let vb = b.map_rw(imported, 4 * MIB, 0).unwrap();
+    b.verify(vb, 4 * MIB, 11).unwrap();
+    b.fill(vb, MIB, 12).unwrap();
+    a.verify(va, MIB, 12).unwrap();
+}
+
+#[test]
+fn rust_workers_share_through_every_entry_path() {
+    for entry in entry_paths() {
+        check_share(entry);
+    }
+}
+
+fn pid(w: &Worker) -> i32 {
+    w.worker_pid()
+}
+
+fn reference(owner: &Worker, id: cuinterpose_protocol::AllocationId) -> AllocationReference {
+    AllocationReference {
+        id,
+        creator_pid: NamespacePid::new(pid(owner) as u32).unwrap(),
+    }
+}
+
+fn device_properties() -> AllocationProperties {
+    AllocationProperties {
+        allocation_type: AllocationType::Pinned,
+        location: Location {
+            location_type: LocationType::Device,
+            id: 0,
+        },
+        handle_types: HandleTypes::POSIX_FILE_DESCRIPTOR,
+    }
+}
+
+fn access(device: i32, flags: AccessFlags) -> AccessDescriptor {
+    AccessDescriptor {
+        location: Location {
+            location_type: LocationType::Device,
+            id: device,
+        },
+        flags,
+    }
+}
+
+fn allocation_record(r: AllocationReference, size: u64, carrier: bool, handles: u64) -> Record {
+    Record::Allocation(AllocationRecord {
+        allocation: r,
+        size,
+        properties: device_properties(),
+        host_carrier: carrier,
+        handle_count: handles,
+    })
+}
+
+fn mapping_record(r: AllocationReference, address: u64, size: u64, offset: u64, grants: Vec<AccessDescriptor>) -> Record {
+    Record::Mapping(MappingRecord {
+        allocation: r,
+        address,
+        size,
+        offset,
+        access: BoundedVec::try_from(grants).unwrap(),
+    })
+}
+
+fn sorted(mut records: Vec<Record>) -> Vec<Record> {
+    records.sort();
+    records
+}
+
+/// The id the creator's shim gave the only shared allocation.
+fn shared_id(sandbox: &Sandbox, creator: &Worker) -> cuinterpose_protocol::AllocationId {
+    let inspection = inspect(sandbox, pid(creator));
+    inspection
+        .records
+        .iter()
+        .find_map(|r| match r {
+            Record::Allocation(a) if a.host_carrier => Some(a.allocation.id),
+            _ => None,
+        })
+        .expect("a shared allocation")
+}
+
+#[test]
+fn inspect_reports_a_three_process_topology_exactly() {
+    let sandbox = Sandbox::new("topology");
+    let mut a = worker(&sandbox, EntryPath::Dlsym, true);
+    let mut b = worker(&sandbox, EntryPath::ProcAddress(12030), true);
+    let mut c = worker(&sandbox, EntryPath::Default, true);
+    // A: one shared allocation of 4 MiB, one private of 2 MiB; both mapped read-write.
+    let shared = a.create(4 * MIB, 0, POSIX).unwrap();
+    let private = a.create(2 * MIB, 0, POSIX).unwrap();
+    let va = a.map_rw(shared, 4 * MIB, 0).unwrap();
+    let vp = a.map_rw(private, 2 * MIB, 0).unwrap();
+    let ticket = a.export(shared).unwrap();
+    // B: the whole allocation, read-only for device 0 and read-write for device 1.
+    let hb = b.import(ticket.as_fd()).unwrap();
+    let vb = b.reserve(4 * MIB).unwrap();
+    b.map(vb, 4 * MIB, 0, hb).unwrap();
+    b.set_access(vb, 4 * MIB, &[Grant { location_type: 1, id: 0, flags: 1 }, Grant { location_type: 1, id: 1, flags: 3 }]).unwrap();
+    // C: the second half only, read-write for device 1, and the handle released at once.
+    let hc = c.import(ticket.as_fd()).unwrap();
+    let vc = c.reserve(2 * MIB).unwrap();
+    c.map(vc, 2 * MIB, 2 * MIB, hc).unwrap();
+    c.set_access(vc, 2 * MIB, &[Grant { location_type: 1, id: 1, flags: 3 }]).unwrap();
+    c.release(hc).unwrap();
+
+    let ia = inspect(&sandbox, pid(&a));
+    let id = shared_id(&sandbox, &a);
+    let private_id = ia
+        .records
+        .iter()
+        .find_map(|r| match r {
+            Record::Allocation(x) if !x.host_carrier => Some(x.allocation.id),
+            _ => None,
+        })
+        .unwrap();
+    let x = reference(&a, id);
+    let p = reference(&a, private_id);
+    let rw0 = access(0, AccessFlags::ProtReadWrite);
+    assert_eq!(ia.phase, Phase::Active);
+    assert_eq!(ia.raw_imports, 0);
+    assert_eq!(
+        ia.records.to_vec(),
+        sorted(vec![
+            allocation_record(x.clone(), 4 * MIB, true, 1),
+            allocation_record(p.clone(), 2 * MIB, false, 1),
+            mapping_record(x.clone(), va, 4 * MIB, 0, vec![rw0.clone()]),
+            mapping_record(p, vp, 2 * MIB, 0, vec![rw0]),
+        ])
+    );
+    assert_eq!(
+        inspect(&sandbox, pid(&b)).records.to_vec(),
+        sorted(vec![
+            allocation_record(x.clone(), 4 * MIB, false, 1),
+            mapping_record(x.clone(), vb, 4 * MIB, 0, vec![access(0, AccessFlags::ProtRead), access(1, AccessFlags::ProtReadWrite)]),
+        ])
+    );
+    assert_eq!(
+        inspect(&sandbox, pid(&c)).records.to_vec(),
+        sorted(vec![
+            allocation_record(x.clone(), 4 * MIB, false, 0),
+            mapping_record(x, vc, 2 * MIB, 2 * MIB, vec![access(1, AccessFlags::ProtReadWrite)]),
+        ])
+    );
+    // Unmapping C's only mapping drops its record: nothing holds the allocation there any more.
+    c.unmap(vc, 2 * MIB).unwrap();
+    assert!(inspect(&sandbox, pid(&c)).records.is_empty());
+}
+
+#[test]
+fn a_wrong_capability_token_gets_no_descriptor() {
+    let sandbox = Sandbox::new("token");
+    let mut a = worker(&sandbox, EntryPath::Dlsym, true);
+    let mut b = worker(&sandbox, EntryPath::Dlsym, true);
+    let handle = a.create(2 * MIB, 0, POSIX).unwrap();
+    let ticket_fd = a.export(handle).unwrap();
+    let ticket = read_ticket(ticket_fd.as_fd()).unwrap();
+    let wrong = CapabilityToken::new([7; 16]).unwrap();
+    assert_ne!(ticket.capability, wrong);
+    // Asked directly: refused as unauthorized, no descriptor.
+    let request = Request::Export(ExportRequest {
+        allocation: AllocationReference { id: ticket.handle.allocation, creator_pid: ticket.handle.creator_pid },
+        resource: ResourceKind::Unicast,
+        capability: wrong,
+    });
+    match ask(&sandbox, pid(&a), &request) {
+        Reply::Refused(r) => assert_eq!(r.code, RefusalCode::Unauthorized, "{r:?}"),
+        other => panic!("{other:?}"),
+    }
+    // A forged ticket with the wrong token: the import fails and records nothing.
+    let forged = create_ticket(&Ticket { capability: wrong, ..ticket.clone() }).unwrap();
+    let err = b.import(forged.as_fd()).unwrap_err();
+    assert_eq!(err.cuda_code(), Some(INVALID_HANDLE), "{err}");
+    assert!(inspect(&sandbox, pid(&b)).records.is_empty());
+    // A ticket naming a creator that does not exist.
+    let orphan = create_ticket(&Ticket {
+        handle: VirtualShareableHandle { creator_pid: NamespacePid::new(u32::MAX - 7).unwrap(), allocation: ticket.handle.allocation },
+        ..ticket.clone()
+    })
+    .unwrap();
+    assert_eq!(b.import(orphan.as_fd()).unwrap_err().cuda_code(), Some(INVALID_HANDLE));
+    // The genuine ticket still works.
+    b.import(ticket_fd.as_fd()).unwrap();
+}
+
+#[test]
+fn a_raw_descriptor_import_is_passed_through_and_counted() {
+    let sandbox = Sandbox::new("raw");
+    let mut plain = worker(&sandbox, EntryPath::Dlsym, false);
+    let mut shimmed = worker(&sandbox, EntryPath::Dlsym, true);
+    let handle = plain.create(2 * MIB, 0, POSIX).unwrap();
+    let va = plain.map_rw(handle, 2 * MIB, 0).unwrap();
+    plain.fill(va, 2 * MIB, 5).unwrap();
+    let fd = plain.export(handle).unwrap();
+    let raw = shimmed.import(fd.as_fd()).unwrap();
+    assert_ne!(raw >> 48, 0xC0DE, "a raw import keeps the driver's handle");
+    let vr = shimmed.map_rw(raw, 2 * MIB, 0).unwrap();
+    shimmed.verify(vr, 2 * MIB, 5).unwrap();
+    assert_eq!(inspect(&sandbox, pid(&shimmed)).raw_imports, 1);
+    shimmed.unmap(vr, 2 * MIB).unwrap();
+    shimmed.release(raw).unwrap();
+    assert_eq!(inspect(&sandbox, pid(&shimmed)).raw_imports, 0);
+}
+
+#[test]
+fn importing_twice_names_one_record_and_re_export_names_the_creator() {
+    let sandbox = Sandbox::new("dedupe");
+    let mut a = worker(&sandbox, EntryPath::Dlsym, true);
+    let mut b = worker(&sandbox, EntryPath::Dlsym, true);
+    let mut c = worker(&sandbox, EntryPath::Dlsym, true);
+    let handle = a.create(2 * MIB, 0, POSIX).unwrap();
+    let va = a.map_rw(handle, 2 * MIB, 0).unwrap();
+    a.fill(va, 2 * MIB, 3).unwrap();
+    let ticket = a.export(handle).unwrap();
+    let first = b.import(ticket.as_fd()).unwrap();
+    let second = b.import(ticket.as_fd()).unwrap();
+    let records = inspect(&sandbox, pid(&b)).records;
+    let allocations: Vec<_> = records.iter().filter_map(|r| match r { Record::Allocation(x) => Some(x), _ => None }).collect();
+    assert_eq!(allocations.len(), 1, "{records:?}");
+    assert_eq!(allocations[0].handle_count, 2);
+    assert_ne!(first, second);
+    // B re-exports its import: the ticket still names A, and C reaches A's memory through it.
+    let again = b.export(second).unwrap();
+    let relayed = read_ticket(again.as_fd()).unwrap();
+    assert_eq!(relayed.handle.creator_pid.get(), pid(&a) as u32);
+    let hc = c.import(again.as_fd()).unwrap();
+    let vc = c.map_rw(hc, 2 * MIB, 0).unwrap();
+    c.verify(vc, 2 * MIB, 3).unwrap();
+    // The exporter importing its own export gets a handle to its own record.
+    let own = a.import(ticket.as_fd()).unwrap();
+    assert_ne!(own, handle);
+    let records = inspect(&sandbox, pid(&a)).records;
+    assert_eq!(records.iter().filter(|r| matches!(r, Record::Allocation(_))).count(), 1);
+}
+
+#[test]
+fn sharing_cycles_leak_no_descriptors() {
+    let sandbox = Sandbox::new("fds");
+    let mut a = worker(&sandbox, EntryPath::Dlsym, true);
+    let mut b = worker(&sandbox, EntryPath::Dlsym, true);
+    let cycle = |a: &mut Worker, b: &mut Worker| {
+        let handle = a.create(2 * MIB, 0, POSIX).unwrap();
+        let va = a.map_rw(handle, 2 * MIB, 0).unwrap();
+        let ticket = a.export(handle).unwrap();
+        let hb = b.import(ticket.as_fd()).unwrap();
+        drop(ticket);
+        let vb = b.map_rw(hb, 2 * MIB, 0).unwrap();
+        b.unmap(vb, 2 * MIB).unwrap();
+        b.free_address(vb, 2 * MIB).unwrap();
+        b.release(hb).unwrap();
+        a.unmap(va, 2 * MIB).unwrap();
+        a.free_address(va, 2 * MIB).unwrap();
+        a.release(handle).unwrap();
+    };
+    cycle(&mut a, &mut b);
+    let before = (a.open_fd_count().unwrap(), b.open_fd_count().unwrap());
+    for _ in 0..20 {
+        cycle(&mut a, &mut b);
+    }
+    assert_eq!((a.open_fd_count().unwrap(), b.open_fd_count().unwrap()), before);
+    assert!(inspect(&sandbox, pid(&a)).records.is_empty());
+    assert!(inspect(&sandbox, pid(&b)).records.is_empty());
+}
