@@ -1,0 +1,135 @@
+//! The shim's lifecycle driven operation by operation (no coordinator): capture, native
+//! checkpoint and restore through fakecuda, restore, then the same records, addresses, bytes
+//! and live sharing; refusals of out-of-order operations and of tracked calls while frozen.
+
+mod support;
+
+use cuinterpose_protocol::{ExecuteRequest, Operation, Phase, Record, RefusalCode, Reply, Request};
+use cuinterpose_workload::{EntryPath, Worker, cargo_build, target_profile_dir};
+use std::os::fd::AsFd;
+use std::process::Command;
+use support::{Sandbox, ask, inspect, worker};
+
+const MIB: u64 = 1 << 20;
+const NOT_READY: u32 = 600;
+
+fn execute(sandbox: &Sandbox, pid: i32, operation: Operation) -> Reply {
+    ask(sandbox, pid, &Request::Execute(ExecuteRequest { operation }))
+}
+
+fn completed(sandbox: &Sandbox, pid: i32, operation: Operation) -> u64 {
+    match execute(sandbox, pid, operation) {
+        Reply::Completed(c) => {
+            assert_eq!(c.operation, operation);
+            c.bytes
+        }
+        other => panic!("{operation} in {pid}: {other:?}"),
+    }
+}
+
+/// Runs fakecuda-checkpoint (the native checkpoint tool) against `pid`.
+fn native(sandbox: &Sandbox, pid: i32, action: &str) {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| cargo_build("fakecuda", &["--bin", "fakecuda-checkpoint"]));
+    let out = Command::new(target_profile_dir().join("fakecuda-checkpoint"))
+        .args(["--action", action, "--pid", &pid.to_string()])
+        .env("LD_LIBRARY_PATH", support::lib_dir())
+        .env("FAKECUDA_CONTROL_DIR", sandbox.root.join("fakecuda"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{action} {pid}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn records(sandbox: &Sandbox, w: &Worker) -> Vec<Record> {
+    inspect(sandbox, w.worker_pid()).records.to_vec()
+}
+
+#[test]
+fn checkpoint_and_restore_keep_addresses_bytes_and_sharing() {
+    let sandbox = Sandbox::new("lifecycle");
+    let mut a = worker(&sandbox, EntryPath::Dlsym, true);
+    let mut b = worker(&sandbox, EntryPath::ProcAddress(12030), true);
+    let shared = a.create(4 * MIB, 0, 1).unwrap();
+    let private = a.create(2 * MIB, 0, 1).unwrap();
+    let va = a.map_rw(shared, 4 * MIB, 0).unwrap();
+    let vp = a.map_rw(private, 2 * MIB, 0).unwrap();
+    a.fill(va, 4 * MIB, 21).unwrap();
+    a.fill(vp, 2 * MIB, 22).unwrap();
+    let ticket = a.export(shared).unwrap();
+    let hb = b.import(ticket.as_fd()).unwrap();
+    drop(ticket);
+    let vb = b.map_rw(hb, 4 * MIB, 0).unwrap();
+    b.release(hb).unwrap(); // a mapping alone keeps it
+    let bp = b.create(2 * MIB, 0, 0).unwrap(); // untracked, native only
+    let vbp = b.map_rw(bp, 2 * MIB, 0).unwrap();
+    b.fill(vbp, 2 * MIB, 23).unwrap();
+
+    let pids = [a.worker_pid(), b.worker_pid()];
+    let before: Vec<_> = [&a, &b].iter().map(|w| records(&sandbox, w)).collect();
+
+    // An operation out of order is refused without mutation.
+    match execute(&sandbox, pids[0], Operation::SaveAllocations) {
+        Reply::Refused(r) => assert_eq!(r.code, RefusalCode::OutOfOrder, "{r:?}"),
+        other => panic!("{other:?}"),
+    }
+    for &pid in &pids {
+        match ask(&sandbox, pid, &Request::BeginCheckpoint) {
+            Reply::Inspection(i) => assert_eq!(i.phase, Phase::Frozen),
+            other => panic!("{other:?}"),
+        }
+    }
+    // Tracked calls wait for the restore; untracked ones go on.
+    assert_eq!(a.create(2 * MIB, 0, 1).unwrap_err().cuda_code(), Some(NOT_READY));
+    match ask(&sandbox, pids[0], &Request::BeginCheckpoint) {
+        Reply::Refused(r) => assert_eq!(r.code, RefusalCode::OutOfOrder),
+        other => panic!("{other:?}"),
+    }
+    for &pid in &pids {
+        completed(&sandbox, pid, Operation::PrepareMulticast);
+    }
+    assert_eq!(completed(&sandbox, pids[0], Operation::SaveAllocations), 4 * MIB, "one copy, in the creator");
+    assert_eq!(completed(&sandbox, pids[1], Operation::SaveAllocations), 0, "importers save nothing");
+    for &pid in &pids {
+        completed(&sandbox, pid, Operation::PrepareUnicast);
+    }
+    for &pid in &pids {
+        native(&sandbox, pid, "lock");
+        native(&sandbox, pid, "checkpoint");
+    }
+    for &pid in &pids {
+        native(&sandbox, pid, "restore");
+        native(&sandbox, pid, "unlock");
+    }
+    for (i, w) in [&a, &b].iter().enumerate() {
+        let now = records(&sandbox, w);
+        assert_eq!(now, before[i], "records of {} while released", w.worker_pid());
+    }
+    assert_eq!(completed(&sandbox, pids[0], Operation::LoadAllocations), 4 * MIB);
+    assert_eq!(completed(&sandbox, pids[1], Operation::LoadAllocations), 0);
+    for op in [
+        Operation::RestoreUnicast,
+        Operation::RestoreMulticastCreators,
+        Operation::RestoreMulticastImporters,
+        Operation::RestoreMulticastDevices,
+        Operation::RestoreMulticastBindings,
+    ] {
+        for &pid in &pids {
+            completed(&sandbox, pid, op);
+        }
+    }
+    for (i, w) in [&a, &b].iter().enumerate() {
+        let i_now = inspect(&sandbox, w.worker_pid());
+        assert_eq!(i_now.phase, Phase::Active);
+        assert_eq!(i_now.records.to_vec(), before[i]);
+    }
+    a.verify(va, 4 * MIB, 21).unwrap();
+    a.verify(vp, 2 * MIB, 22).unwrap();
+    b.verify(vb, 4 * MIB, 21).unwrap();
+    b.verify(vbp, 2 * MIB, 23).unwrap();
+    // Still shared, not two copies.
+    b.fill(vb, MIB, 24).unwrap();
+    a.verify(va, MIB, 24).unwrap();
+    // And tracked calls work again.
+    let more = a.create(2 * MIB, 0, 1).unwrap();
+    a.release(more).unwrap();
+}
