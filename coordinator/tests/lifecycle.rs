@@ -1,0 +1,472 @@
+//! prepare and restore against fake shims behind real sockets, through the library and through
+//! the `cuinterpose` binary; participants that die or stall mid-phase.
+
+mod support;
+
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use cuinterpose_coordinator::commands::{self, CommandError};
+use cuinterpose_coordinator::fixtures::{SIZE, TempDir, pid, shared_topology, state_file};
+use cuinterpose_coordinator::plan::Stage;
+use cuinterpose_coordinator::session::Session;
+use cuinterpose_coordinator::state;
+use cuinterpose_protocol::transport::Timeouts;
+use cuinterpose_protocol::{Operation, Phase, Request};
+use serde_json::Value;
+use support::{FakeShim, Misbehaviour, start_all};
+
+fn timeouts(seconds: u64) -> Timeouts {
+    Timeouts::new(Duration::from_secs(seconds), Duration::from_secs(seconds)).expect("timeouts")
+}
+
+fn phases(fakes: &[FakeShim]) -> Vec<Phase> {
+    fakes.iter().map(FakeShim::phase).collect()
+}
+
+/// Runs the binary with `args`, a clean environment for cuinterpose's variables, and `env`.
+fn cuinterpose(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_cuinterpose"));
+    command.args(args);
+    for variable in [
+        "CUINTERPOSE_CONTROL_DIR",
+        "CUINTERPOSE_CONTROL_TIMEOUT_SECONDS",
+        "CUINTERPOSE_COPY_TIMEOUT_SECONDS",
+    ] {
+        command.env_remove(variable);
+    }
+    command.envs(env.iter().copied());
+    command.output().expect("run cuinterpose")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The binary exited with `code`; returns (stdout, stderr).
+fn check_exit(output: &Output, code: i32) -> (String, String) {
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    (stdout, stderr)
+}
+
+fn path(dir: &Path) -> &str {
+    dir.to_str().expect("UTF-8 temp path")
+}
+
+#[test]
+fn prepare_then_restore_through_the_library() {
+    let control = TempDir::new("ctl").expect("control dir");
+    let checkpoint = TempDir::new("ckpt").expect("checkpoint dir");
+    let topology = shared_topology(101);
+    let fakes = start_all(control.path(), &topology, None);
+    let session = Session::open(control.path(), &[], timeouts(5)).expect("session");
+    assert_eq!(session.participants(), [pid(101), pid(102), pid(103)]);
+
+    let mut seen = Vec::new();
+    let report = commands::prepare(&session, checkpoint.path(), &mut |phase| {
+        seen.push(phase.name.clone())
+    })
+    .expect("prepare");
+    assert_eq!(
+        seen,
+        [
+            "inspect",
+            "begin_checkpoint",
+            "prepare_multicast",
+            "save_allocations",
+            "prepare_unicast",
+            "publish_state"
+        ]
+    );
+    assert_eq!(report.bytes(), SIZE);
+    assert_eq!(report.checkpoint_dir.as_deref(), Some(checkpoint.path()));
+    assert_eq!(phases(&fakes), [Phase::Released; 3]);
+    assert_eq!(
+        state::load(checkpoint.path()).expect("state"),
+        state_file(&topology)
+    );
+
+    // A second prepare into the same directory is refused before anyone is contacted.
+    let before: Vec<usize> = fakes.iter().map(|fake| fake.requests().len()).collect();
+    let error = commands::prepare(&session, checkpoint.path(), &mut |_| {}).expect_err("again");
+    assert!(
+        matches!(
+            error,
+            CommandError::State(state::StateError::AlreadyExists { .. })
+        ),
+        "{error}"
+    );
+    assert_eq!(error.exit_code(), 1);
+    let after: Vec<usize> = fakes.iter().map(|fake| fake.requests().len()).collect();
+    assert_eq!(before, after);
+
+    let report = commands::restore(&session, checkpoint.path(), &mut |_| {}).expect("restore");
+    let names: Vec<&str> = report.phases.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "inspect",
+            "load_allocations",
+            "restore_unicast",
+            "restore_multicast_creators",
+            "restore_multicast_importers",
+            "restore_multicast_devices",
+            "restore_multicast_bindings",
+            "verify"
+        ]
+    );
+    assert_eq!(report.bytes(), SIZE);
+    assert_eq!(phases(&fakes), [Phase::Active; 3]);
+    assert_eq!(
+        fakes[0].requests(),
+        [
+            "inspect",
+            "begin_checkpoint",
+            "prepare_multicast",
+            "save_allocations",
+            "prepare_unicast",
+            "inspect",
+            "load_allocations",
+            "restore_unicast",
+            "restore_multicast_creators",
+            "restore_multicast_importers",
+            "restore_multicast_devices",
+            "restore_multicast_bindings",
+            "inspect"
+        ]
+    );
+}
+
+#[test]
+fn prepare_then_restore_through_the_binary() {
+    let control = TempDir::new("ctl").expect("control dir");
+    let checkpoint = TempDir::new("ckpt").expect("checkpoint dir");
+    let topology = shared_topology(201);
+    let fakes = start_all(control.path(), &topology, None);
+    let ctl = path(control.path());
+    let ckpt = path(checkpoint.path());
+
+    let (stdout, _) = check_exit(
+        &cuinterpose(&["inspect", "--control-dir", ctl, "--json"], &[]),
+        0,
+    );
+    let value: Value = serde_json::from_str(&stdout).expect("inspect JSON");
+    assert_eq!(value["valid"], true);
+    assert_eq!(value["summary"]["bytes_to_save"], SIZE);
+    assert_eq!(value["participants"]["202"]["phase"], "active");
+    assert_eq!(
+        value["participants"]["201"]["records"][0]["allocation"]["id"],
+        "01a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1"
+    );
+    let (stdout, _) = check_exit(
+        &cuinterpose(
+            &["inspect", "--pid", "202"],
+            &[("CUINTERPOSE_CONTROL_DIR", ctl)],
+        ),
+        1,
+    );
+    assert!(
+        stdout.contains("participant 202: allocation 01a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1 (creator 201): imported from participant 201, which is not a participant"),
+        "{stdout}"
+    );
+
+    let (stdout, stderr) = check_exit(
+        &cuinterpose(
+            &[
+                "prepare",
+                "--checkpoint-dir",
+                ckpt,
+                "--control-dir",
+                ctl,
+                "--json",
+            ],
+            &[],
+        ),
+        0,
+    );
+    let report: Value = serde_json::from_str(&stdout).expect("report JSON");
+    assert_eq!(report["command"], "prepare");
+    assert_eq!(report["bytes"], SIZE);
+    assert_eq!(report["phases"][3]["phase"], "save_allocations");
+    assert_eq!(report["participants"], serde_json::json!([201, 202, 203]));
+    assert!(stderr.is_empty(), "{stderr}");
+    assert_eq!(phases(&fakes), [Phase::Released; 3]);
+
+    let (stdout, _) = check_exit(
+        &cuinterpose(&["state", "show", ckpt, "--format", "json"], &[]),
+        0,
+    );
+    let shown: Value = serde_json::from_str(&stdout).expect("state JSON");
+    let record = &shown["participants"]["201"][0];
+    assert_eq!(record["kind"], "allocation");
+    assert_eq!(record["properties"]["location"]["type"], "device");
+    assert_eq!(
+        record["properties"]["handle_types"],
+        serde_json::json!(["posix_file_descriptor"])
+    );
+    let (yaml, _) = check_exit(&cuinterpose(&["state", "show", ckpt], &[]), 0);
+    assert!(
+        yaml.starts_with("participants:\n  \"201\":\n    - "),
+        "{yaml}"
+    );
+    assert!(yaml.contains("kind: multicast_binding"), "{yaml}");
+
+    let (stdout, stderr) = check_exit(
+        &cuinterpose(
+            &["restore", "--checkpoint-dir", ckpt, "--control-dir", ctl],
+            &[],
+        ),
+        0,
+    );
+    assert!(stdout.starts_with("restore: ok in "), "{stdout}");
+    assert!(stdout.contains("load_allocations"), "{stdout}");
+    assert!(stderr.contains("cuinterpose: verify done in"), "{stderr}");
+    assert_eq!(phases(&fakes), [Phase::Active; 3]);
+
+    // Restoring again: every participant is active now, not released: refused, unchanged.
+    let (_, stderr) = check_exit(
+        &cuinterpose(
+            &["restore", "--checkpoint-dir", ckpt, "--control-dir", ctl],
+            &[],
+        ),
+        1,
+    );
+    assert!(
+        stderr.contains("restore failed in phase inspect: participant 201: in phase active, expected phase released"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("nothing was changed in any participant"),
+        "{stderr}"
+    );
+}
+
+fn is_save(request: &Request) -> bool {
+    matches!(request, Request::Execute(e) if e.operation == Operation::SaveAllocations)
+}
+
+fn is_prepare_unicast(request: &Request) -> bool {
+    matches!(request, Request::Execute(e) if e.operation == Operation::PrepareUnicast)
+}
+
+fn is_inspect(request: &Request) -> bool {
+    matches!(request, Request::Inspect)
+}
+
+#[test]
+fn a_participant_that_closes_during_save_fails_the_run_naming_it() {
+    let control = TempDir::new("ctl").expect("control dir");
+    let checkpoint = TempDir::new("ckpt").expect("checkpoint dir");
+    let fakes = start_all(
+        control.path(),
+        &shared_topology(301),
+        Some((302, is_save, Misbehaviour::Close)),
+    );
+    let session = Session::open(control.path(), &[], timeouts(5)).expect("session");
+    let started = Instant::now();
+    let error = commands::prepare(&session, checkpoint.path(), &mut |_| {}).expect_err("prepare");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    let CommandError::Run(run) = &error else {
+        panic!("{error}");
+    };
+    assert_eq!(run.stage, Stage::Execute(Operation::SaveAllocations));
+    assert_eq!(run.participants(), [pid(302)]);
+    assert!(run.mutated);
+    assert_eq!(error.exit_code(), 2);
+    let message = error.to_string();
+    assert!(
+        message.contains("prepare failed in phase save_allocations: participant 302: no reply:")
+            && message.contains("cuinterpose-302.sock")
+            && message.contains("closed the connection"),
+        "{message}"
+    );
+    assert!(message.contains("FAIL-STOP"), "{message}");
+    // No state was published; the others saved, nobody went further.
+    assert!(matches!(
+        state::load(checkpoint.path()),
+        Err(state::StateError::Missing { .. })
+    ));
+    assert_eq!(
+        phases(&fakes),
+        [Phase::Saved, Phase::MulticastPrepared, Phase::Saved]
+    );
+    drop(fakes);
+
+    // The same through the binary: exit 2, loudly.
+    let control = TempDir::new("ctl").expect("control dir");
+    let checkpoint = TempDir::new("ckpt").expect("checkpoint dir");
+    let _fakes = start_all(
+        control.path(),
+        &shared_topology(301),
+        Some((302, is_save, Misbehaviour::Close)),
+    );
+    let (stdout, stderr) = check_exit(
+        &cuinterpose(
+            &[
+                "prepare",
+                "--checkpoint-dir",
+                path(checkpoint.path()),
+                "--control-dir",
+                path(control.path()),
+                "--json",
+            ],
+            &[],
+        ),
+        2,
+    );
+    assert!(
+        stderr.contains("cuinterpose: prepare failed in phase save_allocations: participant 302"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("cuinterpose: FAIL-STOP"), "{stderr}");
+    let value: Value = serde_json::from_str(&stdout).expect("failure JSON");
+    assert_eq!(value["status"], "failed");
+    assert_eq!(value["phase"], "save_allocations");
+    assert_eq!(value["mutated"], true);
+    assert_eq!(value["failures"][0]["participant"], 302);
+}
+
+#[test]
+fn a_silent_participant_fails_after_the_control_timeout() {
+    // Through the binary, with the timeout from the environment: silent at inspect, nothing
+    // changed.
+    let control = TempDir::new("ctl").expect("control dir");
+    let checkpoint = TempDir::new("ckpt").expect("checkpoint dir");
+    let fakes = start_all(
+        control.path(),
+        &shared_topology(401),
+        Some((403, is_inspect, Misbehaviour::Silent)),
+    );
+    let started = Instant::now();
+    let (_, stderr) = check_exit(
+        &cuinterpose(
+            &[
+                "prepare",
+                "--checkpoint-dir",
+                path(checkpoint.path()),
+                "--control-dir",
+                path(control.path()),
+            ],
+            &[("CUINTERPOSE_CONTROL_TIMEOUT_SECONDS", "1")],
+        ),
+        1,
+    );
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_secs(1) && elapsed < Duration::from_secs(5),
+        "{elapsed:?}"
+    );
+    assert!(
+        stderr.contains("prepare failed in phase inspect: participant 403: no reply:")
+            && stderr.contains("timed out after 1s"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("nothing was changed in any participant"),
+        "{stderr}"
+    );
+    assert_eq!(phases(&fakes), [Phase::Active; 3]);
+    drop(fakes);
+
+    // Through the library: silent at prepare_unicast, after mutation.
+    let control = TempDir::new("ctl").expect("control dir");
+    let fakes = start_all(
+        control.path(),
+        &shared_topology(401),
+        Some((401, is_prepare_unicast, Misbehaviour::Silent)),
+    );
+    let session = Session::open(control.path(), &[], timeouts(1)).expect("session");
+    let started = Instant::now();
+    let error = commands::prepare(&session, checkpoint.path(), &mut |_| {}).expect_err("prepare");
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_secs(1) && elapsed < Duration::from_secs(5),
+        "{elapsed:?}"
+    );
+    let CommandError::Run(run) = &error else {
+        panic!("{error}");
+    };
+    assert_eq!(run.stage, Stage::Execute(Operation::PrepareUnicast));
+    assert_eq!(run.participants(), [pid(401)]);
+    assert_eq!(error.exit_code(), 2);
+    assert_eq!(phases(&fakes)[1..], [Phase::Released, Phase::Released]);
+}
+
+#[test]
+fn missing_participants_are_named_before_anything_changes() {
+    let control = TempDir::new("ctl").expect("control dir");
+    let checkpoint = TempDir::new("ckpt").expect("checkpoint dir");
+    let topology = shared_topology(501);
+    let fakes = start_all(control.path(), &topology, None);
+    let session = Session::open(control.path(), &[], timeouts(5)).expect("session");
+    commands::prepare(&session, checkpoint.path(), &mut |_| {}).expect("prepare");
+
+    // Restore with one participant gone (its socket removed with it).
+    let mut fakes = fakes;
+    let gone = fakes.pop().expect("503");
+    drop(gone);
+    let (_, stderr) = check_exit(
+        &cuinterpose(
+            &[
+                "restore",
+                "--checkpoint-dir",
+                path(checkpoint.path()),
+                "--control-dir",
+                path(control.path()),
+            ],
+            &[],
+        ),
+        1,
+    );
+    assert!(
+        stderr.contains("restore failed in phase check_state: coordinator: the live participants are not the checkpointed ones (checkpointed but not live: [503]; live but not checkpointed: [])"),
+        "{stderr}"
+    );
+    // Naming it explicitly: the missing socket is a transport failure of that participant.
+    let (_, stderr) = check_exit(
+        &cuinterpose(
+            &[
+                "restore",
+                "--checkpoint-dir",
+                path(checkpoint.path()),
+                "--control-dir",
+                path(control.path()),
+                "--pid",
+                "501",
+                "--pid",
+                "502",
+                "--pid",
+                "503",
+            ],
+            &[],
+        ),
+        1,
+    );
+    assert!(
+        stderr.contains("restore failed in phase inspect: participant 503: no reply:")
+            && stderr.contains("no socket exists at this path"),
+        "{stderr}"
+    );
+    assert_eq!(phases(&fakes), [Phase::Released; 2]);
+
+    // No sockets at all.
+    let empty = TempDir::new("ctl").expect("control dir");
+    let (_, stderr) = check_exit(
+        &cuinterpose(&["inspect", "--control-dir", path(empty.path())], &[]),
+        1,
+    );
+    assert!(
+        stderr.contains("no participants: no cuinterpose-<pid>.sock socket in"),
+        "{stderr}"
+    );
+}
