@@ -5,39 +5,15 @@
 mod support;
 
 use cuinterpose_protocol::{ExecuteRequest, Operation, Phase, Record, RefusalCode, Reply, Request};
-use cuinterpose_workload::{EntryPath, Worker, cargo_build, target_profile_dir};
+use cuinterpose_workload::{EntryPath, Worker};
 use std::os::fd::AsFd;
-use std::process::Command;
-use support::{Sandbox, ask, inspect, worker};
+use support::{Sandbox, ask, completed, inspect, native, worker};
 
 const MIB: u64 = 1 << 20;
 const NOT_READY: u32 = 600;
 
 fn execute(sandbox: &Sandbox, pid: i32, operation: Operation) -> Reply {
     ask(sandbox, pid, &Request::Execute(ExecuteRequest { operation }))
-}
-
-fn completed(sandbox: &Sandbox, pid: i32, operation: Operation) -> u64 {
-    match execute(sandbox, pid, operation) {
-        Reply::Completed(c) => {
-            assert_eq!(c.operation, operation);
-            c.bytes
-        }
-        other => panic!("{operation} in {pid}: {other:?}"),
-    }
-}
-
-/// Runs fakecuda-checkpoint (the native checkpoint tool) against `pid`.
-fn native(sandbox: &Sandbox, pid: i32, action: &str) {
-    static BUILT: std::sync::Once = std::sync::Once::new();
-    BUILT.call_once(|| cargo_build("fakecuda", &["--bin", "fakecuda-checkpoint"]));
-    let out = Command::new(target_profile_dir().join("fakecuda-checkpoint"))
-        .args(["--action", action, "--pid", &pid.to_string()])
-        .env("LD_LIBRARY_PATH", support::lib_dir())
-        .env("FAKECUDA_CONTROL_DIR", sandbox.root.join("fakecuda"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{action} {pid}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 fn records(sandbox: &Sandbox, w: &Worker) -> Vec<Record> {

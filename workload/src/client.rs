@@ -769,6 +769,10 @@ impl Worker {
         expect_reply!(self, Command::DupFd { fd }, Reply::Fd { fd } => fd)
     }
 
+    pub fn native_ipc_calls(&mut self) -> Result<u64, WorkloadError> {
+        expect_reply!(self, Command::NativeIpcCalls, Reply::Count { count } => count)
+    }
+
     pub fn open_fd_count(&mut self) -> Result<u64, WorkloadError> {
         expect_reply!(self, Command::OpenFdCount, Reply::Count { count } => count)
     }

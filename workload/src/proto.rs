@@ -157,6 +157,10 @@ pub enum Command {
     DupFd { fd: i32 },
     /// Entries of `/proc/self/fd`, less the one used to read it. → `Count`.
     OpenFdCount,
+    /// fakecuda's count of native `cuIpc*` calls made by this process (its extra export
+    /// `fakecuda_native_ipc_calls`), so a test can prove an interposer never made one.
+    /// → `Count`.
+    NativeIpcCalls,
     /// Every open descriptor and its `readlink` target. → `FdTargets`.
     FdTargets,
     /// Writes [`crate::pattern()`] for `seed` with `cuMemcpyHtoD` (4 MiB chunks). → `Done`.

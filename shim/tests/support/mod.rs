@@ -151,3 +151,75 @@ pub fn inspect(sandbox: &Sandbox, pid: i32) -> cuinterpose_protocol::InspectionR
         other => panic!("inspect of {pid}: {other:?}"),
     }
 }
+
+/// Runs fakecuda-checkpoint (the native checkpoint tool) against host pid `pid`.
+pub fn native(sandbox: &Sandbox, pid: i32, action: &str) {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| cuinterpose_workload::cargo_build("fakecuda", &["--bin", "fakecuda-checkpoint"]));
+    let out = Command::new(profile_dir().join("fakecuda-checkpoint"))
+        .args(["--action", action, "--pid", &pid.to_string()])
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .env("FAKECUDA_CONTROL_DIR", sandbox.root.join("fakecuda"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{action} {pid}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Sends `operation` to `pid` and returns the bytes it reports.
+pub fn completed(sandbox: &Sandbox, pid: i32, operation: cuinterpose_protocol::Operation) -> u64 {
+    use cuinterpose_protocol::{ExecuteRequest, Reply, Request};
+    match ask(sandbox, pid, &Request::Execute(ExecuteRequest { operation })) {
+        Reply::Completed(c) => {
+            assert_eq!(c.operation, operation);
+            c.bytes
+        }
+        other => panic!("{operation} in {pid}: {other:?}"),
+    }
+}
+
+/// The whole cycle, phase by phase with a barrier between phases: capture, native checkpoint
+/// and restore, restore; then every process is active again with the records it had.
+/// Returns the bytes each phase moved, summed over processes.
+pub fn toggle(sandbox: &Sandbox, pids: &[i32]) -> (u64, u64) {
+    use cuinterpose_protocol::{Operation as O, Phase, Reply, Request};
+    let mut before = Vec::new();
+    for &pid in pids {
+        match ask(sandbox, pid, &Request::BeginCheckpoint) {
+            Reply::Inspection(i) => before.push(i.records),
+            other => panic!("begin_checkpoint in {pid}: {other:?}"),
+        }
+    }
+    let mut saved = 0;
+    for op in [O::PrepareMulticast, O::SaveAllocations, O::PrepareUnicast] {
+        for &pid in pids {
+            saved += completed(sandbox, pid, op);
+        }
+    }
+    for &pid in pids {
+        native(sandbox, pid, "lock");
+        native(sandbox, pid, "checkpoint");
+    }
+    for &pid in pids {
+        native(sandbox, pid, "restore");
+        native(sandbox, pid, "unlock");
+    }
+    let mut loaded = 0;
+    for op in [
+        O::LoadAllocations,
+        O::RestoreUnicast,
+        O::RestoreMulticastCreators,
+        O::RestoreMulticastImporters,
+        O::RestoreMulticastDevices,
+        O::RestoreMulticastBindings,
+    ] {
+        for &pid in pids {
+            loaded += completed(sandbox, pid, op);
+        }
+    }
+    for (&pid, records) in pids.iter().zip(before) {
+        let now = inspect(sandbox, pid);
+        assert_eq!(now.phase, Phase::Active, "{pid}");
+        assert_eq!(now.records, records, "records of {pid} after restore");
+    }
+    (saved, loaded)
+}
