@@ -1,0 +1,533 @@
+//! Native checkpoint through fakecuda, and the whole-tree compositions (`checkpoint`,
+//! `restore --dir`, `toggle`) on real processes: each member process initialises fakecuda and
+//! serves a fake shim on its own participant socket.
+//!
+//! `harness = false`: the same executable is the test and, with `CUI_TEST_ROLE=member`, a
+//! member process of the workload.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
+use std::time::Duration;
+
+use cuinterpose_coordinator::fixtures::{FakeParticipant, SIZE, TempDir};
+use cuinterpose_coordinator::native::{Driver, NativeError, NativeStep, ProcessState};
+use cuinterpose_coordinator::process;
+use cuinterpose_protocol::{
+    AllocationId, AllocationRecord, AllocationReference, NamespacePid, Record,
+};
+use serde_json::Value;
+use support::FakeShim;
+
+const ROLE: &str = "CUI_TEST_ROLE";
+const CHILDREN: &str = "CUI_TEST_CHILDREN";
+const CONTROL: &str = "CUI_TEST_CONTROL_DIR";
+const LIBRARY: &str = "CUI_TEST_FAKECUDA";
+
+type Test = fn(&Path);
+
+fn main() {
+    if std::env::var(ROLE).as_deref() == Ok("member") {
+        member();
+        return;
+    }
+    let library = fakecuda();
+    let tests: [(&str, Test); 3] = [
+        ("native_steps_through_fakecuda", native_steps),
+        (
+            "checkpoint_and_restore_a_process_tree",
+            checkpoint_and_restore,
+        ),
+        ("toggle_in_place_and_refusals", toggle_and_refusals),
+    ];
+    for (name, test) in tests {
+        println!("test {name} ...");
+        test(&library);
+        println!("test {name} ... ok");
+    }
+    println!("test result: ok. {} passed", tests.len());
+}
+
+/// Builds fakecuda (`libcuda.so`) into this target directory and returns its path.
+fn fakecuda() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<exe>");
+    let target = profile.parent().expect("target dir");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    let mut build = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    build
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "fakecuda",
+            "--lib",
+            "--manifest-path",
+        ])
+        .arg(&manifest)
+        .env("CARGO_TARGET_DIR", target);
+    match profile.file_name().and_then(|name| name.to_str()) {
+        Some("debug") | None => {}
+        Some("release") => {
+            build.arg("--release");
+        }
+        Some(other) => {
+            build.args(["--profile", other]);
+        }
+    }
+    let output = build.output().expect("run cargo build -p fakecuda");
+    assert!(
+        output.status.success(),
+        "building fakecuda failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let library = profile.join("libcuda.so");
+    assert!(library.exists(), "{}", library.display());
+    library
+}
+
+/// A member of the workload: spawns its children, initialises fakecuda, serves a fake shim
+/// holding one private allocation, prints `ready <pid>` once its children are ready, and lives
+/// until its stdin closes.
+fn member() {
+    let control = PathBuf::from(std::env::var_os(CONTROL).expect("control dir"));
+    let library = PathBuf::from(std::env::var_os(LIBRARY).expect("fakecuda"));
+    let children: usize = std::env::var(CHILDREN)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(0);
+    let mut kids: Vec<Member> = (0..children)
+        .map(|_| Member::spawn(&control, &library, 0))
+        .collect();
+
+    // SAFETY: loading fakecuda runs no initialisers with preconditions.
+    let cuda = unsafe { libloading::Library::new(&library) }.expect("dlopen fakecuda");
+    // SAFETY: `CUresult cuInit(unsigned int flags)`.
+    let init = unsafe { cuda.get::<unsafe extern "C" fn(u32) -> u32>(b"cuInit") }.expect("cuInit");
+    // SAFETY: plain C call with a flags argument of 0.
+    assert_eq!(unsafe { init(0) }, 0, "cuInit");
+
+    let status = std::fs::read_to_string("/proc/self/status").expect("status");
+    let pid = process::parse_namespace_pid(&status).expect("NSpid");
+    let mut id = [0xa1; 16];
+    id[..4].copy_from_slice(&pid.get().to_be_bytes());
+    let allocation = AllocationRecord {
+        allocation: AllocationReference {
+            id: AllocationId::new(id).expect("non-zero"),
+            creator_pid: pid,
+        },
+        size: SIZE,
+        properties: cuinterpose_coordinator::fixtures::properties(),
+        host_carrier: false,
+        handle_count: 1,
+    };
+    let shim = FakeShim::start(
+        &control,
+        FakeParticipant::new(pid, vec![Record::Allocation(allocation)]),
+        None,
+    );
+    for kid in &mut kids {
+        kid.wait_ready();
+    }
+    println!("ready {pid}");
+    std::io::stdout().flush().expect("flush");
+    let mut rest = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut rest);
+    drop(shim);
+    for kid in kids {
+        kid.stop();
+    }
+    drop(cuda);
+}
+
+/// A member process, stopped (stdin closed, then reaped) on drop.
+struct Member {
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    pid: Option<NamespacePid>,
+}
+
+impl Member {
+    fn spawn(control: &Path, library: &Path, children: usize) -> Self {
+        let mut child = Command::new(std::env::current_exe().expect("current_exe"))
+            .env(ROLE, "member")
+            .env(CHILDREN, children.to_string())
+            .env(CONTROL, control)
+            .env(LIBRARY, library)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn a member");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Self {
+            child: Some(child),
+            stdin,
+            stdout,
+            pid: None,
+        }
+    }
+
+    fn wait_ready(&mut self) -> NamespacePid {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("read ready");
+        let pid = line
+            .trim()
+            .strip_prefix("ready ")
+            .and_then(|pid| pid.parse().ok())
+            .unwrap_or_else(|| panic!("member said {line:?}"));
+        self.pid = Some(pid);
+        pid
+    }
+
+    fn host_pid(&self) -> u32 {
+        self.child.as_ref().expect("child").id()
+    }
+
+    fn stop(mut self) {
+        self.stop_inner();
+    }
+
+    fn stop_inner(&mut self) {
+        drop(self.stdin.take());
+        if let Some(mut child) = self.child.take() {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                if std::time::Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.stop_inner();
+    }
+}
+
+fn cuinterpose(args: &[&str], library: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cuinterpose"))
+        .args(args)
+        .env("CUINTERPOSE_DRIVER", library)
+        .env_remove("CUINTERPOSE_CONTROL_DIR")
+        .env("CUINTERPOSE_CONTROL_TIMEOUT_SECONDS", "10")
+        .output()
+        .expect("run cuinterpose")
+}
+
+/// The binary exited with `code`; returns stdout (stderr is printed on mismatch).
+fn check_exit(output: &Output, code: i32) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    if code != 0 {
+        return stderr;
+    }
+    stdout
+}
+
+fn path(dir: &Path) -> &str {
+    dir.to_str().expect("UTF-8 path")
+}
+
+/// Phases of every participant per `cuinterpose inspect --json`.
+fn shim_phases(control: &Path, library: &Path) -> Vec<String> {
+    let output = cuinterpose(
+        &["inspect", "--control-dir", path(control), "--json"],
+        library,
+    );
+    let value: Value = serde_json::from_slice(&output.stdout).expect("inspect JSON");
+    value["participants"]
+        .as_object()
+        .expect("participants")
+        .values()
+        .map(|participant| participant["phase"].as_str().expect("phase").to_string())
+        .collect()
+}
+
+fn native_states(driver: &Driver, pids: &[u32]) -> Vec<ProcessState> {
+    pids.iter()
+        .map(|pid| driver.state(*pid).expect("state"))
+        .collect()
+}
+
+fn tree_pids(root: u32) -> Vec<u32> {
+    process::tree(Path::new("/proc"), root)
+        .expect("tree")
+        .iter()
+        .map(|process| process.host_pid)
+        .collect()
+}
+
+fn native_steps(library: &Path) {
+    let control = TempDir::new("ctl").expect("control dir");
+    let mut member = Member::spawn(control.path(), library, 0);
+    member.wait_ready();
+    let pid = member.host_pid();
+    let driver = Driver::load_from(library).expect("load fakecuda");
+    assert_eq!(driver.state(pid).expect("state"), ProcessState::Running);
+    driver.suspend(pid, 5_000).expect("lock and checkpoint");
+    assert_eq!(
+        driver.state(pid).expect("state"),
+        ProcessState::Checkpointed
+    );
+    let error = driver.suspend(pid, 5_000).expect_err("suspend twice");
+    assert!(
+        matches!(
+            error,
+            NativeError::WrongState {
+                step: NativeStep::Lock,
+                found: ProcessState::Checkpointed,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    driver.resume(pid).expect("restore and unlock");
+    assert_eq!(driver.state(pid).expect("state"), ProcessState::Running);
+
+    // A step out of order is the driver's refusal, named.
+    let error = driver.unlock(pid).expect_err("unlock a running process");
+    let text = error.to_string();
+    assert!(
+        matches!(
+            error,
+            NativeError::Call {
+                step: NativeStep::Unlock,
+                ..
+            }
+        ) && text.starts_with(&format!("process {pid}: native unlock failed: CUDA_ERROR_")),
+        "{text}"
+    );
+    // A process that never initialised CUDA.
+    let mut sleeper = Command::new("sleep").arg("30").spawn().expect("sleep");
+    let error = driver.state(sleeper.id()).expect_err("not a CUDA process");
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert!(
+        error.to_string().contains("CUDA_ERROR_NOT_INITIALIZED"),
+        "{error}"
+    );
+    assert!(matches!(
+        driver.state(0),
+        Err(NativeError::InvalidPid { pid: 0 })
+    ));
+    member.stop();
+}
+
+fn checkpoint_and_restore(library: &Path) {
+    let control = TempDir::new("ctl").expect("control dir");
+    let checkpoint = TempDir::new("ckpt").expect("checkpoint dir");
+    let mut root = Member::spawn(control.path(), library, 2);
+    root.wait_ready();
+    let pids = tree_pids(root.host_pid());
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    let driver = Driver::load_from(library).expect("load fakecuda");
+
+    let stdout = check_exit(
+        &cuinterpose(
+            &[
+                "checkpoint",
+                "--pid",
+                &root.host_pid().to_string(),
+                "--dir",
+                path(checkpoint.path()),
+                "--control-dir",
+                path(control.path()),
+                "--json",
+            ],
+            library,
+        ),
+        0,
+    );
+    let report: Value = serde_json::from_str(&stdout).expect("report JSON");
+    assert_eq!(report["command"], "checkpoint");
+    let names: Vec<&str> = report["phases"]
+        .as_array()
+        .expect("phases")
+        .iter()
+        .map(|phase| phase["phase"].as_str().expect("name"))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "inspect",
+            "begin_checkpoint",
+            "prepare_multicast",
+            "save_allocations",
+            "prepare_unicast",
+            "publish_state",
+            "native_lock",
+            "native_checkpoint"
+        ]
+    );
+    assert_eq!(report["phases"][7]["participants"], 3);
+    assert_eq!(
+        native_states(&driver, &pids),
+        [ProcessState::Checkpointed; 3]
+    );
+    assert_eq!(shim_phases(control.path(), library), ["released"; 3]);
+    assert!(checkpoint.path().join("cuinterpose.state").exists());
+    assert!(checkpoint.path().join("cuinterpose.processes").exists());
+
+    // Without --pid: the processes the checkpoint recorded.
+    let stdout = check_exit(
+        &cuinterpose(
+            &[
+                "restore",
+                "--dir",
+                path(checkpoint.path()),
+                "--control-dir",
+                path(control.path()),
+            ],
+            library,
+        ),
+        0,
+    );
+    assert!(stdout.starts_with("restore: ok in "), "{stdout}");
+    assert!(
+        stdout.contains("native_restore") && stdout.contains("native_unlock"),
+        "{stdout}"
+    );
+    assert_eq!(native_states(&driver, &pids), [ProcessState::Running; 3]);
+    assert_eq!(shim_phases(control.path(), library), ["active"; 3]);
+    root.stop();
+}
+
+fn toggle_and_refusals(library: &Path) {
+    let control = TempDir::new("ctl").expect("control dir");
+    let mut root = Member::spawn(control.path(), library, 1);
+    root.wait_ready();
+    let root_pid = root.host_pid().to_string();
+    let pids = tree_pids(root.host_pid());
+    let driver = Driver::load_from(library).expect("load fakecuda");
+
+    let stdout = check_exit(
+        &cuinterpose(
+            &[
+                "toggle",
+                "--pid",
+                &root_pid,
+                "--control-dir",
+                path(control.path()),
+                "--json",
+            ],
+            library,
+        ),
+        0,
+    );
+    let report: Value = serde_json::from_str(&stdout).expect("report JSON");
+    assert_eq!(report["command"], "toggle");
+    assert_eq!(report["checkpoint_dir"], Value::Null);
+    let phases = report["phases"].as_array().expect("phases");
+    assert_eq!(
+        phases.first().map(|phase| &phase["phase"]),
+        Some(&Value::from("inspect"))
+    );
+    assert_eq!(
+        phases.last().map(|phase| &phase["phase"]),
+        Some(&Value::from("verify"))
+    );
+    assert_eq!(phases.len(), 6 + 2 + 2 + 8);
+    assert_eq!(native_states(&driver, &pids), [ProcessState::Running; 2]);
+    assert_eq!(shim_phases(control.path(), library), ["active"; 2]);
+
+    // A directory that already holds a state: refused before anything is locked.
+    let checkpoint = TempDir::new("ckpt").expect("checkpoint dir");
+    std::fs::write(checkpoint.path().join("cuinterpose.state"), b"old").expect("write");
+    let stderr = check_exit(
+        &cuinterpose(
+            &[
+                "checkpoint",
+                "--pid",
+                &root_pid,
+                "--dir",
+                path(checkpoint.path()),
+                "--control-dir",
+                path(control.path()),
+            ],
+            library,
+        ),
+        1,
+    );
+    assert!(
+        stderr.contains("a checkpoint state already exists"),
+        "{stderr}"
+    );
+    assert_eq!(native_states(&driver, &pids), [ProcessState::Running; 2]);
+    assert_eq!(shim_phases(control.path(), library), ["active"; 2]);
+
+    // A state that does not decode: refused before any native step.
+    let stderr = check_exit(
+        &cuinterpose(
+            &[
+                "restore",
+                "--dir",
+                path(checkpoint.path()),
+                "--pid",
+                &root_pid,
+                "--control-dir",
+                path(control.path()),
+            ],
+            library,
+        ),
+        1,
+    );
+    assert!(stderr.contains("corrupt checkpoint state"), "{stderr}");
+
+    // Restoring processes that are running: refused before anything changes.
+    let kept = TempDir::new("ckpt").expect("checkpoint dir");
+    check_exit(
+        &cuinterpose(
+            &[
+                "toggle",
+                "--pid",
+                &root_pid,
+                "--dir",
+                path(kept.path()),
+                "--control-dir",
+                path(control.path()),
+            ],
+            library,
+        ),
+        0,
+    );
+    assert!(kept.path().join("cuinterpose.state").exists());
+    let stderr = check_exit(
+        &cuinterpose(
+            &[
+                "restore",
+                "--dir",
+                path(kept.path()),
+                "--control-dir",
+                path(control.path()),
+            ],
+            library,
+        ),
+        1,
+    );
+    assert!(
+        stderr.contains("native restore needs state checkpointed, the process is running"),
+        "{stderr}"
+    );
+    assert_eq!(native_states(&driver, &pids), [ProcessState::Running; 2]);
+    root.stop();
+}
