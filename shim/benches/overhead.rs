@@ -6,7 +6,6 @@
 //! interposed); the shim finds fakecuda through `CUINTERPOSE_DRIVER`.
 
 #[path = "../tests/support/mod.rs"]
-#[allow(dead_code)]
 mod support;
 
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -82,7 +81,13 @@ fn bench(c: &mut Criterion) {
     // SAFETY: loading the libraries runs no initialisers with preconditions.
     let driver = unsafe { libloading::Library::new(&fakecuda) }.unwrap();
     // SAFETY: as above; RTLD_LOCAL keeps the shim's exports out of the global scope.
-    let shim = unsafe { libloading::os::unix::Library::open(Some(support::shim()), libc::RTLD_NOW | libc::RTLD_LOCAL) }.unwrap();
+    let shim = unsafe {
+        libloading::os::unix::Library::open(
+            Some(support::shim()),
+            libc::RTLD_NOW | libc::RTLD_LOCAL,
+        )
+    }
+    .unwrap();
     let shim: libloading::Library = shim.into();
     let direct = load(&driver, &driver);
     let shimmed = load(&shim, &driver);

@@ -8,9 +8,9 @@
 //! do not matter, on one stream per context.
 
 use crate::abi::{RawAccessDesc, RawLocation, consts};
-use crate::call;
 use crate::context;
 use crate::driver::Driver;
+use crate::driver::call;
 use crate::error::{CuError, CuResult};
 use crate::registry::Allocation;
 use cuinterpose_protocol::{AllocationId, LocationType};
@@ -52,7 +52,7 @@ impl Arena {
         })
     }
 
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.len
     }
 
@@ -84,14 +84,22 @@ pub fn device_of(a: &Allocation) -> i32 {
 }
 
 /// Copies every allocation in `jobs` between its device memory and its arena slot.
-pub fn transfer(d: &Driver, arena: &Arena, jobs: &[&Allocation], direction: Direction) -> CuResult<()> {
+pub fn transfer(
+    d: &Driver,
+    arena: &Arena,
+    jobs: &[&Allocation],
+    direction: Direction,
+) -> CuResult<()> {
     let Some(first) = jobs.first() else {
         return Ok(());
     };
     let register = |on: bool| {
         context::run(d, first.context, device_of(first), || {
             if on {
-                call!(d, cuMemHostRegister_v2(arena.at(0), arena.len(), consts::HOST_REGISTER_PORTABLE))
+                call!(
+                    d,
+                    cuMemHostRegister_v2(arena.at(0), arena.len(), consts::HOST_REGISTER_PORTABLE)
+                )
             } else {
                 call!(d, cuMemHostUnregister(arena.at(0)))
             }
@@ -105,7 +113,9 @@ pub fn transfer(d: &Driver, arena: &Arena, jobs: &[&Allocation], direction: Dire
     }
     let mut result = Ok(());
     for ((ctx, device), members) in groups {
-        result = context::run(d, ctx, device, || copy_group(d, arena, device, &members, direction));
+        result = context::run(d, ctx, device, || {
+            copy_group(d, arena, device, &members, direction)
+        });
         if result.is_err() {
             break;
         }
@@ -123,7 +133,13 @@ struct Alias {
     mapped: bool,
 }
 
-fn copy_group(d: &Driver, arena: &Arena, device: i32, members: &[&Allocation], direction: Direction) -> CuResult<()> {
+fn copy_group(
+    d: &Driver,
+    arena: &Arena,
+    device: i32,
+    members: &[&Allocation],
+    direction: Direction,
+) -> CuResult<()> {
     let mut stream = 0usize;
     call!(d, cuStreamCreate(&mut stream, consts::STREAM_NON_BLOCKING))?;
     let mut aliases: Vec<Alias> = Vec::new();
@@ -133,11 +149,18 @@ fn copy_group(d: &Driver, arena: &Arena, device: i32, members: &[&Allocation], d
             let raw = a.driver.ok_or(CuError::INVALID_HANDLE)?;
             let mut address = 0u64;
             call!(d, cuMemAddressReserve(&mut address, size, 0, 0, 0))?;
-            aliases.push(Alias { address, size, mapped: false });
+            aliases.push(Alias {
+                address,
+                size,
+                mapped: false,
+            });
             call!(d, cuMemMap(address, size, 0, raw, 0))?;
             aliases.last_mut().expect("pushed above").mapped = true;
             let grant = RawAccessDesc {
-                location: RawLocation { type_: LocationType::Device.as_u32(), id: device },
+                location: RawLocation {
+                    type_: LocationType::Device.as_u32(),
+                    id: device,
+                },
                 flags: consts::ACCESS_READWRITE,
             };
             call!(d, cuMemSetAccess(address, size, &grant, 1))?;

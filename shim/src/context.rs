@@ -1,8 +1,8 @@
 //! Running driver work in a recorded context, from whichever thread does it (the control
 //! worker has no context of its own).
 
-use crate::call;
 use crate::driver::Driver;
+use crate::driver::call;
 use crate::error::CuResult;
 
 pub fn current(d: &Driver) -> usize {
@@ -24,7 +24,12 @@ pub fn current_device(d: &Driver) -> CuResult<i32> {
 ///
 /// A primary context retained here stays retained: releasing the last reference would
 /// destroy it, and with it streams and state the restored memory may still need.
-pub fn run<T>(d: &Driver, ctx: usize, device: i32, body: impl FnOnce() -> CuResult<T>) -> CuResult<T> {
+pub fn run<T>(
+    d: &Driver,
+    ctx: usize,
+    device: i32,
+    body: impl FnOnce() -> CuResult<T>,
+) -> CuResult<T> {
     let previous = current(d);
     let target = if ctx != 0 {
         ctx

@@ -24,8 +24,7 @@ pub fn raw_location(location: &Location) -> RawLocation {
 
 pub fn allocation_properties(raw: &RawAllocProp) -> CuResult<AllocationProperties> {
     Ok(AllocationProperties {
-        allocation_type: AllocationType::try_from(raw.type_)
-            .map_err(|_| CuError::NOT_SUPPORTED)?,
+        allocation_type: AllocationType::try_from(raw.type_).map_err(|_| CuError::NOT_SUPPORTED)?,
         location: location(raw.location).map_err(|_| CuError::NOT_SUPPORTED)?,
         handle_types: HandleTypes::try_from(raw.requested_handle_types)
             .map_err(|_| CuError::NOT_SUPPORTED)?,
@@ -78,7 +77,10 @@ pub fn raw_multicast_properties(p: &MulticastProperties) -> CuResult<RawMulticas
 
 /// Merges `grants` into `current` as `cuMemSetAccess` does: a grant replaces the entry of its
 /// location, `PROT_NONE` removes it, other locations keep theirs; the last duplicate wins.
-pub fn merge_access(current: &[AccessDescriptor], grants: &[AccessDescriptor]) -> Vec<AccessDescriptor> {
+pub fn merge_access(
+    current: &[AccessDescriptor],
+    grants: &[AccessDescriptor],
+) -> Vec<AccessDescriptor> {
     let mut merged: Vec<AccessDescriptor> = current.to_vec();
     for grant in grants {
         merged.retain(|a| a.location != grant.location);

@@ -118,7 +118,9 @@ fn load() -> Result<Driver, String> {
             "unknown error".to_owned()
         } else {
             // SAFETY: non-null, NUL-terminated (above).
-            unsafe { CStr::from_ptr(reason) }.to_string_lossy().into_owned()
+            unsafe { CStr::from_ptr(reason) }
+                .to_string_lossy()
+                .into_owned()
         };
         let message = format!("dlopen({shown}) failed: {reason}");
         log!("cannot load the CUDA driver: {message}");
@@ -128,7 +130,9 @@ fn load() -> Result<Driver, String> {
 }
 
 /// Calls a driver entry point: `NOT_INITIALIZED` when the driver lacks it, else its result.
-#[macro_export]
+///
+/// The arguments are evaluated inside the `unsafe` block; every call site passes plain values
+/// or pointers to locals (or pointers the application handed in), never an unsafe expression.
 macro_rules! call {
     ($driver:expr, $name:ident($($arg:expr),* $(,)?)) => {{
         match $driver.$name {
@@ -140,3 +144,4 @@ macro_rules! call {
         }
     }};
 }
+pub(crate) use call;

@@ -3,9 +3,9 @@
 
 use crate::registry::{BindingTarget, Kind, Registry};
 use cuinterpose_protocol::{
-    AddressBindingSource, AllocationRecord, BindingSource, BoundedVec, MappingRecord, MemberRange,
-    MemoryBindingSource, MulticastBindingRecord, MulticastDeviceRecord, MulticastMappingRecord,
-    MulticastRecord, Record, MAX_RECORDS,
+    AddressBindingSource, AllocationRecord, BindingSource, BoundedVec, MAX_RECORDS, MappingRecord,
+    MemberRange, MemoryBindingSource, MulticastBindingRecord, MulticastDeviceRecord,
+    MulticastMappingRecord, MulticastRecord, Record,
 };
 
 /// Every record of this process, sorted; `Err` with the count when they exceed `MAX_RECORDS`.
@@ -25,7 +25,9 @@ pub fn records(r: &Registry) -> Result<BoundedVec<Record, MAX_RECORDS>, usize> {
         let access = BoundedVec::try_from(m.access.clone()).unwrap_or_default();
         match m.kind {
             Kind::Unicast => {
-                let Some(a) = r.allocations.get(&m.id) else { continue };
+                let Some(a) = r.allocations.get(&m.id) else {
+                    continue;
+                };
                 out.push(Record::Mapping(MappingRecord {
                     allocation: a.reference.clone(),
                     address,
@@ -35,7 +37,9 @@ pub fn records(r: &Registry) -> Result<BoundedVec<Record, MAX_RECORDS>, usize> {
                 }));
             }
             Kind::Multicast => {
-                let Some(o) = r.multicasts.get(&m.id) else { continue };
+                let Some(o) = r.multicasts.get(&m.id) else {
+                    continue;
+                };
                 out.push(Record::MulticastMapping(MulticastMappingRecord {
                     object: o.reference.clone(),
                     address,

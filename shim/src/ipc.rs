@@ -3,8 +3,8 @@
 //! functions are never called: native checkpoint refuses memory they touched.
 
 use crate::abi::{RawAccessDesc, RawAllocProp, RawLocation, consts};
-use crate::call;
 use crate::context;
+use crate::driver::call;
 use crate::driver::{Driver, driver};
 use crate::error::{CuError, CuResult};
 use crate::log;
@@ -69,14 +69,22 @@ fn map_whole(d: &Driver, raw: u64, extent: u64, device: i32) -> CuResult<u64> {
 
 /// Records a `cuMemAlloc`-style region: the allocation, its whole-extent mapping with
 /// read-write access, and a logical handle for `cuMemRetainAllocationHandle` to return.
-fn record_region(r: &mut Registry, mut allocation: Allocation, address: u64, device: i32) -> CuResult<()> {
+fn record_region(
+    r: &mut Registry,
+    mut allocation: Allocation,
+    address: u64,
+    device: i32,
+) -> CuResult<()> {
     let id = allocation.reference.id;
     let extent = allocation.size;
     allocation.primary_handle = 0;
     r.allocations.insert(id, allocation);
     let handle = r.mint(id, Kind::Unicast)?;
     r.drop_handle(handle)?;
-    r.allocations.get_mut(&id).expect("inserted above").primary_handle = handle;
+    r.allocations
+        .get_mut(&id)
+        .expect("inserted above")
+        .primary_handle = handle;
     ops::record_mapping(r, address, id, Kind::Unicast, extent, 0, 0);
     r.mappings.get_mut(&address).expect("recorded above").access = vec![read_write(device)];
     Ok(())
@@ -90,7 +98,10 @@ pub fn mem_alloc(size: usize) -> CuResult<u64> {
     let device = context::current_device(d)?;
     let prop = device_properties(device);
     let mut granularity = 0usize;
-    call!(d, cuMemGetAllocationGranularity(&mut granularity, &prop, consts::GRANULARITY_MINIMUM))?;
+    call!(
+        d,
+        cuMemGetAllocationGranularity(&mut granularity, &prop, consts::GRANULARITY_MINIMUM)
+    )?;
     let granularity = granularity.max(1);
     let extent = size
         .checked_next_multiple_of(granularity)
@@ -141,7 +152,10 @@ pub fn mem_alloc(size: usize) -> CuResult<u64> {
 }
 
 /// The region whose base is exactly `address`, if it is one of the adapter's.
-fn region_at(r: &Registry, address: u64) -> Option<(cuinterpose_protocol::AllocationId, MallocInfo, bool)> {
+fn region_at(
+    r: &Registry,
+    address: u64,
+) -> Option<(cuinterpose_protocol::AllocationId, MallocInfo, bool)> {
     let (base, mapping) = r.mapping_at(address)?;
     if base != address {
         return None;
@@ -151,7 +165,12 @@ fn region_at(r: &Registry, address: u64) -> Option<(cuinterpose_protocol::Alloca
 }
 
 /// Unmaps and releases a region after the context finished using it.
-fn drop_region(d: &Driver, r: &mut Registry, id: cuinterpose_protocol::AllocationId, address: u64) -> CuResult<()> {
+fn drop_region(
+    d: &Driver,
+    r: &mut Registry,
+    id: cuinterpose_protocol::AllocationId,
+    address: u64,
+) -> CuResult<()> {
     let extent = r.allocations[&id].size;
     call!(d, cuMemUnmap(address, extent as usize))?;
     if let Some(a) = r.allocations.get_mut(&id) {
@@ -229,7 +248,9 @@ pub fn ipc_open(bytes: &[u8; 64], flags: u32) -> CuResult<u64> {
     let handle = match IpcMemHandle::decode(bytes) {
         Ok(h) => h,
         Err(e) => {
-            log!("cuIpcOpenMemHandle: not a cuinterpose IPC handle ({e}); refused with CUDA_ERROR_INVALID_VALUE");
+            log!(
+                "cuIpcOpenMemHandle: not a cuinterpose IPC handle ({e}); refused with CUDA_ERROR_INVALID_VALUE"
+            );
             return Err(CuError::INVALID_VALUE);
         }
     };
@@ -251,9 +272,16 @@ pub fn ipc_open(bytes: &[u8; 64], flags: u32) -> CuResult<u64> {
             return Ok(None);
         };
         match a.malloc.as_mut() {
-            Some(m) if a.reference == reference && a.size == handle.extent.get() && m.requested == handle.requested_size.get() => {
+            Some(m)
+                if a.reference == reference
+                    && a.size == handle.extent.get()
+                    && m.requested == handle.requested_size.get() =>
+            {
                 m.opens += 1;
-                Ok(r.mappings.iter().find(|(_, m)| m.id == reference.id).map(|(&base, _)| base))
+                Ok(r.mappings
+                    .iter()
+                    .find(|(_, m)| m.id == reference.id)
+                    .map(|(&base, _)| base))
             }
             _ => Err(CuError::INVALID_HANDLE),
         }
@@ -264,9 +292,13 @@ pub fn ipc_open(bytes: &[u8; 64], flags: u32) -> CuResult<u64> {
     let token = cache::id_token(&reference.id);
     let (reply, fd) = sharing::request_export(&reference, ResourceKind::Unicast, token)?;
     match reply {
-        cuinterpose_protocol::Reply::UnicastExport(export) if export.size == handle.extent.get() => {}
+        cuinterpose_protocol::Reply::UnicastExport(export)
+            if export.size == handle.extent.get() => {}
         _ => {
-            log!("cuIpcOpenMemHandle: the creator's export of {} does not match the handle", reference.id);
+            log!(
+                "cuIpcOpenMemHandle: the creator's export of {} does not match the handle",
+                reference.id
+            );
             return Err(CuError::INVALID_HANDLE);
         }
     }
@@ -274,7 +306,14 @@ pub fn ipc_open(bytes: &[u8; 64], flags: u32) -> CuResult<u64> {
         r.require_active()?;
         let context = context::current(d);
         let raw = sharing::import_fd(d, fd.as_fd())?;
-        let mut allocation = sharing::imported_allocation(d, raw, reference.clone(), handle.extent.get(), token, context)?;
+        let mut allocation = sharing::imported_allocation(
+            d,
+            raw,
+            reference.clone(),
+            handle.extent.get(),
+            token,
+            context,
+        )?;
         allocation.malloc = Some(MallocInfo {
             requested: handle.requested_size.get(),
             opens: 1,

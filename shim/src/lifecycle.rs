@@ -2,10 +2,10 @@
 //! that does not follow from the current phase is refused without mutation, and a driver
 //! error after destructive work fail-stops the process (it refuses to resume).
 
-use crate::call;
 use crate::carrier::{self, Arena, Direction};
 use crate::context;
 use crate::convert;
+use crate::driver::call;
 use crate::driver::{Driver, driver};
 use crate::error::{CuError, CuResult};
 use crate::inspect;
@@ -59,7 +59,9 @@ pub fn handle(request: &Request) -> Outcome {
 pub fn after_reply(after: After, sent: bool) {
     if after == After::FreeArena {
         if !sent {
-            log!("the coordinator did not receive the load_allocations reply; the host copy is freed anyway (restore already completed here)");
+            log!(
+                "the coordinator did not receive the load_allocations reply; the host copy is freed anyway (restore already completed here)"
+            );
         }
         let mut guard = process::lock();
         if let Some(r) = guard.as_mut() {
@@ -72,7 +74,10 @@ fn inspection(r: &Registry) -> Reply {
     if r.unlocked_calls > 0 {
         return refused(
             RefusalCode::Busy,
-            format!("{} driver call(s) in flight that may wait on other processes", r.unlocked_calls),
+            format!(
+                "{} driver call(s) in flight that may wait on other processes",
+                r.unlocked_calls
+            ),
         );
     }
     match inspect::records(r) {
@@ -84,19 +89,28 @@ fn inspection(r: &Registry) -> Reply {
         }),
         Err(count) => refused(
             RefusalCode::Unsupported,
-            format!("{count} records exceed the protocol's limit of {}", cuinterpose_protocol::MAX_RECORDS),
+            format!(
+                "{count} records exceed the protocol's limit of {}",
+                cuinterpose_protocol::MAX_RECORDS
+            ),
         ),
     }
 }
 
 fn begin(r: &mut Registry) -> Reply {
     if let Some(failure) = &r.failure {
-        return refused(RefusalCode::FailStopped, format!("fail-stopped earlier: {failure}"));
+        return refused(
+            RefusalCode::FailStopped,
+            format!("fail-stopped earlier: {failure}"),
+        );
     }
     if r.phase != Phase::Active {
         return refused(
             RefusalCode::OutOfOrder,
-            format!("begin_checkpoint needs phase active; this process is in phase {}", r.phase),
+            format!(
+                "begin_checkpoint needs phase active; this process is in phase {}",
+                r.phase
+            ),
         );
     }
     let reply = inspection(r);
@@ -131,13 +145,19 @@ pub fn transition(operation: Operation) -> (Phase, Phase) {
 
 fn run(r: &mut Registry, operation: Operation) -> Outcome {
     if let Some(failure) = &r.failure {
-        return reply(refused(RefusalCode::FailStopped, format!("fail-stopped earlier: {failure}")));
+        return reply(refused(
+            RefusalCode::FailStopped,
+            format!("fail-stopped earlier: {failure}"),
+        ));
     }
     let (from, to) = transition(operation);
     if r.phase != from {
         return reply(refused(
             RefusalCode::OutOfOrder,
-            format!("{operation} needs phase {from}; this process is in phase {}", r.phase),
+            format!(
+                "{operation} needs phase {from}; this process is in phase {}",
+                r.phase
+            ),
         ));
     }
     let d = match driver() {
@@ -168,7 +188,9 @@ fn run(r: &mut Registry, operation: Operation) -> Outcome {
             }
         }
         Err(failure) => {
-            let message = format!("{operation} failed: {failure}; this process is fail-stopped and will not resume");
+            let message = format!(
+                "{operation} failed: {failure}; this process is fail-stopped and will not resume"
+            );
             log!("{message}");
             r.failure = Some(message.clone());
             r.phase = Phase::Failed;
@@ -193,14 +215,19 @@ fn prepare_multicast(d: &Driver, r: &mut Registry) -> Step<u64> {
         .collect();
     for (id, object) in r.multicasts.iter_mut() {
         cache::remove(id);
-        let raw = object.driver.ok_or_else(|| format!("multicast object {id} has no driver handle"))?;
+        let raw = object
+            .driver
+            .ok_or_else(|| format!("multicast object {id} has no driver handle"))?;
         let device = object.devices.first().copied().unwrap_or(0);
         context::run(d, object.context, device, || {
             for (base, size, _) in mapped.iter().filter(|(_, _, owner)| owner == id) {
                 call!(d, cuMemUnmap(*base, *size as usize))?;
             }
             for b in &object.bindings {
-                call!(d, cuMulticastUnbind(raw, b.device, b.multicast_offset as usize, b.size as usize))?;
+                call!(
+                    d,
+                    cuMulticastUnbind(raw, b.device, b.multicast_offset as usize, b.size as usize)
+                )?;
             }
             call!(d, cuMemRelease(raw))
         })
@@ -225,17 +252,23 @@ fn save(d: &Driver, r: &mut Registry) -> Step<u64> {
     let mut total: usize = 0;
     for id in &ids {
         let size = r.allocations[id].size;
-        let len = usize::try_from(size).map_err(|_| format!("allocation {id}: size {size} does not fit in memory"))?;
+        let len = usize::try_from(size)
+            .map_err(|_| format!("allocation {id}: size {size} does not fit in memory"))?;
         slots.insert(*id, (total, size));
-        total = total.checked_add(len).ok_or("host carrier size overflows")?;
+        total = total
+            .checked_add(len)
+            .ok_or("host carrier size overflows")?;
     }
     if ids.is_empty() {
         r.arena = None;
         return Ok(0);
     }
-    let arena = Arena::new(slots, total).map_err(at(|| format!("allocating a {total}-byte host carrier")))?;
+    let arena = Arena::new(slots, total)
+        .map_err(at(|| format!("allocating a {total}-byte host carrier")))?;
     let jobs: Vec<_> = ids.iter().map(|id| &r.allocations[id]).collect();
-    carrier::transfer(d, &arena, &jobs, Direction::Save).map_err(at(|| "copying shared allocations to the host carrier".to_owned()))?;
+    carrier::transfer(d, &arena, &jobs, Direction::Save).map_err(at(|| {
+        "copying shared allocations to the host carrier".to_owned()
+    }))?;
     r.arena = Some(arena);
     Ok(total as u64)
 }
@@ -250,7 +283,8 @@ fn prepare_unicast(d: &Driver, r: &mut Registry) -> Step<u64> {
         .collect();
     for (id, a) in r.allocations.iter_mut().filter(|(_, a)| a.shared) {
         for (base, size, _) in mapped.iter().filter(|(_, _, owner)| owner == id) {
-            call!(d, cuMemUnmap(*base, *size as usize)).map_err(at(|| format!("unmapping allocation {id} at {base:#x}")))?;
+            call!(d, cuMemUnmap(*base, *size as usize))
+                .map_err(at(|| format!("unmapping allocation {id} at {base:#x}")))?;
         }
         if let Some(raw) = a.driver.take() {
             call!(d, cuMemRelease(raw)).map_err(at(|| format!("releasing allocation {id}")))?;
@@ -260,12 +294,33 @@ fn prepare_unicast(d: &Driver, r: &mut Registry) -> Step<u64> {
 }
 
 /// Maps every recorded mapping of `id` at its original address and restores its access.
-fn remap(d: &Driver, r: &Registry, id: &cuinterpose_protocol::AllocationId, raw: u64, kind: Kind) -> CuResult<()> {
-    for (&base, m) in r.mappings.iter().filter(|(_, m)| m.id == *id && m.kind == kind) {
-        call!(d, cuMemMap(base, m.size as usize, m.offset as usize, raw, m.flags))?;
+fn remap(
+    d: &Driver,
+    r: &Registry,
+    id: &cuinterpose_protocol::AllocationId,
+    raw: u64,
+    kind: Kind,
+) -> CuResult<()> {
+    for (&base, m) in r
+        .mappings
+        .iter()
+        .filter(|(_, m)| m.id == *id && m.kind == kind)
+    {
+        call!(
+            d,
+            cuMemMap(base, m.size as usize, m.offset as usize, raw, m.flags)
+        )?;
         if !m.access.is_empty() {
             let descriptors: Vec<_> = m.access.iter().map(convert::raw_access).collect();
-            call!(d, cuMemSetAccess(base, m.size as usize, descriptors.as_ptr(), descriptors.len()))?;
+            call!(
+                d,
+                cuMemSetAccess(
+                    base,
+                    m.size as usize,
+                    descriptors.as_ptr(),
+                    descriptors.len()
+                )
+            )?;
         }
     }
     Ok(())
@@ -277,12 +332,17 @@ fn load(d: &Driver, r: &mut Registry) -> Step<u64> {
         return Ok(0);
     }
     let Some(arena) = r.arena.take() else {
-        return Err("no host carrier to load from (save_allocations did not run in this process image)".into());
+        return Err(
+            "no host carrier to load from (save_allocations did not run in this process image)"
+                .into(),
+        );
     };
     for id in &ids {
         let a = &r.allocations[id];
         if arena.slots.get(id).map(|&(_, size)| size) != Some(a.size) {
-            return Err(format!("allocation {id}: the host carrier does not hold it"));
+            return Err(format!(
+                "allocation {id}: the host carrier does not hold it"
+            ));
         }
     }
     let result = (|| {
@@ -290,20 +350,31 @@ fn load(d: &Driver, r: &mut Registry) -> Step<u64> {
             let a = &r.allocations[id];
             let prop = a.raw_properties();
             let mut raw = 0;
-            context::run(d, a.context, carrier::device_of(a), || call!(d, cuMemCreate(&mut raw, a.size as usize, &prop, 0)))
-                .map_err(at(|| format!("recreating allocation {id}")))?;
+            context::run(d, a.context, carrier::device_of(a), || {
+                call!(d, cuMemCreate(&mut raw, a.size as usize, &prop, 0))
+            })
+            .map_err(at(|| format!("recreating allocation {id}")))?;
             r.allocations.get_mut(id).expect("listed above").driver = Some(raw);
         }
         let jobs: Vec<_> = ids.iter().map(|id| &r.allocations[id]).collect();
-        carrier::transfer(d, &arena, &jobs, Direction::Load).map_err(at(|| "copying the host carrier back".to_owned()))?;
+        carrier::transfer(d, &arena, &jobs, Direction::Load)
+            .map_err(at(|| "copying the host carrier back".to_owned()))?;
         let mut bytes = 0;
         for id in &ids {
             let a = &r.allocations[id];
             let raw = a.driver.expect("recreated above");
-            context::run(d, a.context, carrier::device_of(a), || remap(d, r, id, raw, Kind::Unicast))
-                .map_err(at(|| format!("remapping allocation {id}")))?;
-            let fd = sharing::export_fd(d, raw).map_err(at(|| format!("exporting allocation {id}")))?;
-            cache::insert(*id, fd, a.capability, Reply::UnicastExport(UnicastExportReply { size: a.size }));
+            context::run(d, a.context, carrier::device_of(a), || {
+                remap(d, r, id, raw, Kind::Unicast)
+            })
+            .map_err(at(|| format!("remapping allocation {id}")))?;
+            let fd =
+                sharing::export_fd(d, raw).map_err(at(|| format!("exporting allocation {id}")))?;
+            cache::insert(
+                *id,
+                fd,
+                a.capability,
+                Reply::UnicastExport(UnicastExportReply { size: a.size }),
+            );
             if a.malloc.is_some_and(|m| m.ipc_exported) {
                 cache::authorize_by_id(id);
             }
@@ -318,44 +389,85 @@ fn load(d: &Driver, r: &mut Registry) -> Step<u64> {
 
 fn restore_unicast(d: &Driver, r: &mut Registry) -> Step<u64> {
     let me = r.pid;
-    let ids: Vec<_> = r.allocations.values().filter(|a| a.shared && !a.is_creator(me)).map(|a| a.reference.id).collect();
+    let ids: Vec<_> = r
+        .allocations
+        .values()
+        .filter(|a| a.shared && !a.is_creator(me))
+        .map(|a| a.reference.id)
+        .collect();
     for id in ids {
         let a = &r.allocations[&id];
-        let (reply, fd) = sharing::request_export(&a.reference, ResourceKind::Unicast, a.capability)
-            .map_err(at(|| format!("asking creator {} for allocation {id}", a.reference.creator_pid)))?;
+        let (reply, fd) =
+            sharing::request_export(&a.reference, ResourceKind::Unicast, a.capability).map_err(
+                at(|| {
+                    format!(
+                        "asking creator {} for allocation {id}",
+                        a.reference.creator_pid
+                    )
+                }),
+            )?;
         match reply {
             Reply::UnicastExport(export) if export.size == a.size => {}
-            other => return Err(format!("allocation {id}: creator answered {other:?}, expected an export of {} bytes", a.size)),
+            other => {
+                return Err(format!(
+                    "allocation {id}: creator answered {other:?}, expected an export of {} bytes",
+                    a.size
+                ));
+            }
         }
-        let raw = context::run(d, a.context, carrier::device_of(a), || sharing::import_fd(d, std::os::fd::AsFd::as_fd(&fd)))
-            .map_err(at(|| format!("importing allocation {id}")))?;
+        let raw = context::run(d, a.context, carrier::device_of(a), || {
+            sharing::import_fd(d, std::os::fd::AsFd::as_fd(&fd))
+        })
+        .map_err(at(|| format!("importing allocation {id}")))?;
         drop(fd);
         r.allocations.get_mut(&id).expect("listed above").driver = Some(raw);
         let a = &r.allocations[&id];
-        context::run(d, a.context, carrier::device_of(a), || remap(d, r, &id, raw, Kind::Unicast))
-            .map_err(at(|| format!("remapping allocation {id}")))?;
+        context::run(d, a.context, carrier::device_of(a), || {
+            remap(d, r, &id, raw, Kind::Unicast)
+        })
+        .map_err(at(|| format!("remapping allocation {id}")))?;
     }
     Ok(0)
 }
 
 fn multicast_device(r: &Registry, id: &cuinterpose_protocol::AllocationId) -> i32 {
     let m = &r.multicasts[id];
-    m.devices.first().or(m.bindings.first().map(|b| &b.device)).copied().unwrap_or(0)
+    m.devices
+        .first()
+        .or(m.bindings.first().map(|b| &b.device))
+        .copied()
+        .unwrap_or(0)
 }
 
 fn restore_multicast_creators(d: &Driver, r: &mut Registry) -> Step<u64> {
     let me = r.pid;
-    let ids: Vec<_> = r.multicasts.values().filter(|m| m.reference.creator_pid == me).map(|m| m.reference.id).collect();
+    let ids: Vec<_> = r
+        .multicasts
+        .values()
+        .filter(|m| m.reference.creator_pid == me)
+        .map(|m| m.reference.id)
+        .collect();
     for id in ids {
         let device = multicast_device(r, &id);
         let m = &r.multicasts[&id];
-        let prop = convert::raw_multicast_properties(&m.properties).map_err(at(|| format!("multicast object {id}")))?;
+        let prop = convert::raw_multicast_properties(&m.properties)
+            .map_err(at(|| format!("multicast object {id}")))?;
         let mut raw = 0;
-        context::run(d, m.context, device, || call!(d, cuMulticastCreate(&mut raw, &prop)))
-            .map_err(at(|| format!("recreating multicast object {id}")))?;
+        context::run(d, m.context, device, || {
+            call!(d, cuMulticastCreate(&mut raw, &prop))
+        })
+        .map_err(at(|| format!("recreating multicast object {id}")))?;
         if m.shared {
-            let fd = sharing::export_fd(d, raw).map_err(at(|| format!("exporting multicast object {id}")))?;
-            cache::insert(id, fd, m.capability, Reply::MulticastExport(MulticastExportReply { properties: m.properties.clone() }));
+            let fd = sharing::export_fd(d, raw)
+                .map_err(at(|| format!("exporting multicast object {id}")))?;
+            cache::insert(
+                id,
+                fd,
+                m.capability,
+                Reply::MulticastExport(MulticastExportReply {
+                    properties: m.properties.clone(),
+                }),
+            );
         }
         r.multicasts.get_mut(&id).expect("listed above").driver = Some(raw);
     }
@@ -364,18 +476,36 @@ fn restore_multicast_creators(d: &Driver, r: &mut Registry) -> Step<u64> {
 
 fn restore_multicast_importers(d: &Driver, r: &mut Registry) -> Step<u64> {
     let me = r.pid;
-    let ids: Vec<_> = r.multicasts.values().filter(|m| m.reference.creator_pid != me).map(|m| m.reference.id).collect();
+    let ids: Vec<_> = r
+        .multicasts
+        .values()
+        .filter(|m| m.reference.creator_pid != me)
+        .map(|m| m.reference.id)
+        .collect();
     for id in ids {
         let device = multicast_device(r, &id);
         let m = &r.multicasts[&id];
-        let (reply, fd) = sharing::request_export(&m.reference, ResourceKind::Multicast, m.capability)
-            .map_err(at(|| format!("asking creator {} for multicast object {id}", m.reference.creator_pid)))?;
+        let (reply, fd) =
+            sharing::request_export(&m.reference, ResourceKind::Multicast, m.capability).map_err(
+                at(|| {
+                    format!(
+                        "asking creator {} for multicast object {id}",
+                        m.reference.creator_pid
+                    )
+                }),
+            )?;
         match reply {
             Reply::MulticastExport(export) if export.properties == m.properties => {}
-            other => return Err(format!("multicast object {id}: creator answered {other:?}, expected the recorded properties")),
+            other => {
+                return Err(format!(
+                    "multicast object {id}: creator answered {other:?}, expected the recorded properties"
+                ));
+            }
         }
-        let raw = context::run(d, m.context, device, || sharing::import_fd(d, std::os::fd::AsFd::as_fd(&fd)))
-            .map_err(at(|| format!("importing multicast object {id}")))?;
+        let raw = context::run(d, m.context, device, || {
+            sharing::import_fd(d, std::os::fd::AsFd::as_fd(&fd))
+        })
+        .map_err(at(|| format!("importing multicast object {id}")))?;
         r.multicasts.get_mut(&id).expect("listed above").driver = Some(raw);
     }
     Ok(0)
@@ -383,7 +513,9 @@ fn restore_multicast_importers(d: &Driver, r: &mut Registry) -> Step<u64> {
 
 fn restore_multicast_devices(d: &Driver, r: &mut Registry) -> Step<u64> {
     for (id, m) in &r.multicasts {
-        let raw = m.driver.ok_or_else(|| format!("multicast object {id} was not restored"))?;
+        let raw = m
+            .driver
+            .ok_or_else(|| format!("multicast object {id} was not restored"))?;
         let device = m.devices.first().copied().unwrap_or(0);
         context::run(d, m.context, device, || {
             for &dev in &m.devices {
@@ -398,7 +530,9 @@ fn restore_multicast_devices(d: &Driver, r: &mut Registry) -> Step<u64> {
 
 fn restore_multicast_bindings(d: &Driver, r: &mut Registry) -> Step<u64> {
     for (id, m) in &r.multicasts {
-        let raw = m.driver.ok_or_else(|| format!("multicast object {id} was not restored"))?;
+        let raw = m
+            .driver
+            .ok_or_else(|| format!("multicast object {id} was not restored"))?;
         let device = multicast_device(r, id);
         context::run(d, m.context, device, || {
             for b in &m.bindings {
@@ -406,19 +540,41 @@ fn restore_multicast_bindings(d: &Driver, r: &mut Registry) -> Step<u64> {
                 let v2 = b.version == cuinterpose_protocol::BindingVersion::V2;
                 match &b.target {
                     BindingTarget::Memory { member, offset } => {
-                        let member_raw = r.allocations.get(&member.id).and_then(|a| a.driver).ok_or(CuError::INVALID_HANDLE)?;
+                        let member_raw = r
+                            .allocations
+                            .get(&member.id)
+                            .and_then(|a| a.driver)
+                            .ok_or(CuError::INVALID_HANDLE)?;
                         let offset = *offset as usize;
                         if v2 {
-                            call!(d, cuMulticastBindMem_v2(raw, b.device, mc_offset, member_raw, offset, size, b.flags))?;
+                            call!(
+                                d,
+                                cuMulticastBindMem_v2(
+                                    raw, b.device, mc_offset, member_raw, offset, size, b.flags
+                                )
+                            )?;
                         } else {
-                            call!(d, cuMulticastBindMem(raw, mc_offset, member_raw, offset, size, b.flags))?;
+                            call!(
+                                d,
+                                cuMulticastBindMem(
+                                    raw, mc_offset, member_raw, offset, size, b.flags
+                                )
+                            )?;
                         }
                     }
                     BindingTarget::Address { address, .. } => {
                         if v2 {
-                            call!(d, cuMulticastBindAddr_v2(raw, b.device, mc_offset, *address, size, b.flags))?;
+                            call!(
+                                d,
+                                cuMulticastBindAddr_v2(
+                                    raw, b.device, mc_offset, *address, size, b.flags
+                                )
+                            )?;
                         } else {
-                            call!(d, cuMulticastBindAddr(raw, mc_offset, *address, size, b.flags))?;
+                            call!(
+                                d,
+                                cuMulticastBindAddr(raw, mc_offset, *address, size, b.flags)
+                            )?;
                         }
                     }
                 }

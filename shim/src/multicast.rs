@@ -5,9 +5,9 @@
 //! `inspect` and `begin_checkpoint` are refused instead of waiting.
 
 use crate::abi::{RawMulticastProp, consts};
-use crate::call;
 use crate::context;
 use crate::convert;
+use crate::driver::call;
 use crate::driver::{Driver, driver};
 use crate::error::{CuError, CuResult};
 use crate::log;
@@ -68,7 +68,10 @@ fn adopt(d: &Driver, r: &mut Registry, object: Multicast) -> CuResult<u64> {
     r.multicasts.insert(id, object);
     match r.mint(id, Kind::Multicast) {
         Ok(handle) => {
-            r.multicasts.get_mut(&id).expect("inserted above").primary_handle = handle;
+            r.multicasts
+                .get_mut(&id)
+                .expect("inserted above")
+                .primary_handle = handle;
             Ok(handle)
         }
         Err(e) => {
@@ -167,54 +170,121 @@ pub fn bind_mem(
     let d = driver()?;
     if !is_logical(handle) {
         if is_logical(member) {
-            log!("cuMulticastBindMem: a tracked allocation bound into an untracked multicast object cannot be checkpointed; refused");
+            log!(
+                "cuMulticastBindMem: a tracked allocation bound into an untracked multicast object cannot be checkpointed; refused"
+            );
             return Err(CuError::NOT_SUPPORTED);
         }
         return match device {
-            None => call!(d, cuMulticastBindMem(handle, multicast_offset, member, member_offset, size, flags)),
-            Some(dev) => call!(d, cuMulticastBindMem_v2(handle, dev, multicast_offset, member, member_offset, size, flags)),
+            None => call!(
+                d,
+                cuMulticastBindMem(handle, multicast_offset, member, member_offset, size, flags)
+            ),
+            Some(dev) => call!(
+                d,
+                cuMulticastBindMem_v2(
+                    handle,
+                    dev,
+                    multicast_offset,
+                    member,
+                    member_offset,
+                    size,
+                    flags
+                )
+            ),
         };
     }
     if !is_logical(member) {
-        log!("cuMulticastBindMem: memory not created through the shim cannot be restored into a multicast object; refused with CUDA_ERROR_NOT_SUPPORTED");
+        log!(
+            "cuMulticastBindMem: memory not created through the shim cannot be restored into a multicast object; refused with CUDA_ERROR_NOT_SUPPORTED"
+        );
         return Err(CuError::NOT_SUPPORTED);
     }
     let (id, raw, reference, member_raw, bound_device) = process::with(|r| {
         r.require_active()?;
         let (id, raw) = object_driver(r, handle)?;
         let a = r.allocation_of(member)?;
-        if (member_offset as u64).checked_add(size as u64).is_none_or(|end| end > a.size) {
+        if (member_offset as u64)
+            .checked_add(size as u64)
+            .is_none_or(|end| end > a.size)
+        {
             return Err(CuError::INVALID_VALUE);
         }
         let bound_device = match device {
             Some(dev) => dev,
-            None if a.properties.location.location_type == LocationType::Device => a.properties.location.id,
+            None if a.properties.location.location_type == LocationType::Device => {
+                a.properties.location.id
+            }
             None => return Err(CuError::NOT_SUPPORTED),
         };
-        Ok((id, raw, a.reference.clone(), a.driver.ok_or(CuError::INVALID_HANDLE)?, bound_device))
+        Ok((
+            id,
+            raw,
+            a.reference.clone(),
+            a.driver.ok_or(CuError::INVALID_HANDLE)?,
+            bound_device,
+        ))
     })?;
     let current = context::current(d);
     unlocked(|| match device {
-        None => call!(d, cuMulticastBindMem(raw, multicast_offset, member_raw, member_offset, size, flags)),
-        Some(dev) => call!(d, cuMulticastBindMem_v2(raw, dev, multicast_offset, member_raw, member_offset, size, flags)),
+        None => call!(
+            d,
+            cuMulticastBindMem(
+                raw,
+                multicast_offset,
+                member_raw,
+                member_offset,
+                size,
+                flags
+            )
+        ),
+        Some(dev) => call!(
+            d,
+            cuMulticastBindMem_v2(
+                raw,
+                dev,
+                multicast_offset,
+                member_raw,
+                member_offset,
+                size,
+                flags
+            )
+        ),
     })?;
     process::with(|r| {
         if let Some(a) = r.allocations.get_mut(&reference.id) {
             a.shared = true;
         }
-        record_binding(r, id, current, Binding {
-            target: BindingTarget::Memory { member: reference, offset: member_offset as u64 },
-            multicast_offset: multicast_offset as u64,
-            size: size as u64,
-            flags,
-            version: if device.is_some() { BindingVersion::V2 } else { BindingVersion::V1 },
-            device: bound_device,
-        });
+        record_binding(
+            r,
+            id,
+            current,
+            Binding {
+                target: BindingTarget::Memory {
+                    member: reference,
+                    offset: member_offset as u64,
+                },
+                multicast_offset: multicast_offset as u64,
+                size: size as u64,
+                flags,
+                version: if device.is_some() {
+                    BindingVersion::V2
+                } else {
+                    BindingVersion::V1
+                },
+                device: bound_device,
+            },
+        );
         Ok(())
     })
 }
 
-fn record_binding(r: &mut Registry, id: cuinterpose_protocol::AllocationId, current: usize, binding: Binding) {
+fn record_binding(
+    r: &mut Registry,
+    id: cuinterpose_protocol::AllocationId,
+    current: usize,
+    binding: Binding,
+) {
     if let Some(m) = r.multicasts.get_mut(&id) {
         if m.context == 0 {
             m.context = current;
@@ -235,14 +305,22 @@ pub fn bind_addr(
     let d = driver()?;
     if !is_logical(handle) {
         return match device {
-            None => call!(d, cuMulticastBindAddr(handle, multicast_offset, address, size, flags)),
-            Some(dev) => call!(d, cuMulticastBindAddr_v2(handle, dev, multicast_offset, address, size, flags)),
+            None => call!(
+                d,
+                cuMulticastBindAddr(handle, multicast_offset, address, size, flags)
+            ),
+            Some(dev) => call!(
+                d,
+                cuMulticastBindAddr_v2(handle, dev, multicast_offset, address, size, flags)
+            ),
         };
     }
     if size == 0 {
         return Err(CuError::INVALID_VALUE);
     }
-    let end = address.checked_add(size as u64).ok_or(CuError::INVALID_VALUE)?;
+    let end = address
+        .checked_add(size as u64)
+        .ok_or(CuError::INVALID_VALUE)?;
     let (id, raw, member) = process::with(|r| {
         r.require_active()?;
         let (id, raw) = object_driver(r, handle)?;
@@ -270,8 +348,14 @@ pub fn bind_addr(
     };
     let current = context::current(d);
     unlocked(|| match device {
-        None => call!(d, cuMulticastBindAddr(raw, multicast_offset, address, size, flags)),
-        Some(dev) => call!(d, cuMulticastBindAddr_v2(raw, dev, multicast_offset, address, size, flags)),
+        None => call!(
+            d,
+            cuMulticastBindAddr(raw, multicast_offset, address, size, flags)
+        ),
+        Some(dev) => call!(
+            d,
+            cuMulticastBindAddr_v2(raw, dev, multicast_offset, address, size, flags)
+        ),
     })?;
     process::with(|r| {
         if let Some((reference, _)) = &member
@@ -279,14 +363,23 @@ pub fn bind_addr(
         {
             a.shared = true;
         }
-        record_binding(r, id, current, Binding {
-            target: BindingTarget::Address { address, member },
-            multicast_offset: multicast_offset as u64,
-            size: size as u64,
-            flags,
-            version: if device.is_some() { BindingVersion::V2 } else { BindingVersion::V1 },
-            device: bound_device,
-        });
+        record_binding(
+            r,
+            id,
+            current,
+            Binding {
+                target: BindingTarget::Address { address, member },
+                multicast_offset: multicast_offset as u64,
+                size: size as u64,
+                flags,
+                version: if device.is_some() {
+                    BindingVersion::V2
+                } else {
+                    BindingVersion::V1
+                },
+                device: bound_device,
+            },
+        );
         Ok(())
     })
 }
@@ -305,7 +398,9 @@ pub fn unbind(handle: u64, device: i32, multicast_offset: usize, size: usize) ->
     let end = start.saturating_add(size as u64);
     process::with(|r| {
         if let Some(m) = r.multicasts.get_mut(&id) {
-            m.bindings.retain(|b| !(b.device == device && b.multicast_offset >= start && b.multicast_offset < end));
+            m.bindings.retain(|b| {
+                !(b.device == device && b.multicast_offset >= start && b.multicast_offset < end)
+            });
         }
         Ok(())
     })

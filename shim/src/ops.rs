@@ -3,9 +3,9 @@
 //! on to the driver untouched.
 
 use crate::abi::{RawAccessDesc, RawAllocProp, consts};
-use crate::call;
 use crate::context;
 use crate::convert;
+use crate::driver::call;
 use crate::driver::{Driver, driver};
 use crate::error::{CuError, CuResult};
 use crate::log;
@@ -32,11 +32,7 @@ pub fn random_bytes() -> [u8; 16] {
         while filled < bytes.len() {
             // SAFETY: writes at most the remaining bytes of a live local array.
             let n = unsafe {
-                libc::getrandom(
-                    bytes[filled..].as_mut_ptr().cast(),
-                    bytes.len() - filled,
-                    0,
-                )
+                libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
             };
             if n > 0 {
                 filled += n as usize;
@@ -135,7 +131,10 @@ pub fn adopt(d: &Driver, r: &mut Registry, mut allocation: Allocation) -> CuResu
     r.allocations.insert(id, allocation);
     match r.mint(id, Kind::Unicast) {
         Ok(handle) => {
-            r.allocations.get_mut(&id).expect("inserted above").primary_handle = handle;
+            r.allocations
+                .get_mut(&id)
+                .expect("inserted above")
+                .primary_handle = handle;
             Ok(handle)
         }
         Err(e) => {
@@ -169,11 +168,19 @@ pub fn mem_release(handle: u64) -> CuResult<()> {
 
 /// Drops the record (and the driver's handle, and the cached export) of an object nothing
 /// refers to any more.
-pub fn release_if_unused(d: &Driver, r: &mut Registry, id: AllocationId, kind: Kind) -> CuResult<()> {
+pub fn release_if_unused(
+    d: &Driver,
+    r: &mut Registry,
+    id: AllocationId,
+    kind: Kind,
+) -> CuResult<()> {
     match kind {
         Kind::Unicast => {
             if r.unicast_unused(&id) {
-                let allocation = r.allocations.remove(&id).expect("checked by unicast_unused");
+                let allocation = r
+                    .allocations
+                    .remove(&id)
+                    .expect("checked by unicast_unused");
                 cache::remove(&id);
                 if let Some(raw) = allocation.driver {
                     call!(d, cuMemRelease(raw))?;
@@ -182,7 +189,10 @@ pub fn release_if_unused(d: &Driver, r: &mut Registry, id: AllocationId, kind: K
         }
         Kind::Multicast => {
             if r.multicast_unused(&id) {
-                let object = r.multicasts.remove(&id).expect("checked by multicast_unused");
+                let object = r
+                    .multicasts
+                    .remove(&id)
+                    .expect("checked by multicast_unused");
                 cache::remove(&id);
                 if let Some(raw) = object.driver {
                     call!(d, cuMemRelease(raw))?;
@@ -208,7 +218,10 @@ pub fn retain(address: u64) -> CuResult<u64> {
             return Ok(handle);
         }
         let mut handle = 0;
-        call!(d, cuMemRetainAllocationHandle(&mut handle, address as usize as *mut c_void))?;
+        call!(
+            d,
+            cuMemRetainAllocationHandle(&mut handle, address as usize as *mut c_void)
+        )?;
         Ok(handle)
     })
 }
@@ -224,11 +237,17 @@ pub fn map(address: u64, size: usize, offset: usize, handle: u64, flags: u64) ->
         let current = context::current(d);
         let (driver_handle, context) = match entry.kind {
             Kind::Unicast => {
-                let a = r.allocations.get_mut(&entry.id).ok_or(CuError::INVALID_HANDLE)?;
+                let a = r
+                    .allocations
+                    .get_mut(&entry.id)
+                    .ok_or(CuError::INVALID_HANDLE)?;
                 (a.driver, &mut a.context)
             }
             Kind::Multicast => {
-                let m = r.multicasts.get_mut(&entry.id).ok_or(CuError::INVALID_HANDLE)?;
+                let m = r
+                    .multicasts
+                    .get_mut(&entry.id)
+                    .ok_or(CuError::INVALID_HANDLE)?;
                 (m.driver, &mut m.context)
             }
         };
@@ -237,7 +256,15 @@ pub fn map(address: u64, size: usize, offset: usize, handle: u64, flags: u64) ->
         if *context == 0 {
             *context = current;
         }
-        record_mapping(r, address, entry.id, entry.kind, size as u64, offset as u64, flags);
+        record_mapping(
+            r,
+            address,
+            entry.id,
+            entry.kind,
+            size as u64,
+            offset as u64,
+            flags,
+        );
         Ok(())
     })
 }
@@ -358,7 +385,11 @@ pub fn properties_from_handle(out: &mut RawAllocProp, handle: u64) -> CuResult<(
     let (raw, visible) = process::with(|r| {
         let a = r.allocation_of(handle)?;
         // cuMemAlloc memory is exportable only for the shim's own use.
-        let visible = if a.malloc.is_some() { 0 } else { a.properties.handle_types.bits() };
+        let visible = if a.malloc.is_some() {
+            0
+        } else {
+            a.properties.handle_types.bits()
+        };
         Ok((a.driver.ok_or(CuError::INVALID_HANDLE)?, visible))
     })?;
     call!(d, cuMemGetAllocationPropertiesFromHandle(out, raw))?;

@@ -93,9 +93,15 @@ pub struct Multicast {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BindingTarget {
     /// `cuMulticastBindMem`: a tracked allocation and an offset into it.
-    Memory { member: AllocationReference, offset: u64 },
+    Memory {
+        member: AllocationReference,
+        offset: u64,
+    },
     /// `cuMulticastBindAddr`: an address, inside a tracked mapping or not.
-    Address { address: u64, member: Option<(AllocationReference, u64)> },
+    Address {
+        address: u64,
+        member: Option<(AllocationReference, u64)>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,7 +195,8 @@ impl Registry {
         }
         self.next_handle += 1;
         let handle = HANDLE_TAG | self.next_handle;
-        self.handles.insert(handle, HandleEntry { id, kind, refs: 1 });
+        self.handles
+            .insert(handle, HandleEntry { id, kind, refs: 1 });
         self.add_handle_ref(id, kind, 1);
         Ok(handle)
     }

@@ -5,9 +5,9 @@
 //! the real FD (over its socket, lock dropped), imports it and closes it.
 
 use crate::abi::{RawAllocProp, consts};
-use crate::call;
 use crate::context;
 use crate::convert;
+use crate::driver::call;
 use crate::driver::{Driver, driver};
 use crate::error::{CuError, CuResult};
 use crate::log;
@@ -19,8 +19,7 @@ use cuinterpose_protocol::ticket::{TicketError, create_ticket, read_ticket};
 use cuinterpose_protocol::transport::{Endpoint, Timeouts, call_with, control_dir};
 use cuinterpose_protocol::{
     AllocationId, AllocationReference, CapabilityToken, ExportRequest, MulticastExportReply,
-    NamespacePid, Reply, Request, ResourceKind, Ticket, UnicastExportReply,
-    VirtualShareableHandle,
+    NamespacePid, Reply, Request, ResourceKind, Ticket, UnicastExportReply, VirtualShareableHandle,
 };
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -34,10 +33,21 @@ pub enum Exported {
     Ticket(OwnedFd),
 }
 
-pub fn export(handle: u64, handle_type: u32, flags: u64, out: *mut c_void) -> CuResult<Exported> {
+/// # Safety
+/// `out` is what the application passed to `cuMemExportToShareableHandle`: the driver writes
+/// its own handle there on the pass-through paths.
+pub unsafe fn export(
+    handle: u64,
+    handle_type: u32,
+    flags: u64,
+    out: *mut c_void,
+) -> CuResult<Exported> {
     let d = driver()?;
     if !is_logical(handle) {
-        call!(d, cuMemExportToShareableHandle(out, handle, handle_type, flags))?;
+        call!(
+            d,
+            cuMemExportToShareableHandle(out, handle, handle_type, flags)
+        )?;
         return Ok(Exported::Native);
     }
     let ticket = process::with(|r| {
@@ -46,13 +56,19 @@ pub fn export(handle: u64, handle_type: u32, flags: u64, out: *mut c_void) -> Cu
         if handle_type != consts::HANDLE_TYPE_POSIX_FD {
             // Tracked objects are POSIX-only: the driver answers (and refuses) other kinds.
             let raw = driver_handle(r, entry.id, entry.kind)?;
-            call!(d, cuMemExportToShareableHandle(out, raw, handle_type, flags))?;
+            call!(
+                d,
+                cuMemExportToShareableHandle(out, raw, handle_type, flags)
+            )?;
             return Ok(None);
         }
         if flags != 0 {
             return Err(CuError::INVALID_VALUE);
         }
-        if r.allocations.get(&entry.id).is_some_and(|a| a.malloc.is_some()) {
+        if r.allocations
+            .get(&entry.id)
+            .is_some_and(|a| a.malloc.is_some())
+        {
             // cuMemAlloc memory was not created exportable as far as the application knows.
             return Err(CuError::INVALID_VALUE);
         }
@@ -164,11 +180,17 @@ pub fn import_fd(d: &Driver, fd: BorrowedFd<'_>) -> CuResult<u64> {
     Ok(raw)
 }
 
-pub fn import(os_handle: *mut c_void, handle_type: u32) -> CuResult<u64> {
+/// # Safety
+/// `os_handle` is what the application passed to `cuMemImportFromShareableHandle` (for POSIX
+/// FDs, the descriptor number cast to a pointer; the driver interprets other kinds).
+pub unsafe fn import(os_handle: *mut c_void, handle_type: u32) -> CuResult<u64> {
     let d = driver()?;
     let native = || {
         let mut raw = 0;
-        call!(d, cuMemImportFromShareableHandle(&mut raw, os_handle, handle_type))?;
+        call!(
+            d,
+            cuMemImportFromShareableHandle(&mut raw, os_handle, handle_type)
+        )?;
         Ok(raw)
     };
     if handle_type != consts::HANDLE_TYPE_POSIX_FD {
@@ -196,7 +218,9 @@ pub fn import(os_handle: *mut c_void, handle_type: u32) -> CuResult<u64> {
             Ok(raw)
         }
         Err(e) => {
-            log!("cuMemImportFromShareableHandle: fd {number}: {e}; refused with CUDA_ERROR_INVALID_HANDLE");
+            log!(
+                "cuMemImportFromShareableHandle: fd {number}: {e}; refused with CUDA_ERROR_INVALID_HANDLE"
+            );
             Err(CuError::INVALID_HANDLE)
         }
     }
@@ -254,14 +278,30 @@ fn import_ticket(d: &Driver, ticket: &Ticket) -> CuResult<u64> {
                 let context = context::current(d);
                 let raw = import_fd(d, fd.as_fd())?;
                 drop(fd);
-                let allocation = imported_allocation(d, raw, reference, export.size, ticket.capability, context)?;
+                let allocation = imported_allocation(
+                    d,
+                    raw,
+                    reference,
+                    export.size,
+                    ticket.capability,
+                    context,
+                )?;
                 ops::adopt(d, r, allocation)
             }
-            Reply::MulticastExport(export) => {
-                crate::multicast::adopt_import(d, r, reference, export.properties, ticket.capability, fd)
-            }
+            Reply::MulticastExport(export) => crate::multicast::adopt_import(
+                d,
+                r,
+                reference,
+                export.properties,
+                ticket.capability,
+                fd,
+            ),
             other => {
-                log!("import of {}: the creator answered {} instead of an export", reference.id, other.kind());
+                log!(
+                    "import of {}: the creator answered {} instead of an export",
+                    reference.id,
+                    other.kind()
+                );
                 Err(CuError::INVALID_HANDLE)
             }
         }
@@ -285,7 +325,10 @@ pub fn imported_allocation(
         Ok(p) if ops::trackable(&p) => p,
         _ => {
             let _ = call!(d, cuMemRelease(raw));
-            log!("import of {}: memory of this kind cannot be checkpointed; refused", reference.id);
+            log!(
+                "import of {}: memory of this kind cannot be checkpointed; refused",
+                reference.id
+            );
             return Err(CuError::NOT_SUPPORTED);
         }
     };
@@ -313,7 +356,10 @@ pub fn request_export(
 ) -> CuResult<(Reply, OwnedFd)> {
     let creator: NamespacePid = reference.creator_pid;
     let fail = |what: String| {
-        log!("import of {} from creator pid {creator}: {what}", reference.id);
+        log!(
+            "import of {} from creator pid {creator}: {what}",
+            reference.id
+        );
         CuError::INVALID_HANDLE
     };
     let dir = control_dir().map_err(|e| fail(e.to_string()))?;

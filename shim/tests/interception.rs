@@ -12,7 +12,13 @@ fn runtime_path() -> String {
 /// Every entry path the application may use to reach the driver.
 fn entry_paths() -> Vec<String> {
     let mut paths: Vec<String> = [
-        "direct", "dlsym", "default", "next", "proc:12030", "proc:12000", "proc:10020",
+        "direct",
+        "dlsym",
+        "default",
+        "next",
+        "proc:12030",
+        "proc:12000",
+        "proc:10020",
         "procv1:12000",
     ]
     .iter()
@@ -44,7 +50,10 @@ fn check_sharing(path: &str) {
         .output()
         .unwrap();
     let importer = stdout_of(&format!("importer over {path}"), importer);
-    let creator = stdout_of(&format!("creator over {path}"), creator.wait_with_output().unwrap());
+    let creator = stdout_of(
+        &format!("creator over {path}"),
+        creator.wait_with_output().unwrap(),
+    );
     // Tracked allocations are handed to the application as logical handles.
     assert!(creator.contains("handle=0xc0de"), "{path}: {creator}");
     assert!(importer.contains("handle=0xc0de"), "{path}: {importer}");
@@ -60,7 +69,11 @@ fn every_entry_path_shares_memory_between_processes() {
 /// Which library answers each name through `path`: wrapped names the shim, others fakecuda.
 fn check_resolution(path: &str) {
     let sandbox = Sandbox::new("resolve");
-    let out = sandbox.command(share_program(), true).args(["resolve", path]).output().unwrap();
+    let out = sandbox
+        .command(share_program(), true)
+        .args(["resolve", path])
+        .output()
+        .unwrap();
     let out = stdout_of(&format!("resolve over {path}"), out);
     for line in out.lines() {
         let (name, library) = line.split_once(' ').unwrap();
@@ -68,7 +81,10 @@ fn check_resolution(path: &str) {
             "cuMemcpyHtoD_v2" | "cuDevicePrimaryCtxRetain" => "libcuda.so",
             _ => "libcuinterpose.so",
         };
-        assert!(library.starts_with(expected), "{name} through {path}: {library}");
+        assert!(
+            library.starts_with(expected),
+            "{name} through {path}: {library}"
+        );
     }
     assert_eq!(out.lines().count(), 9, "{out}");
 }
@@ -83,7 +99,11 @@ fn wrappers_are_returned_only_for_wrapped_symbols() {
 #[test]
 fn without_the_shim_every_path_reaches_the_driver() {
     let sandbox = Sandbox::new("noshim");
-    let out = sandbox.command(share_program(), false).args(["resolve", "dlsym"]).output().unwrap();
+    let out = sandbox
+        .command(share_program(), false)
+        .args(["resolve", "dlsym"])
+        .output()
+        .unwrap();
     let out = stdout_of("resolve without shim", out);
     assert!(out.lines().all(|l| l.contains(" libcuda.so")), "{out}");
 }
@@ -92,8 +112,22 @@ fn without_the_shim_every_path_reaches_the_driver() {
 fn pass_through_results_equal_the_unshimmed_driver() {
     let sandbox = Sandbox::new("probe");
     for path in ["direct", "proc:12030"] {
-        let plain = stdout_of("probe", sandbox.command(share_program(), false).args(["probe", path]).output().unwrap());
-        let shimmed = stdout_of("probe", sandbox.command(share_program(), true).args(["probe", path]).output().unwrap());
+        let plain = stdout_of(
+            "probe",
+            sandbox
+                .command(share_program(), false)
+                .args(["probe", path])
+                .output()
+                .unwrap(),
+        );
+        let shimmed = stdout_of(
+            "probe",
+            sandbox
+                .command(share_program(), true)
+                .args(["probe", path])
+                .output()
+                .unwrap(),
+        );
         assert_eq!(plain, shimmed, "results differ under the shim ({path})");
         assert!(plain.lines().count() >= 30, "{plain}");
         // The probe reaches the driver's refusals, not just successes.
@@ -105,7 +139,11 @@ fn pass_through_results_equal_the_unshimmed_driver() {
 #[test]
 fn a_forked_child_holds_neither_the_control_socket_nor_cached_exports() {
     let sandbox = Sandbox::new("fork");
-    let out = sandbox.command(share_program(), true).args(["fork", "direct"]).output().unwrap();
+    let out = sandbox
+        .command(share_program(), true)
+        .args(["fork", "direct"])
+        .output()
+        .unwrap();
     let out = stdout_of("fork", out);
     let value = |key: &str| -> i64 {
         out.lines()

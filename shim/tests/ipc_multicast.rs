@@ -23,12 +23,26 @@ fn ipc_handles_share_cu_mem_alloc_memory_and_survive_a_toggle() {
     producer.fill(p, 3 * MIB, 31).unwrap();
     producer.fill(private, MIB, 32).unwrap();
     let handle = producer.ipc_get(p).unwrap();
-    assert_eq!(producer.ipc_get(p).unwrap(), handle, "repeated gets give identical bytes");
+    assert_eq!(
+        producer.ipc_get(p).unwrap(),
+        handle,
+        "repeated gets give identical bytes"
+    );
     assert_eq!(&handle[..7], b"CUIPC00");
-    assert_eq!(producer.ipc_get(p + 4096).unwrap_err().cuda_code(), Some(INVALID_VALUE));
-    assert_eq!(producer.ipc_open(&handle).unwrap_err().cuda_code(), Some(INVALID_CONTEXT));
+    assert_eq!(
+        producer.ipc_get(p + 4096).unwrap_err().cuda_code(),
+        Some(INVALID_VALUE)
+    );
+    assert_eq!(
+        producer.ipc_open(&handle).unwrap_err().cuda_code(),
+        Some(INVALID_CONTEXT)
+    );
     let c = consumer.ipc_open(&handle).unwrap();
-    assert_eq!(consumer.ipc_open(&handle).unwrap(), c, "one pointer per context");
+    assert_eq!(
+        consumer.ipc_open(&handle).unwrap(),
+        c,
+        "one pointer per context"
+    );
     assert_eq!(consumer.ipc_open(&handle).unwrap(), c);
     consumer.verify(c, 3 * MIB, 31).unwrap();
     assert_eq!(consumer.address_range(c).unwrap(), (c, 3 * MIB));
@@ -38,16 +52,26 @@ fn ipc_handles_share_cu_mem_alloc_memory_and_survive_a_toggle() {
     // A foreign handle is refused.
     let mut foreign = handle;
     foreign[0] = b'X';
-    assert_eq!(consumer.ipc_open(&foreign).unwrap_err().cuda_code(), Some(INVALID_VALUE));
+    assert_eq!(
+        consumer.ipc_open(&foreign).unwrap_err().cuda_code(),
+        Some(INVALID_VALUE)
+    );
 
     let (saved, loaded) = toggle(&sandbox, &[producer.worker_pid(), consumer.worker_pid()]);
-    assert_eq!((saved, loaded), (4 * MIB, 4 * MIB), "the shared extent, once, in the producer");
+    assert_eq!(
+        (saved, loaded),
+        (4 * MIB, 4 * MIB),
+        "the shared extent, once, in the producer"
+    );
     consumer.verify(c, 3 * MIB, 31).unwrap();
     producer.verify(private, MIB, 32).unwrap();
     consumer.fill(c, MIB, 33).unwrap();
     producer.verify(p, MIB, 33).unwrap();
     consumer.ipc_close(c).unwrap();
-    assert_eq!(consumer.ipc_close(c).unwrap_err().cuda_code(), Some(INVALID_VALUE));
+    assert_eq!(
+        consumer.ipc_close(c).unwrap_err().cuda_code(),
+        Some(INVALID_VALUE)
+    );
     assert!(inspect(&sandbox, consumer.worker_pid()).records.is_empty());
     producer.mem_free(p).unwrap();
     producer.mem_free(private).unwrap();

@@ -13,7 +13,11 @@ const MIB: u64 = 1 << 20;
 const NOT_READY: u32 = 600;
 
 fn execute(sandbox: &Sandbox, pid: i32, operation: Operation) -> Reply {
-    ask(sandbox, pid, &Request::Execute(ExecuteRequest { operation }))
+    ask(
+        sandbox,
+        pid,
+        &Request::Execute(ExecuteRequest { operation }),
+    )
 }
 
 fn records(sandbox: &Sandbox, w: &Worker) -> Vec<Record> {
@@ -55,7 +59,10 @@ fn checkpoint_and_restore_keep_addresses_bytes_and_sharing() {
         }
     }
     // Tracked calls wait for the restore; untracked ones go on.
-    assert_eq!(a.create(2 * MIB, 0, 1).unwrap_err().cuda_code(), Some(NOT_READY));
+    assert_eq!(
+        a.create(2 * MIB, 0, 1).unwrap_err().cuda_code(),
+        Some(NOT_READY)
+    );
     match ask(&sandbox, pids[0], &Request::BeginCheckpoint) {
         Reply::Refused(r) => assert_eq!(r.code, RefusalCode::OutOfOrder),
         other => panic!("{other:?}"),
@@ -63,8 +70,16 @@ fn checkpoint_and_restore_keep_addresses_bytes_and_sharing() {
     for &pid in &pids {
         completed(&sandbox, pid, Operation::PrepareMulticast);
     }
-    assert_eq!(completed(&sandbox, pids[0], Operation::SaveAllocations), 4 * MIB, "one copy, in the creator");
-    assert_eq!(completed(&sandbox, pids[1], Operation::SaveAllocations), 0, "importers save nothing");
+    assert_eq!(
+        completed(&sandbox, pids[0], Operation::SaveAllocations),
+        4 * MIB,
+        "one copy, in the creator"
+    );
+    assert_eq!(
+        completed(&sandbox, pids[1], Operation::SaveAllocations),
+        0,
+        "importers save nothing"
+    );
     for &pid in &pids {
         completed(&sandbox, pid, Operation::PrepareUnicast);
     }
@@ -78,9 +93,17 @@ fn checkpoint_and_restore_keep_addresses_bytes_and_sharing() {
     }
     for (i, w) in [&a, &b].iter().enumerate() {
         let now = records(&sandbox, w);
-        assert_eq!(now, before[i], "records of {} while released", w.worker_pid());
+        assert_eq!(
+            now,
+            before[i],
+            "records of {} while released",
+            w.worker_pid()
+        );
     }
-    assert_eq!(completed(&sandbox, pids[0], Operation::LoadAllocations), 4 * MIB);
+    assert_eq!(
+        completed(&sandbox, pids[0], Operation::LoadAllocations),
+        4 * MIB
+    );
     assert_eq!(completed(&sandbox, pids[1], Operation::LoadAllocations), 0);
     for op in [
         Operation::RestoreUnicast,

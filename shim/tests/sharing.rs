@@ -100,7 +100,13 @@ fn allocation_record(r: AllocationReference, size: u64, carrier: bool, handles: 
     })
 }
 
-fn mapping_record(r: AllocationReference, address: u64, size: u64, offset: u64, grants: Vec<AccessDescriptor>) -> Record {
+fn mapping_record(
+    r: AllocationReference,
+    address: u64,
+    size: u64,
+    offset: u64,
+    grants: Vec<AccessDescriptor>,
+) -> Record {
     Record::Mapping(MappingRecord {
         allocation: r,
         address,
@@ -144,12 +150,37 @@ fn inspect_reports_a_three_process_topology_exactly() {
     let hb = b.import(ticket.as_fd()).unwrap();
     let vb = b.reserve(4 * MIB).unwrap();
     b.map(vb, 4 * MIB, 0, hb).unwrap();
-    b.set_access(vb, 4 * MIB, &[Grant { location_type: 1, id: 0, flags: 1 }, Grant { location_type: 1, id: 1, flags: 3 }]).unwrap();
+    b.set_access(
+        vb,
+        4 * MIB,
+        &[
+            Grant {
+                location_type: 1,
+                id: 0,
+                flags: 1,
+            },
+            Grant {
+                location_type: 1,
+                id: 1,
+                flags: 3,
+            },
+        ],
+    )
+    .unwrap();
     // C: the second half only, read-write for device 1, and the handle released at once.
     let hc = c.import(ticket.as_fd()).unwrap();
     let vc = c.reserve(2 * MIB).unwrap();
     c.map(vc, 2 * MIB, 2 * MIB, hc).unwrap();
-    c.set_access(vc, 2 * MIB, &[Grant { location_type: 1, id: 1, flags: 3 }]).unwrap();
+    c.set_access(
+        vc,
+        2 * MIB,
+        &[Grant {
+            location_type: 1,
+            id: 1,
+            flags: 3,
+        }],
+    )
+    .unwrap();
     c.release(hc).unwrap();
 
     let ia = inspect(&sandbox, pid(&a));
@@ -180,14 +211,29 @@ fn inspect_reports_a_three_process_topology_exactly() {
         inspect(&sandbox, pid(&b)).records.to_vec(),
         sorted(vec![
             allocation_record(x.clone(), 4 * MIB, false, 1),
-            mapping_record(x.clone(), vb, 4 * MIB, 0, vec![access(0, AccessFlags::ProtRead), access(1, AccessFlags::ProtReadWrite)]),
+            mapping_record(
+                x.clone(),
+                vb,
+                4 * MIB,
+                0,
+                vec![
+                    access(0, AccessFlags::ProtRead),
+                    access(1, AccessFlags::ProtReadWrite)
+                ]
+            ),
         ])
     );
     assert_eq!(
         inspect(&sandbox, pid(&c)).records.to_vec(),
         sorted(vec![
             allocation_record(x.clone(), 4 * MIB, false, 0),
-            mapping_record(x, vc, 2 * MIB, 2 * MIB, vec![access(1, AccessFlags::ProtReadWrite)]),
+            mapping_record(
+                x,
+                vc,
+                2 * MIB,
+                2 * MIB,
+                vec![access(1, AccessFlags::ProtReadWrite)]
+            ),
         ])
     );
     // Unmapping C's only mapping drops its record: nothing holds the allocation there any more.
@@ -207,7 +253,10 @@ fn a_wrong_capability_token_gets_no_descriptor() {
     assert_ne!(ticket.capability, wrong);
     // Asked directly: refused as unauthorized, no descriptor.
     let request = Request::Export(ExportRequest {
-        allocation: AllocationReference { id: ticket.handle.allocation, creator_pid: ticket.handle.creator_pid },
+        allocation: AllocationReference {
+            id: ticket.handle.allocation,
+            creator_pid: ticket.handle.creator_pid,
+        },
         resource: ResourceKind::Unicast,
         capability: wrong,
     });
@@ -216,17 +265,27 @@ fn a_wrong_capability_token_gets_no_descriptor() {
         other => panic!("{other:?}"),
     }
     // A forged ticket with the wrong token: the import fails and records nothing.
-    let forged = create_ticket(&Ticket { capability: wrong, ..ticket.clone() }).unwrap();
+    let forged = create_ticket(&Ticket {
+        capability: wrong,
+        ..ticket.clone()
+    })
+    .unwrap();
     let err = b.import(forged.as_fd()).unwrap_err();
     assert_eq!(err.cuda_code(), Some(INVALID_HANDLE), "{err}");
     assert!(inspect(&sandbox, pid(&b)).records.is_empty());
     // A ticket naming a creator that does not exist.
     let orphan = create_ticket(&Ticket {
-        handle: VirtualShareableHandle { creator_pid: NamespacePid::new(u32::MAX - 7).unwrap(), allocation: ticket.handle.allocation },
+        handle: VirtualShareableHandle {
+            creator_pid: NamespacePid::new(u32::MAX - 7).unwrap(),
+            allocation: ticket.handle.allocation,
+        },
         ..ticket.clone()
     })
     .unwrap();
-    assert_eq!(b.import(orphan.as_fd()).unwrap_err().cuda_code(), Some(INVALID_HANDLE));
+    assert_eq!(
+        b.import(orphan.as_fd()).unwrap_err().cuda_code(),
+        Some(INVALID_HANDLE)
+    );
     // The genuine ticket still works.
     b.import(ticket_fd.as_fd()).unwrap();
 }
@@ -263,7 +322,13 @@ fn importing_twice_names_one_record_and_re_export_names_the_creator() {
     let first = b.import(ticket.as_fd()).unwrap();
     let second = b.import(ticket.as_fd()).unwrap();
     let records = inspect(&sandbox, pid(&b)).records;
-    let allocations: Vec<_> = records.iter().filter_map(|r| match r { Record::Allocation(x) => Some(x), _ => None }).collect();
+    let allocations: Vec<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Allocation(x) => Some(x),
+            _ => None,
+        })
+        .collect();
     assert_eq!(allocations.len(), 1, "{records:?}");
     assert_eq!(allocations[0].handle_count, 2);
     assert_ne!(first, second);
@@ -278,7 +343,13 @@ fn importing_twice_names_one_record_and_re_export_names_the_creator() {
     let own = a.import(ticket.as_fd()).unwrap();
     assert_ne!(own, handle);
     let records = inspect(&sandbox, pid(&a)).records;
-    assert_eq!(records.iter().filter(|r| matches!(r, Record::Allocation(_))).count(), 1);
+    assert_eq!(
+        records
+            .iter()
+            .filter(|r| matches!(r, Record::Allocation(_)))
+            .count(),
+        1
+    );
 }
 
 #[test]
@@ -305,7 +376,10 @@ fn sharing_cycles_leak_no_descriptors() {
     for _ in 0..20 {
         cycle(&mut a, &mut b);
     }
-    assert_eq!((a.open_fd_count().unwrap(), b.open_fd_count().unwrap()), before);
+    assert_eq!(
+        (a.open_fd_count().unwrap(), b.open_fd_count().unwrap()),
+        before
+    );
     assert!(inspect(&sandbox, pid(&a)).records.is_empty());
     assert!(inspect(&sandbox, pid(&b)).records.is_empty());
 }

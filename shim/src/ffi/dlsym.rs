@@ -77,6 +77,9 @@ extern "C" fn decide(handle: *mut c_void, name: *const c_char) -> *mut c_void {
 
 /// The exported `dlsym`: save the arguments, ask [`decide`], return its wrapper or restore
 /// the arguments and tail-jump to glibc's `dlsym`.
+///
+/// # Safety
+/// As for `dlsym(3)`: `handle` is a handle or pseudo-handle and `name` a C string.
 #[cfg(target_arch = "x86_64")]
 #[unsafe(naked)]
 #[unsafe(no_mangle)]

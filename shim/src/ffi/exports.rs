@@ -5,7 +5,7 @@
 
 use super::{entry, non_null, read, write};
 use crate::abi::{RawAccessDesc, RawAllocProp, RawMulticastProp};
-use crate::call;
+use crate::driver::call;
 use crate::driver::driver;
 use crate::error::CuError;
 use crate::sharing::Exported;
@@ -25,7 +25,10 @@ pub unsafe extern "C" fn cuMemGetAllocationGranularity(
     option: c_uint,
 ) -> u32 {
     entry("cuMemGetAllocationGranularity", || {
-        call!(driver()?, cuMemGetAllocationGranularity(granularity, prop, option))
+        call!(
+            driver()?,
+            cuMemGetAllocationGranularity(granularity, prop, option)
+        )
     })
 }
 
@@ -52,7 +55,10 @@ pub extern "C" fn cuMemRelease(handle: u64) -> u32 {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemRetainAllocationHandle(handle: *mut u64, address: *mut c_void) -> u32 {
+pub unsafe extern "C" fn cuMemRetainAllocationHandle(
+    handle: *mut u64,
+    address: *mut c_void,
+) -> u32 {
     entry("cuMemRetainAllocationHandle", || {
         non_null(handle)?;
         let value = ops::retain(address as usize as u64)?;
@@ -62,8 +68,16 @@ pub unsafe extern "C" fn cuMemRetainAllocationHandle(handle: *mut u64, address: 
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemMap(address: u64, size: usize, offset: usize, handle: u64, flags: u64) -> u32 {
-    entry("cuMemMap", || ops::map(address, size, offset, handle, flags))
+pub extern "C" fn cuMemMap(
+    address: u64,
+    size: usize,
+    offset: usize,
+    handle: u64,
+    flags: u64,
+) -> u32 {
+    entry("cuMemMap", || {
+        ops::map(address, size, offset, handle, flags)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -113,7 +127,8 @@ pub unsafe extern "C" fn cuMemExportToShareableHandle(
     flags: u64,
 ) -> u32 {
     entry("cuMemExportToShareableHandle", || {
-        match sharing::export(handle, handle_type, flags, shareable)? {
+        // SAFETY: the application's output pointer, forwarded (cuda.h contract).
+        match unsafe { sharing::export(handle, handle_type, flags, shareable) }? {
             Exported::Native => Ok(()),
             Exported::Ticket(fd) => {
                 if shareable.is_null() {
@@ -134,7 +149,8 @@ pub unsafe extern "C" fn cuMemImportFromShareableHandle(
 ) -> u32 {
     entry("cuMemImportFromShareableHandle", || {
         non_null(handle)?;
-        let value = sharing::import(os_handle, handle_type)?;
+        // SAFETY: the application's handle argument, forwarded (cuda.h contract).
+        let value = unsafe { sharing::import(os_handle, handle_type) }?;
         // SAFETY: the caller's output, checked non-null.
         unsafe { write(handle, value) }
     })
@@ -154,7 +170,9 @@ pub unsafe extern "C" fn cuMulticastCreate(handle: *mut u64, prop: *const RawMul
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMulticastAddDevice(handle: u64, device: c_int) -> u32 {
-    entry("cuMulticastAddDevice", || multicast::add_device(handle, device))
+    entry("cuMulticastAddDevice", || {
+        multicast::add_device(handle, device)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -167,7 +185,15 @@ pub extern "C" fn cuMulticastBindMem(
     flags: u64,
 ) -> u32 {
     entry("cuMulticastBindMem", || {
-        multicast::bind_mem(handle, None, multicast_offset, member, member_offset, size, flags)
+        multicast::bind_mem(
+            handle,
+            None,
+            multicast_offset,
+            member,
+            member_offset,
+            size,
+            flags,
+        )
     })
 }
 
@@ -182,7 +208,15 @@ pub extern "C" fn cuMulticastBindMem_v2(
     flags: u64,
 ) -> u32 {
     entry("cuMulticastBindMem_v2", || {
-        multicast::bind_mem(handle, Some(device), multicast_offset, member, member_offset, size, flags)
+        multicast::bind_mem(
+            handle,
+            Some(device),
+            multicast_offset,
+            member,
+            member_offset,
+            size,
+            flags,
+        )
     })
 }
 
@@ -214,8 +248,15 @@ pub extern "C" fn cuMulticastBindAddr_v2(
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMulticastUnbind(handle: u64, device: c_int, multicast_offset: usize, size: usize) -> u32 {
-    entry("cuMulticastUnbind", || multicast::unbind(handle, device, multicast_offset, size))
+pub extern "C" fn cuMulticastUnbind(
+    handle: u64,
+    device: c_int,
+    multicast_offset: usize,
+    size: usize,
+) -> u32 {
+    entry("cuMulticastUnbind", || {
+        multicast::unbind(handle, device, multicast_offset, size)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -225,7 +266,10 @@ pub unsafe extern "C" fn cuMulticastGetGranularity(
     option: c_uint,
 ) -> u32 {
     entry("cuMulticastGetGranularity", || {
-        call!(driver()?, cuMulticastGetGranularity(granularity, prop, option))
+        call!(
+            driver()?,
+            cuMulticastGetGranularity(granularity, prop, option)
+        )
     })
 }
 
@@ -245,21 +289,28 @@ pub extern "C" fn cuMemFree_v2(dptr: u64) -> u32 {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemGetAddressRange_v2(base: *mut u64, size: *mut usize, dptr: u64) -> u32 {
-    entry("cuMemGetAddressRange_v2", || match crate::ipc::address_range(dptr)? {
-        Some((start, length)) => {
-            if !base.is_null() {
-                // SAFETY: non-null output of the caller.
-                unsafe { write(base, start) }?;
+pub unsafe extern "C" fn cuMemGetAddressRange_v2(
+    base: *mut u64,
+    size: *mut usize,
+    dptr: u64,
+) -> u32 {
+    entry(
+        "cuMemGetAddressRange_v2",
+        || match crate::ipc::address_range(dptr)? {
+            Some((start, length)) => {
+                if !base.is_null() {
+                    // SAFETY: non-null output of the caller.
+                    unsafe { write(base, start) }?;
+                }
+                if !size.is_null() {
+                    // SAFETY: non-null output of the caller.
+                    unsafe { write(size, length as usize) }?;
+                }
+                Ok(())
             }
-            if !size.is_null() {
-                // SAFETY: non-null output of the caller.
-                unsafe { write(size, length as usize) }?;
-            }
-            Ok(())
-        }
-        None => call!(driver()?, cuMemGetAddressRange_v2(base, size, dptr)),
-    })
+            None => call!(driver()?, cuMemGetAddressRange_v2(base, size, dptr)),
+        },
+    )
 }
 
 /// `CUipcMemHandle`: 64 opaque bytes, passed by value.
@@ -280,7 +331,11 @@ pub unsafe extern "C" fn cuIpcGetMemHandle(handle: *mut IpcMemHandleBytes, dptr:
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(dptr: *mut u64, handle: IpcMemHandleBytes, flags: c_uint) -> u32 {
+pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(
+    dptr: *mut u64,
+    handle: IpcMemHandleBytes,
+    flags: c_uint,
+) -> u32 {
     entry("cuIpcOpenMemHandle_v2", || {
         non_null(dptr)?;
         let address = crate::ipc::ipc_open(&handle.reserved, flags)?;
@@ -290,7 +345,11 @@ pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(dptr: *mut u64, handle: IpcMemHan
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuIpcOpenMemHandle(dptr: *mut u64, handle: IpcMemHandleBytes, flags: c_uint) -> u32 {
+pub unsafe extern "C" fn cuIpcOpenMemHandle(
+    dptr: *mut u64,
+    handle: IpcMemHandleBytes,
+    flags: c_uint,
+) -> u32 {
     // SAFETY: same contract; the two names are one function in cuda.h.
     unsafe { cuIpcOpenMemHandle_v2(dptr, handle, flags) }
 }

@@ -6,7 +6,7 @@
 
 use super::dlsym::real_dlsym;
 use super::{entry, symbols};
-use crate::call;
+use crate::driver::call;
 use crate::driver::driver;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 
@@ -28,7 +28,10 @@ pub unsafe extern "C" fn cuGetProcAddress(
     flags: u64,
 ) -> u32 {
     entry("cuGetProcAddress", || {
-        call!(driver()?, cuGetProcAddress(symbol, pfn, cuda_version, flags))?;
+        call!(
+            driver()?,
+            cuGetProcAddress(symbol, pfn, cuda_version, flags)
+        )?;
         // SAFETY: the driver just wrote the result through `pfn`.
         unsafe { replace(pfn) };
         Ok(())
@@ -44,7 +47,10 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     status: *mut c_uint,
 ) -> u32 {
     entry("cuGetProcAddress_v2", || {
-        call!(driver()?, cuGetProcAddress_v2(symbol, pfn, cuda_version, flags, status))?;
+        call!(
+            driver()?,
+            cuGetProcAddress_v2(symbol, pfn, cuda_version, flags, status)
+        )?;
         // SAFETY: the driver just wrote the result through `pfn`.
         unsafe { replace(pfn) };
         Ok(())

@@ -16,7 +16,11 @@ use std::time::Duration;
 /// Connections served at once; more are closed at once (a flood cannot exhaust threads).
 pub const MAX_CONNECTIONS: usize = 64;
 
-pub fn spawn(listener: Listener, queue: SyncSender<Job>, timeouts: Timeouts) -> std::io::Result<()> {
+pub fn spawn(
+    listener: Listener,
+    queue: SyncSender<Job>,
+    timeouts: Timeouts,
+) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("cuinterpose-peer".into())
         .spawn(move || accept_loop(listener, queue, timeouts))

@@ -22,7 +22,9 @@ pub fn shim() -> &'static Path {
 }
 
 fn compile(args: &[&str], source: &str, output: &Path) {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(source);
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(source);
     let out = Command::new("cc")
         .args(["-Wall", "-Werror", "-O1", "-o"])
         .arg(output)
@@ -30,7 +32,12 @@ fn compile(args: &[&str], source: &str, output: &Path) {
         .args(args)
         .output()
         .expect("run cc");
-    assert!(out.status.success(), "cc {} failed:\n{}", source.display(), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cc {} failed:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The `share` C program (tests/c/share.c), linked against libcuda.so.1.
@@ -53,7 +60,11 @@ pub fn fake_runtime() -> &'static Path {
         let dir = profile_dir().join(format!("shim-test-cudart.{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let out = dir.join("libcudart.so.13");
-        compile(&["-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-ldl"], "fakecudart.c", &out);
+        compile(
+            &["-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-ldl"],
+            "fakecudart.c",
+            &out,
+        );
         out
     })
 }
@@ -137,11 +148,21 @@ pub fn worker(
 }
 
 /// Sends one request to the shim of namespace pid `pid` in `sandbox`.
-pub fn ask(sandbox: &Sandbox, pid: i32, request: &cuinterpose_protocol::Request) -> cuinterpose_protocol::Reply {
+pub fn ask(
+    sandbox: &Sandbox,
+    pid: i32,
+    request: &cuinterpose_protocol::Request,
+) -> cuinterpose_protocol::Reply {
     use cuinterpose_protocol::NamespacePid;
     use cuinterpose_protocol::transport::{Endpoint, call};
-    let endpoint = Endpoint::for_pid(&sandbox.control_dir(), NamespacePid::new(pid as u32).unwrap()).unwrap();
-    call(&endpoint, request, None, std::time::Duration::from_secs(10)).expect("shim answers").0
+    let endpoint = Endpoint::for_pid(
+        &sandbox.control_dir(),
+        NamespacePid::new(pid as u32).unwrap(),
+    )
+    .unwrap();
+    call(&endpoint, request, None, std::time::Duration::from_secs(10))
+        .expect("shim answers")
+        .0
 }
 
 /// The shim's inspection of namespace pid `pid`.
@@ -155,20 +176,30 @@ pub fn inspect(sandbox: &Sandbox, pid: i32) -> cuinterpose_protocol::InspectionR
 /// Runs fakecuda-checkpoint (the native checkpoint tool) against host pid `pid`.
 pub fn native(sandbox: &Sandbox, pid: i32, action: &str) {
     static BUILT: std::sync::Once = std::sync::Once::new();
-    BUILT.call_once(|| cuinterpose_workload::cargo_build("fakecuda", &["--bin", "fakecuda-checkpoint"]));
+    BUILT.call_once(|| {
+        cuinterpose_workload::cargo_build("fakecuda", &["--bin", "fakecuda-checkpoint"])
+    });
     let out = Command::new(profile_dir().join("fakecuda-checkpoint"))
         .args(["--action", action, "--pid", &pid.to_string()])
         .env("LD_LIBRARY_PATH", lib_dir())
         .env("FAKECUDA_CONTROL_DIR", sandbox.root.join("fakecuda"))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{action} {pid}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{action} {pid}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Sends `operation` to `pid` and returns the bytes it reports.
 pub fn completed(sandbox: &Sandbox, pid: i32, operation: cuinterpose_protocol::Operation) -> u64 {
     use cuinterpose_protocol::{ExecuteRequest, Reply, Request};
-    match ask(sandbox, pid, &Request::Execute(ExecuteRequest { operation })) {
+    match ask(
+        sandbox,
+        pid,
+        &Request::Execute(ExecuteRequest { operation }),
+    ) {
         Reply::Completed(c) => {
             assert_eq!(c.operation, operation);
             c.bytes

@@ -461,17 +461,25 @@ impl State {
                 let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
                 let p = if p.is_null() {
                     // SAFETY: NOLOAD finds the already-loaded driver without loading anything.
-                    let h = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+                    let h = unsafe {
+                        libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD)
+                    };
                     // SAFETY: a live handle (or null, which dlsym treats as RTLD_DEFAULT).
                     unsafe { libc::dlsym(h, name.as_ptr()) }
                 } else {
                     p
                 };
                 if p.is_null() {
-                    return Err(failure::unresolved("fakecuda_native_ipc_calls", -1, "not a fakecuda driver".into()));
+                    return Err(failure::unresolved(
+                        "fakecuda_native_ipc_calls",
+                        -1,
+                        "not a fakecuda driver".into(),
+                    ));
                 }
                 // SAFETY: fakecuda exports `uint64_t fakecuda_native_ipc_calls(void)`.
-                let count = unsafe { std::mem::transmute::<*mut std::ffi::c_void, unsafe extern "C" fn() -> u64>(p)() };
+                let count = unsafe {
+                    std::mem::transmute::<*mut std::ffi::c_void, unsafe extern "C" fn() -> u64>(p)()
+                };
                 reply(Reply::Count { count })
             }
             Command::OpenFdCount => reply(Reply::Count {
