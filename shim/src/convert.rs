@@ -91,3 +91,74 @@ pub fn merge_access(
     merged.sort();
     merged
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(device: i32, flags: AccessFlags) -> AccessDescriptor {
+        AccessDescriptor {
+            location: Location {
+                location_type: LocationType::Device,
+                id: device,
+            },
+            flags,
+        }
+    }
+
+    fn check(
+        current: &[AccessDescriptor],
+        grants: &[AccessDescriptor],
+        expected: &[AccessDescriptor],
+    ) {
+        assert_eq!(merge_access(current, grants), expected);
+    }
+
+    #[test]
+    fn access_merges_like_cu_mem_set_access() {
+        use AccessFlags::*;
+        // A grant replaces its location's entry, others stay.
+        check(
+            &[grant(0, ProtRead), grant(1, ProtReadWrite)],
+            &[grant(0, ProtReadWrite)],
+            &[grant(0, ProtReadWrite), grant(1, ProtReadWrite)],
+        );
+        // PROT_NONE removes.
+        check(
+            &[grant(0, ProtRead), grant(1, ProtRead)],
+            &[grant(1, ProtNone)],
+            &[grant(0, ProtRead)],
+        );
+        // The last duplicate wins.
+        check(
+            &[],
+            &[grant(2, ProtRead), grant(2, ProtReadWrite)],
+            &[grant(2, ProtReadWrite)],
+        );
+        check(&[], &[grant(2, ProtRead), grant(2, ProtNone)], &[]);
+    }
+
+    #[test]
+    fn unknown_cuda_values_are_refused_not_guessed() {
+        let raw = RawAccessDesc {
+            location: RawLocation { type_: 1, id: 0 },
+            flags: 2,
+        };
+        assert_eq!(access(&raw), Err(CuError::INVALID_VALUE));
+        let raw = RawAccessDesc {
+            location: RawLocation { type_: 77, id: 0 },
+            flags: 3,
+        };
+        assert_eq!(access(&raw), Err(CuError::INVALID_VALUE));
+        let prop = RawAllocProp::new(2, 1, RawLocation { type_: 1, id: 0 }, [0; 8]);
+        assert_eq!(allocation_properties(&prop), Err(CuError::NOT_SUPPORTED));
+        let prop = RawAllocProp::new(1, 1 << 7, RawLocation { type_: 1, id: 0 }, [0; 8]);
+        assert_eq!(allocation_properties(&prop), Err(CuError::NOT_SUPPORTED));
+        let ok = RawAllocProp::new(1, 1, RawLocation { type_: 1, id: 3 }, [0; 8]);
+        let decoded = allocation_properties(&ok).unwrap();
+        assert_eq!(
+            raw_allocation_properties(&decoded, [0; 8]).location,
+            ok.location
+        );
+    }
+}

@@ -585,3 +585,19 @@ fn restore_multicast_bindings(d: &Driver, r: &mut Registry) -> Step<u64> {
     }
     Ok(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operations_chain_from_frozen_back_to_active() {
+        let mut phase = Phase::Frozen;
+        for operation in <Operation as cuinterpose_protocol::wire::WireName>::ALL {
+            let (from, to) = transition(*operation);
+            assert_eq!(from, phase, "{operation}");
+            phase = to;
+        }
+        assert_eq!(phase, Phase::Active);
+    }
+}

@@ -307,3 +307,69 @@ impl Registry {
             .is_some_and(|m| m.handle_refs == 0 && m.mappings == 0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registry() -> Registry {
+        Registry::new(NamespacePid::new(42).unwrap())
+    }
+
+    fn id(n: u8) -> AllocationId {
+        AllocationId::new([n; 16]).unwrap()
+    }
+
+    fn map(r: &mut Registry, address: u64, size: u64) {
+        r.mappings.insert(
+            address,
+            Mapping {
+                id: id(1),
+                kind: Kind::Unicast,
+                size,
+                offset: 0,
+                flags: 0,
+                access: Vec::new(),
+            },
+        );
+    }
+
+    #[test]
+    fn logical_handles_carry_the_tag_and_count_references() {
+        let mut r = registry();
+        let h = r.mint(id(1), Kind::Unicast).unwrap();
+        assert!(is_logical(h));
+        assert_eq!(h & !TAG_MASK, 1);
+        assert!(!is_logical(0x1234));
+        r.retain_handle(h, id(1), Kind::Unicast);
+        assert_eq!(r.entry(h).unwrap().refs, 2);
+        r.drop_handle(h).unwrap();
+        r.drop_handle(h).unwrap();
+        assert_eq!(r.drop_handle(h).unwrap_err(), CuError::INVALID_HANDLE);
+        assert_eq!(r.entry(h).unwrap_err(), CuError::INVALID_HANDLE);
+    }
+
+    #[test]
+    fn mappings_are_found_by_any_address_inside() {
+        let mut r = registry();
+        map(&mut r, 0x1000, 0x1000);
+        map(&mut r, 0x4000, 0x2000);
+        assert_eq!(r.mapping_at(0x1fff).map(|(b, _)| b), Some(0x1000));
+        assert!(r.mapping_at(0x2000).is_none());
+        assert_eq!(r.mapping_at(0x5fff).map(|(b, _)| b), Some(0x4000));
+        assert_eq!(r.mappings_overlapping(0x1800, 0x3000), vec![0x1000, 0x4000]);
+        assert_eq!(r.mappings_overlapping(0x2000, 0x2000), Vec::<u64>::new());
+        assert_eq!(r.mappings_starting_in(0x1800, 0x3000), vec![0x4000]);
+    }
+
+    #[test]
+    fn tracked_calls_need_the_active_phase() {
+        let mut r = registry();
+        assert_eq!(r.require_active(), Ok(()));
+        r.phase = Phase::Frozen;
+        assert_eq!(r.require_active(), Err(CuError::NOT_READY));
+        r.phase = Phase::Active;
+        r.failure = Some("driver error".into());
+        assert_eq!(r.require_active(), Err(CuError::UNKNOWN));
+    }
+}
