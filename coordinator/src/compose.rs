@@ -67,21 +67,24 @@ pub fn find_members(
     driver: &Driver,
     root: u32,
 ) -> Result<Vec<Member>, CommandError> {
-    let mut members = Vec::new();
-    let mut seen = BTreeSet::new();
+    let mut members: Vec<Member> = Vec::new();
     for process in process::tree(&workload.proc_dir, root)? {
         let participant = has_socket(&workload.control_dir, process.namespace_pid);
         let cuda = driver.state(process.host_pid).is_ok();
         if !participant && !cuda {
             continue;
         }
-        if participant && !seen.insert(process.namespace_pid) {
-            return Err(CommandError::Process(process::ProcessError::Parse {
-                path: workload
-                    .control_dir
-                    .join(socket_name(process.namespace_pid)),
-                what: "a unique participant: two processes of the tree have this namespace pid",
-            }));
+        let twin = members.iter().find(|member| {
+            participant && member.participant && member.namespace_pid == process.namespace_pid.get()
+        });
+        if let Some(twin) = twin {
+            return Err(CommandError::Process(
+                process::ProcessError::DuplicateNamespacePid {
+                    namespace_pid: process.namespace_pid,
+                    first: twin.host_pid,
+                    second: process.host_pid,
+                },
+            ));
         }
         members.push(Member {
             host_pid: process.host_pid,

@@ -17,6 +17,15 @@ pub enum ProcessError {
     Read { path: PathBuf, source: io::Error },
     #[error("{}: cannot parse {what}", path.display())]
     Parse { path: PathBuf, what: &'static str },
+    #[error(
+        "processes {first} and {second} of the tree both have namespace pid {namespace_pid} and \
+         would share one participant socket"
+    )]
+    DuplicateNamespacePid {
+        namespace_pid: NamespacePid,
+        first: u32,
+        second: u32,
+    },
 }
 
 /// The parent PID from the content of `/proc/<pid>/stat`. The command name (field 2) may hold
