@@ -23,7 +23,7 @@ const MIB: u64 = 1 << 20;
 type Test = fn(&Sandbox);
 
 fn main() {
-    let sandbox = Sandbox::new();
+    let mut sandbox = None;
     let tests: [(&str, Test); 2] = [
         ("toggle_keeps_bytes_addresses_and_sharing", toggle_in_place),
         (
@@ -31,12 +31,26 @@ fn main() {
             checkpoint_then_restore,
         ),
     ];
+    // Like libtest: positional arguments are name filters; flags (--nocapture, ...) are
+    // accepted and ignored.
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|arg| !arg.starts_with('-'))
+        .collect();
+    let mut passed = 0;
     for (name, test) in tests {
+        if !filters.is_empty() && !filters.iter().any(|filter| name.contains(filter.as_str())) {
+            continue;
+        }
+        passed += 1;
         println!("test {name} ...");
-        test(&sandbox);
+        test(sandbox.get_or_insert_with(Sandbox::new));
         println!("test {name} ... ok");
     }
-    println!("test result: ok. {} passed", tests.len());
+    println!(
+        "test result: ok. {passed} passed; {} filtered out",
+        tests.len() - passed
+    );
 }
 
 /// The shim, the worker, fakecuda and private control directories.

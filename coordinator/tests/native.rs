@@ -33,7 +33,7 @@ fn main() {
         member();
         return;
     }
-    let library = fakecuda();
+    let mut library = None;
     let tests: [(&str, Test); 3] = [
         ("native_steps_through_fakecuda", native_steps),
         (
@@ -42,12 +42,26 @@ fn main() {
         ),
         ("toggle_in_place_and_refusals", toggle_and_refusals),
     ];
+    // Like libtest: positional arguments are name filters; flags (--nocapture, ...) are
+    // accepted and ignored.
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|arg| !arg.starts_with('-'))
+        .collect();
+    let mut passed = 0;
     for (name, test) in tests {
+        if !filters.is_empty() && !filters.iter().any(|filter| name.contains(filter.as_str())) {
+            continue;
+        }
+        passed += 1;
         println!("test {name} ...");
-        test(&library);
+        test(library.get_or_insert_with(fakecuda));
         println!("test {name} ... ok");
     }
-    println!("test result: ok. {} passed", tests.len());
+    println!(
+        "test result: ok. {passed} passed; {} filtered out",
+        tests.len() - passed
+    );
 }
 
 /// Builds fakecuda (`libcuda.so`) into this target directory and returns its path.
