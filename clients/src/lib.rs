@@ -1,0 +1,1 @@
+//! Shared helpers of the client scenario suite (the scenarios are in tests/).
