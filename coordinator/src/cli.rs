@@ -126,6 +126,8 @@ pub enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        criu: CriuArgs,
     },
     /// prepare, then native lock and checkpoint of every CUDA process of a process tree.
     ///
@@ -137,6 +139,8 @@ pub enum Command {
         /// Checkpoint directory (created if missing; must not hold a state).
         #[arg(long, value_name = "DIR")]
         dir: PathBuf,
+        #[command(flatten)]
+        criu: CriuArgs,
     },
     /// checkpoint, then restore, in place: the workload continues with its sharing rebuilt.
     Toggle {
@@ -145,6 +149,34 @@ pub enum Command {
         /// Checkpoint directory to keep (default: a temporary one, removed on success).
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
+        #[command(flatten)]
+        criu: CriuArgs,
+    },
+    /// Show the whole product working, on the embedded fakecuda driver (no GPU needed).
+    ///
+    /// Starts worker processes under the shim (cuinterpose-worker, libcuinterpose.so and
+    /// fakecuda's libcuda.so, all found next to this executable: nothing is built at run time),
+    /// builds a sharing topology (an allocation every process imports, a partial import,
+    /// private and untracked memory, a cuMemAlloc buffer shared through cuIpcGetMemHandle),
+    /// fills every byte with a known pattern, checkpoints and restores in place (with --criu:
+    /// dumps the process tree with CRIU, kills it and restores it from the images), then
+    /// verifies every byte at its original address and that writes are still shared.
+    Demo {
+        /// Worker processes (at least 2).
+        #[arg(long, default_value_t = 3)]
+        processes: usize,
+        /// The driver library for the workers and native checkpoint (default: the embedded
+        /// fakecuda; `libcuda.so.1` for the system's NVIDIA driver).
+        #[arg(long, value_name = "PATH")]
+        driver: Option<PathBuf>,
+        /// Keep the work directory (sockets, state, CRIU images, logs).
+        #[arg(long)]
+        keep: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        criu: CriuArgs,
     },
     /// Run a command with the shim preloaded (LD_PRELOAD), replacing this process.
     Launch {
@@ -191,6 +223,26 @@ pub struct Target {
     /// directory).
     #[arg(long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
+}
+
+/// Process checkpoint with CRIU.
+#[derive(Debug, Args)]
+pub struct CriuArgs {
+    /// Also checkpoint (dump, which ends the processes) or restore the process tree with CRIU.
+    /// The workload must run as its own PID namespace (`unshare -fp setsid CMD`) and hold no
+    /// connection to a process outside its tree.
+    #[arg(long)]
+    pub criu: bool,
+    /// The CRIU binary (default: $CUINTERPOSE_CRIU, else `criu` on PATH).
+    #[arg(long, value_name = "PATH")]
+    pub criu_binary: Option<PathBuf>,
+}
+
+impl CriuArgs {
+    fn get(&self) -> Option<crate::criu::Criu> {
+        self.criu
+            .then(|| crate::criu::Criu::locate(self.criu_binary.clone()))
+    }
 }
 
 /// A workload as a process tree.
@@ -274,7 +326,8 @@ impl Cli {
         match &self.command {
             Command::Inspect { json, .. }
             | Command::Prepare { json, .. }
-            | Command::Restore { json, .. } => *json,
+            | Command::Restore { json, .. }
+            | Command::Demo { json, .. } => *json,
             Command::Checkpoint { tree, .. } | Command::Toggle { tree, .. } => tree.json,
             Command::Launch { .. } | Command::State(_) => false,
         }
@@ -287,6 +340,7 @@ impl Cli {
             Command::Restore { .. } => "restore",
             Command::Checkpoint { .. } => "checkpoint",
             Command::Toggle { .. } => "toggle",
+            Command::Demo { .. } => "demo",
             Command::Launch { .. } => "launch",
             Command::State(_) => "state",
         }
@@ -412,7 +466,11 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             control_dir: control,
             pids,
             json,
+            criu,
         } => {
+            if criu.criu && dir.is_none() {
+                return Err(Usage("--criu restores a checkpoint taken with `checkpoint --criu`: use --dir".into()).into());
+            }
             let report = match (checkpoint_dir, dir) {
                 (Some(checkpoint_dir), None) => {
                     let session = session(&Target {
@@ -434,29 +492,61 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
                         lock_timeout_ms: 0,
                         proc_dir: PathBuf::from("/proc"),
                     };
-                    compose::restore(&workload, pids.first().copied(), &dir, &mut progress(json))?
+                    match criu.get() {
+                        Some(criu) => crate::criu::restore(&workload, &criu, &dir, &mut progress(json))?,
+                        None => compose::restore(&workload, pids.first().copied(), &dir, &mut progress(json))?,
+                    }
                 }
                 _ => unreachable!("clap requires exactly one of --checkpoint-dir and --dir"),
             };
             print_report(&report, json);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Checkpoint { tree, dir } => {
+        Command::Checkpoint { tree, dir, criu } => {
             let workload = workload(&tree)?;
-            let report = compose::checkpoint(&workload, tree.root, &dir, &mut progress(tree.json))?;
+            let report = match criu.get() {
+                Some(criu) => crate::criu::checkpoint(&workload, &criu, tree.root, &dir, &mut progress(tree.json))?,
+                None => compose::checkpoint(&workload, tree.root, &dir, &mut progress(tree.json))?,
+            };
             print_report(&report, tree.json);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Toggle { tree, dir } => {
+        Command::Toggle { tree, dir, criu } => {
             let workload = workload(&tree)?;
-            let report = compose::toggle(
-                &workload,
-                tree.root,
-                dir.as_deref(),
-                &mut progress(tree.json),
-            )?;
+            let report = match criu.get() {
+                Some(criu) => {
+                    let dir = dir.ok_or_else(|| Usage("toggle --criu needs --dir for the images".into()))?;
+                    let mut report = Report::new("toggle");
+                    report.absorb(crate::criu::checkpoint(&workload, &criu, tree.root, &dir, &mut progress(tree.json))?);
+                    report.absorb(crate::criu::restore(&workload, &criu, &dir, &mut progress(tree.json))?);
+                    report
+                }
+                None => compose::toggle(&workload, tree.root, dir.as_deref(), &mut progress(tree.json))?,
+            };
             print_report(&report, tree.json);
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo { processes, driver, keep, json, criu } => {
+            let options = crate::demo::Options {
+                processes,
+                criu: criu.get(),
+                driver: driver.map_or(crate::demo::DriverChoice::Embedded, crate::demo::DriverChoice::Path),
+                keep,
+            };
+            match crate::demo::run(&options, &mut progress(json)) {
+                Ok(outcome) => {
+                    if json {
+                        print_json(&outcome.json());
+                    } else {
+                        print!("{}", outcome.text());
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(error) => {
+                    eprintln!("cuinterpose demo: FAILED: {error}");
+                    Ok(ExitCode::from(error.exit_code()))
+                }
+            }
         }
         Command::Launch {
             shim,

@@ -10,6 +10,8 @@
 pub mod cli;
 pub mod commands;
 pub mod compose;
+pub mod criu;
+pub mod demo;
 pub mod fixtures;
 pub mod native;
 pub mod plan;

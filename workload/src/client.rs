@@ -181,7 +181,8 @@ pub struct Resolved {
 /// (the worker exits), then kills and reaps the process if it lingers.
 #[derive(Debug)]
 pub struct Worker {
-    child: Child,
+    /// `None` for a worker this process connected to rather than spawned.
+    child: Option<Child>,
     pid: u32,
     sock: Option<OwnedFd>,
     timeout: Duration,
@@ -278,7 +279,7 @@ impl Worker {
         drop(theirs);
         let pid = child.id();
         let mut w = Worker {
-            child,
+            child: Some(child),
             pid,
             sock: Some(ours),
             timeout: config.timeout,
@@ -479,7 +480,16 @@ impl Worker {
         if let Some(s) = self.status {
             return Ok(Some(s));
         }
-        let s = self.child.try_wait().map_err(|e| WorkloadError::Process {
+        let Some(child) = self.child.as_mut() else {
+            // Not our child: gone (or a zombie its own parent has yet to reap) counts as
+            // exited; its status is not ours to know.
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
+            let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+            let gone = matches!(state, None | Some('Z' | 'X'));
+            use std::os::unix::process::ExitStatusExt;
+            return Ok(gone.then(|| ExitStatus::from_raw(0)));
+        };
+        let s = child.try_wait().map_err(|e| WorkloadError::Process {
             pid: self.pid,
             context: "waitpid".to_owned(),
             source: e,
@@ -526,8 +536,20 @@ impl Worker {
             context: context.to_owned(),
             source,
         };
-        self.child.kill().map_err(|e| proc_err("kill", e))?;
-        let s = self.child.wait().map_err(|e| proc_err("waitpid", e))?;
+        let Some(child) = self.child.as_mut() else {
+            // SAFETY: kill(2) on the worker's host pid; no memory is involved.
+            if unsafe { libc::kill(pid as i32, libc::SIGKILL) } != 0 {
+                return Err(proc_err("kill", std::io::Error::last_os_error()));
+            }
+            let timeout = self.timeout;
+            return self.reap_within(timeout).ok_or(WorkloadError::Timeout {
+                pid,
+                command: "kill".to_owned(),
+                after: timeout,
+            });
+        };
+        child.kill().map_err(|e| proc_err("kill", e))?;
+        let s = child.wait().map_err(|e| proc_err("waitpid", e))?;
         self.status = Some(s);
         Ok(s)
     }
@@ -769,6 +791,63 @@ impl Worker {
         expect_reply!(self, Command::DupFd { fd }, Reply::Fd { fd } => fd)
     }
 
+    /// Connects to a worker started with `--listen PATH` (by someone else, e.g. inside a PID
+    /// namespace), retrying until `timeout`. Dropping it closes the connection and leaves the
+    /// worker running, waiting for the next client.
+    pub fn connect(path: &std::path::Path, timeout: Duration) -> Result<Worker, WorkloadError> {
+        let mut w = Worker {
+            child: None,
+            pid: 0,
+            sock: None,
+            timeout,
+            identity: WorkerIdentity {
+                pid: 0,
+                nspid: Vec::new(),
+                ppid: 0,
+            },
+            init: None,
+            status: None,
+            unusable: None,
+            in_flight: None,
+        };
+        w.attach(path)?;
+        w.identity = w.ping()?;
+        w.pid = w.identity.nspid.first().copied().unwrap_or(w.identity.pid).max(0) as u32;
+        Ok(w)
+    }
+
+    /// Hands the worker's control channel over to a listening socket at `path` and closes
+    /// this end: until [`Worker::attach`], the worker is connected to nobody (CRIU can dump
+    /// it). Process-related calls (`wait`, `kill`) still refer to the spawned process.
+    pub fn detach(&mut self, path: &std::path::Path) -> Result<(), WorkloadError> {
+        expect_reply!(self, Command::Detach { path: path.to_path_buf() }, Reply::Done => ())?;
+        self.sock = None;
+        Ok(())
+    }
+
+    /// Reconnects to a worker detached at `path` (also one restored by CRIU, which is no
+    /// longer this process's child), retrying until the worker's timeout.
+    pub fn attach(&mut self, path: &std::path::Path) -> Result<(), WorkloadError> {
+        let deadline = std::time::Instant::now() + self.timeout;
+        loop {
+            match std::os::unix::net::UnixStream::connect(path) {
+                Ok(stream) => {
+                    self.sock = Some(OwnedFd::from(stream));
+                    self.unusable = None;
+                    return Ok(());
+                }
+                Err(e) if std::time::Instant::now() >= deadline => {
+                    return Err(WorkloadError::Timeout {
+                        pid: self.pid,
+                        command: format!("attach to {}: {e}", path.display()),
+                        after: self.timeout,
+                    });
+                }
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+            }
+        }
+    }
+
     pub fn native_ipc_calls(&mut self) -> Result<u64, WorkloadError> {
         expect_reply!(self, Command::NativeIpcCalls, Reply::Count { count } => count)
     }
@@ -960,9 +1039,15 @@ impl Drop for Worker {
         // Closing the socket ends a healthy worker (and one behind a wrapper); kill what
         // lingers.
         self.sock = None;
-        if self.reap_within(Duration::from_millis(500)).is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+        if self.child.is_none() {
+            // Connected, not spawned: the worker goes back to waiting for a client.
+            return;
+        }
+        if self.reap_within(Duration::from_millis(500)).is_none()
+            && let Some(child) = self.child.as_mut()
+        {
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
 }

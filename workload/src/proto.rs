@@ -276,6 +276,11 @@ pub enum Command {
     Panic { message: String },
     /// Replies `Done`, then exits with `code`.
     Exit { code: i32 },
+    /// Hands the control channel over to a listening socket at `path`: the worker binds it,
+    /// replies `Done`, closes the current channel and waits (in `accept`) for the next
+    /// connection, which becomes the channel. While detached the worker holds no connection
+    /// to another process, so a process checkpoint (CRIU) can dump it.
+    Detach { path: std::path::PathBuf },
 }
 
 fn lazy_peer_access() -> u32 {

@@ -835,6 +835,9 @@ impl State {
             }
             Command::Panic { message } => panic!("{message}"),
             Command::Exit { .. } => done(),
+            Command::Detach { .. } => Err(failure::request(
+                "detach is handled by the control loop, not as a command",
+            )),
         }
     }
 }

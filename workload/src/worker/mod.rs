@@ -5,7 +5,7 @@ mod driver;
 mod exec;
 
 use crate::entry::EntryPath;
-use crate::proto::{Command, Response};
+use crate::proto::{Command, Reply, Response};
 use crate::wire::{self, WireError};
 use std::ffi::OsString;
 use std::os::fd::{AsFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
@@ -90,21 +90,26 @@ pub(crate) mod failure {
 /// The worker's command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerArgs {
-    /// The inherited control socket (`--control-fd N`).
-    pub control_fd: RawFd,
+    /// The inherited control socket (`--control-fd N`), or `None` with `--listen`.
+    pub control_fd: Option<RawFd>,
+    /// `--listen PATH`: serve whoever connects to a socket at PATH, one connection at a time,
+    /// instead of an inherited channel (for workloads started apart from their driver, e.g.
+    /// inside a PID namespace that CRIU dumps).
+    pub listen: Option<PathBuf>,
     /// `--entry` (default `dlsym`).
     pub entry: EntryPath,
     /// `--driver PATH` (default: `$CUINTERPOSE_WORKER_DRIVER`, else `libcuda.so.1`).
     pub driver: Option<PathBuf>,
 }
 
-pub const USAGE: &str = "usage: cuinterpose-worker --control-fd N [--entry dlsym|default|next|\
+pub const USAGE: &str = "usage: cuinterpose-worker (--control-fd N | --listen PATH) [--entry dlsym|default|next|\
 proc-address:VERSION|proc-address-v1:VERSION|runtime:LIBPATH] [--driver PATH]";
 
 impl WorkerArgs {
     /// Parses `--name value` and `--name=value`; a later flag overrides an earlier one.
     pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<WorkerArgs, String> {
         let mut control_fd = None;
+        let mut listen = None;
         let mut entry = EntryPath::Dlsym;
         let mut driver = None;
         let mut it = args.into_iter();
@@ -133,15 +138,19 @@ impl WorkerArgs {
                             .map_err(|_| format!("bad --control-fd {v:?}"))?,
                     );
                 }
+                "--listen" => listen = Some(PathBuf::from(value()?)),
                 "--entry" => entry = value()?.parse().map_err(|e| format!("{e}"))?,
                 "--driver" => driver = Some(PathBuf::from(value()?)),
                 "-h" | "--help" => return Err(USAGE.to_owned()),
                 other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
             }
         }
-        let control_fd = control_fd.ok_or_else(|| format!("--control-fd is required\n{USAGE}"))?;
+        if control_fd.is_none() == listen.is_none() {
+            return Err(format!("exactly one of --control-fd and --listen is required\n{USAGE}"));
+        }
         Ok(WorkerArgs {
             control_fd,
+            listen,
             entry,
             driver,
         })
@@ -184,26 +193,84 @@ pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
             return 2;
         }
     };
-    let sock = match adopt_control_fd(args.control_fd) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("cuinterpose-worker: {e}");
-            return 2;
-        }
+    let (sock, listener) = match (args.control_fd, &args.listen) {
+        (Some(fd), _) => match adopt_control_fd(fd) {
+            Ok(s) => (s, None),
+            Err(e) => {
+                eprintln!("cuinterpose-worker: {e}");
+                return 2;
+            }
+        },
+        (None, Some(path)) => match listen_at(path).and_then(|l| {
+            let (stream, _) = l.accept().map_err(|e| format!("accept on {}: {e}", path.display()))?;
+            Ok((OwnedFd::from(stream), Some(l)))
+        }) {
+            Ok(pair) => pair,
+            Err(e) => {
+                eprintln!("cuinterpose-worker: {e}");
+                return 2;
+            }
+        },
+        (None, None) => unreachable!("parse requires one of them"),
     };
     let mut state = exec::State::new(args.entry, default_library(args.driver));
-    serve(&sock, &mut state)
+    serve(sock, listener, &mut state)
+}
+
+/// Binds a listening socket at `path` (mode 0600) for [`Command::Detach`].
+fn listen_at(path: &std::path::Path) -> Result<std::os::unix::net::UnixListener, String> {
+    let _ = std::fs::remove_file(path);
+    let listener = std::os::unix::net::UnixListener::bind(path)
+        .map_err(|e| format!("bind {}: {e}", path.display()))?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("chmod {}: {e}", path.display()))?;
+    Ok(listener)
 }
 
 /// Serves requests on `sock` until it closes (exit code 0), an `Exit` command (its code), or a
 /// transport failure (1).
-fn serve(sock: &OwnedFd, state: &mut exec::State) -> i32 {
+fn serve(
+    mut sock: OwnedFd,
+    listener: Option<std::os::unix::net::UnixListener>,
+    state: &mut exec::State,
+) -> i32 {
     let log = log_enabled();
     let pid = std::process::id();
+    let mut detached: Option<std::os::unix::net::UnixListener> = None;
     loop {
+        if let Some(listener) = detached.take() {
+            // Nothing may stay connected to the old peer while detached.
+            drop(sock);
+            sock = match listener.accept() {
+                Ok((stream, _)) => OwnedFd::from(stream),
+                Err(e) => {
+                    eprintln!("cuinterpose-worker[{pid}]: waiting to be reattached: {e}");
+                    return 1;
+                }
+            };
+            if let Ok(address) = listener.local_addr()
+                && let Some(path) = address.as_pathname()
+            {
+                let _ = std::fs::remove_file(path);
+            }
+        }
         let (payload, fd) = match wire::recv_frame(sock.as_fd(), None) {
             Ok(x) => x,
-            Err(WireError::Closed) => return 0,
+            Err(WireError::Closed) => match &listener {
+                // Listening: the next client gets the channel.
+                Some(l) => match l.accept() {
+                    Ok((stream, _)) => {
+                        sock = OwnedFd::from(stream);
+                        continue;
+                    }
+                    Err(e) => {
+                        eprintln!("cuinterpose-worker[{pid}]: accept: {e}");
+                        return 1;
+                    }
+                },
+                None => return 0,
+            },
             Err(e) => {
                 eprintln!("cuinterpose-worker[{pid}]: control socket: {e}");
                 return 1;
@@ -216,6 +283,13 @@ fn serve(sock: &OwnedFd, state: &mut exec::State) -> i32 {
                     None,
                     None,
                 ),
+                Ok(Command::Detach { path }) => match listen_at(&path) {
+                    Ok(listener) => {
+                        detached = Some(listener);
+                        (Ok(Reply::Done), None, None)
+                    }
+                    Err(e) => (Err(failure::request(e)), None, None),
+                },
                 Ok(cmd) => {
                     if log {
                         eprintln!("cuinterpose-worker[{pid}]: {cmd:?}");
@@ -280,7 +354,7 @@ mod tests {
             .map(OsString::from),
         )
         .expect("parse");
-        assert_eq!(a.control_fd, 5);
+        assert_eq!(a.control_fd, Some(5));
         assert_eq!(a.entry, EntryPath::ProcAddress(12030));
         assert_eq!(a.driver, Some(PathBuf::from("/x/libcuda.so.1")));
         assert!(WorkerArgs::parse(["--entry", "next"].map(OsString::from)).is_err());

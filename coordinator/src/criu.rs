@@ -1,0 +1,183 @@
+//! Process checkpoint with CRIU around the CUDA checkpoint: `criu dump` of the workload's
+//! process tree after the native checkpoint (the GPU state then lives in host memory the
+//! dump saves), `criu restore` before the native restore.
+//!
+//! The workload must run as its own PID namespace (`unshare -fp setsid CMD`): restore needs
+//! the original PIDs free, and only namespace PIDs come back the same (host PIDs change,
+//! which is why participants are named by namespace PID). Everything the tree holds must be
+//! dumpable: no connection to a process outside the tree (files and listening sockets are
+//! fine).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use crate::commands::CommandError;
+use crate::compose::{self, Workload};
+use crate::report::{PhaseReport, Report};
+
+/// Names the CRIU binary when `--criu-binary` is not given (else `criu` on `PATH`).
+pub const CRIU_VARIABLE: &str = "CUINTERPOSE_CRIU";
+/// Where the images go, inside the checkpoint directory.
+pub const IMAGES_DIR_NAME: &str = "criu";
+
+/// A CRIU binary.
+#[derive(Debug, Clone)]
+pub struct Criu {
+    pub binary: PathBuf,
+}
+
+impl Criu {
+    /// `explicit`, else `$CUINTERPOSE_CRIU`, else `criu`.
+    pub fn locate(explicit: Option<PathBuf>) -> Criu {
+        let binary = explicit
+            .or_else(|| std::env::var_os(CRIU_VARIABLE).filter(|v| !v.is_empty()).map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from("criu"));
+        Criu { binary }
+    }
+
+    fn run(&self, args: &[&std::ffi::OsStr], during: &'static str, log: &Path) -> Result<(), CommandError> {
+        let output = Command::new(&self.binary).args(args).output().map_err(|source| CommandError::Io {
+            path: self.binary.clone(),
+            during,
+            source,
+        })?;
+        if output.status.success() {
+            return Ok(());
+        }
+        let tail = std::fs::read_to_string(log)
+            .map(|text| {
+                text.lines()
+                    .filter(|l| l.contains("Error") || l.contains("error"))
+                    .take(8)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_default();
+        Err(CommandError::Io {
+            path: self.binary.clone(),
+            during,
+            source: std::io::Error::other(format!(
+                "{} ({}); log {}:\n{tail}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim(),
+                log.display()
+            )),
+        })
+    }
+
+    /// `criu dump -t ROOT`: saves the tree and kills it.
+    pub fn dump(&self, root: u32, images: &Path) -> Result<(), CommandError> {
+        std::fs::create_dir_all(images).map_err(|source| CommandError::Io {
+            path: images.to_path_buf(),
+            during: "creating the CRIU image directory",
+            source,
+        })?;
+        let log = images.join("dump.log");
+        let root = root.to_string();
+        self.run(
+            &[
+                "dump".as_ref(),
+                "-t".as_ref(),
+                root.as_ref(),
+                "-D".as_ref(),
+                images.as_os_str(),
+                "-o".as_ref(),
+                log.as_os_str(),
+                "-v4".as_ref(),
+            ],
+            "criu dump",
+            &log,
+        )
+    }
+
+    /// `criu restore -d`: brings the tree back, detached; returns the root's new host PID.
+    pub fn restore(&self, images: &Path) -> Result<u32, CommandError> {
+        let log = images.join("restore.log");
+        let pidfile = images.join("restore.pid");
+        let _ = std::fs::remove_file(&pidfile);
+        self.run(
+            &[
+                "restore".as_ref(),
+                "-D".as_ref(),
+                images.as_os_str(),
+                "-d".as_ref(),
+                "-o".as_ref(),
+                log.as_os_str(),
+                "-v4".as_ref(),
+                "--pidfile".as_ref(),
+                pidfile.as_os_str(),
+            ],
+            "criu restore",
+            &log,
+        )?;
+        let text = std::fs::read_to_string(&pidfile).map_err(|source| CommandError::Io {
+            path: pidfile.clone(),
+            during: "reading the restored root's PID",
+            source,
+        })?;
+        text.trim().parse().map_err(|_| CommandError::Io {
+            path: pidfile,
+            during: "parsing the restored root's PID",
+            source: std::io::Error::other(format!("{text:?} is not a PID")),
+        })
+    }
+}
+
+fn timed(name: &str, started: Instant) -> PhaseReport {
+    PhaseReport {
+        name: name.to_owned(),
+        duration: started.elapsed(),
+        bytes: 0,
+        participants: 0,
+    }
+}
+
+/// `compose::checkpoint`, then `criu dump` of the tree into `<dir>/criu`.
+pub fn checkpoint(
+    workload: &Workload,
+    criu: &Criu,
+    root: u32,
+    dir: &Path,
+    progress: &mut dyn FnMut(&PhaseReport),
+) -> Result<Report, CommandError> {
+    let mut report = compose::checkpoint(workload, root, dir, progress)?;
+    let started = Instant::now();
+    criu.dump(root, &dir.join(IMAGES_DIR_NAME))
+        .map_err(|e| e.after_mutation("criu dump"))?;
+    let phase = timed("criu_dump", started);
+    progress(&phase);
+    report.phases.push(phase);
+    Ok(report)
+}
+
+/// `criu restore` of `<dir>/criu`, then `compose::restore` of the restored tree.
+pub fn restore(
+    workload: &Workload,
+    criu: &Criu,
+    dir: &Path,
+    progress: &mut dyn FnMut(&PhaseReport),
+) -> Result<Report, CommandError> {
+    let started = Instant::now();
+    let root = criu.restore(&dir.join(IMAGES_DIR_NAME))?;
+    let phase = timed("criu_restore", started);
+    progress(&phase);
+    let mut report = Report::new("restore");
+    report.phases.push(phase);
+    report.absorb(compose::restore(workload, Some(root), dir, progress)?);
+    Ok(report)
+}
+
+/// Whether `criu check` passes on this machine.
+pub fn check(criu: &Criu) -> Result<(), String> {
+    match Command::new(&criu.binary).arg("check").output() {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => Err(format!(
+            "{} check: {}{}",
+            criu.binary.display(),
+            String::from_utf8_lossy(&out.stdout).trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(e) => Err(format!("{}: {e}", criu.binary.display())),
+    }
+}
