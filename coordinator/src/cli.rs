@@ -469,7 +469,10 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             criu,
         } => {
             if criu.criu && dir.is_none() {
-                return Err(Usage("--criu restores a checkpoint taken with `checkpoint --criu`: use --dir".into()).into());
+                return Err(Usage(
+                    "--criu restores a checkpoint taken with `checkpoint --criu`: use --dir".into(),
+                )
+                .into());
             }
             let report = match (checkpoint_dir, dir) {
                 (Some(checkpoint_dir), None) => {
@@ -493,8 +496,15 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
                         proc_dir: PathBuf::from("/proc"),
                     };
                     match criu.get() {
-                        Some(criu) => crate::criu::restore(&workload, &criu, &dir, &mut progress(json))?,
-                        None => compose::restore(&workload, pids.first().copied(), &dir, &mut progress(json))?,
+                        Some(criu) => {
+                            crate::criu::restore(&workload, &criu, &dir, &mut progress(json))?
+                        }
+                        None => compose::restore(
+                            &workload,
+                            pids.first().copied(),
+                            &dir,
+                            &mut progress(json),
+                        )?,
                     }
                 }
                 _ => unreachable!("clap requires exactly one of --checkpoint-dir and --dir"),
@@ -505,7 +515,13 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
         Command::Checkpoint { tree, dir, criu } => {
             let workload = workload(&tree)?;
             let report = match criu.get() {
-                Some(criu) => crate::criu::checkpoint(&workload, &criu, tree.root, &dir, &mut progress(tree.json))?,
+                Some(criu) => crate::criu::checkpoint(
+                    &workload,
+                    &criu,
+                    tree.root,
+                    &dir,
+                    &mut progress(tree.json),
+                )?,
                 None => compose::checkpoint(&workload, tree.root, &dir, &mut progress(tree.json))?,
             };
             print_report(&report, tree.json);
@@ -515,22 +531,48 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             let workload = workload(&tree)?;
             let report = match criu.get() {
                 Some(criu) => {
-                    let dir = dir.ok_or_else(|| Usage("toggle --criu needs --dir for the images".into()))?;
+                    let dir = dir
+                        .ok_or_else(|| Usage("toggle --criu needs --dir for the images".into()))?;
                     let mut report = Report::new("toggle");
-                    report.absorb(crate::criu::checkpoint(&workload, &criu, tree.root, &dir, &mut progress(tree.json))?);
-                    report.absorb(crate::criu::restore(&workload, &criu, &dir, &mut progress(tree.json))?);
+                    report.absorb(crate::criu::checkpoint(
+                        &workload,
+                        &criu,
+                        tree.root,
+                        &dir,
+                        &mut progress(tree.json),
+                    )?);
+                    report.absorb(crate::criu::restore(
+                        &workload,
+                        &criu,
+                        &dir,
+                        &mut progress(tree.json),
+                    )?);
                     report
                 }
-                None => compose::toggle(&workload, tree.root, dir.as_deref(), &mut progress(tree.json))?,
+                None => compose::toggle(
+                    &workload,
+                    tree.root,
+                    dir.as_deref(),
+                    &mut progress(tree.json),
+                )?,
             };
             print_report(&report, tree.json);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Demo { processes, driver, keep, json, criu } => {
+        Command::Demo {
+            processes,
+            driver,
+            keep,
+            json,
+            criu,
+        } => {
             let options = crate::demo::Options {
                 processes,
                 criu: criu.get(),
-                driver: driver.map_or(crate::demo::DriverChoice::Embedded, crate::demo::DriverChoice::Path),
+                driver: driver.map_or(
+                    crate::demo::DriverChoice::Embedded,
+                    crate::demo::DriverChoice::Path,
+                ),
                 keep,
             };
             match crate::demo::run(&options, &mut progress(json)) {

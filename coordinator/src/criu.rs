@@ -31,17 +31,29 @@ impl Criu {
     /// `explicit`, else `$CUINTERPOSE_CRIU`, else `criu`.
     pub fn locate(explicit: Option<PathBuf>) -> Criu {
         let binary = explicit
-            .or_else(|| std::env::var_os(CRIU_VARIABLE).filter(|v| !v.is_empty()).map(PathBuf::from))
+            .or_else(|| {
+                std::env::var_os(CRIU_VARIABLE)
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+            })
             .unwrap_or_else(|| PathBuf::from("criu"));
         Criu { binary }
     }
 
-    fn run(&self, args: &[&std::ffi::OsStr], during: &'static str, log: &Path) -> Result<(), CommandError> {
-        let output = Command::new(&self.binary).args(args).output().map_err(|source| CommandError::Io {
-            path: self.binary.clone(),
-            during,
-            source,
-        })?;
+    fn run(
+        &self,
+        args: &[&std::ffi::OsStr],
+        during: &'static str,
+        log: &Path,
+    ) -> Result<(), CommandError> {
+        let output = Command::new(&self.binary)
+            .args(args)
+            .output()
+            .map_err(|source| CommandError::Io {
+                path: self.binary.clone(),
+                during,
+                source,
+            })?;
         if output.status.success() {
             return Ok(());
         }

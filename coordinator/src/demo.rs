@@ -107,7 +107,9 @@ fn setup(message: impl Into<String>) -> DemoError {
     DemoError::Setup(message.into())
 }
 
-fn worker_error(what: impl Into<String>) -> impl FnOnce(cuinterpose_workload::WorkloadError) -> DemoError {
+fn worker_error(
+    what: impl Into<String>,
+) -> impl FnOnce(cuinterpose_workload::WorkloadError) -> DemoError {
     let what = what.into();
     move |source| DemoError::Worker { what, source }
 }
@@ -120,8 +122,11 @@ struct Artifacts {
 }
 
 fn artifacts() -> Result<Artifacts, DemoError> {
-    let exe = std::env::current_exe().map_err(|e| setup(format!("cannot find this executable: {e}")))?;
-    let dir = exe.parent().ok_or_else(|| setup("this executable has no directory"))?;
+    let exe =
+        std::env::current_exe().map_err(|e| setup(format!("cannot find this executable: {e}")))?;
+    let dir = exe
+        .parent()
+        .ok_or_else(|| setup("this executable has no directory"))?;
     let found = Artifacts {
         worker: dir.join("cuinterpose-worker"),
         shim: dir.join("libcuinterpose.so"),
@@ -162,7 +167,14 @@ impl Demo {
 
     /// Fills `[address, address + size)` chunk by chunk (one seed per granule), so any
     /// granule-aligned sub-range can be verified on its own.
-    fn fill(&mut self, worker: usize, address: u64, size: u64, seed: u64, what: &str) -> Result<(), DemoError> {
+    fn fill(
+        &mut self,
+        worker: usize,
+        address: u64,
+        size: u64,
+        seed: u64,
+        what: &str,
+    ) -> Result<(), DemoError> {
         let gran = self.granularity;
         for k in 0..size.div_ceil(gran) {
             let len = gran.min(size - k * gran);
@@ -174,7 +186,13 @@ impl Demo {
     }
 
     fn expect(&mut self, worker: usize, address: u64, size: u64, seed: u64, what: String) {
-        self.regions.push(Region { worker, address, size, seed, what });
+        self.regions.push(Region {
+            worker,
+            address,
+            size,
+            seed,
+            what,
+        });
     }
 
     fn verify_all(&mut self) -> Result<(usize, u64), DemoError> {
@@ -186,7 +204,9 @@ impl Demo {
                 let len = gran.min(r.size - k * gran);
                 self.w(r.worker)
                     .verify(r.address + k * gran, len, r.seed + k)
-                    .map_err(|e| DemoError::Verification(format!("{} in process {}: {e}", r.what, r.worker)))?;
+                    .map_err(|e| {
+                        DemoError::Verification(format!("{} in process {}: {e}", r.what, r.worker))
+                    })?;
                 bytes += len;
             }
         }
@@ -201,59 +221,135 @@ fn build_topology(demo: &mut Demo) -> Result<(), DemoError> {
     let gran = demo.granularity;
     let devices: Vec<i32> = (0..n)
         .map(|i| {
-            let count = demo.workers[i].init_info().map_or(1, |info| info.device_count.max(1));
+            let count = demo.workers[i]
+                .init_info()
+                .map_or(1, |info| info.device_count.max(1));
             (i as i32) % count
         })
         .collect();
     // S0: created by process 0, imported whole by every other process.
-    let s0 = demo.w(0).create(4 * gran, devices[0], POSIX).map_err(worker_error("creating S0"))?;
-    let s0_va = demo.w(0).map_rw(s0, 4 * gran, devices[0]).map_err(worker_error("mapping S0"))?;
+    let s0 = demo
+        .w(0)
+        .create(4 * gran, devices[0], POSIX)
+        .map_err(worker_error("creating S0"))?;
+    let s0_va = demo
+        .w(0)
+        .map_rw(s0, 4 * gran, devices[0])
+        .map_err(worker_error("mapping S0"))?;
     demo.fill(0, s0_va, 4 * gran, 1000, "S0")?;
     demo.expect(0, s0_va, 4 * gran, 1000, "S0 in its creator".into());
     let ticket = demo.w(0).export(s0).map_err(worker_error("exporting S0"))?;
-    for i in 1..n {
-        let h = demo.w(i).import(std::os::fd::AsFd::as_fd(&ticket)).map_err(worker_error("importing S0"))?;
-        let va = demo.w(i).map_rw(h, 4 * gran, devices[i]).map_err(worker_error("mapping S0"))?;
+    for (i, &device) in devices.iter().enumerate().skip(1) {
+        let h = demo
+            .w(i)
+            .import(std::os::fd::AsFd::as_fd(&ticket))
+            .map_err(worker_error("importing S0"))?;
+        let va = demo
+            .w(i)
+            .map_rw(h, 4 * gran, device)
+            .map_err(worker_error("mapping S0"))?;
         // Imported handles are often released at once: the mapping keeps the memory.
-        demo.w(i).release(h).map_err(worker_error("releasing S0's handle"))?;
+        demo.w(i)
+            .release(h)
+            .map_err(worker_error("releasing S0's handle"))?;
         demo.expect(i, va, 4 * gran, 1000, format!("S0 imported by process {i}"));
     }
-    demo.topology.push(format!("S0: {} MiB created by process 0, imported by processes 1..{}", 4 * gran >> 20, n - 1));
+    demo.topology.push(format!(
+        "S0: {} MiB created by process 0, imported by processes 1..{}",
+        (4 * gran) >> 20,
+        n - 1
+    ));
     // S1: created by process 1, its second half imported by the others from process 2 on.
     if n >= 3 {
-        let s1 = demo.w(1).create(2 * gran, devices[1], POSIX).map_err(worker_error("creating S1"))?;
-        let va = demo.w(1).map_rw(s1, 2 * gran, devices[1]).map_err(worker_error("mapping S1"))?;
+        let s1 = demo
+            .w(1)
+            .create(2 * gran, devices[1], POSIX)
+            .map_err(worker_error("creating S1"))?;
+        let va = demo
+            .w(1)
+            .map_rw(s1, 2 * gran, devices[1])
+            .map_err(worker_error("mapping S1"))?;
         demo.fill(1, va, 2 * gran, 2000, "S1")?;
         demo.expect(1, va, 2 * gran, 2000, "S1 in its creator".into());
         let ticket = demo.w(1).export(s1).map_err(worker_error("exporting S1"))?;
-        for i in 2..n {
-            let h = demo.w(i).import(std::os::fd::AsFd::as_fd(&ticket)).map_err(worker_error("importing S1"))?;
-            let part = demo.w(i).reserve(gran).map_err(worker_error("reserving for S1"))?;
-            demo.w(i).map(part, gran, gran, h).map_err(worker_error("mapping half of S1"))?;
-            demo.w(i).grant_rw(part, gran, devices[i]).map_err(worker_error("granting S1"))?;
-            demo.expect(i, part, gran, 2001, format!("second half of S1 in process {i}"));
+        for (i, &device) in devices.iter().enumerate().skip(2) {
+            let h = demo
+                .w(i)
+                .import(std::os::fd::AsFd::as_fd(&ticket))
+                .map_err(worker_error("importing S1"))?;
+            let part = demo
+                .w(i)
+                .reserve(gran)
+                .map_err(worker_error("reserving for S1"))?;
+            demo.w(i)
+                .map(part, gran, gran, h)
+                .map_err(worker_error("mapping half of S1"))?;
+            demo.w(i)
+                .grant_rw(part, gran, device)
+                .map_err(worker_error("granting S1"))?;
+            demo.expect(
+                i,
+                part,
+                gran,
+                2001,
+                format!("second half of S1 in process {i}"),
+            );
         }
-        demo.topology.push(format!("S1: {} MiB created by process 1, second half imported by processes 2..{}", 2 * gran >> 20, n - 1));
+        demo.topology.push(format!(
+            "S1: {} MiB created by process 1, second half imported by processes 2..{}",
+            (2 * gran) >> 20,
+            n - 1
+        ));
     }
     // Private memory: tracked but never shared, and untracked (not exportable) memory.
-    for i in 0..n {
+    for (i, &device) in devices.iter().enumerate() {
         for (types, name, seed) in [(POSIX, "private", 3000), (0, "native", 4000)] {
-            let h = demo.w(i).create(gran, devices[i], types).map_err(worker_error(format!("creating {name} memory")))?;
-            let va = demo.w(i).map_rw(h, gran, devices[i]).map_err(worker_error(format!("mapping {name} memory")))?;
+            let h = demo
+                .w(i)
+                .create(gran, device, types)
+                .map_err(worker_error(format!("creating {name} memory")))?;
+            let va = demo
+                .w(i)
+                .map_rw(h, gran, device)
+                .map_err(worker_error(format!("mapping {name} memory")))?;
             let seed = seed + 10 * i as u64;
             demo.fill(i, va, gran, seed, name)?;
-            demo.expect(i, va, gran, seed, format!("{name} allocation of process {i}"));
+            demo.expect(
+                i,
+                va,
+                gran,
+                seed,
+                format!("{name} allocation of process {i}"),
+            );
         }
     }
-    demo.topology.push(format!("every process: one private tracked and one untracked allocation of {} MiB", gran >> 20));
+    demo.topology.push(format!(
+        "every process: one private tracked and one untracked allocation of {} MiB",
+        gran >> 20
+    ));
     // Memory IPC: cuMemAlloc + cuIpcGetMemHandle in process 0, cuIpcOpenMemHandle in the last.
     let last = n - 1;
-    let p = demo.w(0).mem_alloc(gran).map_err(worker_error("cuMemAlloc"))?;
+    let p = demo
+        .w(0)
+        .mem_alloc(gran)
+        .map_err(worker_error("cuMemAlloc"))?;
     demo.fill(0, p, gran, 5000, "IPC buffer")?;
     demo.expect(0, p, gran, 5000, "IPC buffer in its producer".into());
-    let handle = demo.w(0).ipc_get(p).map_err(worker_error("cuIpcGetMemHandle"))?;
-    let c = demo.w(last).ipc_open(&handle).map_err(worker_error("cuIpcOpenMemHandle"))?;
-    demo.expect(last, c, gran, 5000, format!("IPC buffer opened by process {last}"));
+    let handle = demo
+        .w(0)
+        .ipc_get(p)
+        .map_err(worker_error("cuIpcGetMemHandle"))?;
+    let c = demo
+        .w(last)
+        .ipc_open(&handle)
+        .map_err(worker_error("cuIpcOpenMemHandle"))?;
+    demo.expect(
+        last,
+        c,
+        gran,
+        5000,
+        format!("IPC buffer opened by process {last}"),
+    );
     demo.topology.push(format!("IPC: a {} MiB cuMemAlloc buffer of process 0 opened by process {last} through cuIpcOpenMemHandle", gran >> 20));
     // Before the checkpoint, everything reads back as written (sharing works).
     demo.verify_all()?;
@@ -265,8 +361,14 @@ fn check_sharing(demo: &mut Demo) -> Result<usize, DemoError> {
     let gran = demo.granularity;
     let regions = demo.regions.clone();
     let mut checks = 0;
-    let s0_creator = regions.iter().find(|r| r.what == "S0 in its creator").cloned();
-    let ipc_creator = regions.iter().find(|r| r.what == "IPC buffer in its producer").cloned();
+    let s0_creator = regions
+        .iter()
+        .find(|r| r.what == "S0 in its creator")
+        .cloned();
+    let ipc_creator = regions
+        .iter()
+        .find(|r| r.what == "IPC buffer in its producer")
+        .cloned();
     for r in &regions {
         let creator = if r.what.starts_with("S0 imported") {
             &s0_creator
@@ -282,13 +384,23 @@ fn check_sharing(demo: &mut Demo) -> Result<usize, DemoError> {
             .map_err(worker_error("writing through an imported mapping"))?;
         demo.w(creator.worker)
             .verify(creator.address, gran, seed)
-            .map_err(|e| DemoError::Verification(format!("{} is not shared with process {} after restore: {e}", creator.what, r.worker)))?;
+            .map_err(|e| {
+                DemoError::Verification(format!(
+                    "{} is not shared with process {} after restore: {e}",
+                    creator.what, r.worker
+                ))
+            })?;
         checks += 1;
     }
     Ok(checks)
 }
 
-fn config(artifacts: &Artifacts, work: &Path, driver: &DriverChoice, entry: EntryPath) -> WorkerConfig {
+fn config(
+    artifacts: &Artifacts,
+    work: &Path,
+    driver: &DriverChoice,
+    entry: EntryPath,
+) -> WorkerConfig {
     let config = WorkerConfig::new(&artifacts.worker)
         .entry(entry)
         .env("LD_PRELOAD", &artifacts.shim)
@@ -314,11 +426,21 @@ fn entry_for(i: usize) -> EntryPath {
 /// Starts the workers as one PID namespace (`unshare -fp setsid sh`), each listening on a
 /// socket in the work directory, so that CRIU can dump the tree. Returns the spawned
 /// `unshare` and the socket paths.
-fn start_namespace(artifacts: &Artifacts, work: &Path, driver: &DriverChoice, n: usize) -> Result<(std::process::Child, Vec<PathBuf>), DemoError> {
-    let sockets: Vec<PathBuf> = (0..n).map(|i| work.join(format!("worker-{i}.sock"))).collect();
+fn start_namespace(
+    artifacts: &Artifacts,
+    work: &Path,
+    driver: &DriverChoice,
+    n: usize,
+) -> Result<(std::process::Child, Vec<PathBuf>), DemoError> {
+    let sockets: Vec<PathBuf> = (0..n)
+        .map(|i| work.join(format!("worker-{i}.sock")))
+        .collect();
     // The tree writes its own log: a file another process (here `unshare` itself) also writes
     // would change size between dump and restore, which CRIU refuses.
-    let mut script = format!("exec </dev/null >/dev/null 2>>'{}'; ", work.join("workload.log").display());
+    let mut script = format!(
+        "exec </dev/null >/dev/null 2>>'{}'; ",
+        work.join("workload.log").display()
+    );
     let driver_flag = match driver {
         DriverChoice::Path(p) => format!(" --driver '{}'", p.display()),
         DriverChoice::Embedded => String::new(),
@@ -345,7 +467,9 @@ fn start_namespace(artifacts: &Artifacts, work: &Path, driver: &DriverChoice, n:
     for (key, value) in &template.env {
         command.env(key, value);
     }
-    let child = command.spawn().map_err(|e| setup(format!("starting `unshare -fp setsid sh`: {e}")))?;
+    let child = command
+        .spawn()
+        .map_err(|e| setup(format!("starting `unshare -fp setsid sh`: {e}")))?;
     Ok((child, sockets))
 }
 
@@ -353,8 +477,13 @@ fn start_namespace(artifacts: &Artifacts, work: &Path, driver: &DriverChoice, n:
 fn namespace_root(unshare: u32) -> Result<u32, DemoError> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let children = std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).unwrap_or_default();
-        if let Some(pid) = children.split_whitespace().next().and_then(|p| p.parse().ok()) {
+        let children = std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"))
+            .unwrap_or_default();
+        if let Some(pid) = children
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+        {
             return Ok(pid);
         }
         if Instant::now() > deadline {
@@ -367,28 +496,41 @@ fn namespace_root(unshare: u32) -> Result<u32, DemoError> {
 fn connect_all(sockets: &[PathBuf]) -> Result<Vec<Worker>, DemoError> {
     sockets
         .iter()
-        .map(|s| Worker::connect(s, Duration::from_secs(30)).map_err(worker_error(format!("connecting to {}", s.display()))))
+        .map(|s| {
+            Worker::connect(s, Duration::from_secs(30))
+                .map_err(worker_error(format!("connecting to {}", s.display())))
+        })
         .collect()
 }
 
 /// Runs the demo.
-pub fn run(options: &Options, progress: &mut dyn FnMut(&PhaseReport)) -> Result<Outcome, DemoError> {
+pub fn run(
+    options: &Options,
+    progress: &mut dyn FnMut(&PhaseReport),
+) -> Result<Outcome, DemoError> {
     if options.processes < 2 {
-        return Err(setup("--processes must be at least 2 (sharing needs two processes)"));
+        return Err(setup(
+            "--processes must be at least 2 (sharing needs two processes)",
+        ));
     }
     let artifacts = artifacts()?;
     let work = std::env::temp_dir().join(format!("cuinterpose-demo-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     for sub in ["control", "fakecuda", "lib"] {
-        std::fs::create_dir_all(work.join(sub)).map_err(|e| setup(format!("creating {}: {e}", work.display())))?;
+        std::fs::create_dir_all(work.join(sub))
+            .map_err(|e| setup(format!("creating {}: {e}", work.display())))?;
     }
     let driver_path = match &options.driver {
         DriverChoice::Embedded => {
             if !artifacts.fakecuda.exists() {
-                return Err(setup(format!("{} not found next to cuinterpose: build the workspace first", artifacts.fakecuda.display())));
+                return Err(setup(format!(
+                    "{} not found next to cuinterpose: build the workspace first",
+                    artifacts.fakecuda.display()
+                )));
             }
             let link = work.join("lib/libcuda.so.1");
-            std::os::unix::fs::symlink(&artifacts.fakecuda, &link).map_err(|e| setup(format!("linking {}: {e}", link.display())))?;
+            std::os::unix::fs::symlink(&artifacts.fakecuda, &link)
+                .map_err(|e| setup(format!("linking {}: {e}", link.display())))?;
             link
         }
         DriverChoice::Path(p) => p.clone(),
@@ -410,12 +552,20 @@ pub fn run(options: &Options, progress: &mut dyn FnMut(&PhaseReport)) -> Result<
     })
 }
 
-fn run_in(options: &Options, artifacts: &Artifacts, work: &Path, progress: &mut dyn FnMut(&PhaseReport)) -> Result<Outcome, DemoError> {
+fn run_in(
+    options: &Options,
+    artifacts: &Artifacts,
+    work: &Path,
+    progress: &mut dyn FnMut(&PhaseReport),
+) -> Result<Outcome, DemoError> {
     let n = options.processes;
     let mut namespace = None;
     let workers = match &options.criu {
         None => (0..n)
-            .map(|i| Worker::spawn(&config(artifacts, work, &options.driver, entry_for(i))).map_err(worker_error(format!("starting worker {i}"))))
+            .map(|i| {
+                Worker::spawn(&config(artifacts, work, &options.driver, entry_for(i)))
+                    .map_err(worker_error(format!("starting worker {i}")))
+            })
             .collect::<Result<Vec<_>, _>>()?,
         Some(criu) => {
             criu::check(criu).map_err(|e| setup(format!("CRIU cannot run here: {e}")))?;
@@ -425,17 +575,31 @@ fn run_in(options: &Options, artifacts: &Artifacts, work: &Path, progress: &mut 
             connect_all(&sockets)?
         }
     };
-    let mut demo = Demo { workers, regions: Vec::new(), topology: Vec::new(), granularity: 0 };
+    let mut demo = Demo {
+        workers,
+        regions: Vec::new(),
+        topology: Vec::new(),
+        granularity: 0,
+    };
     for i in 0..n {
         let device = 0;
-        demo.w(i).init(device).map_err(worker_error(format!("initialising CUDA in worker {i}")))?;
+        demo.w(i)
+            .init(device)
+            .map_err(worker_error(format!("initialising CUDA in worker {i}")))?;
     }
-    let count = demo.workers[0].init_info().map_or(1, |info| info.device_count.max(1));
+    let count = demo.workers[0]
+        .init_info()
+        .map_or(1, |info| info.device_count.max(1));
     for i in 0..n {
         let device = (i as i32) % count;
-        demo.w(i).set_device(device).map_err(worker_error("selecting the device"))?;
+        demo.w(i)
+            .set_device(device)
+            .map_err(worker_error("selecting the device"))?;
     }
-    demo.granularity = demo.w(0).granularity(0, POSIX, 0).map_err(worker_error("granularity"))?;
+    demo.granularity = demo
+        .w(0)
+        .granularity(0, POSIX, 0)
+        .map_err(worker_error("granularity"))?;
     build_topology(&mut demo)?;
 
     let workload = Workload {
@@ -444,7 +608,8 @@ fn run_in(options: &Options, artifacts: &Artifacts, work: &Path, progress: &mut 
         lock_timeout_ms: 10_000,
         proc_dir: PathBuf::from("/proc"),
     };
-    let session = Session::open(&workload.control_dir, &[], workload.timeouts).map_err(crate::commands::CommandError::from)?;
+    let session = Session::open(&workload.control_dir, &[], workload.timeouts)
+        .map_err(crate::commands::CommandError::from)?;
     let inspection = session::inspect(&session);
     match &inspection.validation {
         Some(Ok(topology)) => demo.topology.push(format!(
@@ -479,7 +644,12 @@ fn run_in(options: &Options, artifacts: &Artifacts, work: &Path, progress: &mut 
     let (regions, bytes) = demo.verify_all()?;
     let sharing = check_sharing(&mut demo)?;
     let mut report = report;
-    let verify = PhaseReport { name: "demo_verify".into(), duration: started.elapsed(), bytes: 0, participants: n };
+    let verify = PhaseReport {
+        name: "demo_verify".into(),
+        duration: started.elapsed(),
+        bytes: 0,
+        participants: n,
+    };
     progress(&verify);
     report.phases.push(verify);
     if let Some((_, sockets, _)) = namespace {

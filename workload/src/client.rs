@@ -483,8 +483,11 @@ impl Worker {
         let Some(child) = self.child.as_mut() else {
             // Not our child: gone (or a zombie its own parent has yet to reap) counts as
             // exited; its status is not ours to know.
-            let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
-            let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+            let stat =
+                std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next());
             let gone = matches!(state, None | Some('Z' | 'X'));
             use std::os::unix::process::ExitStatusExt;
             return Ok(gone.then(|| ExitStatus::from_raw(0)));
@@ -812,7 +815,13 @@ impl Worker {
         };
         w.attach(path)?;
         w.identity = w.ping()?;
-        w.pid = w.identity.nspid.first().copied().unwrap_or(w.identity.pid).max(0) as u32;
+        w.pid = w
+            .identity
+            .nspid
+            .first()
+            .copied()
+            .unwrap_or(w.identity.pid)
+            .max(0) as u32;
         Ok(w)
     }
 

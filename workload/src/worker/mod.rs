@@ -146,7 +146,9 @@ impl WorkerArgs {
             }
         }
         if control_fd.is_none() == listen.is_none() {
-            return Err(format!("exactly one of --control-fd and --listen is required\n{USAGE}"));
+            return Err(format!(
+                "exactly one of --control-fd and --listen is required\n{USAGE}"
+            ));
         }
         Ok(WorkerArgs {
             control_fd,
@@ -202,7 +204,9 @@ pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
             }
         },
         (None, Some(path)) => match listen_at(path).and_then(|l| {
-            let (stream, _) = l.accept().map_err(|e| format!("accept on {}: {e}", path.display()))?;
+            let (stream, _) = l
+                .accept()
+                .map_err(|e| format!("accept on {}: {e}", path.display()))?;
             Ok((OwnedFd::from(stream), Some(l)))
         }) {
             Ok(pair) => pair,
