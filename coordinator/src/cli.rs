@@ -165,6 +165,10 @@ pub enum Command {
         /// Worker processes (at least 2).
         #[arg(long, default_value_t = 3)]
         processes: usize,
+        /// MiB of the allocation every process imports (its bytes are what the host carrier
+        /// saves and loads; raise it to measure copy throughput).
+        #[arg(long, default_value_t = 8, value_name = "MIB")]
+        shared_mib: u64,
         /// The driver library for the workers and native checkpoint (default: the embedded
         /// fakecuda; `libcuda.so.1` for the system's NVIDIA driver).
         #[arg(long, value_name = "PATH")]
@@ -561,6 +565,7 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
         }
         Command::Demo {
             processes,
+            shared_mib,
             driver,
             keep,
             json,
@@ -568,6 +573,7 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
         } => {
             let options = crate::demo::Options {
                 processes,
+                shared_mib,
                 criu: criu.get(),
                 driver: driver.map_or(
                     crate::demo::DriverChoice::Embedded,

@@ -32,6 +32,8 @@ pub enum DriverChoice {
 #[derive(Debug, Clone)]
 pub struct Options {
     pub processes: usize,
+    /// Size of the allocation every process imports (rounded up to the granularity).
+    pub shared_mib: u64,
     pub criu: Option<Criu>,
     pub driver: DriverChoice,
     /// Keep the work directory (sockets, checkpoint, logs) instead of removing it.
@@ -158,6 +160,7 @@ struct Demo {
     regions: Vec<Region>,
     topology: Vec<String>,
     granularity: u64,
+    shared_bytes: u64,
 }
 
 impl Demo {
@@ -228,16 +231,17 @@ fn build_topology(demo: &mut Demo) -> Result<(), DemoError> {
         })
         .collect();
     // S0: created by process 0, imported whole by every other process.
+    let s0_size = demo.shared_bytes.max(gran).next_multiple_of(gran);
     let s0 = demo
         .w(0)
-        .create(4 * gran, devices[0], POSIX)
+        .create(s0_size, devices[0], POSIX)
         .map_err(worker_error("creating S0"))?;
     let s0_va = demo
         .w(0)
-        .map_rw(s0, 4 * gran, devices[0])
+        .map_rw(s0, s0_size, devices[0])
         .map_err(worker_error("mapping S0"))?;
-    demo.fill(0, s0_va, 4 * gran, 1000, "S0")?;
-    demo.expect(0, s0_va, 4 * gran, 1000, "S0 in its creator".into());
+    demo.fill(0, s0_va, s0_size, 1000, "S0")?;
+    demo.expect(0, s0_va, s0_size, 1000, "S0 in its creator".into());
     let ticket = demo.w(0).export(s0).map_err(worker_error("exporting S0"))?;
     for (i, &device) in devices.iter().enumerate().skip(1) {
         let h = demo
@@ -246,17 +250,17 @@ fn build_topology(demo: &mut Demo) -> Result<(), DemoError> {
             .map_err(worker_error("importing S0"))?;
         let va = demo
             .w(i)
-            .map_rw(h, 4 * gran, device)
+            .map_rw(h, s0_size, device)
             .map_err(worker_error("mapping S0"))?;
         // Imported handles are often released at once: the mapping keeps the memory.
         demo.w(i)
             .release(h)
             .map_err(worker_error("releasing S0's handle"))?;
-        demo.expect(i, va, 4 * gran, 1000, format!("S0 imported by process {i}"));
+        demo.expect(i, va, s0_size, 1000, format!("S0 imported by process {i}"));
     }
     demo.topology.push(format!(
         "S0: {} MiB created by process 0, imported by processes 1..{}",
-        (4 * gran) >> 20,
+        (s0_size) >> 20,
         n - 1
     ));
     // S1: created by process 1, its second half imported by the others from process 2 on.
@@ -580,6 +584,7 @@ fn run_in(
         regions: Vec::new(),
         topology: Vec::new(),
         granularity: 0,
+        shared_bytes: options.shared_mib << 20,
     };
     for i in 0..n {
         let device = 0;
