@@ -1,9 +1,13 @@
-//! The control worker: serves the coordinator's requests (inspect, begin_checkpoint and the
+//! The control worker: executes the coordinator's requests (inspect, begin_checkpoint and the
 //! lifecycle operations) one at a time, in the order they were queued.
+//!
+//! It only executes: the outcome goes back to the connection's own handler thread, which sends
+//! the reply. A client that never reads its reply (a large inspection fills the socket buffer)
+//! then holds up its own handler thread until the send times out, not every later request.
 
-use crate::lifecycle;
+use crate::lifecycle::{self, Outcome};
 use cuinterpose_protocol::Request;
-use cuinterpose_protocol::transport::{Connection, Timeouts};
+use cuinterpose_protocol::transport::Timeouts;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 /// Requests waiting for the worker; one more is refused as busy, without mutation.
@@ -11,8 +15,9 @@ pub const QUEUE_CAPACITY: usize = 8;
 
 #[derive(Debug)]
 pub struct Job {
-    pub connection: Connection,
     pub request: Request,
+    /// Where the outcome goes: the handler thread of the connection that asked.
+    pub done: SyncSender<Outcome>,
 }
 
 pub fn spawn(_timeouts: Timeouts) -> std::io::Result<SyncSender<Job>> {
@@ -24,12 +29,24 @@ pub fn spawn(_timeouts: Timeouts) -> std::io::Result<SyncSender<Job>> {
 }
 
 fn serve(receiver: Receiver<Job>) {
-    while let Ok(mut job) = receiver.recv() {
+    while let Ok(job) = receiver.recv() {
         let outcome = lifecycle::handle(&job.request);
-        let sent = job.connection.send_reply(&outcome.reply, None);
-        if let Err(e) = &sent {
-            crate::log!("could not send the {} reply: {e}", job.request.kind());
+        // The handler waits for it; if it is gone, nobody can be told (the outcome's
+        // follow-up runs as for a lost reply).
+        if let Err(unsent) = job.done.send(outcome) {
+            crate::log!(
+                "no handler for the {} outcome; treated as a lost reply",
+                name(&job.request)
+            );
+            lifecycle::after_reply(unsent.0.after, false);
         }
-        lifecycle::after_reply(outcome.after, sent.is_ok());
+    }
+}
+
+/// The request's name in logs: the operation for `execute`.
+pub fn name(request: &Request) -> &'static str {
+    match request {
+        Request::Execute(execute) => execute.operation.wire_name(),
+        other => other.kind(),
     }
 }

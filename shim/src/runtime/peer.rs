@@ -1,20 +1,70 @@
 //! The peer thread: accepts connections on the control socket and gives each its own
 //! short-lived handler thread, so a slow or hostile client holds up nobody else. Export
-//! requests are answered right there from the export cache; everything else goes to the
-//! control worker through its bounded queue.
+//! requests are answered right there from the export cache; everything else is executed by
+//! the control worker (through its bounded queue) and answered from here, so a client that
+//! does not read its reply holds up only its own thread.
 
 use super::cache;
-use super::control::Job;
+use super::control::{self, Job};
+use crate::lifecycle;
 use crate::log;
-use cuinterpose_protocol::transport::{Connection, Listener, Timeouts, TransportError};
+use cuinterpose_protocol::transport::{
+    Connection, Listener, RefusalReason, Timeouts, TransportError,
+};
 use cuinterpose_protocol::{RefusalCode, Request};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{SyncSender, TrySendError};
-use std::time::Duration;
+use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Connections served at once; more are closed at once (a flood cannot exhaust threads).
 pub const MAX_CONNECTIONS: usize = 64;
+
+/// Lines about refused peers logged per [`LOG_WINDOW`]; more are counted and summarised, so a
+/// hostile peer cannot flood the application's stderr.
+pub const LOG_BURST: u32 = 20;
+pub const LOG_WINDOW: Duration = Duration::from_secs(10);
+
+#[derive(Debug)]
+struct Throttle {
+    window: Option<Instant>,
+    logged: u32,
+    suppressed: u64,
+}
+
+static THROTTLE: Mutex<Throttle> = Mutex::new(Throttle {
+    window: None,
+    logged: 0,
+    suppressed: 0,
+});
+
+/// Logs one line about a refused peer, at most [`LOG_BURST`] per [`LOG_WINDOW`].
+pub(crate) fn log_refusal(line: std::fmt::Arguments<'_>) {
+    let mut throttle = THROTTLE.lock().unwrap_or_else(|p| p.into_inner());
+    let now = Instant::now();
+    if throttle
+        .window
+        .is_none_or(|start| now.duration_since(start) >= LOG_WINDOW)
+    {
+        if throttle.suppressed > 0 {
+            log!(
+                "{} more refusals of peers in the last {LOG_WINDOW:?} were not logged",
+                throttle.suppressed
+            );
+        }
+        *throttle = Throttle {
+            window: Some(now),
+            logged: 0,
+            suppressed: 0,
+        };
+    }
+    if throttle.logged < LOG_BURST {
+        throttle.logged += 1;
+        log!("{line}");
+    } else {
+        throttle.suppressed += 1;
+    }
+}
 
 pub fn spawn(
     listener: Listener,
@@ -32,8 +82,19 @@ fn accept_loop(listener: Listener, queue: SyncSender<Job>, timeouts: Timeouts) {
     loop {
         let connection = match listener.accept() {
             Ok(c) => c,
-            // Another user's peer: logged and closed by `accept`.
-            Err(TransportError::Refused { .. }) => continue,
+            // Another user's peer, already closed by `accept` (which logs through `tracing`,
+            // which nobody listens to inside an application: say it here).
+            Err(TransportError::Refused { peer, reason }) => {
+                let pid = peer.pid.map_or_else(|| "unknown".into(), |p| p.to_string());
+                match reason {
+                    RefusalReason::ForeignUid { uid } => log_refusal(format_args!(
+                        "refused a connection from uid {uid} (pid {pid}): only this process's \
+                         user and root may connect"
+                    )),
+                    other => log_refusal(format_args!("refused a connection (pid {pid}): {other}")),
+                }
+                continue;
+            }
             Err(e) => {
                 log!("accepting on the control socket: {e}");
                 // Out of descriptors or memory: back off instead of spinning.
@@ -62,7 +123,10 @@ fn accept_loop(listener: Listener, queue: SyncSender<Job>, timeouts: Timeouts) {
 fn handle(mut connection: Connection, queue: &SyncSender<Job>, timeouts: Timeouts) {
     let request = match connection.read_request() {
         Ok((request, _)) => request,
+        // A peer that connects and goes away (a liveness probe) is no news.
+        Err(TransportError::PeerClosed { .. }) => return,
         Err(e) => {
+            log_refusal(format_args!("refused a request: {e}"));
             // Best effort: tell a confused client why, then close.
             let reply = cache::refused(RefusalCode::Invalid, e.to_string());
             let _ = connection.send_reply(&reply, None);
@@ -79,24 +143,35 @@ fn handle(mut connection: Connection, queue: &SyncSender<Job>, timeouts: Timeout
             if connection.set_timeout(timeout).is_err() {
                 return;
             }
-            match queue.try_send(Job {
-                connection,
-                request,
-            }) {
-                Ok(()) => {}
-                Err(TrySendError::Full(mut job)) => {
-                    let reply = cache::refused(
-                        RefusalCode::Busy,
-                        "control queue full; refused without mutation".into(),
-                    );
-                    let _ = job.connection.send_reply(&reply, None);
+            let what = control::name(&request);
+            let (done, outcome) = sync_channel(1);
+            let busy = |why: &str| cache::refused(RefusalCode::Busy, why.into());
+            let outcome = match queue.try_send(Job { request, done }) {
+                // The worker always answers; only its death (a panic, mid-request) drops the
+                // sender: what it did is unknown, so nothing may go on as if it were not.
+                Ok(()) => outcome.recv().map_err(|_| {
+                    cache::refused(
+                        RefusalCode::FailStopped,
+                        format!("the control worker stopped during {what}; its outcome is unknown"),
+                    )
+                }),
+                Err(TrySendError::Full(_)) => {
+                    Err(busy("control queue full; refused without mutation"))
                 }
-                Err(TrySendError::Disconnected(mut job)) => {
-                    let reply = cache::refused(
-                        RefusalCode::Busy,
-                        "control worker unavailable; refused without mutation".into(),
-                    );
-                    let _ = job.connection.send_reply(&reply, None);
+                Err(TrySendError::Disconnected(_)) => {
+                    Err(busy("control worker unavailable; refused without mutation"))
+                }
+            };
+            match outcome {
+                Ok(outcome) => {
+                    let sent = connection.send_reply(&outcome.reply, None);
+                    if let Err(e) = &sent {
+                        log!("could not send the {what} reply: {e}");
+                    }
+                    lifecycle::after_reply(outcome.after, sent.is_ok());
+                }
+                Err(refusal) => {
+                    let _ = connection.send_reply(&refusal, None);
                 }
             }
         }
