@@ -14,7 +14,7 @@
 mod support;
 
 use cuinterpose_protocol::ticket::read_ticket;
-use cuinterpose_protocol::transport::{Endpoint, TransportError, call};
+use cuinterpose_protocol::transport::{Endpoint, REQUEST_FRAME_LIMIT, TransportError, call};
 use cuinterpose_protocol::{
     AllocationReference, CapabilityToken, ExportRequest, NamespacePid, Phase, RefusalCode, Reply,
     Request, ResourceKind, Ticket, VirtualShareableHandle,
@@ -348,13 +348,20 @@ fn malformed_frames_are_refused_and_leave_the_shim_serving() {
     let mut target = Target::new("malformed");
     let inspect = encoded(&Request::Inspect);
 
-    // Length prefixes: over the limit (checked before any body is read), the largest u32, and
-    // zero.
+    // Length prefixes: over the request limit (checked before any body is read; requests are
+    // small, so the shim reads far less than MAX_MESSAGE_BYTES), over the message limit, the
+    // largest u32, and zero.
     check_rejected(
         &mut target,
-        "length one over the limit",
+        "length one over the request limit",
+        &(REQUEST_FRAME_LIMIT as u32 + 1).to_le_bytes(),
+        "a frame of 65537 bytes exceeds the limit of 65536 bytes",
+    );
+    check_rejected(
+        &mut target,
+        "length one over the message limit",
         &(MAX_MESSAGE_BYTES + 1).to_le_bytes(),
-        "exceeds the limit of 33554432 bytes",
+        "exceeds the limit of 65536 bytes",
     );
     check_rejected(
         &mut target,
@@ -424,11 +431,11 @@ fn malformed_frames_are_refused_and_leave_the_shim_serving() {
         "malformed body",
     );
 
-    // Deep nesting: 100 000 nested one-element arrays, and as many nested maps, where a
+    // Deep nesting: 12 000 nested (a frame under the request limit) one-element arrays, and as many nested maps, where a
     // request has a map (an export's `allocation`), and as the body itself. The decoder never
     // descends into them (their type is wrong at the first level; unknown data is not
     // buffered), and the depth limit would stop it if it did.
-    let depth = 100_000;
+    let depth = 12_000;
     let genuine_export = encoded(&Request::Export(ExportRequest {
         allocation: AllocationReference {
             id: cuinterpose_protocol::AllocationId::new([1; 16]).unwrap(),
@@ -470,11 +477,12 @@ fn malformed_frames_are_refused_and_leave_the_shim_serving() {
         );
     }
 
-    // A full-size frame (exactly the limit) of garbage: read, refused, the buffer freed.
-    let mut big = Vec::with_capacity(MAX_MESSAGE_BYTES as usize + 4);
-    big.extend_from_slice(&MAX_MESSAGE_BYTES.to_le_bytes());
-    big.resize(MAX_MESSAGE_BYTES as usize + 4, 0xa5);
-    check_rejected(&mut target, "32 MiB of garbage", &big, "not an envelope");
+    // A full-size request frame (exactly the request limit) of garbage: read, refused, the
+    // buffer freed.
+    let mut big = Vec::with_capacity(REQUEST_FRAME_LIMIT + 4);
+    big.extend_from_slice(&(REQUEST_FRAME_LIMIT as u32).to_le_bytes());
+    big.resize(REQUEST_FRAME_LIMIT + 4, 0xa5);
+    check_rejected(&mut target, "64 KiB of garbage", &big, "not an envelope");
     drop(big);
 
     // Random bytes: as a whole stream (the prefix is random too), as a body behind a valid
@@ -857,6 +865,11 @@ fn a_flood_of_connections_is_bounded_and_passes() {
     std::thread::sleep(Duration::from_millis(200));
     drop(flood);
     let started = Instant::now();
+    // The handlers notice the closed peers at once; give their threads a moment to end (a
+    // client arriving before they have is turned away, as during the flood).
+    while target.threads() > target.baseline_threads && started.elapsed() < Duration::from_secs(1) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     target.check_healthy("a flood of 300, closed");
     assert!(
         started.elapsed() < SHIM_TIMEOUT,

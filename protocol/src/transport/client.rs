@@ -155,8 +155,13 @@ fn exchange(
         &peer,
         "sending the request",
     )?;
-    let (bytes, fd) =
-        frame::receive_frame(socket.as_fd(), &deadline, &peer, "receiving the reply")?;
+    let (bytes, fd) = frame::receive_frame(
+        socket.as_fd(),
+        &deadline,
+        &peer,
+        "receiving the reply",
+        crate::generated::MAX_MESSAGE_BYTES,
+    )?;
     let reply =
         envelope::decode::<Reply>(&bytes).map_err(|error| TransportError::decode(&peer, error))?;
     check_reply_fd(&peer, &reply, fd.is_some())?;

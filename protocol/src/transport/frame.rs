@@ -348,23 +348,25 @@ fn receive_exact(
 }
 
 /// Receives one frame: its body and the descriptor that came with it, if any. The length is
-/// checked against `MAX_MESSAGE_BYTES` before any body buffer exists.
+/// checked against `limit` (at most `MAX_MESSAGE_BYTES`) before any body buffer exists.
 pub(crate) fn receive_frame(
     socket: BorrowedFd<'_>,
     deadline: &Deadline,
     peer: &Peer,
     during: &'static str,
+    limit: usize,
 ) -> Result<(Vec<u8>, Option<OwnedFd>), TransportError> {
+    let limit = limit.min(MAX_MESSAGE_BYTES);
     let mut fds = Vec::with_capacity(RECEIVE_FD_SLOTS);
     let mut prefix = [0u8; PREFIX_BYTES];
     receive_exact(socket, &mut prefix, &mut fds, deadline, peer, during)?;
     let size = u32::from_le_bytes(prefix);
     let length = size as usize;
-    if length > MAX_MESSAGE_BYTES {
+    if length > limit {
         return Err(TransportError::Oversized {
             peer: peer.clone(),
             size: u64::from(size),
-            limit: MAX_MESSAGE_BYTES,
+            limit,
         });
     }
     let mut body = Vec::new();

@@ -47,7 +47,7 @@ pub use endpoint::{
     control_dir_from, socket_name,
 };
 pub use error::{EndpointProblem, Peer, RefusalReason, TransportError};
-pub use server::{Connection, Listener, PeerCredentials, peer_allowed};
+pub use server::{Connection, Listener, PeerCredentials, REQUEST_FRAME_LIMIT, peer_allowed};
 pub use timeouts::{
     CONTROL_TIMEOUT_VARIABLE, COPY_TIMEOUT_VARIABLE, MAX_TIMEOUT_SECONDS, Timeouts,
 };

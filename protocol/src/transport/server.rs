@@ -43,6 +43,12 @@ pub(crate) fn peer_credentials(socket: BorrowedFd<'_>) -> io::Result<PeerCredent
     })
 }
 
+/// The largest request frame a server reads. Every request of this protocol version is a
+/// fixed-shape message of a few hundred bytes at most (no collections), so anything larger is
+/// refused as oversized before a body buffer exists: 64 handler threads each buffering a
+/// 32 MiB (`MAX_MESSAGE_BYTES`) garbage frame would cost the application 2 GiB.
+pub const REQUEST_FRAME_LIMIT: usize = 64 * 1024;
+
 /// Our own user and root may connect; nobody else.
 pub fn peer_allowed(own_uid: u32, peer_uid: u32) -> bool {
     peer_uid == own_uid || peer_uid == 0
@@ -331,6 +337,7 @@ impl Connection {
             &deadline,
             &self.peer,
             "receiving a request",
+            REQUEST_FRAME_LIMIT,
         )?;
         if fd.is_some() {
             return Err(TransportError::UnexpectedFd {
