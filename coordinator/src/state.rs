@@ -153,6 +153,32 @@ impl Drop for TempGuard {
     }
 }
 
+/// Removes temp files a publisher left when it was killed mid-publication: named
+/// `.cuinterpose.state.<pid>.<n>.tmp`, with no process `<pid>` alive any more. They were never
+/// the state (only a completed link is), so removing them loses nothing.
+fn remove_abandoned_temp_files(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let prefix = format!(".{STATE_FILE_NAME}.");
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(&prefix)) else {
+            continue;
+        };
+        let Some(pid) = rest
+            .strip_suffix(".tmp")
+            .and_then(|r| r.split('.').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Publishes `state` as `<dir>/cuinterpose.state` atomically and without replacing an existing
 /// file, calling `hook` after each [`PublishStep`].
 pub fn publish_with(
@@ -164,6 +190,7 @@ pub fn publish_with(
     let bytes = cuinterpose_protocol::encode(state)?;
     let path = state_path(dir);
     check_absent(dir)?;
+    remove_abandoned_temp_files(dir);
     let temp_name = format!(
         ".{STATE_FILE_NAME}.{}.{}.tmp",
         std::process::id(),

@@ -983,8 +983,9 @@ fn publisher_killed(sandbox: &Sandbox) {
         assert_eq!(status.signal(), Some(libc::SIGKILL), "{step:?}: {status}");
         let published = complete_or_absent(&dir, &expected);
         assert_eq!(published, step >= PublishStep::Published, "{step:?}");
-        // A killed publisher leaves its temp file (no destructor ran) until the directory is
-        // cleaned; it is never mistaken for the state, and never blocks a later one.
+        // A killed publisher leaves its temp file (no destructor ran) until the next
+        // publication in that directory removes it; it is never mistaken for the state, and
+        // never blocks a later one.
         let left = leftovers(&dir);
         assert!(
             left.iter()
@@ -1005,6 +1006,8 @@ fn publisher_killed(sandbox: &Sandbox) {
             );
             state::publish(&dir, &expected).expect("a later publication is not blocked");
             assert!(complete_or_absent(&dir, &expected));
+            // ... and that publication removed the dead publisher's temp file.
+            assert_eq!(leftovers(&dir), Vec::<String>::new(), "{step:?}");
         }
         println!(
             "  killed after {step:?}: state {}, {} temp file(s) left",
