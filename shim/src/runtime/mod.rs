@@ -17,6 +17,12 @@ use std::sync::atomic::{AtomicI32, Ordering};
 /// until the fork handler clears it.
 static STARTED_FOR: Mutex<u32> = Mutex::new(0);
 
+/// How long a connection may take to deliver its request (a few hundred bytes, sent at once
+/// by every real client). Short, so that idle connections (a same-user flood holds at most
+/// `peer::MAX_CONNECTIONS` of them) free their handler slots quickly; replies then get the
+/// operation's own timeout.
+pub const REQUEST_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The listening socket's descriptor, for the fork handler to close in a child.
 pub(crate) static LISTENER_FD: AtomicI32 = AtomicI32::new(-1);
 
@@ -37,7 +43,7 @@ pub fn start() -> CuResult<()> {
     let timeouts = Timeouts::from_env().map_err(|e| fail(e.to_string()))?;
     let dir = control_dir().map_err(|e| fail(e.to_string()))?;
     let listener = Listener::bind(&dir, pid)
-        .and_then(|l| l.with_request_timeout(timeouts.control()))
+        .and_then(|l| l.with_request_timeout(timeouts.control().min(REQUEST_DEADLINE)))
         .map_err(|e| fail(e.to_string()))?;
     // Make sure the registry (and the fork handlers) exist before anyone can connect.
     drop(process::lock());
