@@ -230,6 +230,41 @@ impl Lowering<'_> {
 
     fn enumeration(&mut self, e: &ast::Enum) -> ir::Enum {
         self.check_type_name(&e.name);
+        if let ast::EnumEncoding::Cuda { cudarc } | ast::EnumEncoding::CudaFlags { cudarc } =
+            &e.encoding
+            && !is_identifier(cudarc)
+        {
+            self.error(
+                &[&e.name, cudarc],
+                format!(
+                    "cudarc type `{cudarc}` of enum `{}` must be a Rust identifier",
+                    e.name
+                ),
+            );
+        }
+        // Each constant is located after its value's name (a rejected entry's comes first in
+        // its tuple, so after the enum's name).
+        let constants = e
+            .values
+            .iter()
+            .filter_map(|v| Some((vec![e.name.as_str(), v.name.as_str()], v.cuda.as_deref()?)))
+            .chain(
+                e.rejected
+                    .iter()
+                    .filter_map(|r| Some((vec![e.name.as_str()], r.cuda.as_deref()?))),
+            );
+        for (mut path, cuda) in constants {
+            if !is_screaming_snake(cuda) {
+                path.push(cuda);
+                self.error(
+                    &path,
+                    format!(
+                        "CUDA constant `{cuda}` in enum `{}` must be SCREAMING_SNAKE_CASE",
+                        e.name
+                    ),
+                );
+            }
+        }
         let kind = match &e.encoding {
             ast::EnumEncoding::Cuda { cudarc } => ir::EnumKind::Cuda {
                 cudarc: cudarc.clone(),
@@ -1095,6 +1130,14 @@ fn is_snake(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// A name the generated Rust can use as an identifier (ASCII, not a keyword).
+fn is_identifier(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !RUST_KEYWORDS.contains(&name)
+        && name != "_"
 }
 
 fn is_screaming_snake(name: &str) -> bool {

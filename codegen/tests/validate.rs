@@ -209,6 +209,34 @@ fn cuda_value_without_its_constant() {
 }
 
 #[test]
+fn cuda_constant_that_is_not_an_identifier() {
+    // Found by fuzzing (fuzz/artifacts/schema/crash-51f3cbc1…): the generator used to panic
+    // building the compile-time check against cudarc.
+    check(
+        &[(r#"cuda: "BLUE","#, r#"cuda: /*@*/"BL=UE","#)],
+        "CUDA constant `BL=UE` in enum `Color` must be SCREAMING_SNAKE_CASE",
+        None,
+    );
+    check(
+        &[(
+            r#"(value: 0, cuda: "INVALID""#,
+            r#"(value: 0, cuda: /*@*/"in valid""#,
+        )],
+        "CUDA constant `in valid` in enum `Color` must be SCREAMING_SNAKE_CASE",
+        None,
+    );
+}
+
+#[test]
+fn cudarc_type_that_is_not_an_identifier() {
+    check(
+        &[(r#"Cuda(cudarc: "X")"#, r#"Cuda(cudarc: /*@*/"X::Y")"#)],
+        "cudarc type `X::Y` of enum `Color` must be a Rust identifier",
+        None,
+    );
+}
+
+#[test]
 fn name_enum_value_with_an_integer() {
     check(
         &[(
