@@ -54,6 +54,11 @@ pub mod consts {
     pub const ALLOCATION_TYPE_PINNED: u32 =
         s::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED as u32;
     pub const LOCATION_TYPE_DEVICE: u32 = s::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE as u32;
+    pub const LOCATION_TYPE_HOST: u32 = s::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST as u32;
+    pub const LOCATION_TYPE_HOST_NUMA: u32 =
+        s::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA as u32;
+    pub const LOCATION_TYPE_HOST_NUMA_CURRENT: u32 =
+        s::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT as u32;
     pub const HANDLE_TYPE_POSIX_FD: u32 =
         s::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0;
     pub const HANDLE_TYPE_WIN32: u32 = s::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_WIN32.0;

@@ -85,6 +85,11 @@ impl Contexts {
         Ok(())
     }
 
+    /// The handle of `dev`'s primary context (stable for the process lifetime).
+    pub fn primary_handle(&self, dev: u32) -> u64 {
+        PRIMARY_BASE + u64::from(dev)
+    }
+
     /// Destroys the primary context's streams and makes it inactive, whatever its count.
     pub fn primary_reset(&mut self, dev: u32) -> CuResult<()> {
         let h = PRIMARY_BASE + u64::from(dev);

@@ -6,6 +6,8 @@ use cudarc::driver::sys::CUdevice_attribute as A;
 /// Most devices one process may configure (multicast teams keep members in a 64-bit mask).
 pub const MAX_DEVICES: u32 = 64;
 const DEFAULT_DEVICES: u32 = 2;
+const DEFAULT_NUMA_NODES: u32 = 1;
+const MAX_NUMA_NODES: u32 = 64;
 const DEFAULT_MEMORY_MIB: u64 = 80 * 1024;
 
 #[derive(Debug, Clone)]
@@ -13,6 +15,8 @@ pub struct Config {
     pub devices: u32,
     /// Bytes each device reports and allows to be allocated on it.
     pub memory: u64,
+    /// Host NUMA nodes (`CU_MEM_LOCATION_TYPE_HOST_NUMA` ids `0..numa_nodes`).
+    pub numa_nodes: u32,
 }
 
 impl Config {
@@ -29,9 +33,15 @@ impl Config {
             DEFAULT_MEMORY_MIB,
             2..=(1 << 30),
         )?;
+        let numa_nodes = parse_env(
+            "FAKECUDA_NUMA_NODES",
+            u64::from(DEFAULT_NUMA_NODES),
+            1..=u64::from(MAX_NUMA_NODES),
+        )?;
         Ok(Config {
             devices: devices as u32,
             memory: mib << 20,
+            numa_nodes: numa_nodes as u32,
         })
     }
 
@@ -40,6 +50,14 @@ impl Config {
             .ok()
             .filter(|d| *d < self.devices)
             .ok_or(CuError::CUDA_ERROR_INVALID_DEVICE)
+    }
+
+    /// A host NUMA node id of `CU_MEM_LOCATION_TYPE_HOST_NUMA`.
+    pub fn check_numa_node(&self, node: i32) -> CuResult<u32> {
+        u32::try_from(node)
+            .ok()
+            .filter(|n| *n < self.numa_nodes)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
     }
 }
 

@@ -27,6 +27,17 @@ impl Driver {
         self.next_handle += 1;
         self.next_handle
     }
+
+    /// What the process holds, for `fakecuda_objects`.
+    pub fn objects(&self) -> crate::ffi::FakecudaObjects {
+        crate::ffi::FakecudaObjects {
+            allocations: self.vmm.allocs.len() as u64,
+            mappings: self.vmm.mappings.len() as u64,
+            reservations: self.vmm.reservations.len() as u64,
+            multicast_objects: self.mc.objects.len() as u64,
+            ipc_opened: self.ipc.open_count(),
+        }
+    }
 }
 
 static DRIVER: Mutex<Option<Driver>> = Mutex::new(None);

@@ -261,6 +261,8 @@ pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> RawResult {
 pub extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> RawResult {
     with(|d| {
         let dev = d.config.check_device(dev)?;
+        // cudaDeviceReset: everything the primary context owned goes with it.
+        d.release_context_memory(d.contexts.primary_handle(dev))?;
         d.contexts.primary_reset(dev)
     })
 }
@@ -354,7 +356,12 @@ pub unsafe extern "C" fn cuCtxCreate_v4(
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> RawResult {
-    with(|d| d.contexts.destroy(ctx as usize as u64))
+    with(|d| {
+        let ctx = ctx as usize as u64;
+        d.contexts.destroy(ctx)?;
+        // What the context owned goes with it.
+        d.release_context_memory(ctx)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -567,10 +574,16 @@ pub unsafe extern "C" fn cuMemGetAllocationGranularity(
         if option != c::GRANULARITY_MINIMUM && option != c::GRANULARITY_RECOMMENDED {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        if p.type_ != c::ALLOCATION_TYPE_PINNED || p.location.type_ != c::LOCATION_TYPE_DEVICE {
+        if p.type_ != c::ALLOCATION_TYPE_PINNED {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        d.config.check_device(p.location.id)?;
+        match p.location.type_ {
+            t if t == c::LOCATION_TYPE_DEVICE => d.config.check_device(p.location.id).map(drop)?,
+            t if t == c::LOCATION_TYPE_HOST_NUMA => {
+                d.config.check_numa_node(p.location.id).map(drop)?
+            }
+            _ => return Err(CuError::CUDA_ERROR_INVALID_VALUE),
+        }
         // SAFETY: size_t out-parameter (cuda.h).
         unsafe { put(granularity, crate::sys::GRANULARITY as usize) }
     })
@@ -602,6 +615,11 @@ pub unsafe extern "C" fn cuMemImportFromShareableHandle(
     with(|d| {
         if handle.is_null() {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        if handle_type != crate::abi::consts::HANDLE_TYPE_POSIX_FD {
+            // Only POSIX FDs travel as numbers; fabric (no IMEX) and Win32 handles are not
+            // supported here, anything else is no handle type.
+            return d.import_type_check(handle_type);
         }
         // For POSIX FDs the "pointer" carries the descriptor number itself (cuda.h).
         let raw = os_handle as usize;
@@ -767,6 +785,33 @@ pub extern "C" fn cuMemHostUnregister(p: *mut c_void) -> RawResult {
 }
 
 // ---- native IPC ----
+
+/// What fakecuda holds for the calling process, for leak checks (not a CUDA API).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FakecudaObjects {
+    /// Physical allocations (VMM, cuMemAlloc, imported, IPC-opened) still alive.
+    pub allocations: u64,
+    /// Mappings (of allocations and multicast objects).
+    pub mappings: u64,
+    /// Address reservations (the application's and fakecuda's own).
+    pub reservations: u64,
+    /// Multicast objects still alive.
+    pub multicast_objects: u64,
+    /// Native IPC handles of peers open here.
+    pub ipc_opened: u64,
+}
+
+/// Fills `out` with what the driver holds for this process. Not a CUDA API: fakecuda's test
+/// hook (`CUDA_ERROR_NOT_INITIALIZED` before `cuInit`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fakecuda_objects(out: *mut FakecudaObjects) -> RawResult {
+    run(|| {
+        let objects = driver::with(|d| Ok(d.objects()))?;
+        // SAFETY: out-parameter of the caller.
+        unsafe { put(out, objects) }
+    })
+}
 
 /// How many times this process called cuIpcGetMemHandle, cuIpcOpenMemHandle_v2 or
 /// cuIpcCloseMemHandle (successful or not). Not a CUDA API: fakecuda's test hook.

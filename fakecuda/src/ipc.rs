@@ -30,6 +30,10 @@ pub fn calls() -> u64 {
 struct Opened {
     base: u64,
     refs: u32,
+    /// The size the creator asked cuMemAlloc for (what cuMemGetAddressRange reports).
+    requested: u64,
+    /// The context that opened it: destroying or resetting that context closes it.
+    context: u64,
 }
 
 #[derive(Debug, Default)]
@@ -42,19 +46,56 @@ impl Ipc {
     pub fn live(&self) -> bool {
         !self.opened.is_empty()
     }
+
+    /// Peer handles open here.
+    pub fn open_count(&self) -> u64 {
+        self.opened.len() as u64
+    }
+
+    /// (base, requested size) of the opened block containing `ptr`.
+    pub fn opened_range(&self, ptr: u64) -> Option<(u64, u64)> {
+        self.opened
+            .values()
+            .find(|o| o.base <= ptr && ptr < o.base + o.requested)
+            .map(|o| (o.base, o.requested))
+    }
+
+    /// Forgets every handle context `ctx` opened: the bases to unmap.
+    pub fn close_context(&mut self, ctx: u64) -> Vec<u64> {
+        let mut bases = Vec::new();
+        self.opened.retain(|_, o| {
+            let keep = o.context != ctx;
+            if !keep {
+                bases.push(o.base);
+            }
+            keep
+        });
+        bases
+    }
 }
 
-fn encode(pid: u32, alloc: u64, size: u64) -> [u8; HANDLE_BYTES] {
+/// What a handle names: the creator's pid, its allocation handle, the allocation's size and
+/// the size cuMemAlloc was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Named {
+    pub pid: u32,
+    pub alloc: u64,
+    pub size: u64,
+    pub requested: u64,
+}
+
+fn encode(n: Named) -> [u8; HANDLE_BYTES] {
     let mut h = [0u8; HANDLE_BYTES];
     h[..8].copy_from_slice(MAGIC);
-    h[8..12].copy_from_slice(&pid.to_le_bytes());
-    h[16..24].copy_from_slice(&alloc.to_le_bytes());
-    h[24..32].copy_from_slice(&size.to_le_bytes());
+    h[8..12].copy_from_slice(&n.pid.to_le_bytes());
+    h[16..24].copy_from_slice(&n.alloc.to_le_bytes());
+    h[24..32].copy_from_slice(&n.size.to_le_bytes());
+    h[32..40].copy_from_slice(&n.requested.to_le_bytes());
     h
 }
 
-fn decode(h: &[u8; HANDLE_BYTES]) -> CuResult<(u32, u64, u64)> {
-    if &h[..8] != MAGIC || h[12..16] != [0; 4] || h[32..].iter().any(|b| *b != 0) {
+fn decode(h: &[u8; HANDLE_BYTES]) -> CuResult<Named> {
+    if &h[..8] != MAGIC || h[12..16] != [0; 4] || h[40..].iter().any(|b| *b != 0) {
         return Err(CuError::CUDA_ERROR_INVALID_VALUE);
     }
     let pid = u32::from_le_bytes(
@@ -72,7 +113,20 @@ fn decode(h: &[u8; HANDLE_BYTES]) -> CuResult<(u32, u64, u64)> {
             .try_into()
             .map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?,
     );
-    Ok((pid, alloc, size))
+    let requested = u64::from_le_bytes(
+        h[32..40]
+            .try_into()
+            .map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?,
+    );
+    if requested == 0 || requested > size {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    Ok(Named {
+        pid,
+        alloc,
+        size,
+        requested,
+    })
 }
 
 impl Driver {
@@ -84,24 +138,30 @@ impl Driver {
             .by_base
             .get(&ptr)
             .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
-        let h = l.alloc;
+        let (h, requested) = (l.alloc, l.requested);
         let a = self
             .vmm
             .allocs
             .get_mut(&h)
             .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         a.ipc_handle = true;
-        Ok(encode(std::process::id(), h, a.size))
+        Ok(encode(Named {
+            pid: std::process::id(),
+            alloc: h,
+            size: a.size,
+            requested,
+        }))
     }
 
-    /// Server side: a new FD for an allocation this process handed an IPC handle for.
+    /// Server side: a new FD for an allocation this process handed an IPC handle for; one
+    /// that was freed since is an invalid handle.
     pub fn ipc_fd_for(&self, alloc: u64) -> CuResult<OwnedFd> {
         let a = self
             .vmm
             .allocs
             .get(&alloc)
             .filter(|a| a.ipc_handle)
-            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+            .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
         crate::sys::dup_cloexec(a.fd()?)
     }
 
@@ -110,30 +170,36 @@ impl Driver {
         &mut self,
         handle: &[u8; HANDLE_BYTES],
         flags: u32,
-    ) -> CuResult<Result<u64, (u32, u64, u64)>> {
+    ) -> CuResult<Result<u64, Named>> {
         if flags & !c::IPC_MEM_LAZY_ENABLE_PEER_ACCESS != 0 {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
         self.contexts.current()?;
-        let (pid, alloc, size) = decode(handle)?;
-        if pid == std::process::id() {
+        let named = decode(handle)?;
+        if named.pid == std::process::id() {
             // Opening one's own handle fails as on the real driver.
             return Err(CuError::CUDA_ERROR_INVALID_CONTEXT);
         }
-        if let Some(o) = self.ipc.opened.get_mut(&(pid, alloc)) {
+        if let Some(o) = self.ipc.opened.get_mut(&(named.pid, named.alloc)) {
             o.refs += 1;
             return Ok(Ok(o.base));
         }
-        Ok(Err((pid, alloc, size)))
+        Ok(Err(named))
     }
 
     /// Maps a peer's allocation FD fetched from its control socket.
-    pub fn ipc_map(&mut self, pid: u32, alloc: u64, size: u64, fd: OwnedFd) -> CuResult<u64> {
+    pub fn ipc_map(&mut self, named: Named, fd: OwnedFd) -> CuResult<u64> {
+        let Named {
+            pid,
+            alloc,
+            size,
+            requested,
+        } = named;
         if let Some(o) = self.ipc.opened.get_mut(&(pid, alloc)) {
             o.refs += 1;
             return Ok(o.base);
         }
-        let (_, device) = self.contexts.current()?;
+        let (context, device) = self.contexts.current()?;
         if size == 0
             || !size.is_multiple_of(GRANULARITY)
             || crate::sys::file_size(std::os::fd::AsFd::as_fd(&fd))? < size
@@ -145,6 +211,7 @@ impl Driver {
             h,
             PhysAlloc {
                 size,
+                location_type: c::LOCATION_TYPE_DEVICE,
                 device,
                 handle_types: 0,
                 backing: Backing::Device(fd),
@@ -158,9 +225,15 @@ impl Driver {
             },
         );
         let base = self.map_whole_readwrite(h, size, device)?;
-        self.ipc
-            .opened
-            .insert((pid, alloc), Opened { base, refs: 1 });
+        self.ipc.opened.insert(
+            (pid, alloc),
+            Opened {
+                base,
+                refs: 1,
+                requested,
+                context,
+            },
+        );
         Ok(base)
     }
 
@@ -190,10 +263,10 @@ impl Driver {
 
 /// cuIpcOpenMemHandle_v2 as a whole: the FD is fetched without holding the driver lock.
 pub fn open(handle: &[u8; HANDLE_BYTES], flags: u32) -> CuResult<u64> {
-    let (pid, alloc, size) = match crate::driver::with(|d| d.ipc_open_existing(handle, flags))? {
+    let named = match crate::driver::with(|d| d.ipc_open_existing(handle, flags))? {
         Ok(base) => return Ok(base),
-        Err(what) => what,
+        Err(named) => named,
     };
-    let fd = crate::checkpoint::client::fetch_ipc_fd(pid, alloc)?;
-    crate::driver::with(|d| d.ipc_map(pid, alloc, size, fd))
+    let fd = crate::checkpoint::client::fetch_ipc_fd(named.pid, named.alloc)?;
+    crate::driver::with(|d| d.ipc_map(named, fd))
 }

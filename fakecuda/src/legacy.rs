@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 pub struct LegacyAlloc {
     pub requested: u64,
     pub alloc: u64,
+    /// The context it was allocated in: destroying or resetting that context frees it.
+    pub context: u64,
 }
 
 #[derive(Debug, Default)]
@@ -21,18 +23,25 @@ pub struct Legacy {
 
 impl Driver {
     pub fn mem_alloc(&mut self, bytes: u64) -> CuResult<u64> {
-        let (_, device) = self.contexts.current()?;
+        let (context, device) = self.contexts.current()?;
         if bytes == 0 {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
         let size = sys::round_up(bytes, GRANULARITY).ok_or(CuError::CUDA_ERROR_OUT_OF_MEMORY)?;
-        let h = self.alloc_create(size, device, c::HANDLE_TYPE_POSIX_FD, true)?;
+        let h = self.alloc_create(
+            size,
+            c::LOCATION_TYPE_DEVICE,
+            device,
+            c::HANDLE_TYPE_POSIX_FD,
+            true,
+        )?;
         let base = self.map_whole_readwrite(h, size, device)?;
         self.legacy.by_base.insert(
             base,
             LegacyAlloc {
                 requested: bytes,
                 alloc: h,
+                context,
             },
         );
         Ok(base)
@@ -49,13 +58,39 @@ impl Driver {
         Ok(())
     }
 
-    /// Base and size of the allocation containing `ptr`: the cuMemAlloc block, or the VMM
-    /// mapping.
+    /// Frees what context `ctx` owned as it is destroyed or reset (`cudaDeviceReset`): its
+    /// cuMemAlloc memory and the peer IPC handles it opened. VMM allocations belong to the
+    /// process, not to a context, and stay.
+    pub fn release_context_memory(&mut self, ctx: u64) -> CuResult<()> {
+        let bases: Vec<u64> = self
+            .legacy
+            .by_base
+            .iter()
+            .filter(|(_, l)| l.context == ctx)
+            .map(|(b, _)| *b)
+            .collect();
+        for base in bases {
+            self.legacy.by_base.remove(&base);
+            self.unmap_one(base)?;
+            self.free_reservation(base);
+        }
+        for base in self.ipc.close_context(ctx) {
+            self.unmap_one(base)?;
+            self.free_reservation(base);
+        }
+        Ok(())
+    }
+
+    /// Base and size of the allocation containing `ptr`: the cuMemAlloc block, a peer's
+    /// block opened by IPC (its requested size), or the VMM mapping.
     pub fn address_range(&self, ptr: u64) -> CuResult<(u64, u64)> {
         if let Some((base, l)) = self.legacy.by_base.range(..=ptr).next_back()
             && ptr < base + l.requested
         {
             return Ok((*base, l.requested));
+        }
+        if let Some((base, requested)) = self.ipc.opened_range(ptr) {
+            return Ok((base, requested));
         }
         self.vmm
             .mapping_at(ptr)

@@ -251,7 +251,8 @@ impl Driver {
             .allocs
             .get(&alloc)
             .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
-        if mem_offset.checked_add(size).is_none_or(|e| e > a.size) {
+        if mem_offset.checked_add(size).is_none_or(|e| e > a.size) || a.on_host() {
+            // Multicast objects bind device memory only.
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
         let device = a.device;

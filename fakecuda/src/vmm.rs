@@ -20,6 +20,9 @@ pub enum Backing {
 #[derive(Debug)]
 pub struct PhysAlloc {
     pub size: u64,
+    /// `CU_MEM_LOCATION_TYPE_DEVICE` or `CU_MEM_LOCATION_TYPE_HOST_NUMA`.
+    pub location_type: u32,
+    /// The device ordinal, or the NUMA node of host memory.
     pub device: u32,
     pub handle_types: u32,
     pub backing: Backing,
@@ -51,6 +54,11 @@ impl PhysAlloc {
     pub fn shared(&self) -> bool {
         self.exported || self.imported || self.ipc_handle || self.ipc_opened
     }
+
+    /// Host (NUMA node) memory rather than device memory.
+    pub fn on_host(&self) -> bool {
+        self.location_type == c::LOCATION_TYPE_HOST_NUMA
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,14 +74,18 @@ pub struct Mapping {
     pub target: Target,
     /// Granted access per device ordinal.
     pub access: BTreeMap<u32, u32>,
+    /// Granted access per host NUMA node (host memory only).
+    pub host_access: BTreeMap<u32, u32>,
 }
 
 impl Mapping {
-    /// Host protection: the CPU stands in for every device, so the widest grant applies.
+    /// Host protection: the CPU stands in for every device and node, so the widest grant
+    /// applies.
     pub fn prot(&self) -> i32 {
         sys::prot_for(
             self.access
                 .values()
+                .chain(self.host_access.values())
                 .copied()
                 .max()
                 .unwrap_or(c::ACCESS_NONE),
@@ -107,15 +119,27 @@ pub fn aligned(v: u64) -> bool {
     v.is_multiple_of(GRANULARITY)
 }
 
-/// Memfd names carry what an importer in another process must know.
-pub fn alloc_memfd_name(device: u32, handle_types: u32) -> String {
-    format!("fakecuda-alloc:d{device}:t{handle_types}")
+/// Memfd names carry what an importer in another process must know: the location (`d` and
+/// the device ordinal, or `n` and the host NUMA node) and the requested handle types.
+pub fn alloc_memfd_name(location_type: u32, id: u32, handle_types: u32) -> String {
+    let kind = if location_type == c::LOCATION_TYPE_HOST_NUMA {
+        'n'
+    } else {
+        'd'
+    };
+    format!("fakecuda-alloc:{kind}{id}:t{handle_types}")
 }
 
-fn parse_alloc_memfd_name(name: &str) -> Option<(u32, u32)> {
-    let rest = name.strip_prefix("fakecuda-alloc:d")?;
-    let (d, t) = rest.split_once(":t")?;
-    Some((d.parse().ok()?, t.parse().ok()?))
+/// (location type, id, handle types) of an allocation memfd's name.
+fn parse_alloc_memfd_name(name: &str) -> Option<(u32, u32, u32)> {
+    let rest = name.strip_prefix("fakecuda-alloc:")?;
+    let location_type = match rest.chars().next()? {
+        'd' => c::LOCATION_TYPE_DEVICE,
+        'n' => c::LOCATION_TYPE_HOST_NUMA,
+        _ => return None,
+    };
+    let (id, t) = rest[1..].split_once(":t")?;
+    Some((location_type, id.parse().ok()?, t.parse().ok()?))
 }
 
 impl Vmm {
@@ -194,27 +218,32 @@ impl Driver {
         Ok(())
     }
 
-    /// Creates a physical allocation backed by a fresh memfd.
+    /// Creates a physical allocation backed by a fresh memfd: device memory (counted against
+    /// the device's memory) or host NUMA memory (`location_type`).
     pub fn alloc_create(
         &mut self,
         size: u64,
+        location_type: u32,
         device: u32,
         handle_types: u32,
         legacy: bool,
     ) -> CuResult<u64> {
+        let on_host = location_type == c::LOCATION_TYPE_HOST_NUMA;
         let used = self.vmm.used(device);
-        if used
-            .checked_add(size)
-            .is_none_or(|u| u > self.config.memory)
+        if !on_host
+            && used
+                .checked_add(size)
+                .is_none_or(|u| u > self.config.memory)
         {
             return Err(CuError::CUDA_ERROR_OUT_OF_MEMORY);
         }
-        let fd = sys::new_memfd(&alloc_memfd_name(device, handle_types), size)?;
+        let fd = sys::new_memfd(&alloc_memfd_name(location_type, device, handle_types), size)?;
         let h = self.next_handle();
         self.vmm.allocs.insert(
             h,
             PhysAlloc {
                 size,
+                location_type,
                 device,
                 handle_types,
                 backing: Backing::Device(fd),
@@ -227,7 +256,9 @@ impl Driver {
                 legacy,
             },
         );
-        *self.vmm.used.entry(device).or_default() += size;
+        if !on_host {
+            *self.vmm.used.entry(device).or_default() += size;
+        }
         Ok(h)
     }
 
@@ -242,6 +273,7 @@ impl Driver {
         if let Some(a) = self.vmm.allocs.remove(&h)
             && !a.imported
             && !a.ipc_opened
+            && !a.on_host()
             && let Some(u) = self.vmm.used.get_mut(&a.device)
         {
             *u = u.saturating_sub(a.size);
@@ -261,11 +293,18 @@ impl Driver {
         if flags != 0 || prop.type_ != c::ALLOCATION_TYPE_PINNED {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        if prop.location.type_ != c::LOCATION_TYPE_DEVICE {
-            // Host (NUMA) locations are real CUDA features fakecuda does not model.
-            return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
-        }
-        let device = self.config.check_device(prop.location.id)?;
+        let location_type = prop.location.type_;
+        let device = match location_type {
+            t if t == c::LOCATION_TYPE_DEVICE => self.config.check_device(prop.location.id)?,
+            t if t == c::LOCATION_TYPE_HOST_NUMA => {
+                self.config.check_numa_node(prop.location.id)?
+            }
+            // Plain host, current-NUMA-node and invalid locations: not modelled.
+            t if t == c::LOCATION_TYPE_HOST || t == c::LOCATION_TYPE_HOST_NUMA_CURRENT => {
+                return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
+            }
+            _ => return Err(CuError::CUDA_ERROR_INVALID_VALUE),
+        };
         if size == 0 || !aligned(size) {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
@@ -277,7 +316,7 @@ impl Driver {
             return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
         }
         // FABRIC is accepted here and refused at export, as a driver without IMEX does.
-        self.alloc_create(size, device, types, false)
+        self.alloc_create(size, location_type, device, types, false)
     }
 
     /// cuMemRelease: for allocations and multicast objects alike.
@@ -437,6 +476,7 @@ impl Driver {
                 offset,
                 target,
                 access: BTreeMap::new(),
+                host_access: BTreeMap::new(),
             },
         );
         Ok(())
@@ -484,27 +524,50 @@ impl Driver {
         }
         let mut grants = Vec::with_capacity(descs.len());
         for d in descs {
-            if d.location.type_ != c::LOCATION_TYPE_DEVICE {
-                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-            }
-            let dev = self.config.check_device(d.location.id)?;
+            let host = match d.location.type_ {
+                t if t == c::LOCATION_TYPE_DEVICE => false,
+                t if t == c::LOCATION_TYPE_HOST_NUMA => true,
+                _ => return Err(CuError::CUDA_ERROR_INVALID_VALUE),
+            };
+            let id = if host {
+                self.config.check_numa_node(d.location.id)?
+            } else {
+                self.config.check_device(d.location.id)?
+            };
             if ![c::ACCESS_NONE, c::ACCESS_READ, c::ACCESS_READWRITE].contains(&d.flags) {
                 return Err(CuError::CUDA_ERROR_INVALID_VALUE);
             }
-            grants.push((dev, d.flags));
+            grants.push((host, id, d.flags));
         }
         let starts = self.vmm.tiling(ptr, size)?;
+        // Host NUMA access exists for host memory only: check every mapping before changing one.
+        if grants.iter().any(|(host, _, _)| *host) {
+            for s in &starts {
+                let on_host = match self.vmm.mappings.get(s).map(|m| m.target) {
+                    Some(Target::Alloc(h)) => self.vmm.allocs.get(&h).is_some_and(|a| a.on_host()),
+                    _ => false,
+                };
+                if !on_host {
+                    return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+                }
+            }
+        }
         for s in starts {
             let m = self
                 .vmm
                 .mappings
                 .get_mut(&s)
                 .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
-            for (dev, flags) in &grants {
-                if *flags == c::ACCESS_NONE {
-                    m.access.remove(dev);
+            for (host, id, flags) in &grants {
+                let table = if *host {
+                    &mut m.host_access
                 } else {
-                    m.access.insert(*dev, *flags);
+                    &mut m.access
+                };
+                if *flags == c::ACCESS_NONE {
+                    table.remove(id);
+                } else {
+                    table.insert(*id, *flags);
                 }
             }
             self.apply_access(s)?;
@@ -527,15 +590,22 @@ impl Driver {
     }
 
     pub fn get_access(&self, location: &RawLocation, ptr: u64) -> CuResult<u32> {
-        if location.type_ != c::LOCATION_TYPE_DEVICE {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let dev = self.config.check_device(location.id)?;
+        let host = match location.type_ {
+            t if t == c::LOCATION_TYPE_DEVICE => false,
+            t if t == c::LOCATION_TYPE_HOST_NUMA => true,
+            _ => return Err(CuError::CUDA_ERROR_INVALID_VALUE),
+        };
+        let id = if host {
+            self.config.check_numa_node(location.id)?
+        } else {
+            self.config.check_device(location.id)?
+        };
         let (_, m) = self
             .vmm
             .mapping_at(ptr)
             .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
-        Ok(m.access.get(&dev).copied().unwrap_or(c::ACCESS_NONE))
+        let table = if host { &m.host_access } else { &m.access };
+        Ok(table.get(&id).copied().unwrap_or(c::ACCESS_NONE))
     }
 
     /// cuMemRetainAllocationHandle: the very handle value that was mapped, one more reference.
@@ -576,7 +646,7 @@ impl Driver {
             type_: c::ALLOCATION_TYPE_PINNED,
             requested_handle_types: a.handle_types,
             location: RawLocation {
-                type_: c::LOCATION_TYPE_DEVICE,
+                type_: a.location_type,
                 id: a.device as i32,
             },
             win32_handle_meta_data: std::ptr::null_mut(),
@@ -599,18 +669,24 @@ impl Driver {
         Ok(fd)
     }
 
+    /// What cuMemImportFromShareableHandle answers for `handle_type` before looking at the
+    /// handle: only POSIX FDs import here (fabric needs IMEX, Win32 another OS).
+    pub fn import_type_check(&self, handle_type: u32) -> CuResult<()> {
+        match handle_type {
+            t if t == c::HANDLE_TYPE_POSIX_FD => Ok(()),
+            t if t == c::HANDLE_TYPE_FABRIC => Err(CuError::CUDA_ERROR_NOT_SUPPORTED),
+            t if t == c::HANDLE_TYPE_WIN32 || t == c::HANDLE_TYPE_WIN32_KMT => {
+                Err(CuError::CUDA_ERROR_NOT_SUPPORTED)
+            }
+            _ => Err(CuError::CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+
     /// cuMemImportFromShareableHandle: a new handle for every import, even of the same FD.
     pub fn import(&mut self, fd: BorrowedFd<'_>, handle_type: u32) -> CuResult<u64> {
-        match handle_type {
-            t if t == c::HANDLE_TYPE_POSIX_FD => {}
-            t if t == c::HANDLE_TYPE_FABRIC => return Err(CuError::CUDA_ERROR_NOT_SUPPORTED),
-            t if t == c::HANDLE_TYPE_WIN32 || t == c::HANDLE_TYPE_WIN32_KMT => {
-                return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
-            }
-            _ => return Err(CuError::CUDA_ERROR_INVALID_VALUE),
-        }
+        self.import_type_check(handle_type)?;
         let name = sys::memfd_name(fd).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
-        if let Some((device, types)) = parse_alloc_memfd_name(&name) {
+        if let Some((location_type, device, types)) = parse_alloc_memfd_name(&name) {
             let size = sys::file_size(fd)?;
             let own = sys::dup_cloexec(fd)?;
             let h = self.next_handle();
@@ -618,6 +694,7 @@ impl Driver {
                 h,
                 PhysAlloc {
                     size,
+                    location_type,
                     device,
                     handle_types: types,
                     backing: Backing::Device(own),

@@ -454,6 +454,12 @@ fn export_and_import_rules() {
         INVALID_VALUE,
         "closed FD"
     );
+    // A fabric handle is 64 bytes behind the pointer, not a number: no IMEX here.
+    let blob = [0x5au8; 64];
+    assert_eq!(
+        cu.cuMemImportFromShareableHandle(&mut c, blob.as_ptr() as *mut c_void, FABRIC),
+        NOT_SUPPORTED
+    );
     for (p, h) in [(pa, a), (pb, b)] {
         ok(cu.cuMemUnmap(p, GRAN));
         ok(cu.cuMemAddressFree(p, GRAN));
@@ -561,4 +567,126 @@ fn proc_address_and_error_names() {
     assert_eq!(text.to_str().unwrap(), "invalid argument");
     assert_eq!(cu.cuGetErrorName(123_456, &mut s), INVALID_VALUE);
     assert!(s.is_null());
+}
+
+/// Host NUMA VMM memory (NCCL's cuMem host buffers): created at a node, mapped with access for
+/// devices and for the node, exportable and importable like device memory; the node must
+/// exist; host grants are for host memory only; multicast binds device memory only.
+#[test]
+fn host_numa_allocations() {
+    let _serial = serial();
+    let cu = cuda();
+    cu.setup(0);
+    let numa = |node: i32, types: u32| AllocProp {
+        location: Location { type_: 3, id: node },
+        ..AllocProp::device(0, types)
+    };
+    let mut g = 0usize;
+    ok(cu.cuMemGetAllocationGranularity(&mut g, &numa(0, POSIX_FD), 0));
+    assert_eq!(g, GRAN);
+    let mut h = 0;
+    assert_eq!(
+        cu.cuMemCreate(&mut h, GRAN, &numa(1, POSIX_FD), 0),
+        INVALID_VALUE,
+        "one node"
+    );
+    let host = AllocProp {
+        location: Location { type_: 2, id: 0 },
+        ..AllocProp::device(0, POSIX_FD)
+    };
+    assert_eq!(cu.cuMemCreate(&mut h, GRAN, &host, 0), NOT_SUPPORTED);
+    ok(cu.cuMemCreate(&mut h, GRAN, &numa(0, POSIX_FD), 0));
+    let mut prop = AllocProp::device(0, 0);
+    ok(cu.cuMemGetAllocationPropertiesFromHandle(&mut prop, h));
+    assert_eq!((prop.location.type_, prop.location.id), (3, 0));
+    let p = cu.reserve(GRAN);
+    ok(cu.cuMemMap(p, GRAN, 0, h, 0));
+    let grants = [
+        AccessDesc {
+            location: Location { type_: 1, id: 0 },
+            flags: 3,
+        },
+        AccessDesc {
+            location: Location { type_: 3, id: 0 },
+            flags: 3,
+        },
+    ];
+    ok(cu.cuMemSetAccess(p, GRAN, grants.as_ptr(), 2));
+    for location in [Location { type_: 3, id: 0 }, Location { type_: 1, id: 0 }] {
+        let mut flags = 0u64;
+        ok(cu.cuMemGetAccess(&mut flags, &location, p));
+        assert_eq!(flags, 3);
+    }
+    cu.write(p, &pattern(5, GRAN));
+    // Exported and imported like device memory; the location travels with it.
+    let mut fd: i32 = -1;
+    ok(cu.cuMemExportToShareableHandle((&mut fd as *mut i32).cast(), h, POSIX_FD, 0));
+    let mut imported = 0;
+    ok(cu.cuMemImportFromShareableHandle(&mut imported, fd as usize as *mut c_void, POSIX_FD));
+    // SAFETY: the export gave us this descriptor.
+    drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    ok(cu.cuMemGetAllocationPropertiesFromHandle(&mut prop, imported));
+    assert_eq!((prop.location.type_, prop.location.id), (3, 0));
+    let q = cu.reserve(GRAN);
+    ok(cu.cuMemMap(q, GRAN, 0, imported, 0));
+    ok(cu.cuMemSetAccess(q, GRAN, &grants[1], 1));
+    assert_eq!(cu.read(q, GRAN), pattern(5, GRAN));
+    // A node grant on device memory is refused; so is binding host memory into multicast.
+    let d = cu.create(GRAN, 0, POSIX_FD);
+    let pd = cu.map_rw(d, GRAN, 0);
+    assert_eq!(cu.cuMemSetAccess(pd, GRAN, &grants[1], 1), INVALID_VALUE);
+    let mut mc = 0;
+    let mc_prop = McProp {
+        num_devices: 1,
+        size: GRAN,
+        handle_types: 0,
+        flags: 0,
+    };
+    ok(cu.cuMulticastCreate(&mut mc, &mc_prop));
+    ok(cu.cuMulticastAddDevice(mc, 0));
+    assert_eq!(cu.cuMulticastBindMem(mc, 0, h, 0, GRAN, 0), INVALID_VALUE);
+    ok(cu.cuMemRelease(mc));
+    for (ptr, handle) in [(p, h), (q, imported), (pd, d)] {
+        ok(cu.cuMemUnmap(ptr, GRAN));
+        ok(cu.cuMemAddressFree(ptr, GRAN));
+        ok(cu.cuMemRelease(handle));
+    }
+}
+
+/// cudaDeviceReset / cuCtxDestroy free what the context owned (its cuMemAlloc memory); VMM
+/// allocations belong to the process and stay.
+#[test]
+fn resetting_a_context_frees_its_memory() {
+    let _serial = serial();
+    let cu = cuda();
+    cu.setup(0);
+    let mut p = 0;
+    ok(cu.cuMemAlloc_v2(&mut p, 3 << 20));
+    let (mut base, mut size) = (0u64, 0usize);
+    ok(cu.cuMemGetAddressRange_v2(&mut base, &mut size, p + 5));
+    assert_eq!((base, size), (p, 3 << 20), "the requested size");
+    let h = cu.create(GRAN, 0, 0);
+    let v = cu.map_rw(h, GRAN, 0);
+    cu.write(v, &pattern(3, GRAN));
+    ok(cu.cuDevicePrimaryCtxReset_v2(0));
+    cu.setup(0);
+    assert_eq!(
+        cu.cuMemGetAddressRange_v2(&mut base, &mut size, p),
+        NOT_FOUND
+    );
+    assert_eq!(cu.cuMemFree_v2(p), INVALID_VALUE);
+    assert_eq!(cu.read(v, GRAN), pattern(3, GRAN), "VMM memory stays");
+    // A created context's memory goes with it.
+    let mut ctx = 0usize;
+    ok(cu.cuCtxCreate_v4(&mut ctx, std::ptr::null_mut(), 0, 0));
+    ok(cu.cuMemAlloc_v2(&mut p, GRAN));
+    ok(cu.cuCtxDestroy_v2(ctx));
+    cu.setup(0);
+    assert_eq!(
+        cu.cuMemGetAddressRange_v2(&mut base, &mut size, p),
+        NOT_FOUND
+    );
+    ok(cu.cuMemUnmap(v, GRAN));
+    ok(cu.cuMemAddressFree(v, GRAN));
+    ok(cu.cuMemRelease(h));
 }

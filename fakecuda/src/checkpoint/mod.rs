@@ -201,7 +201,7 @@ impl Driver {
         for a in self.vmm.allocs.values_mut() {
             if let Backing::Host(bytes) = &a.backing {
                 let fd = sys::new_memfd(
-                    &crate::vmm::alloc_memfd_name(a.device, a.handle_types),
+                    &crate::vmm::alloc_memfd_name(a.location_type, a.device, a.handle_types),
                     a.size,
                 )?;
                 sys::write_all(&fd, bytes)?;

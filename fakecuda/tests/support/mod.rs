@@ -181,6 +181,7 @@ api! {
     cuDeviceTotalMem_v2(b: *mut usize, dev: c_int);
     cuDevicePrimaryCtxRetain(ctx: *mut usize, dev: c_int);
     cuDevicePrimaryCtxRelease_v2(dev: c_int);
+    cuDevicePrimaryCtxReset_v2(dev: c_int);
     cuCtxCreate_v4(ctx: *mut usize, params: *mut c_void, flags: c_uint, dev: c_int);
     cuCtxDestroy_v2(ctx: usize);
     cuCtxSetCurrent(ctx: usize);
