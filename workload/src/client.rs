@@ -2,7 +2,9 @@
 
 use crate::entry::EntryPath;
 use crate::error::WorkloadError;
-use crate::proto::{AllocationProperties, Command, FdTarget, Grant, Reply, Response};
+use crate::proto::{
+    AllocationProperties, Command, DriverObjects, FdTarget, Grant, Reply, Response,
+};
 use crate::wire::{self, WireError};
 use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
 use std::ffi::{OsStr, OsString};
@@ -788,6 +790,50 @@ impl Worker {
 
     pub fn close_fd(&mut self, fd: i32) -> Result<(), WorkloadError> {
         expect_reply!(self, Command::CloseFd { fd }, Reply::Done => ())
+    }
+
+    /// Keeps `fd` open in the worker without importing it: the number it has there.
+    pub fn hold_fd(&mut self, fd: BorrowedFd<'_>) -> Result<i32, WorkloadError> {
+        match self.call_with_fd(&Command::HoldFd, Some(fd))? {
+            (Reply::Fd { fd }, _) => Ok(fd),
+            (other, _) => Err(unexpected(self.pid, &Command::HoldFd, &other)),
+        }
+    }
+
+    /// A copy of the worker's descriptor `fd`, sent back by `SCM_RIGHTS`; the worker closes
+    /// its own when `close`.
+    pub fn send_fd(&mut self, fd: i32, close: bool) -> Result<OwnedFd, WorkloadError> {
+        let cmd = Command::SendFd { fd, close };
+        match self.call_with_fd(&cmd, None)? {
+            (Reply::Fd { .. }, Some(copy)) => Ok(copy),
+            (other, _) => Err(unexpected(self.pid, &cmd, &other)),
+        }
+    }
+
+    /// Exports `handle` as a POSIX FD on a new thread of the worker (which first makes the
+    /// worker's current context current there, if `context`); the worker closes its copy.
+    pub fn proxy_export(&mut self, handle: u64, context: bool) -> Result<OwnedFd, WorkloadError> {
+        let cmd = Command::ProxyExport { handle, context };
+        match self.call_with_fd(&cmd, None)? {
+            (Reply::Exported { .. }, Some(fd)) => Ok(fd),
+            (other, _) => Err(unexpected(self.pid, &cmd, &other)),
+        }
+    }
+
+    /// `cuDeviceGetAttribute`.
+    pub fn device_attribute(&mut self, attribute: i32, device: i32) -> Result<i32, WorkloadError> {
+        expect_reply!(self, Command::DeviceAttribute { attribute, device },
+            Reply::Attribute { value } => value)
+    }
+
+    /// `cuDevicePrimaryCtxReset_v2`.
+    pub fn primary_ctx_reset(&mut self, device: i32) -> Result<(), WorkloadError> {
+        expect_reply!(self, Command::PrimaryCtxReset { device }, Reply::Done => ())
+    }
+
+    /// What fakecuda holds for the worker.
+    pub fn driver_objects(&mut self) -> Result<DriverObjects, WorkloadError> {
+        expect_reply!(self, Command::DriverObjects, Reply::DriverObjects(o) => o)
     }
 
     pub fn dup_fd(&mut self, fd: i32) -> Result<i32, WorkloadError> {

@@ -41,4 +41,6 @@ pub use paths::{
     build_shim, build_worker, cargo_build, fakecuda_lib_dir, target_profile_dir, worker_program,
 };
 pub use pattern::{checksum, pattern, pattern_byte, pattern_checksum, pattern_word};
-pub use proto::{AllocationProperties, Command, ErrorKind, ErrorReply, Grant, Reply, Response};
+pub use proto::{
+    AllocationProperties, Command, DriverObjects, ErrorKind, ErrorReply, Grant, Reply, Response,
+};

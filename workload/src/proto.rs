@@ -153,6 +153,33 @@ pub enum Command {
     PidGetFd { pid: i32, fd: i32 },
     /// `close(fd)`. → `Done`.
     CloseFd { fd: i32 },
+    /// Keeps the descriptor attached to the request open (without importing it): the number
+    /// it has in the worker. → `Fd`.
+    HoldFd,
+    /// Sends a duplicate of the worker's descriptor `fd` back attached to the reply (as a
+    /// process relaying an FD by `SCM_RIGHTS` does); closes `fd` itself too when `close`.
+    /// → `Fd` (the number `fd` had).
+    SendFd {
+        fd: i32,
+        #[serde(default)]
+        close: bool,
+    },
+    /// `cuMemExportToShareableHandle(POSIX FD)` of `handle` on a new thread (a proxy thread),
+    /// which first makes the worker's current context current there when `context` (as
+    /// `cudaSetDevice` on NCCL's proxy thread); the FD travels attached to the reply and the
+    /// worker closes its copy. → `Exported`.
+    ProxyExport {
+        handle: u64,
+        #[serde(default)]
+        context: bool,
+    },
+    /// `cuDeviceGetAttribute`. → `Attribute`.
+    DeviceAttribute { attribute: i32, device: i32 },
+    /// `cuDevicePrimaryCtxReset_v2` (what `cudaDeviceReset` does). → `Done`.
+    PrimaryCtxReset { device: i32 },
+    /// fakecuda's count of what it holds for this process (its extra export
+    /// `fakecuda_objects`), for leak checks. → `DriverObjects`.
+    DriverObjects,
     /// `fcntl(fd, F_DUPFD_CLOEXEC, 0)`. → `Fd`.
     DupFd { fd: i32 },
     /// Entries of `/proc/self/fd`, less the one used to read it. → `Count`.
@@ -310,6 +337,16 @@ pub struct AllocationProperties {
     pub usage: u16,
 }
 
+/// fakecuda's `FakecudaObjects`: what the driver holds for one process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DriverObjects {
+    pub allocations: u64,
+    pub mappings: u64,
+    pub reservations: u64,
+    pub multicast_objects: u64,
+    pub ipc_opened: u64,
+}
+
 /// One descriptor of `FdTargets`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FdTarget {
@@ -374,6 +411,11 @@ pub enum Reply {
     FdTargets {
         fds: Vec<FdTarget>,
     },
+    Attribute {
+        value: i32,
+    },
+    /// What fakecuda holds for the worker (see `Command::DriverObjects`).
+    DriverObjects(DriverObjects),
     Bytes {
         #[serde(with = "hex")]
         bytes: Vec<u8>,

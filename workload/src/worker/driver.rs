@@ -331,7 +331,10 @@ driver_api! {
     fn device_get_count = "cuDeviceGetCount" / "cuDeviceGetCount"(n: *mut c_int);
     fn primary_ctx_retain = "cuDevicePrimaryCtxRetain" / "cuDevicePrimaryCtxRetain"(ctx: *mut *mut c_void, dev: c_int);
     fn primary_ctx_release = "cuDevicePrimaryCtxRelease_v2" / "cuDevicePrimaryCtxRelease"(dev: c_int);
+    fn primary_ctx_reset = "cuDevicePrimaryCtxReset_v2" / "cuDevicePrimaryCtxReset"(dev: c_int);
+    fn device_get_attribute = "cuDeviceGetAttribute" / "cuDeviceGetAttribute"(value: *mut c_int, attribute: c_int, dev: c_int);
     fn ctx_set_current = "cuCtxSetCurrent" / "cuCtxSetCurrent"(ctx: *mut c_void);
+    fn ctx_get_current = "cuCtxGetCurrent" / "cuCtxGetCurrent"(ctx: *mut *mut c_void);
     fn ctx_create_v4 = "cuCtxCreate_v4" / "cuCtxCreate"(ctx: *mut *mut c_void, params: *mut c_void, flags: c_uint, dev: c_int);
     fn ctx_create_v3 = "cuCtxCreate_v3" / "cuCtxCreate"(ctx: *mut *mut c_void, params: *mut c_void, num_params: c_int, flags: c_uint, dev: c_int);
     fn ctx_create_v2 = "cuCtxCreate_v2" / "cuCtxCreate"(ctx: *mut *mut c_void, flags: c_uint, dev: c_int);

@@ -8,7 +8,8 @@ use crate::cuda::{
 use crate::entry::EntryPath;
 use crate::pattern;
 use crate::proto::{
-    AllocationProperties, COPY_CHUNK, Command, ErrorReply, FdTarget, MAX_TRANSFER, Reply, Response,
+    AllocationProperties, COPY_CHUNK, Command, DriverObjects, ErrorReply, FdTarget, MAX_TRANSFER,
+    Reply, Response,
 };
 use nix::errno::Errno;
 use std::collections::HashMap;
@@ -102,6 +103,19 @@ fn pidfd_getfd(pid: i32, fd: i32) -> Result<OwnedFd, ErrorReply> {
     Ok(unsafe { OwnedFd::from_raw_fd(got as RawFd) })
 }
 
+/// A fakecuda test hook by name: from the global scope, else from the loaded driver.
+fn fakecuda_symbol(name: &std::ffi::CStr) -> *mut c_void {
+    // SAFETY: RTLD_DEFAULT lookup of a NUL-terminated name.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    if !p.is_null() {
+        return p;
+    }
+    // SAFETY: NOLOAD finds the already-loaded driver without loading anything.
+    let h = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    // SAFETY: a live handle (or null, which dlsym treats as RTLD_DEFAULT).
+    unsafe { libc::dlsym(h, name.as_ptr()) }
+}
+
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
@@ -133,6 +147,83 @@ impl State {
             self.driver = Some(Driver::open(&self.entry, &self.library)?);
         }
         Ok(self.driver.as_ref().expect("just opened"))
+    }
+
+    /// `ProxyExport`: the export runs on a thread of its own, as on NCCL's proxy thread.
+    fn proxy_export(&mut self, handle: u64, context: bool) -> Outcome {
+        type Export = unsafe extern "C" fn(*mut c_void, u64, u32, u64) -> u32;
+        type SetCurrent = unsafe extern "C" fn(*mut c_void) -> u32;
+        let d = self.driver()?;
+        // Resolved here: the driver object is not shared with the thread, its pointers are.
+        let export = d.function(
+            "cuMemExportToShareableHandle",
+            "cuMemExportToShareableHandle",
+        )? as usize;
+        let current = if context {
+            let mut ctx: *mut c_void = std::ptr::null_mut();
+            // SAFETY: valid out-parameter.
+            unsafe { d.ctx_get_current(&mut ctx)? };
+            Some((
+                ctx as usize,
+                d.function("cuCtxSetCurrent", "cuCtxSetCurrent")? as usize,
+            ))
+        } else {
+            None
+        };
+        let worker = std::thread::Builder::new()
+            .name("proxy".into())
+            .spawn(move || -> Result<RawFd, (&'static str, u32)> {
+                // SAFETY: each pointer is the driver's entry point of that name, whose cuda.h
+                // prototype is the type it is cast to; the context came from the driver; the
+                // out-parameter is a valid local.
+                unsafe {
+                    if let Some((ctx, set)) = current {
+                        let set = std::mem::transmute::<usize, SetCurrent>(set);
+                        let r = set(ctx as *mut c_void);
+                        if r != cuda::SUCCESS {
+                            return Err(("cuCtxSetCurrent", r));
+                        }
+                    }
+                    let export = std::mem::transmute::<usize, Export>(export);
+                    let mut fd: c_int = -1;
+                    let r = export(
+                        (&mut fd as *mut c_int).cast(),
+                        handle,
+                        cuda::HANDLE_TYPE_POSIX_FD,
+                        0,
+                    );
+                    if r != cuda::SUCCESS {
+                        return Err(("cuMemExportToShareableHandle", r));
+                    }
+                    Ok(fd)
+                }
+            })
+            .map_err(|e| {
+                failure::errno(
+                    "spawning the proxy thread",
+                    Errno::from_raw(e.raw_os_error().unwrap_or(0)),
+                )
+            })?;
+        let raw = match worker.join() {
+            Ok(Ok(fd)) => fd,
+            Ok(Err((function, code))) => return Err(failure::cuda(function, code)),
+            Err(p) => return Err(failure::panic(panic_text(p.as_ref()))),
+        };
+        // SAFETY: F_GETFD only checks that the driver returned an open descriptor.
+        if raw < 0 || unsafe { libc::fcntl(raw, libc::F_GETFD) } < 0 {
+            return Err(failure::request(format!(
+                "cuMemExportToShareableHandle returned success but fd {raw} is not open"
+            )));
+        }
+        // SAFETY: the driver returned a new descriptor the caller owns (cuda.h).
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        Ok((
+            Reply::Exported {
+                fd: Some(raw),
+                shareable: None,
+            },
+            Some(Attach { fd, keep: false }),
+        ))
     }
 
     /// Runs `cmd`, turning a panic into an error reply.
@@ -447,6 +538,86 @@ impl State {
                 }
                 done()
             }
+            Command::HoldFd => {
+                let Some(fd) = fd else {
+                    return Err(failure::request("hold_fd needs an attached descriptor"));
+                };
+                reply(Reply::Fd {
+                    fd: fd.into_raw_fd(),
+                })
+            }
+            Command::SendFd { fd: number, close } => {
+                // SAFETY: F_DUPFD_CLOEXEC on any number returns a new descriptor or -1.
+                let copy = unsafe { libc::fcntl(number, libc::F_DUPFD_CLOEXEC, 0) };
+                if copy < 0 {
+                    return Err(failure::errno(&format!("dup({number})"), Errno::last()));
+                }
+                // SAFETY: fcntl just returned this new descriptor; nothing else owns it.
+                let copy = unsafe { OwnedFd::from_raw_fd(copy) };
+                // SAFETY: closing a number the driving side names and gave up (see CloseFd).
+                if close && unsafe { libc::close(number) } != 0 {
+                    return Err(failure::errno(&format!("close({number})"), Errno::last()));
+                }
+                Ok((
+                    Reply::Fd { fd: number },
+                    Some(Attach {
+                        fd: copy,
+                        keep: false,
+                    }),
+                ))
+            }
+            Command::ProxyExport { handle, context } => self.proxy_export(handle, context),
+            Command::DeviceAttribute { attribute, device } => {
+                let mut value: c_int = 0;
+                // SAFETY: valid out-parameter.
+                unsafe {
+                    self.driver()?
+                        .device_get_attribute(&mut value, attribute, device)?
+                };
+                reply(Reply::Attribute { value })
+            }
+            Command::PrimaryCtxReset { device } => {
+                // SAFETY: integers only.
+                unsafe { self.driver()?.primary_ctx_reset(device)? };
+                done()
+            }
+            Command::DriverObjects => {
+                #[repr(C)]
+                #[derive(Default)]
+                struct Objects {
+                    allocations: u64,
+                    mappings: u64,
+                    reservations: u64,
+                    multicast_objects: u64,
+                    ipc_opened: u64,
+                }
+                let p = fakecuda_symbol(c"fakecuda_objects");
+                if p.is_null() {
+                    return Err(failure::unresolved(
+                        "fakecuda_objects",
+                        -1,
+                        "not a fakecuda driver".into(),
+                    ));
+                }
+                let mut o = Objects::default();
+                // SAFETY: fakecuda exports `CUresult fakecuda_objects(FakecudaObjects *)`, whose
+                // layout `Objects` repeats; `o` is a valid out-parameter.
+                let r = unsafe {
+                    std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut Objects) -> u32>(p)(
+                        &mut o,
+                    )
+                };
+                if r != cuda::SUCCESS {
+                    return Err(failure::cuda("fakecuda_objects", r));
+                }
+                reply(Reply::DriverObjects(DriverObjects {
+                    allocations: o.allocations,
+                    mappings: o.mappings,
+                    reservations: o.reservations,
+                    multicast_objects: o.multicast_objects,
+                    ipc_opened: o.ipc_opened,
+                }))
+            }
             Command::DupFd { fd } => {
                 // SAFETY: F_DUPFD_CLOEXEC on any number returns a new descriptor or -1.
                 let n = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
@@ -456,19 +627,7 @@ impl State {
                 reply(Reply::Fd { fd: n })
             }
             Command::NativeIpcCalls => {
-                let name = c"fakecuda_native_ipc_calls";
-                // SAFETY: RTLD_DEFAULT lookup of a NUL-terminated name.
-                let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
-                let p = if p.is_null() {
-                    // SAFETY: NOLOAD finds the already-loaded driver without loading anything.
-                    let h = unsafe {
-                        libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD)
-                    };
-                    // SAFETY: a live handle (or null, which dlsym treats as RTLD_DEFAULT).
-                    unsafe { libc::dlsym(h, name.as_ptr()) }
-                } else {
-                    p
-                };
+                let p = fakecuda_symbol(c"fakecuda_native_ipc_calls");
                 if p.is_null() {
                     return Err(failure::unresolved(
                         "fakecuda_native_ipc_calls",
