@@ -69,6 +69,9 @@ pub mod consts {
     pub const LOCATION_TYPE_DEVICE: u32 = 1;
     pub const LOCATION_TYPE_HOST_NUMA: u32 = 3;
     pub const HANDLE_TYPE_POSIX_FD: u32 = 1;
+    pub const HANDLE_TYPE_FABRIC: u32 = 8;
+    /// `CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED`.
+    pub const DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED: i32 = 128;
     pub const ACCESS_READWRITE: u32 = 3;
     pub const GRANULARITY_MINIMUM: u32 = 0;
     pub const STREAM_NON_BLOCKING: u32 = 1;

@@ -50,6 +50,8 @@ table! {
     cuDeviceGetAttribute: fn(*mut c_int, c_int, c_int);
     cuDevicePrimaryCtxRetain: fn(*mut usize, c_int);
     cuDevicePrimaryCtxRelease_v2: fn(c_int);
+    cuDevicePrimaryCtxReset_v2: fn(c_int);
+    cuCtxDestroy_v2: fn(usize);
     cuCtxGetCurrent: fn(*mut usize);
     cuCtxSetCurrent: fn(usize);
     cuCtxGetDevice: fn(*mut c_int);

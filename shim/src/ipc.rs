@@ -85,7 +85,7 @@ fn record_region(
         .get_mut(&id)
         .expect("inserted above")
         .primary_handle = handle;
-    ops::record_mapping(r, address, id, Kind::Unicast, extent, 0, 0);
+    ops::record_mapping(r, address, (id, Kind::Unicast, 0), extent, 0, 0);
     r.mappings.get_mut(&address).expect("recorded above").access = vec![read_write(device)];
     Ok(())
 }
@@ -135,6 +135,7 @@ pub fn mem_alloc(size: usize) -> CuResult<u64> {
             },
             alloc_flags: [0; 8],
             shared: false,
+            published: false,
             context,
             capability: ops::new_capability(),
             primary_handle: 0,
@@ -197,6 +198,63 @@ pub fn mem_free(address: u64) -> CuResult<()> {
         call!(d, cuCtxSynchronize())?;
         drop_region(d, r, id, address)
     })
+}
+
+/// Drops the adapter's regions (`cuMemAlloc` memory and opened IPC handles) that context `ctx`
+/// owns, as the driver frees them when that context is destroyed or reset.
+fn drop_context_regions(d: &Driver, r: &mut Registry, ctx: usize) -> CuResult<()> {
+    let regions: Vec<(cuinterpose_protocol::AllocationId, u64)> = r
+        .mappings
+        .iter()
+        .filter(|(_, m)| m.kind == Kind::Unicast)
+        .filter(|(_, m)| {
+            r.allocations
+                .get(&m.id)
+                .is_some_and(|a| a.malloc.is_some() && a.context == ctx)
+        })
+        .map(|(&base, m)| (m.id, base))
+        .collect();
+    for (id, base) in regions {
+        drop_region(d, r, id, base)?;
+    }
+    Ok(())
+}
+
+/// `cuDevicePrimaryCtxReset_v2` (`cudaDeviceReset`): the regions of `device`'s primary context
+/// go first, then the driver resets it.
+pub fn primary_ctx_reset(device: i32) -> CuResult<()> {
+    let d = driver()?;
+    // The primary context's handle (retained and released again: no net reference).
+    let mut primary = 0usize;
+    call!(d, cuDevicePrimaryCtxRetain(&mut primary, device))?;
+    call!(d, cuDevicePrimaryCtxRelease_v2(device))?;
+    process::with(|r| {
+        if r.allocations
+            .values()
+            .any(|a| a.malloc.is_some() && a.context == primary)
+        {
+            r.require_active()?;
+            drop_context_regions(d, r, primary)?;
+        }
+        Ok(())
+    })?;
+    call!(d, cuDevicePrimaryCtxReset_v2(device))
+}
+
+/// `cuCtxDestroy_v2`: the context's regions go with it.
+pub fn ctx_destroy(ctx: usize) -> CuResult<()> {
+    let d = driver()?;
+    process::with(|r| {
+        if r.allocations
+            .values()
+            .any(|a| a.malloc.is_some() && a.context == ctx)
+        {
+            r.require_active()?;
+            drop_context_regions(d, r, ctx)?;
+        }
+        Ok(())
+    })?;
+    call!(d, cuCtxDestroy_v2(ctx))
 }
 
 pub fn address_range(address: u64) -> CuResult<Option<(u64, u64)>> {

@@ -367,6 +367,11 @@ fn load(d: &Driver, r: &mut Registry) -> Step<u64> {
                 remap(d, r, id, raw, Kind::Unicast)
             })
             .map_err(at(|| format!("remapping allocation {id}")))?;
+            bytes += a.size;
+            if !a.published {
+                // Shared only by a multicast binding: nobody asks for its FD.
+                continue;
+            }
             let fd =
                 sharing::export_fd(d, raw).map_err(at(|| format!("exporting allocation {id}")))?;
             cache::insert(
@@ -378,7 +383,6 @@ fn load(d: &Driver, r: &mut Registry) -> Step<u64> {
             if a.malloc.is_some_and(|m| m.ipc_exported) {
                 cache::authorize_by_id(id);
             }
-            bytes += a.size;
         }
         Ok(bytes)
     })();

@@ -4,7 +4,7 @@
 //! whole team has joined), so they run with the registry lock dropped; while one is in flight
 //! `inspect` and `begin_checkpoint` are refused instead of waiting.
 
-use crate::abi::{RawMulticastProp, consts};
+use crate::abi::RawMulticastProp;
 use crate::context;
 use crate::convert;
 use crate::driver::call;
@@ -23,10 +23,11 @@ use std::os::fd::{AsFd, OwnedFd};
 pub fn create(prop: &RawMulticastProp) -> CuResult<u64> {
     let d = driver()?;
     let types = prop.handle_types;
-    if types != 0 && types != u64::from(consts::HANDLE_TYPE_POSIX_FD) {
+    if types & !u64::from(crate::ops::HANDLE_TYPES_ALLOWED) != 0 {
         log!(
             "cuMulticastCreate: handle types {types:#x} refused with CUDA_ERROR_NOT_SUPPORTED: only \
-             POSIX file descriptors (1) or none can be checkpointed"
+             POSIX file descriptors (1) and FABRIC (8, never exported: refused as without IMEX) \
+             can be checkpointed"
         );
         return Err(CuError::NOT_SUPPORTED);
     }

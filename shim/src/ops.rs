@@ -61,20 +61,27 @@ pub fn trackable(properties: &AllocationProperties) -> bool {
         )
 }
 
+/// Handle types the shim lets an allocation or multicast object request: POSIX FDs, which it
+/// tracks, and FABRIC, which the driver decides on at creation and the shim refuses at export
+/// and import as a driver without IMEX does (so a fabric handle never leaves the process).
+pub const HANDLE_TYPES_ALLOWED: u32 = consts::HANDLE_TYPE_POSIX_FD | consts::HANDLE_TYPE_FABRIC;
+
 pub fn mem_create(size: usize, prop: &RawAllocProp, flags: u64) -> CuResult<u64> {
     let d = driver()?;
     let types = prop.requested_handle_types;
-    if types == 0 {
-        // Not exportable: native checkpoint saves it; the shim stays out of the way.
+    if types & consts::HANDLE_TYPE_POSIX_FD == 0 && types & !HANDLE_TYPES_ALLOWED == 0 {
+        // Not POSIX-exportable (none requested, or FABRIC alone, whose export the shim
+        // refuses): never shared, so native checkpoint saves it; the shim stays out of the way
+        // and the driver answers (a driver without IMEX accepts FABRIC here and refuses it at
+        // export, as the shim then does).
         let mut handle = 0;
         call!(d, cuMemCreate(&mut handle, size, prop, flags))?;
         return Ok(handle);
     }
-    if types != consts::HANDLE_TYPE_POSIX_FD {
+    if types & !HANDLE_TYPES_ALLOWED != 0 {
         log!(
             "cuMemCreate: requested handle types {types:#x} refused with CUDA_ERROR_NOT_SUPPORTED: \
-             only POSIX file descriptors alone (1) can be checkpointed; fabric and mixed handle \
-             types cannot"
+             only POSIX file descriptors (1), optionally with FABRIC (8), can be checkpointed"
         );
         return Err(CuError::NOT_SUPPORTED);
     }
@@ -106,6 +113,7 @@ pub fn mem_create(size: usize, prop: &RawAllocProp, flags: u64) -> CuResult<u64>
             properties,
             alloc_flags: prop.alloc_flags,
             shared: false,
+            published: false,
             context,
             capability: new_capability(),
             primary_handle: 0,
@@ -208,12 +216,15 @@ pub fn retain(address: u64) -> CuResult<u64> {
     process::with(|r| {
         if let Some((_, mapping)) = r.mapping_at(address) {
             r.require_active()?;
-            let (id, kind) = (mapping.id, mapping.kind);
-            let handle = match kind {
-                Kind::Unicast => r.allocations.get(&id).map(|a| a.primary_handle),
-                Kind::Multicast => r.multicasts.get(&id).map(|m| m.primary_handle),
+            let (id, kind, handle) = (mapping.id, mapping.kind, mapping.handle);
+            let malloc =
+                kind == Kind::Unicast && r.allocations.get(&id).is_some_and(|a| a.malloc.is_some());
+            if malloc || handle == 0 {
+                // cuMemAlloc memory has no generic allocation handle: the driver's answer.
+                return Err(CuError::INVALID_VALUE);
             }
-            .ok_or(CuError::INVALID_HANDLE)?;
+            // The very value that was mapped there (clients release it twice, NCCL's
+            // ncclCuMemFree), with one more reference.
             r.retain_handle(handle, id, kind);
             return Ok(handle);
         }
@@ -259,8 +270,7 @@ pub fn map(address: u64, size: usize, offset: usize, handle: u64, flags: u64) ->
         record_mapping(
             r,
             address,
-            entry.id,
-            entry.kind,
+            (entry.id, entry.kind, handle),
             size as u64,
             offset as u64,
             flags,
@@ -269,11 +279,12 @@ pub fn map(address: u64, size: usize, offset: usize, handle: u64, flags: u64) ->
     })
 }
 
+/// Records a mapping at `address` of object `id` of `kind`, mapped through logical `handle`
+/// (0 for a `cuMemAlloc` region).
 pub fn record_mapping(
     r: &mut Registry,
     address: u64,
-    id: AllocationId,
-    kind: Kind,
+    (id, kind, handle): (AllocationId, Kind, u64),
     size: u64,
     offset: u64,
     flags: u64,
@@ -295,6 +306,7 @@ pub fn record_mapping(
         crate::registry::Mapping {
             id,
             kind,
+            handle,
             size,
             offset,
             flags,

@@ -34,6 +34,9 @@ pub struct Allocation {
     pub alloc_flags: [u8; 8],
     /// Exported, imported, IPC-shared or bound into multicast; never goes back to false.
     pub shared: bool,
+    /// The creator published an export of it (a ticket or an IPC handle), so importers may
+    /// ask for its FD; restore republishes exactly these.
+    pub published: bool,
     /// The context current at creation or import (0: none was); the lifecycle works in it.
     pub context: usize,
     /// Authorizes `export` requests for this allocation (the creator's token).
@@ -125,6 +128,9 @@ pub enum Kind {
 pub struct Mapping {
     pub id: AllocationId,
     pub kind: Kind,
+    /// The logical handle the application mapped (what `cuMemRetainAllocationHandle` gives
+    /// back for an address inside); 0 for `cuMemAlloc` regions, which have none.
+    pub handle: u64,
     pub size: u64,
     pub offset: u64,
     pub flags: u64,
@@ -326,6 +332,7 @@ mod tests {
             Mapping {
                 id: id(1),
                 kind: Kind::Unicast,
+                handle: 0,
                 size,
                 offset: 0,
                 flags: 0,

@@ -43,6 +43,10 @@ pub unsafe fn export(
     out: *mut c_void,
 ) -> CuResult<Exported> {
     let d = driver()?;
+    if handle_type == consts::HANDLE_TYPE_FABRIC {
+        refuse_fabric("cuMemExportToShareableHandle");
+        return Err(CuError::NOT_SUPPORTED);
+    }
     if !is_logical(handle) {
         call!(
             d,
@@ -54,7 +58,8 @@ pub unsafe fn export(
         r.require_active()?;
         let entry = r.entry(handle)?;
         if handle_type != consts::HANDLE_TYPE_POSIX_FD {
-            // Tracked objects are POSIX-only: the driver answers (and refuses) other kinds.
+            // Tracked objects are shared over POSIX FDs only: the driver answers (and refuses)
+            // other kinds; FABRIC was refused above.
             let raw = driver_handle(r, entry.id, entry.kind)?;
             call!(
                 d,
@@ -83,6 +88,19 @@ pub unsafe fn export(
     }
 }
 
+/// Fabric handles cannot be ticketed or checkpointed: the shim answers every fabric export and
+/// import as a driver without IMEX does, so clients fall back to POSIX FDs (and reports no
+/// fabric support in `cuDeviceGetAttribute`).
+fn refuse_fabric(function: &str) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        log!(
+            "{function}: fabric handles refused with CUDA_ERROR_NOT_SUPPORTED (as without IMEX): \
+             they cannot be checkpointed; clients fall back to POSIX file descriptors"
+        );
+    });
+}
+
 fn driver_handle(r: &Registry, id: AllocationId, kind: Kind) -> CuResult<u64> {
     match kind {
         Kind::Unicast => r.allocations.get(&id).and_then(|a| a.driver),
@@ -109,6 +127,7 @@ pub fn publish(d: &Driver, r: &mut Registry, id: AllocationId, kind: Kind) -> Cu
                 );
             }
             a.shared = true;
+            a.published = true;
             (a.reference.clone(), a.capability, ResourceKind::Unicast)
         }
         Kind::Multicast => {
@@ -193,6 +212,10 @@ pub unsafe fn import(os_handle: *mut c_void, handle_type: u32) -> CuResult<u64> 
         )?;
         Ok(raw)
     };
+    if handle_type == consts::HANDLE_TYPE_FABRIC {
+        refuse_fabric("cuMemImportFromShareableHandle");
+        return Err(CuError::NOT_SUPPORTED);
+    }
     if handle_type != consts::HANDLE_TYPE_POSIX_FD {
         return native();
     }
@@ -339,6 +362,7 @@ pub fn imported_allocation(
         properties,
         alloc_flags: prop.alloc_flags,
         shared: true,
+        published: false,
         context,
         capability,
         primary_handle: 0,

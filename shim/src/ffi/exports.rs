@@ -18,6 +18,25 @@ pub extern "C" fn cuInit(flags: c_uint) -> u32 {
     entry("cuInit", || ops::init(flags))
 }
 
+/// The driver's answer, except that fabric handles are reported unsupported: the shim refuses
+/// them (they cannot be checkpointed), so clients that probe this attribute (PyTorch, NCCL,
+/// torch symmetric memory) choose POSIX FDs from the start.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetAttribute(
+    value: *mut c_int,
+    attribute: c_int,
+    device: c_int,
+) -> u32 {
+    entry("cuDeviceGetAttribute", || {
+        call!(driver()?, cuDeviceGetAttribute(value, attribute, device))?;
+        if attribute == crate::abi::consts::DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED {
+            // SAFETY: the driver just wrote an int there, so it is a valid output.
+            unsafe { write(value, 0) }?;
+        }
+        Ok(())
+    })
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemGetAllocationGranularity(
     granularity: *mut usize,
@@ -271,6 +290,20 @@ pub unsafe extern "C" fn cuMulticastGetGranularity(
             cuMulticastGetGranularity(granularity, prop, option)
         )
     })
+}
+
+/// `cudaDeviceReset`: frees the context's `cuMemAlloc` memory and closes its IPC opens, as
+/// the driver does, so the records follow.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDevicePrimaryCtxReset_v2(device: c_int) -> u32 {
+    entry("cuDevicePrimaryCtxReset_v2", || {
+        crate::ipc::primary_ctx_reset(device)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxDestroy_v2(ctx: usize) -> u32 {
+    entry("cuCtxDestroy_v2", || crate::ipc::ctx_destroy(ctx))
 }
 
 #[unsafe(no_mangle)]

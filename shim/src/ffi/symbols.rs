@@ -7,6 +7,7 @@ use std::ffi::{CStr, c_void};
 /// Every driver name the shim answers with its own function.
 pub const WRAPPED: &[&str] = &[
     "cuInit",
+    "cuDeviceGetAttribute",
     "cuGetProcAddress",
     "cuGetProcAddress_v2",
     "cuMemCreate",
@@ -27,6 +28,8 @@ pub const WRAPPED: &[&str] = &[
     "cuMulticastBindAddr_v2",
     "cuMulticastUnbind",
     "cuMulticastGetGranularity",
+    "cuDevicePrimaryCtxReset_v2",
+    "cuCtxDestroy_v2",
     "cuMemAlloc_v2",
     "cuMemFree_v2",
     "cuMemGetAddressRange_v2",
@@ -42,6 +45,7 @@ pub const WRAPPED: &[&str] = &[
 pub fn wrapper(name: &[u8]) -> Option<*mut c_void> {
     let f: *mut c_void = match name {
         b"cuInit" => x::cuInit as *mut c_void,
+        b"cuDeviceGetAttribute" => x::cuDeviceGetAttribute as *mut c_void,
         b"cuGetProcAddress" => p::cuGetProcAddress as *mut c_void,
         b"cuGetProcAddress_v2" => p::cuGetProcAddress_v2 as *mut c_void,
         b"cuMemCreate" => x::cuMemCreate as *mut c_void,
@@ -64,6 +68,8 @@ pub fn wrapper(name: &[u8]) -> Option<*mut c_void> {
         b"cuMulticastBindAddr_v2" => x::cuMulticastBindAddr_v2 as *mut c_void,
         b"cuMulticastUnbind" => x::cuMulticastUnbind as *mut c_void,
         b"cuMulticastGetGranularity" => x::cuMulticastGetGranularity as *mut c_void,
+        b"cuDevicePrimaryCtxReset_v2" => x::cuDevicePrimaryCtxReset_v2 as *mut c_void,
+        b"cuCtxDestroy_v2" => x::cuCtxDestroy_v2 as *mut c_void,
         b"cuMemAlloc_v2" => x::cuMemAlloc_v2 as *mut c_void,
         b"cuMemFree_v2" => x::cuMemFree_v2 as *mut c_void,
         b"cuMemGetAddressRange_v2" => x::cuMemGetAddressRange_v2 as *mut c_void,
