@@ -1,0 +1,113 @@
+//! The artifacts the scenarios need, built for the running test's target directory and
+//! profile: the shim, fakecuda, the worker (through `cuinterpose-workload`), fakecuda's
+//! native checkpoint tool, two stand-in CUDA runtimes and the direct-symbol library (C, in
+//! `clients/c/`).
+
+use cuinterpose_workload::{EntryPath, fakecuda_lib_dir, target_profile_dir};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+fn compile(source: &str, output: &Path, args: &[&str]) {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("c").join(source);
+    let out = Command::new("cc")
+        .args(["-Wall", "-Werror", "-O1", "-shared", "-fPIC", "-o"])
+        .arg(output)
+        .arg(&source)
+        .args(args)
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc {} failed:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A directory private to this test process (concurrent test binaries do not share outputs).
+fn output_dir(what: &str) -> PathBuf {
+    let dir = target_profile_dir()
+        .join("clients-c")
+        .join(format!("{what}.{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create the C output directory");
+    dir
+}
+
+/// A stand-in CUDA runtime (`c/fakecudart.c`) as `libcudart.so.13`. `legacy`: it exports only
+/// `cudaGetDriverEntryPoint` (CUDA 12.0–12.4), otherwise `cudaGetDriverEntryPointByVersion`
+/// too, which the worker prefers.
+pub fn fake_runtime(legacy: bool) -> &'static Path {
+    static FULL: OnceLock<PathBuf> = OnceLock::new();
+    static LEGACY: OnceLock<PathBuf> = OnceLock::new();
+    let (cell, what, define) = if legacy {
+        (&LEGACY, "cudart-legacy", "-DLEGACY_ONLY")
+    } else {
+        (&FULL, "cudart", "-DBY_VERSION")
+    };
+    cell.get_or_init(|| {
+        let out = output_dir(what).join("libcudart.so.13");
+        compile(
+            "fakecudart.c",
+            &out,
+            &[define, "-Wl,-soname,libcudart.so.13", "-ldl"],
+        );
+        out
+    })
+}
+
+/// The direct-symbol library (`c/direct.c`): linked against `libcuda.so.1`, it hands out the
+/// addresses the dynamic linker bound its driver calls to.
+pub fn direct_library() -> &'static Path {
+    static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
+    LIBRARY.get_or_init(|| {
+        let out = output_dir("direct").join("libclients-direct.so");
+        let lib = format!("-L{}", fakecuda_lib_dir().display());
+        compile("direct.c", &out, &[&lib, "-l:libcuda.so.1"]);
+        out
+    })
+}
+
+/// fakecuda's native checkpoint tool (`fakecuda-checkpoint`), built once per test process.
+pub fn checkpoint_tool() -> &'static Path {
+    static TOOL: OnceLock<PathBuf> = OnceLock::new();
+    TOOL.get_or_init(|| {
+        cuinterpose_workload::cargo_build("fakecuda", &["--bin", "fakecuda-checkpoint"]);
+        target_profile_dir().join("fakecuda-checkpoint")
+    })
+}
+
+/// Every way a client reaches the driver (clients.md §5.13), as worker entry paths:
+///
+/// - `dlsym` on a `dlopen("libcuda.so.1")` handle (PyTorch 2.1–2.7, NCCL ≤ 2.20);
+/// - `dlsym(RTLD_DEFAULT)` and `dlsym(RTLD_NEXT)` (a preloaded library such as
+///   torch_memory_saver);
+/// - `cuGetProcAddress_v2` at CUDA 10.2, 12.0 and 12.3 (cuda-python, NCCL ≤ 2.20's versions),
+///   and the legacy four-argument `cuGetProcAddress`;
+/// - `cudaGetDriverEntryPointByVersion` and `cudaGetDriverEntryPoint` of a runtime that loads
+///   the driver privately (PyTorch's c10 DriverAPI, NCCL ≥ 2.21);
+/// - direct symbols bound by the dynamic linker (vLLM's cumem allocator, mscclpp).
+pub fn entry_paths() -> Vec<EntryPath> {
+    vec![
+        EntryPath::Dlsym,
+        EntryPath::Default,
+        EntryPath::Next,
+        EntryPath::ProcAddress(10020),
+        EntryPath::ProcAddress(12000),
+        EntryPath::ProcAddress(12030),
+        EntryPath::ProcAddressV1(12000),
+        EntryPath::Runtime(fake_runtime(false).to_path_buf()),
+        EntryPath::Runtime(fake_runtime(true).to_path_buf()),
+        EntryPath::Runtime(direct_library().to_path_buf()),
+    ]
+}
+
+/// A short name of an entry path for messages.
+pub fn entry_name(entry: &EntryPath) -> String {
+    match entry {
+        EntryPath::Runtime(p) if p == direct_library() => "direct-symbols".to_owned(),
+        EntryPath::Runtime(p) if p == fake_runtime(true) => "cudaGetDriverEntryPoint".to_owned(),
+        EntryPath::Runtime(_) => "cudaGetDriverEntryPointByVersion".to_owned(),
+        other => other.to_string(),
+    }
+}
