@@ -483,7 +483,7 @@ fn pytorch_expandable_segments_churn(ctx: &mut Ctx) {
         a.close_fd(n).unwrap();
         a.release(h).unwrap();
     }
-    let (old1, old2) = (pages[1].1, pages[2].1);
+    let old1 = pages[1].1;
     // Nothing at page 1's number: the late pull fails.
     let gone = c.import_from_pid(pid, old1).map(drop);
     ctx.expect("pidfd_getfd of a closed number", gone).ok();
@@ -516,7 +516,6 @@ fn pytorch_expandable_segments_churn(ctx: &mut Ctx) {
         c.release(h).unwrap();
     }
     c.close_fd(stale).unwrap();
-    let _ = old2;
     ctx.checkpoint(&mut [&mut a, &mut b, &mut c]);
     c.verify(vc, GRAN, 170).unwrap();
     c.fill(vc, GRAN, 171).unwrap();

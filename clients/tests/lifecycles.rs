@@ -9,8 +9,7 @@ use cuinterpose_clients::steps::{
     exportable, map_granule, quiet_fd_count, settled_fd_count, unmap_free,
 };
 use cuinterpose_clients::{
-    ANY, CUDA_11, CUDA_12_1, Ctx, GRAN, MIB, NONE, POSIX, across_toggle, co_preloaded, outcome,
-    plain,
+    ANY, CUDA_12_1, Ctx, GRAN, MIB, NONE, POSIX, across_toggle, co_preloaded, plain,
 };
 use cuinterpose_workload::{Grant, Worker};
 use std::os::fd::AsFd;
@@ -280,7 +279,6 @@ scenario!(
 fn torch_memory_saver_co_preloaded_sleep_wake() {
     co_preloaded(
         "torch_memory_saver_co_preloaded_sleep_wake",
-        ANY,
         vllm_sleep_wake_same_addresses,
     );
 }
@@ -334,7 +332,6 @@ fn nccl_nvls_multicast_team(ctx: &mut Ctx) {
         w.release(h).unwrap();
         ctx.assert_clean(w);
     }
-    let _ = outcome::<()>;
 }
 scenario!(
     nccl_nvls_multicast_team,
@@ -342,6 +339,3 @@ scenario!(
     nccl_nvls_multicast_team_across_toggle,
     CUDA_12_1
 );
-
-#[allow(dead_code)]
-const _: cuinterpose_clients::Needs = CUDA_11;
