@@ -126,7 +126,8 @@ impl Ctx {
         self.root.join("ctl")
     }
 
-    fn fakecuda_dir(&self) -> PathBuf {
+    /// fakecuda's control directory of this scenario (removed with it).
+    pub fn fakecuda_dir(&self) -> PathBuf {
         self.root.join("fc")
     }
 

@@ -65,10 +65,7 @@ fn check_raw_import_from_an_unshimmed_exporter(ctx: &mut Ctx) {
     let config = WorkerConfig::new(build_worker())
         .env("LD_LIBRARY_PATH", fakecuda_lib_dir())
         .env_remove("LD_PRELOAD")
-        .env(
-            "FAKECUDA_CONTROL_DIR",
-            std::env::temp_dir().join(format!("cuic-raw-{}", std::process::id())),
-        );
+        .env("FAKECUDA_CONTROL_DIR", ctx.fakecuda_dir());
     let mut plain = Worker::spawn(&config).unwrap();
     plain.init(0).unwrap();
     let (h, va) = exportable(&mut plain, 0, 3);
