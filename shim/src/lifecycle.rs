@@ -15,8 +15,7 @@ use crate::registry::{BindingTarget, Kind, Registry};
 use crate::runtime::cache::{self, refused};
 use crate::sharing;
 use cuinterpose_protocol::{
-    CompletedReply, InspectionReply, MulticastExportReply, Operation, Phase, RefusalCode, Reply,
-    Request, ResourceKind, UnicastExportReply,
+    CompletedReply, InspectionReply, Operation, Phase, RefusalCode, Reply, Request, ResourceKind,
 };
 use std::collections::BTreeMap;
 
@@ -372,14 +371,8 @@ fn load(d: &Driver, r: &mut Registry) -> Step<u64> {
                 // Shared only by a multicast binding: nobody asks for its FD.
                 continue;
             }
-            let fd =
-                sharing::export_fd(d, raw).map_err(at(|| format!("exporting allocation {id}")))?;
-            cache::insert(
-                *id,
-                fd,
-                a.capability,
-                Reply::UnicastExport(UnicastExportReply { size: a.size }),
-            );
+            sharing::cache_export(d, *id, raw, a.capability, a.export_reply())
+                .map_err(at(|| format!("exporting allocation {id}")))?;
             if a.malloc.is_some_and(|m| m.ipc_exported) {
                 cache::authorize_by_id(id);
             }
@@ -462,16 +455,8 @@ fn restore_multicast_creators(d: &Driver, r: &mut Registry) -> Step<u64> {
         })
         .map_err(at(|| format!("recreating multicast object {id}")))?;
         if m.shared {
-            let fd = sharing::export_fd(d, raw)
+            sharing::cache_export(d, id, raw, m.capability, m.export_reply())
                 .map_err(at(|| format!("exporting multicast object {id}")))?;
-            cache::insert(
-                id,
-                fd,
-                m.capability,
-                Reply::MulticastExport(MulticastExportReply {
-                    properties: m.properties.clone(),
-                }),
-            );
         }
         r.multicasts.get_mut(&id).expect("listed above").driver = Some(raw);
     }
@@ -549,37 +534,27 @@ fn restore_multicast_bindings(d: &Driver, r: &mut Registry) -> Step<u64> {
                             .get(&member.id)
                             .and_then(|a| a.driver)
                             .ok_or(CuError::INVALID_HANDLE)?;
-                        let offset = *offset as usize;
-                        if v2 {
-                            call!(
-                                d,
-                                cuMulticastBindMem_v2(
-                                    raw, b.device, mc_offset, member_raw, offset, size, b.flags
-                                )
-                            )?;
-                        } else {
-                            call!(
-                                d,
-                                cuMulticastBindMem(
-                                    raw, mc_offset, member_raw, offset, size, b.flags
-                                )
-                            )?;
-                        }
+                        crate::multicast::call_bind_mem(
+                            d,
+                            raw,
+                            v2.then_some(b.device),
+                            mc_offset,
+                            member_raw,
+                            *offset as usize,
+                            size,
+                            b.flags,
+                        )?;
                     }
                     BindingTarget::Address { address, .. } => {
-                        if v2 {
-                            call!(
-                                d,
-                                cuMulticastBindAddr_v2(
-                                    raw, b.device, mc_offset, *address, size, b.flags
-                                )
-                            )?;
-                        } else {
-                            call!(
-                                d,
-                                cuMulticastBindAddr(raw, mc_offset, *address, size, b.flags)
-                            )?;
-                        }
+                        crate::multicast::call_bind_addr(
+                            d,
+                            raw,
+                            v2.then_some(b.device),
+                            mc_offset,
+                            *address,
+                            size,
+                            b.flags,
+                        )?;
                     }
                 }
             }

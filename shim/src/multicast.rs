@@ -59,28 +59,7 @@ pub fn create(prop: &RawMulticastProp) -> CuResult<u64> {
 }
 
 fn adopt(d: &Driver, r: &mut Registry, object: Multicast) -> CuResult<u64> {
-    let raw = object.driver.expect("adopt takes a live driver handle");
-    if is_logical(raw) {
-        let _ = call!(d, cuMemRelease(raw));
-        log!("the driver returned handle {raw:#x}, which carries the shim's tag; refused");
-        return Err(CuError::UNKNOWN);
-    }
-    let id = object.reference.id;
-    r.multicasts.insert(id, object);
-    match r.mint(id, Kind::Multicast) {
-        Ok(handle) => {
-            r.multicasts
-                .get_mut(&id)
-                .expect("inserted above")
-                .primary_handle = handle;
-            Ok(handle)
-        }
-        Err(e) => {
-            r.multicasts.remove(&id);
-            let _ = call!(d, cuMemRelease(raw));
-            Err(e)
-        }
-    }
+    crate::ops::adopt_object(d, r, object)
 }
 
 /// Records an imported multicast object (the FD came from its creator).
@@ -109,6 +88,60 @@ pub fn adopt_import(
         bindings: Vec::new(),
     };
     adopt(d, r, object)
+}
+
+/// `cuMulticastBindMem` (`device` None) or `_v2`.
+#[allow(clippy::too_many_arguments)]
+pub fn call_bind_mem(
+    d: &Driver,
+    raw: u64,
+    device: Option<i32>,
+    multicast_offset: usize,
+    member: u64,
+    member_offset: usize,
+    size: usize,
+    flags: u64,
+) -> CuResult<()> {
+    match device {
+        None => call!(
+            d,
+            cuMulticastBindMem(raw, multicast_offset, member, member_offset, size, flags)
+        ),
+        Some(dev) => call!(
+            d,
+            cuMulticastBindMem_v2(
+                raw,
+                dev,
+                multicast_offset,
+                member,
+                member_offset,
+                size,
+                flags
+            )
+        ),
+    }
+}
+
+/// `cuMulticastBindAddr` (`device` None) or `_v2`.
+pub fn call_bind_addr(
+    d: &Driver,
+    raw: u64,
+    device: Option<i32>,
+    multicast_offset: usize,
+    address: u64,
+    size: usize,
+    flags: u64,
+) -> CuResult<()> {
+    match device {
+        None => call!(
+            d,
+            cuMulticastBindAddr(raw, multicast_offset, address, size, flags)
+        ),
+        Some(dev) => call!(
+            d,
+            cuMulticastBindAddr_v2(raw, dev, multicast_offset, address, size, flags)
+        ),
+    }
 }
 
 /// Runs a driver call that may wait on other processes with the registry lock dropped.
@@ -176,24 +209,16 @@ pub fn bind_mem(
             );
             return Err(CuError::NOT_SUPPORTED);
         }
-        return match device {
-            None => call!(
-                d,
-                cuMulticastBindMem(handle, multicast_offset, member, member_offset, size, flags)
-            ),
-            Some(dev) => call!(
-                d,
-                cuMulticastBindMem_v2(
-                    handle,
-                    dev,
-                    multicast_offset,
-                    member,
-                    member_offset,
-                    size,
-                    flags
-                )
-            ),
-        };
+        return call_bind_mem(
+            d,
+            handle,
+            device,
+            multicast_offset,
+            member,
+            member_offset,
+            size,
+            flags,
+        );
     }
     if !is_logical(member) {
         log!(
@@ -227,30 +252,17 @@ pub fn bind_mem(
         ))
     })?;
     let current = context::current(d);
-    unlocked(|| match device {
-        None => call!(
+    unlocked(|| {
+        call_bind_mem(
             d,
-            cuMulticastBindMem(
-                raw,
-                multicast_offset,
-                member_raw,
-                member_offset,
-                size,
-                flags
-            )
-        ),
-        Some(dev) => call!(
-            d,
-            cuMulticastBindMem_v2(
-                raw,
-                dev,
-                multicast_offset,
-                member_raw,
-                member_offset,
-                size,
-                flags
-            )
-        ),
+            raw,
+            device,
+            multicast_offset,
+            member_raw,
+            member_offset,
+            size,
+            flags,
+        )
     })?;
     process::with(|r| {
         if let Some(a) = r.allocations.get_mut(&reference.id) {
@@ -305,16 +317,7 @@ pub fn bind_addr(
 ) -> CuResult<()> {
     let d = driver()?;
     if !is_logical(handle) {
-        return match device {
-            None => call!(
-                d,
-                cuMulticastBindAddr(handle, multicast_offset, address, size, flags)
-            ),
-            Some(dev) => call!(
-                d,
-                cuMulticastBindAddr_v2(handle, dev, multicast_offset, address, size, flags)
-            ),
-        };
+        return call_bind_addr(d, handle, device, multicast_offset, address, size, flags);
     }
     if size == 0 {
         return Err(CuError::INVALID_VALUE);
@@ -348,16 +351,7 @@ pub fn bind_addr(
         None => context::current_device(d)?,
     };
     let current = context::current(d);
-    unlocked(|| match device {
-        None => call!(
-            d,
-            cuMulticastBindAddr(raw, multicast_offset, address, size, flags)
-        ),
-        Some(dev) => call!(
-            d,
-            cuMulticastBindAddr_v2(raw, dev, multicast_offset, address, size, flags)
-        ),
-    })?;
+    unlocked(|| call_bind_addr(d, raw, device, multicast_offset, address, size, flags))?;
     process::with(|r| {
         if let Some((reference, _)) = &member
             && let Some(a) = r.allocations.get_mut(&reference.id)

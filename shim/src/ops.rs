@@ -127,26 +127,74 @@ pub fn mem_create(size: usize, prop: &RawAllocProp, flags: u64) -> CuResult<u64>
 
 /// Records a new allocation whose driver handle was just obtained and mints its logical
 /// handle; on any refusal the driver handle is released again.
-pub fn adopt(d: &Driver, r: &mut Registry, mut allocation: Allocation) -> CuResult<u64> {
-    let raw = allocation.driver.expect("adopt takes a live driver handle");
+pub fn adopt(d: &Driver, r: &mut Registry, allocation: Allocation) -> CuResult<u64> {
+    adopt_object(d, r, allocation)
+}
+
+/// What [`adopt_object`] needs of a tracked object.
+pub trait Tracked: Sized {
+    const KIND: Kind;
+    fn id(&self) -> AllocationId;
+    fn raw(&self) -> u64;
+    fn set_primary(&mut self, handle: u64);
+    fn table(r: &mut Registry) -> &mut std::collections::BTreeMap<AllocationId, Self>;
+}
+
+impl Tracked for Allocation {
+    const KIND: Kind = Kind::Unicast;
+    fn id(&self) -> AllocationId {
+        self.reference.id
+    }
+    fn raw(&self) -> u64 {
+        self.driver.expect("adopted objects have a driver handle")
+    }
+    fn set_primary(&mut self, handle: u64) {
+        self.primary_handle = handle;
+    }
+    fn table(r: &mut Registry) -> &mut std::collections::BTreeMap<AllocationId, Self> {
+        &mut r.allocations
+    }
+}
+
+impl Tracked for crate::registry::Multicast {
+    const KIND: Kind = Kind::Multicast;
+    fn id(&self) -> AllocationId {
+        self.reference.id
+    }
+    fn raw(&self) -> u64 {
+        self.driver.expect("adopted objects have a driver handle")
+    }
+    fn set_primary(&mut self, handle: u64) {
+        self.primary_handle = handle;
+    }
+    fn table(r: &mut Registry) -> &mut std::collections::BTreeMap<AllocationId, Self> {
+        &mut r.multicasts
+    }
+}
+
+/// Records an object whose driver handle was just obtained and mints its logical handle;
+/// on any refusal (a driver handle that carries the shim's tag, handles exhausted) the driver
+/// handle is released again and nothing is recorded.
+pub fn adopt_object<T: Tracked>(d: &Driver, r: &mut Registry, mut object: T) -> CuResult<u64> {
+    let raw = object.raw();
     if is_logical(raw) {
         let _ = call!(d, cuMemRelease(raw));
         log!("the driver returned handle {raw:#x}, which carries the shim's tag; refused");
         return Err(CuError::UNKNOWN);
     }
-    let id = allocation.reference.id;
-    allocation.primary_handle = 0;
-    r.allocations.insert(id, allocation);
-    match r.mint(id, Kind::Unicast) {
+    let id = object.id();
+    object.set_primary(0);
+    T::table(r).insert(id, object);
+    match r.mint(id, T::KIND) {
         Ok(handle) => {
-            r.allocations
+            T::table(r)
                 .get_mut(&id)
                 .expect("inserted above")
-                .primary_handle = handle;
+                .set_primary(handle);
             Ok(handle)
         }
         Err(e) => {
-            r.allocations.remove(&id);
+            T::table(r).remove(&id);
             let _ = call!(d, cuMemRelease(raw));
             Err(e)
         }

@@ -71,6 +71,13 @@ impl Allocation {
         self.shared && self.is_creator(me)
     }
 
+    /// What the creator answers a peer's export request with.
+    pub fn export_reply(&self) -> cuinterpose_protocol::Reply {
+        cuinterpose_protocol::Reply::UnicastExport(cuinterpose_protocol::UnicastExportReply {
+            size: self.size,
+        })
+    }
+
     pub fn raw_properties(&self) -> RawAllocProp {
         crate::convert::raw_allocation_properties(&self.properties, self.alloc_flags)
     }
@@ -91,6 +98,15 @@ pub struct Multicast {
     /// Devices this process added, in order.
     pub devices: Vec<i32>,
     pub bindings: Vec<Binding>,
+}
+
+impl Multicast {
+    /// What the creator answers a peer's export request with.
+    pub fn export_reply(&self) -> cuinterpose_protocol::Reply {
+        cuinterpose_protocol::Reply::MulticastExport(cuinterpose_protocol::MulticastExportReply {
+            properties: self.properties.clone(),
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,8 +18,8 @@ use crate::runtime::cache;
 use cuinterpose_protocol::ticket::{TicketError, create_ticket, read_ticket};
 use cuinterpose_protocol::transport::{Endpoint, Timeouts, call_with, control_dir};
 use cuinterpose_protocol::{
-    AllocationId, AllocationReference, CapabilityToken, ExportRequest, MulticastExportReply,
-    NamespacePid, Reply, Request, ResourceKind, Ticket, UnicastExportReply, VirtualShareableHandle,
+    AllocationId, AllocationReference, CapabilityToken, ExportRequest, NamespacePid, Reply,
+    Request, ResourceKind, Ticket, VirtualShareableHandle,
 };
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -118,13 +118,7 @@ pub fn publish(d: &Driver, r: &mut Registry, id: AllocationId, kind: Kind) -> Cu
             let a = r.allocations.get_mut(&id).ok_or(CuError::INVALID_HANDLE)?;
             if a.is_creator(me) && !cache::contains(&id) {
                 let raw = a.driver.ok_or(CuError::INVALID_HANDLE)?;
-                let fd = export_fd(d, raw)?;
-                cache::insert(
-                    id,
-                    fd,
-                    a.capability,
-                    Reply::UnicastExport(UnicastExportReply { size: a.size }),
-                );
+                cache_export(d, id, raw, a.capability, a.export_reply())?;
             }
             a.shared = true;
             a.published = true;
@@ -134,15 +128,7 @@ pub fn publish(d: &Driver, r: &mut Registry, id: AllocationId, kind: Kind) -> Cu
             let m = r.multicasts.get_mut(&id).ok_or(CuError::INVALID_HANDLE)?;
             if m.reference.creator_pid == me && !cache::contains(&id) {
                 let raw = m.driver.ok_or(CuError::INVALID_HANDLE)?;
-                let fd = export_fd(d, raw)?;
-                cache::insert(
-                    id,
-                    fd,
-                    m.capability,
-                    Reply::MulticastExport(MulticastExportReply {
-                        properties: m.properties.clone(),
-                    }),
-                );
+                cache_export(d, id, raw, m.capability, m.export_reply())?;
             }
             m.shared = true;
             (m.reference.clone(), m.capability, ResourceKind::Multicast)
@@ -156,6 +142,19 @@ pub fn publish(d: &Driver, r: &mut Registry, id: AllocationId, kind: Kind) -> Cu
         resource,
         capability,
     })
+}
+
+/// Exports `raw` and caches the FD as this creator's answer to peers asking for `id`.
+pub fn cache_export(
+    d: &Driver,
+    id: AllocationId,
+    raw: u64,
+    capability: CapabilityToken,
+    reply: Reply,
+) -> CuResult<()> {
+    let fd = export_fd(d, raw)?;
+    cache::insert(id, fd, capability, reply);
+    Ok(())
 }
 
 /// The driver's POSIX export of `raw`, close-on-exec.
