@@ -142,6 +142,8 @@ struct Spec {
     round_robin: bool,
     devices: Vec<u8>,
     allocations: Vec<AllocSpec>,
+    /// How many of `allocations` the case uses (at least one).
+    allocation_count: u8,
     ipc: Vec<IpcSpec>,
     groups: Vec<GroupSpec>,
 }
@@ -244,19 +246,29 @@ fn spec() -> impl Strategy<Value = Spec> {
         prop::bool::weighted(0.5),
         prop::bool::weighted(0.5),
         prop::collection::vec(0u8..4, 6),
-        // 1–20, mostly few: each allocation costs every later check a pass over its bytes.
-        prop_oneof![3 => 1usize..=8, 1 => 9usize..=20]
-            .prop_flat_map(|count| prop::collection::vec(alloc_spec(), count)),
+        prop::collection::vec(alloc_spec(), 1..=20),
+        // Mostly few: each allocation costs every later check a pass over its bytes.
+        prop_oneof![3 => 1u8..=8, 1 => 9u8..=20],
         prop::collection::vec(ipc_spec(), 0..=3),
         prop::collection::vec(group_spec(), 0..=2),
     )
         .prop_map(
-            |(processes, four_devices, round_robin, devices, allocations, ipc, groups)| Spec {
+            |(
                 processes,
                 four_devices,
                 round_robin,
                 devices,
                 allocations,
+                allocation_count,
+                ipc,
+                groups,
+            )| Spec {
+                processes,
+                four_devices,
+                round_robin,
+                devices,
+                allocations,
+                allocation_count,
                 ipc,
                 groups,
             },
@@ -385,7 +397,7 @@ impl Plan {
         let allocations = spec
             .allocations
             .iter()
-            .take(20)
+            .take(usize::from(spec.allocation_count.clamp(1, 20)))
             .map(|a| {
                 let creator = usize::from(a.creator) % processes;
                 let granules = u64::from(a.granules.clamp(1, 4));
