@@ -64,25 +64,8 @@ fn memcpy_twice(source: &[u8], fresh: bool, warm: &mut [u8]) -> Duration {
 }
 
 fn bench(c: &mut Criterion) {
-    let fakecuda = support::lib_dir().join("libcuda.so.1");
-    let sandbox = support::Sandbox::new("carrier-bench");
-    // SAFETY: single-threaded at this point; the libraries read these variables.
-    unsafe {
-        std::env::set_var("CUINTERPOSE_DRIVER", &fakecuda);
-        std::env::set_var("CUINTERPOSE_CONTROL_DIR", sandbox.control_dir());
-        std::env::set_var("FAKECUDA_CONTROL_DIR", sandbox.root.join("fakecuda"));
-    }
-    // SAFETY: loading the libraries runs no initialisers with preconditions.
-    let driver = unsafe { libloading::Library::new(&fakecuda) }.unwrap();
-    // SAFETY: as above; RTLD_LOCAL keeps the shim's exports out of the global scope.
-    let shim: libloading::Library = unsafe {
-        libloading::os::unix::Library::open(
-            Some(support::shim()),
-            libc::RTLD_NOW | libc::RTLD_LOCAL,
-        )
-    }
-    .unwrap()
-    .into();
+    let loaded = support::in_process("carrier-bench");
+    let (sandbox, driver, shim) = (&loaded.sandbox, &loaded.driver, &loaded.shim);
     let prop = Prop {
         type_: 1,
         handle_types: 1,
@@ -171,8 +154,6 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.finish();
-    drop(shim);
-    drop(driver);
 }
 
 criterion_group!(benches, bench);

@@ -70,27 +70,9 @@ fn load(library: &libloading::Library, driver: &libloading::Library) -> Api {
 }
 
 fn bench(c: &mut Criterion) {
-    let fakecuda = support::lib_dir().join("libcuda.so.1");
-    let sandbox = support::Sandbox::new("bench");
-    // SAFETY: single-threaded at this point; the variables are read by the libraries below.
-    unsafe {
-        std::env::set_var("CUINTERPOSE_DRIVER", &fakecuda);
-        std::env::set_var("CUINTERPOSE_CONTROL_DIR", sandbox.control_dir());
-        std::env::set_var("FAKECUDA_CONTROL_DIR", sandbox.root.join("fakecuda"));
-    }
-    // SAFETY: loading the libraries runs no initialisers with preconditions.
-    let driver = unsafe { libloading::Library::new(&fakecuda) }.unwrap();
-    // SAFETY: as above; RTLD_LOCAL keeps the shim's exports out of the global scope.
-    let shim = unsafe {
-        libloading::os::unix::Library::open(
-            Some(support::shim()),
-            libc::RTLD_NOW | libc::RTLD_LOCAL,
-        )
-    }
-    .unwrap();
-    let shim: libloading::Library = shim.into();
-    let direct = load(&driver, &driver);
-    let shimmed = load(&shim, &driver);
+    let loaded = support::in_process("bench");
+    let direct = load(&loaded.driver, &loaded.driver);
+    let shimmed = load(&loaded.shim, &loaded.driver);
 
     let mut group = c.benchmark_group("pass_through_granularity");
     for (name, api) in [("fakecuda", &direct), ("shim", &shimmed)] {

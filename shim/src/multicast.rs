@@ -16,7 +16,7 @@ use crate::process;
 use crate::registry::{Binding, BindingTarget, Kind, Multicast, Registry, is_logical};
 use crate::sharing;
 use cuinterpose_protocol::{
-    AllocationReference, BindingVersion, CapabilityToken, LocationType, MulticastProperties,
+    AllocationReference, CapabilityToken, LocationType, MulticastProperties,
 };
 use std::os::fd::{AsFd, OwnedFd};
 
@@ -272,21 +272,15 @@ pub fn bind_mem(
             r,
             id,
             current,
-            Binding {
-                target: BindingTarget::Memory {
+            Binding::new(
+                BindingTarget::Memory {
                     member: reference,
                     offset: member_offset as u64,
                 },
-                multicast_offset: multicast_offset as u64,
-                size: size as u64,
-                flags,
-                version: if device.is_some() {
-                    BindingVersion::V2
-                } else {
-                    BindingVersion::V1
-                },
-                device: bound_device,
-            },
+                (multicast_offset, size, flags),
+                device,
+                bound_device,
+            ),
         );
         Ok(())
     })
@@ -362,18 +356,12 @@ pub fn bind_addr(
             r,
             id,
             current,
-            Binding {
-                target: BindingTarget::Address { address, member },
-                multicast_offset: multicast_offset as u64,
-                size: size as u64,
-                flags,
-                version: if device.is_some() {
-                    BindingVersion::V2
-                } else {
-                    BindingVersion::V1
-                },
-                device: bound_device,
-            },
+            Binding::new(
+                BindingTarget::Address { address, member },
+                (multicast_offset, size, flags),
+                device,
+                bound_device,
+            ),
         );
         Ok(())
     })

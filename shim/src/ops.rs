@@ -140,37 +140,28 @@ pub trait Tracked: Sized {
     fn table(r: &mut Registry) -> &mut std::collections::BTreeMap<AllocationId, Self>;
 }
 
-impl Tracked for Allocation {
-    const KIND: Kind = Kind::Unicast;
-    fn id(&self) -> AllocationId {
-        self.reference.id
-    }
-    fn raw(&self) -> u64 {
-        self.driver.expect("adopted objects have a driver handle")
-    }
-    fn set_primary(&mut self, handle: u64) {
-        self.primary_handle = handle;
-    }
-    fn table(r: &mut Registry) -> &mut std::collections::BTreeMap<AllocationId, Self> {
-        &mut r.allocations
-    }
+macro_rules! tracked {
+    ($type:ty, $kind:expr, $table:ident) => {
+        impl Tracked for $type {
+            const KIND: Kind = $kind;
+            fn id(&self) -> AllocationId {
+                self.reference.id
+            }
+            fn raw(&self) -> u64 {
+                self.driver.expect("adopted objects have a driver handle")
+            }
+            fn set_primary(&mut self, handle: u64) {
+                self.primary_handle = handle;
+            }
+            fn table(r: &mut Registry) -> &mut std::collections::BTreeMap<AllocationId, Self> {
+                &mut r.$table
+            }
+        }
+    };
 }
 
-impl Tracked for crate::registry::Multicast {
-    const KIND: Kind = Kind::Multicast;
-    fn id(&self) -> AllocationId {
-        self.reference.id
-    }
-    fn raw(&self) -> u64 {
-        self.driver.expect("adopted objects have a driver handle")
-    }
-    fn set_primary(&mut self, handle: u64) {
-        self.primary_handle = handle;
-    }
-    fn table(r: &mut Registry) -> &mut std::collections::BTreeMap<AllocationId, Self> {
-        &mut r.multicasts
-    }
-}
+tracked!(Allocation, Kind::Unicast, allocations);
+tracked!(crate::registry::Multicast, Kind::Multicast, multicasts);
 
 /// Records an object whose driver handle was just obtained and mints its logical handle;
 /// on any refusal (a driver handle that carries the shim's tag, handles exhausted) the driver

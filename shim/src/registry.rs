@@ -133,6 +133,31 @@ pub struct Binding {
     pub device: i32,
 }
 
+impl Binding {
+    /// A binding made by the v2 entry point when `requested_device` is given (v1 otherwise),
+    /// on `device`; `range` is (multicast offset, size, flags) as the call passed them.
+    pub fn new(
+        target: BindingTarget,
+        range: (usize, usize, u64),
+        requested_device: Option<i32>,
+        device: i32,
+    ) -> Binding {
+        let (multicast_offset, size, flags) = range;
+        Binding {
+            target,
+            multicast_offset: multicast_offset as u64,
+            size: size as u64,
+            flags,
+            version: if requested_device.is_some() {
+                BindingVersion::V2
+            } else {
+                BindingVersion::V1
+            },
+            device,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Unicast,

@@ -254,3 +254,37 @@ pub fn toggle(sandbox: &Sandbox, pids: &[i32]) -> (u64, u64) {
     }
     (saved, loaded)
 }
+
+/// fakecuda and the shim loaded into this process (the shim `RTLD_LOCAL`, so it interposes
+/// nothing; it reaches fakecuda through `CUINTERPOSE_DRIVER`), with both control directories
+/// in a sandbox. For benchmarks that call the two side by side.
+pub struct InProcess {
+    pub sandbox: Sandbox,
+    pub driver: libloading::Library,
+    pub shim: libloading::Library,
+}
+
+/// Loads [`InProcess`]. Call it before starting any thread: it sets environment variables.
+pub fn in_process(name: &str) -> InProcess {
+    let fakecuda = lib_dir().join("libcuda.so.1");
+    let sandbox = Sandbox::new(name);
+    // SAFETY: called before any other thread exists (see above); the libraries read these.
+    unsafe {
+        std::env::set_var("CUINTERPOSE_DRIVER", &fakecuda);
+        std::env::set_var("CUINTERPOSE_CONTROL_DIR", sandbox.control_dir());
+        std::env::set_var("FAKECUDA_CONTROL_DIR", sandbox.root.join("fakecuda"));
+    }
+    // SAFETY: loading the libraries runs no initialisers with preconditions.
+    let driver = unsafe { libloading::Library::new(&fakecuda) }.unwrap();
+    // SAFETY: as above; RTLD_LOCAL keeps the shim's exports out of the global scope.
+    let shim = unsafe {
+        libloading::os::unix::Library::open(Some(shim()), libc::RTLD_NOW | libc::RTLD_LOCAL)
+    }
+    .unwrap()
+    .into();
+    InProcess {
+        sandbox,
+        driver,
+        shim,
+    }
+}
