@@ -46,6 +46,7 @@
 //! so two cases must never run at once.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
 use std::os::fd::{AsFd, OwnedFd};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -2003,7 +2004,9 @@ fn random_topologies_toggled_and_verified() {
             }
         }
     }
-    println!(
+    // Straight to stderr, past the harness's capture: CI logs always show the summary.
+    let _ = writeln!(
+        std::io::stderr(),
         "property: {ran} cases, {} failures, {} bytes verified, {} processes, {} VMM \
          allocations ({} shared), {} IPC allocations, {groups_built} multicast groups, {} \
          host-carrier bytes saved, seed {seed}, {:.1} s",
