@@ -21,6 +21,23 @@ pub mod toggle;
 pub use build::{direct_library, entry_name, entry_paths, fake_runtime};
 pub use scenario::{ANY, CUDA_11, CUDA_12_1, Ctx, Mode, Needs, across_toggle, co_preloaded, plain};
 
+/// Both halves of one scenario (a `fn(&mut Ctx)` named `$name`) as two tests: `$plain` runs
+/// it [`plain`], `$toggle` [`across_toggle`], both with the entry-path needs `$needs`.
+#[macro_export]
+macro_rules! scenario {
+    ($name:ident, $plain:ident, $toggle:ident, $needs:expr) => {
+        #[test]
+        fn $plain() {
+            $crate::plain(stringify!($name), $needs, $name);
+        }
+
+        #[test]
+        fn $toggle() {
+            $crate::across_toggle(stringify!($name), $needs, $name);
+        }
+    };
+}
+
 /// 1 MiB.
 pub const MIB: u64 = 1 << 20;
 /// fakecuda's allocation granularity; every allocation of the suite is one or two of these.

@@ -1,6 +1,7 @@
 //! Running a scenario: its sandbox, its workers, its notes, and the two ways it runs.
 
 use crate::build::{entry_name, entry_paths};
+use crate::steps::{settled, unmap_release};
 use cuinterpose_protocol::{InspectionReply, Record};
 use cuinterpose_workload::{
     DriverObjects, EntryPath, Output, Worker, WorkerConfig, build_shim, build_worker,
@@ -9,7 +10,7 @@ use cuinterpose_workload::{
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How a scenario runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,30 +136,37 @@ impl Ctx {
         self.root.join(format!("worker{n}.log"))
     }
 
-    /// A new worker, initialised on device 0, reaching the driver through the next of this
-    /// run's entry paths.
-    pub fn worker(&mut self) -> Worker {
-        let entry = self.entries[self.next_entry % self.entries.len()].clone();
-        self.next_entry += 1;
-        let mut config = WorkerConfig::new(build_worker())
-            .entry(entry.clone())
+    /// A worker of this scenario's sockets and fakecuda, reaching the driver through `entry`,
+    /// with `preload` (nothing else) in its `LD_PRELOAD`.
+    fn config(&self, entry: EntryPath, preload: &[PathBuf]) -> WorkerConfig {
+        let config = WorkerConfig::new(build_worker())
+            .entry(entry)
             .env("LD_LIBRARY_PATH", fakecuda_lib_dir())
             .env("CUINTERPOSE_CONTROL_DIR", self.control_dir())
             .env("FAKECUDA_CONTROL_DIR", self.fakecuda_dir())
-            .stderr(Output::File(self.log_file(self.spawned.len())))
             .timeout(Duration::from_secs(30));
-        let mut preload = self.preload.clone();
-        if self.shimmed() {
-            preload.push(build_shim().to_path_buf());
-        }
-        config = if preload.is_empty() {
+        if preload.is_empty() {
             config.env_remove("LD_PRELOAD")
         } else {
             config.env(
                 "LD_PRELOAD",
                 std::env::join_paths(preload).expect("preload list"),
             )
-        };
+        }
+    }
+
+    /// A new worker, initialised on device 0, reaching the driver through the next of this
+    /// run's entry paths.
+    pub fn worker(&mut self) -> Worker {
+        let entry = self.entries[self.next_entry % self.entries.len()].clone();
+        self.next_entry += 1;
+        let mut preload = self.preload.clone();
+        if self.shimmed() {
+            preload.push(build_shim().to_path_buf());
+        }
+        let config = self
+            .config(entry.clone(), &preload)
+            .stderr(Output::File(self.log_file(self.spawned.len())));
         let mut w = Worker::spawn(&config)
             .unwrap_or_else(|e| panic!("{}: spawn a worker ({entry}): {e}", self.name));
         let info = w
@@ -167,6 +175,16 @@ impl Ctx {
         assert_eq!(info.device_count, 2, "fakecuda's two devices");
         let fds = w.open_fd_count().expect("count descriptors");
         self.spawned.push((w.worker_pid(), fds));
+        w
+    }
+
+    /// A worker on this scenario's fakecuda without the shim (nor any other preload), through
+    /// `dlsym`, initialised on device 0: an application cuinterpose does not see, which is no
+    /// participant of any checkpoint.
+    pub fn unshimmed_worker(&self) -> Worker {
+        let mut w = Worker::spawn(&self.config(EntryPath::Dlsym, &[]))
+            .unwrap_or_else(|e| panic!("{}: spawn an unshimmed worker: {e}", self.name));
+        w.init(0).expect("init");
         w
     }
 
@@ -240,13 +258,9 @@ impl Ctx {
                 *fds = (*fds).min(w.open_fd_count().expect("count descriptors"));
             }
         }
-        let state = self.root.join(format!("state{}", self.toggles));
-        if let Err(refusal) =
-            crate::toggle::toggle(&self.control_dir(), &self.fakecuda_dir(), &state, &pids)
-        {
+        if let Err(refusal) = self.cycle("state", &pids) {
             panic!("{}: {refusal}", self.name);
         }
-        self.toggles += 1;
         for (w, (before, fds)) in workers.iter_mut().zip(before) {
             let after = self.snapshot_like(w, &before);
             if after != before {
@@ -269,14 +283,15 @@ impl Ctx {
             return None;
         }
         let pids = self.all_of(workers);
-        let state = self.root.join(format!("attempt{}", self.toggles));
+        Some(self.cycle("attempt", &pids))
+    }
+
+    /// A whole checkpoint/restore cycle of `pids` ([`crate::toggle::toggle`]), its state in a
+    /// directory of its own (`label` and the number of the cycle).
+    fn cycle(&mut self, label: &str, pids: &[i32]) -> Result<(), String> {
+        let state = self.root.join(format!("{label}{}", self.toggles));
         self.toggles += 1;
-        Some(crate::toggle::toggle(
-            &self.control_dir(),
-            &self.fakecuda_dir(),
-            &state,
-            &pids,
-        ))
+        crate::toggle::toggle(&self.control_dir(), &self.fakecuda_dir(), &state, pids)
     }
 
     /// The pids of `workers`, checked to be every live worker of the scenario.
@@ -314,14 +329,14 @@ impl Ctx {
         w: &mut Worker,
         expected: &(Option<Vec<Record>>, u64, DriverObjects),
     ) -> (Option<Vec<Record>>, u64, DriverObjects) {
-        let deadline = Instant::now() + Duration::from_secs(3);
-        loop {
-            let now = self.snapshot(w);
-            if now == *expected || Instant::now() > deadline {
-                return now;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        settled(expected, Duration::from_secs(3), || self.snapshot(w))
+    }
+
+    /// The end of `w`'s use of its last granule: [`unmap_release`] of `address` and `handle`,
+    /// then [`Ctx::assert_clean`].
+    pub fn release_last(&mut self, w: &mut Worker, address: u64, handle: u64) {
+        unmap_release(w, address, handle);
+        self.assert_clean(w);
     }
 
     /// Checks that `w` holds nothing any more: no shim record, no driver allocation, mapping,

@@ -2,6 +2,7 @@
 
 use crate::{GRAN, POSIX};
 use cuinterpose_workload::Worker;
+use std::time::{Duration, Instant};
 
 /// `cuMemCreate` of one POSIX-exportable granule on `device`, mapped read-write for it and
 /// filled with the pattern of `seed`: (handle, address).
@@ -23,6 +24,12 @@ pub fn unmap_free(w: &mut Worker, address: u64, size: u64) {
     w.free_address(address, size).expect("cuMemAddressFree");
 }
 
+/// [`unmap_free`] of the granule at `address`, then `cuMemRelease` of `handle`.
+pub fn unmap_release(w: &mut Worker, address: u64, handle: u64) {
+    unmap_free(w, address, GRAN);
+    w.release(handle).expect("cuMemRelease");
+}
+
 /// `cuMemImportFromShareableHandle` of the worker's own descriptor `fd` (POSIX), which it keeps.
 pub fn import_number(w: &mut Worker, fd: i32) -> Result<u64, cuinterpose_workload::WorkloadError> {
     w.import_with(
@@ -41,13 +48,21 @@ pub fn import_number(w: &mut Worker, fd: i32) -> Result<u64, cuinterpose_workloa
 /// peer's connection to the shim's socket (an import asking this creator for its FD) lingers a
 /// moment after the peer got its answer.
 pub fn settled_fd_count(w: &mut Worker, expected: u64) -> u64 {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    settled(&expected, Duration::from_secs(2), || {
+        w.open_fd_count().expect("count descriptors")
+    })
+}
+
+/// Reads `read()` every 20 ms until it gives `expected` or `timeout` has passed: the last
+/// reading.
+pub fn settled<T: PartialEq>(expected: &T, timeout: Duration, mut read: impl FnMut() -> T) -> T {
+    let deadline = Instant::now() + timeout;
     loop {
-        let now = w.open_fd_count().expect("count descriptors");
-        if now == expected || std::time::Instant::now() > deadline {
+        let now = read();
+        if now == *expected || Instant::now() > deadline {
             return now;
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -57,7 +72,7 @@ pub fn quiet_fd_count(w: &mut Worker) -> u64 {
     (0..3)
         .map(|i| {
             if i > 0 {
-                std::thread::sleep(std::time::Duration::from_millis(50));
+                std::thread::sleep(Duration::from_millis(50));
             }
             w.open_fd_count().expect("count descriptors")
         })

@@ -48,17 +48,11 @@ pub fn toggle(
     let mut quiet = |_: &cuinterpose_coordinator::report::PhaseReport| {};
     commands::prepare(&session, state_dir, &mut quiet)
         .map_err(|e| format!("coordinator prepare of {pids:?} refused: {e}"))?;
-    for &pid in pids {
-        native(fakecuda_dir, pid, "lock");
-    }
-    for &pid in pids {
-        native(fakecuda_dir, pid, "checkpoint");
-    }
-    for &pid in pids {
-        native(fakecuda_dir, pid, "restore");
-    }
-    for &pid in pids {
-        native(fakecuda_dir, pid, "unlock");
+    // Each step of every process before the next step of any.
+    for action in ["lock", "checkpoint", "restore", "unlock"] {
+        for &pid in pids {
+            native(fakecuda_dir, pid, action);
+        }
     }
     if let Err(e) = commands::restore(&session, state_dir, &mut quiet) {
         panic!("coordinator restore of {pids:?} failed: {e}");

@@ -6,26 +6,11 @@
 //! (torch symmetric memory rank 0). Each runs plain and across a toggle.
 
 use cuinterpose_clients::steps::{
-    exportable, import_number, map_granule, settled_fd_count, unmap_free,
+    exportable, import_number, map_granule, settled_fd_count, unmap_free, unmap_release,
 };
-use cuinterpose_clients::{ANY, CUDA_11, Ctx, GRAN, INVALID_HANDLE, across_toggle, plain};
+use cuinterpose_clients::{ANY, CUDA_11, Ctx, GRAN, INVALID_HANDLE, scenario};
 use cuinterpose_protocol::Record;
 use std::os::fd::AsFd;
-
-/// Both halves of one scenario, as `<name>_plain` and `<name>_across_toggle`.
-macro_rules! scenario {
-    ($name:ident, $plain:ident, $toggle:ident, $needs:expr) => {
-        #[test]
-        fn $plain() {
-            plain(stringify!($name), $needs, $name);
-        }
-
-        #[test]
-        fn $toggle() {
-            across_toggle(stringify!($name), $needs, $name);
-        }
-    };
-}
 
 /// Descriptors the creator's shim holds for an exported allocation besides what the
 /// application holds: one driver export FD per shared allocation, served to its importers
@@ -87,8 +72,7 @@ fn pytorch_expandable_segments_pidfd_getfd(ctx: &mut Ctx) {
     // Teardown as the consumer segment's destructor, then the producer (closes the FD right
     // before cuMemRelease).
     for (v, hh) in [(vc, hc), (vb, hb)] {
-        unmap_free(&mut b, v, GRAN);
-        b.release(hh).unwrap();
+        unmap_release(&mut b, v, hh);
     }
     unmap_free(&mut a, va, GRAN);
     a.close_fd(n).unwrap();
@@ -125,9 +109,7 @@ fn pytorch_expandable_segments_two_consumers(ctx: &mut Ctx) {
         .expect("both consumers see one allocation");
     a.verify(va, GRAN, 22).unwrap();
     for (w, v, hh) in [(&mut b, vb, hb), (&mut c, vc, hc)] {
-        unmap_free(w, v, GRAN);
-        w.release(hh).unwrap();
-        ctx.assert_clean(w);
+        ctx.release_last(w, v, hh);
     }
     unmap_free(&mut a, va, GRAN);
     a.close_fd(n).unwrap();
@@ -164,11 +146,8 @@ fn nccl_proxy_exporter_closes_after_sending(ctx: &mut Ctx) {
     ctx.checkpoint(&mut [&mut a, &mut b]);
     b.fill(vb, GRAN, 32).unwrap();
     a.verify(va, GRAN, 32).unwrap();
-    unmap_free(&mut b, vb, GRAN);
-    b.release(hb).unwrap();
-    unmap_free(&mut a, va, GRAN);
-    a.release(h).unwrap();
-    ctx.assert_clean(&mut a);
+    unmap_release(&mut b, vb, hb);
+    ctx.release_last(&mut a, va, h);
     ctx.assert_clean(&mut b);
 }
 scenario!(
@@ -206,11 +185,8 @@ fn torch_symm_mem_ring_relay(ctx: &mut Ctx) {
     c.verify(vc, GRAN, 41).unwrap();
     c.fill(vc, GRAN, 42).unwrap();
     a.verify(va, GRAN, 42).unwrap();
-    unmap_free(&mut c, vc, GRAN);
-    c.release(hc).unwrap();
-    unmap_free(&mut a, va, GRAN);
-    a.release(h).unwrap();
-    ctx.assert_clean(&mut a);
+    unmap_release(&mut c, vc, hc);
+    ctx.release_last(&mut a, va, h);
     ctx.assert_clean(&mut c);
 }
 scenario!(
@@ -259,9 +235,7 @@ fn nccl_window_release_after_map(ctx: &mut Ctx) {
     ctx.assert_clean(&mut b);
     unmap_free(&mut c, vc, GRAN);
     ctx.assert_clean(&mut c);
-    unmap_free(&mut a, va, GRAN);
-    a.release(h).unwrap();
-    ctx.assert_clean(&mut a);
+    ctx.release_last(&mut a, va, h);
 }
 scenario!(
     nccl_window_release_after_map,
@@ -309,9 +283,7 @@ fn sglang_dup_and_import_twice(ctx: &mut Ctx) {
     b.unmap(v2, GRAN).unwrap();
     b.free_address(span, 2 * GRAN).unwrap();
     ctx.assert_clean(&mut b);
-    unmap_free(&mut a, va, GRAN);
-    a.release(h).unwrap();
-    ctx.assert_clean(&mut a);
+    ctx.release_last(&mut a, va, h);
 }
 scenario!(
     sglang_dup_and_import_twice,
@@ -353,15 +325,11 @@ fn torch_symm_mem_exporter_imports_own_export(ctx: &mut Ctx) {
     b.fill(vb, GRAN, 72).unwrap();
     a.verify(va, GRAN, 72).unwrap();
     a.verify(va2, GRAN, 72).unwrap();
-    unmap_free(&mut b, vb, GRAN);
-    b.release(hb).unwrap();
-    ctx.assert_clean(&mut b);
+    ctx.release_last(&mut b, vb, hb);
     unmap_free(&mut a, va, GRAN);
     a.verify(va2, GRAN, 72)
         .expect("the own import keeps the memory");
-    unmap_free(&mut a, va2, GRAN);
-    a.release(own).unwrap();
-    ctx.assert_clean(&mut a);
+    ctx.release_last(&mut a, va2, own);
 }
 scenario!(
     torch_symm_mem_exporter_imports_own_export,
@@ -406,13 +374,10 @@ fn nccl_proxy_thread_exports_on_demand(ctx: &mut Ctx) {
     let err = a.proxy_export(value ^ 0x40, false).unwrap_err();
     assert_eq!(err.cuda_code(), Some(INVALID_HANDLE), "{err}");
     for (hb, vb) in imported {
-        unmap_free(&mut b, vb, GRAN);
-        b.release(hb).unwrap();
+        unmap_release(&mut b, vb, hb);
     }
     ctx.assert_clean(&mut b);
-    unmap_free(&mut a, va, GRAN);
-    a.release(h).unwrap();
-    ctx.assert_clean(&mut a);
+    ctx.release_last(&mut a, va, h);
 }
 scenario!(
     nccl_proxy_thread_exports_on_demand,
@@ -512,8 +477,7 @@ fn pytorch_expandable_segments_churn(ctx: &mut Ctx) {
         let h = stale_import.expect("the driver imports the memory the FD keeps alive");
         let v = c.map_rw(h, GRAN, 0).unwrap();
         c.verify(v, GRAN, 162).unwrap();
-        unmap_free(&mut c, v, GRAN);
-        c.release(h).unwrap();
+        unmap_release(&mut c, v, h);
     }
     c.close_fd(stale).unwrap();
     ctx.checkpoint(&mut [&mut a, &mut b, &mut c]);
@@ -522,9 +486,7 @@ fn pytorch_expandable_segments_churn(ctx: &mut Ctx) {
     a.verify(segment + GRAN, GRAN, 171).unwrap();
     b.verify(consumer + 3 * GRAN, GRAN, 163).unwrap();
     // Teardown: consumers first, then every page, then the segments.
-    unmap_free(&mut c, vc, GRAN);
-    c.release(late).unwrap();
-    ctx.assert_clean(&mut c);
+    ctx.release_last(&mut c, vc, late);
     for page in [0u64, 3] {
         b.unmap(consumer + page * GRAN, GRAN).unwrap();
         b.release(imported[page as usize]).unwrap();
@@ -565,9 +527,7 @@ fn pytorch_expandable_segments_checkpoint_before_pull(ctx: &mut Ctx) {
     b.fill(vb, GRAN, 182).unwrap();
     a.verify(va, GRAN, 182)
         .expect("the restored allocation itself");
-    unmap_free(&mut b, vb, GRAN);
-    b.release(hb).unwrap();
-    ctx.assert_clean(&mut b);
+    ctx.release_last(&mut b, vb, hb);
     unmap_free(&mut a, va, GRAN);
     a.close_fd(n).unwrap();
     a.release(h).unwrap();

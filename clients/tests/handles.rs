@@ -5,9 +5,9 @@
 //! all-to-all fan-out torn down in random order (symmetric memory, custom all-reduce, NCCL
 //! windows). Each runs plain and across a toggle.
 
-use cuinterpose_clients::steps::{exportable, map_granule, unmap_free};
+use cuinterpose_clients::steps::{exportable, map_granule, unmap_free, unmap_release};
 use cuinterpose_clients::{
-    ANY, CUDA_11, Ctx, FABRIC, GRAN, HOST_NUMA, MIB, Mode, POSIX, across_toggle, outcome, plain,
+    ANY, CUDA_11, Ctx, FABRIC, GRAN, HOST_NUMA, MIB, Mode, POSIX, outcome, scenario,
 };
 use cuinterpose_workload::cuda::{
     ATTRIBUTE_FABRIC_SUPPORTED, ATTRIBUTE_MULTICAST_SUPPORTED, ATTRIBUTE_POSIX_FD_SUPPORTED,
@@ -15,21 +15,6 @@ use cuinterpose_workload::cuda::{
 };
 use cuinterpose_workload::{Command, Grant, Worker};
 use std::os::fd::AsFd;
-
-/// Both halves of one scenario, as `<name>_plain` and `<name>_across_toggle`.
-macro_rules! scenario {
-    ($name:ident, $plain:ident, $toggle:ident, $needs:expr) => {
-        #[test]
-        fn $plain() {
-            plain(stringify!($name), $needs, $name);
-        }
-
-        #[test]
-        fn $toggle() {
-            across_toggle(stringify!($name), $needs, $name);
-        }
-    };
-}
 
 // 9. NCCL: cuMemRetainAllocationHandle on a mapped VA gives the value cuMemCreate returned
 //    (user-buffer registration retains, exports, releases); ncclCuMemFree retains, releases,
@@ -72,8 +57,7 @@ fn nccl_retain_release_unmap_release(ctx: &mut Ctx) {
     a.free_address(va, GRAN).unwrap();
     b.verify(vb, GRAN, 92)
         .expect("the importer keeps its memory");
-    unmap_free(&mut b, vb, GRAN);
-    b.release(hb).unwrap();
+    unmap_release(&mut b, vb, hb);
     // cudaMalloc memory has no generic allocation handle.
     let p = a.mem_alloc(GRAN).unwrap();
     let legacy = a.retain(p).map(drop);
@@ -173,16 +157,11 @@ fn pytorch_nccl_fabric_probe_then_posix(ctx: &mut Ctx) {
         let props = a.properties(hm).unwrap();
         assert_eq!(props.requested_handle_types, POSIX | FABRIC);
         assert_eq!(export_fabric(&mut a, hm), "cuda:CUDA_ERROR_NOT_SUPPORTED");
-        unmap_free(&mut b, vmb, GRAN);
-        b.release(hmb).unwrap();
-        unmap_free(&mut a, vm, GRAN);
-        a.release(hm).unwrap();
+        unmap_release(&mut b, vmb, hmb);
+        unmap_release(&mut a, vm, hm);
     }
-    unmap_free(&mut b, vb, GRAN);
-    b.release(hb).unwrap();
-    unmap_free(&mut a, va, GRAN);
-    a.release(h).unwrap();
-    ctx.assert_clean(&mut a);
+    unmap_release(&mut b, vb, hb);
+    ctx.release_last(&mut a, va, h);
     ctx.assert_clean(&mut b);
 }
 scenario!(
@@ -269,13 +248,9 @@ fn nccl_host_numa_buffers(ctx: &mut Ctx) {
         })
         .unwrap();
     assert_eq!(access, cuinterpose_workload::Reply::Access { flags: 3 });
-    unmap_free(&mut b, vb, GRAN);
-    b.release(hb).unwrap();
-    unmap_free(&mut a, va, GRAN);
-    a.release(h).unwrap();
-    unmap_free(&mut a, vd, GRAN);
-    a.release(hd).unwrap();
-    ctx.assert_clean(&mut a);
+    unmap_release(&mut b, vb, hb);
+    unmap_release(&mut a, va, h);
+    ctx.release_last(&mut a, vd, hd);
     ctx.assert_clean(&mut b);
 }
 scenario!(
@@ -314,14 +289,9 @@ fn p2p_importer_on_other_and_same_gpu(ctx: &mut Ctx) {
     other.fill(vo, GRAN, 192).unwrap();
     same.verify(vs, GRAN, 192).unwrap();
     a.verify(va, GRAN, 192).unwrap();
-    for (w, v, hh) in [(&mut other, vo, ho), (&mut same, vs, hs)] {
-        unmap_free(w, v, GRAN);
-        w.release(hh).unwrap();
-        ctx.assert_clean(w);
+    for (w, v, hh) in [(&mut other, vo, ho), (&mut same, vs, hs), (&mut a, va, h)] {
+        ctx.release_last(w, v, hh);
     }
-    unmap_free(&mut a, va, GRAN);
-    a.release(h).unwrap();
-    ctx.assert_clean(&mut a);
 }
 scenario!(
     p2p_importer_on_other_and_same_gpu,
@@ -422,9 +392,7 @@ fn all_to_all_fan_out_of_eight(ctx: &mut Ctx) {
             }
         }
         let (h, v) = owned[rank];
-        unmap_free(w, v, GRAN);
-        w.release(h).unwrap();
-        ctx.assert_clean(w);
+        ctx.release_last(w, v, h);
         // Importers still holding this rank's memory keep it.
         for (other, row) in peers.iter().enumerate() {
             if let Some((_, v)) = row[rank] {

@@ -6,28 +6,11 @@
 //! NCCL NVLS / torch symmetric memory multicast teams. Each runs plain and across a toggle.
 
 use cuinterpose_clients::steps::{
-    exportable, map_granule, quiet_fd_count, settled_fd_count, unmap_free,
+    exportable, map_granule, quiet_fd_count, settled_fd_count, unmap_free, unmap_release,
 };
-use cuinterpose_clients::{
-    ANY, CUDA_12_1, Ctx, GRAN, MIB, NONE, POSIX, across_toggle, co_preloaded, plain,
-};
+use cuinterpose_clients::{ANY, CUDA_12_1, Ctx, GRAN, MIB, NONE, POSIX, co_preloaded, scenario};
 use cuinterpose_workload::{Grant, Worker};
 use std::os::fd::AsFd;
-
-/// Both halves of one scenario, as `<name>_plain` and `<name>_across_toggle`.
-macro_rules! scenario {
-    ($name:ident, $plain:ident, $toggle:ident, $needs:expr) => {
-        #[test]
-        fn $plain() {
-            plain(stringify!($name), $needs, $name);
-        }
-
-        #[test]
-        fn $toggle() {
-            across_toggle(stringify!($name), $needs, $name);
-        }
-    };
-}
 
 // 13. Legacy IPC (PyTorch's default caching allocator, vLLM/SGLang custom all-reduce): the
 //     handle of one cudaMalloc segment requested three times is the same bytes; the consumer
@@ -91,9 +74,7 @@ fn pytorch_vllm_legacy_ipc(ctx: &mut Ctx) {
     ctx.expect("reading after the last close", gone).ok();
     ctx.assert_clean(&mut consumer);
     producer.mem_free(segment).unwrap();
-    unmap_free(&mut producer, vv, GRAN);
-    producer.release(hv).unwrap();
-    ctx.assert_clean(&mut producer);
+    ctx.release_last(&mut producer, vv, hv);
 }
 scenario!(
     pytorch_vllm_legacy_ipc,
@@ -322,15 +303,12 @@ fn nccl_nvls_multicast_team(ctx: &mut Ctx) {
     r0.verify(view0, GRAN, 113).expect("the binding is live");
     // Teardown: rank 0 unbinds before unmapping, rank 1 unmaps before unbinding.
     r0.mc_unbind(m0, 0, 0, GRAN).unwrap();
-    unmap_free(&mut r0, view0, GRAN);
-    r0.release(m0).unwrap();
+    unmap_release(&mut r0, view0, m0);
     unmap_free(&mut r1, view1, GRAN);
     r1.mc_unbind(m1, 1, 0, GRAN).unwrap();
     r1.release(m1).unwrap();
     for (w, p, h) in [(&mut r0, p0, h0), (&mut r1, p1, h1)] {
-        unmap_free(w, p, GRAN);
-        w.release(h).unwrap();
-        ctx.assert_clean(w);
+        ctx.release_last(w, p, h);
     }
 }
 scenario!(

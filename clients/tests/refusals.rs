@@ -4,13 +4,19 @@
 //! refuse.
 
 use cuinterpose_clients::scenario::{Mode, run};
-use cuinterpose_clients::steps::{exportable, map_granule, unmap_free};
+use cuinterpose_clients::steps::{exportable, map_granule, unmap_release};
 use cuinterpose_clients::{Ctx, GRAN, INVALID_HANDLE, NOT_SUPPORTED, POSIX};
-use cuinterpose_workload::{EntryPath, Worker, WorkerConfig, build_worker, fakecuda_lib_dir};
+use cuinterpose_workload::{EntryPath, Worker};
 use std::os::fd::AsFd;
 
-fn shimmed(name: &str, scenario: fn(&mut Ctx)) {
-    run(name, Mode::Shim, vec![EntryPath::Dlsym], scenario);
+/// A test `$test` running the scenario `$name` once, under the shim (through `dlsym`).
+macro_rules! shimmed {
+    ($name:ident, $test:ident) => {
+        #[test]
+        fn $test() {
+            run(stringify!($name), Mode::Shim, vec![EntryPath::Dlsym], $name);
+        }
+    };
 }
 
 /// The refusal `try_toggle` gives, which must name `what`.
@@ -30,7 +36,7 @@ fn refused(ctx: &mut Ctx, workers: &mut [&mut Worker], what: &str) -> String {
 /// The creator unmaps and releases an allocation while importers still map it (possible in
 /// NCCL/symmetric-memory teardown in random order): its bytes have no carrier any more, so a
 /// checkpoint is refused at inspection until the importers let go too.
-fn check_creator_gone_while_importers_map_it(ctx: &mut Ctx) {
+fn creator_gone_while_importers_map_it(ctx: &mut Ctx) {
     let mut a = ctx.worker();
     let mut b = ctx.worker();
     let (h, va) = exportable(&mut a, 0, 1);
@@ -38,36 +44,26 @@ fn check_creator_gone_while_importers_map_it(ctx: &mut Ctx) {
     let hb = b.import(fd.as_fd()).unwrap();
     drop(fd);
     let vb = map_granule(&mut b, hb, 0);
-    unmap_free(&mut a, va, GRAN);
-    a.release(h).unwrap();
+    unmap_release(&mut a, va, h);
     b.verify(vb, GRAN, 1)
         .expect("the importer keeps the memory");
     refused(ctx, &mut [&mut a, &mut b], "creator");
     // Nothing changed: still usable, and checkpointable once the importer is done.
     b.fill(vb, GRAN, 2).unwrap();
-    unmap_free(&mut b, vb, GRAN);
-    b.release(hb).unwrap();
+    unmap_release(&mut b, vb, hb);
     assert_eq!(ctx.try_toggle(&mut [&mut a, &mut b]), Some(Ok(())));
 }
 
-#[test]
-fn creator_gone_while_importers_map_it_is_refused() {
-    shimmed(
-        "creator_gone_while_importers_map_it",
-        check_creator_gone_while_importers_map_it,
-    );
-}
+shimmed!(
+    creator_gone_while_importers_map_it,
+    creator_gone_while_importers_map_it_is_refused
+);
 
 /// A POSIX FD exported by a process without the shim is no ticket: the shim imports it
 /// natively and counts it, and a checkpoint is refused while it is held.
-fn check_raw_import_from_an_unshimmed_exporter(ctx: &mut Ctx) {
+fn raw_import_from_an_unshimmed_exporter(ctx: &mut Ctx) {
     let mut b = ctx.worker();
-    let config = WorkerConfig::new(build_worker())
-        .env("LD_LIBRARY_PATH", fakecuda_lib_dir())
-        .env_remove("LD_PRELOAD")
-        .env("FAKECUDA_CONTROL_DIR", ctx.fakecuda_dir());
-    let mut plain = Worker::spawn(&config).unwrap();
-    plain.init(0).unwrap();
+    let mut plain = ctx.unshimmed_worker();
     let (h, va) = exportable(&mut plain, 0, 3);
     let fd = plain.export(h).unwrap();
     let raw = b.import(fd.as_fd()).expect("imported natively");
@@ -75,47 +71,38 @@ fn check_raw_import_from_an_unshimmed_exporter(ctx: &mut Ctx) {
     b.verify(vb, GRAN, 3).unwrap();
     assert_eq!(ctx.inspect(&b).map(|i| i.raw_imports), Some(1));
     refused(ctx, &mut [&mut b], "not cuinterpose tickets");
-    unmap_free(&mut b, vb, GRAN);
-    b.release(raw).unwrap();
+    unmap_release(&mut b, vb, raw);
     assert_eq!(ctx.try_toggle(&mut [&mut b]), Some(Ok(())));
-    unmap_free(&mut plain, va, GRAN);
-    plain.release(h).unwrap();
+    unmap_release(&mut plain, va, h);
 }
 
-#[test]
-fn raw_import_from_an_unshimmed_exporter_is_refused() {
-    shimmed(
-        "raw_import_from_an_unshimmed_exporter",
-        check_raw_import_from_an_unshimmed_exporter,
-    );
-}
+shimmed!(
+    raw_import_from_an_unshimmed_exporter,
+    raw_import_from_an_unshimmed_exporter_is_refused
+);
 
 /// A ticket whose allocation its creator released entirely (no handle, no mapping) no longer
 /// imports, even from an FD the importer still holds: the driver would import the memory the
 /// FD keeps alive, which nobody could checkpoint.
-fn check_ticket_of_a_released_allocation(ctx: &mut Ctx) {
+fn ticket_of_a_released_allocation(ctx: &mut Ctx) {
     let mut a = ctx.worker();
     let mut b = ctx.worker();
     let (h, va) = exportable(&mut a, 0, 4);
     let fd = a.export(h).unwrap();
-    unmap_free(&mut a, va, GRAN);
-    a.release(h).unwrap();
+    unmap_release(&mut a, va, h);
     let err = b.import(fd.as_fd()).expect_err("the allocation is gone");
     assert_eq!(err.cuda_code(), Some(INVALID_HANDLE), "{err}");
     assert_eq!(ctx.try_toggle(&mut [&mut a, &mut b]), Some(Ok(())));
 }
 
-#[test]
-fn ticket_of_a_released_allocation_is_refused() {
-    shimmed(
-        "ticket_of_a_released_allocation",
-        check_ticket_of_a_released_allocation,
-    );
-}
+shimmed!(
+    ticket_of_a_released_allocation,
+    ticket_of_a_released_allocation_is_refused
+);
 
 /// Handle types the shim cannot checkpoint (Win32 here) are refused at creation with
 /// CUDA_ERROR_NOT_SUPPORTED, as this driver refuses them too.
-fn check_unsupported_handle_types(ctx: &mut Ctx) {
+fn unsupported_handle_types(ctx: &mut Ctx) {
     let mut a = ctx.worker();
     for types in [2, 4, POSIX | 2] {
         let err = a.create(GRAN, 0, types).expect_err("refused");
@@ -124,7 +111,7 @@ fn check_unsupported_handle_types(ctx: &mut Ctx) {
     assert_eq!(ctx.records(&a), Some(Vec::new()));
 }
 
-#[test]
-fn unsupported_handle_types_are_refused() {
-    shimmed("unsupported_handle_types", check_unsupported_handle_types);
-}
+shimmed!(
+    unsupported_handle_types,
+    unsupported_handle_types_are_refused
+);

@@ -1,11 +1,14 @@
 //! `cuinterpose demo`, the README's first command: in place, and with CRIU where it works
 //! (a loud SKIPPED line where `criu check` fails, never a silent pass).
 
+mod support;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use cuinterpose_workload::{build_shim, build_worker, fakecuda_lib_dir};
 use serde_json::Value;
+use support::cli::{self, check_exit};
 
 /// The binary, with the worker, the shim and fakecuda built next to it (as after
 /// `cargo build --workspace`).
@@ -13,20 +16,12 @@ fn demo() -> Command {
     build_worker();
     build_shim();
     fakecuda_lib_dir();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_cuinterpose"));
-    command.arg("demo");
-    command
+    cli::command(&["demo"])
 }
 
+/// The demo succeeded: its stdout.
 fn check_success(output: &Output) -> String {
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "demo failed ({}):\nstdout:\n{stdout}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
+    check_exit(output, 0).0
 }
 
 fn check_report(json: &Value, processes: u64) {
@@ -65,8 +60,7 @@ fn demo_toggles_and_verifies_every_byte() {
 #[test]
 fn demo_refuses_a_single_process() {
     let output = demo().args(["--processes", "1"]).output().unwrap();
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let (_, stderr) = check_exit(&output, 1);
     assert!(
         stderr.contains("--processes must be at least 2"),
         "{stderr}"
@@ -111,12 +105,7 @@ fn demo_survives_a_criu_dump_kill_and_restore() {
         .unwrap();
     let json: Value = serde_json::from_str(&check_success(&output)).unwrap();
     check_report(&json, 3);
-    let phases: Vec<&str> = json["report"]["phases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["phase"].as_str().unwrap())
-        .collect();
+    let phases = cli::phase_names(&json["report"]);
     assert!(
         phases.contains(&"criu_dump") && phases.contains(&"criu_restore"),
         "{phases:?}"

@@ -8,130 +8,62 @@
 //! here is exactly the workload (plus the `cuinterpose` process itself, which is neither a CUDA
 //! process nor a participant).
 
-use std::os::fd::AsFd;
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod support;
 
-use cuinterpose_coordinator::fixtures::TempDir;
-use cuinterpose_workload::{
-    EntryPath, Worker, WorkerConfig, build_shim, build_worker, fakecuda_lib_dir,
-};
+use std::os::fd::AsFd;
+use std::process::Output;
+
+use cuinterpose_workload::Worker;
 use serde_json::Value;
+use support::cli::{self, check_exit};
+use support::harness::Test;
+use support::sandbox::{Sandbox, check_writes_cross};
 
 const MIB: u64 = 1 << 20;
 
-type Test = fn(&Sandbox);
-
 fn main() {
-    let mut sandbox = None;
-    let tests: [(&str, Test); 2] = [
+    let tests: [Test<Sandbox>; 2] = [
         ("toggle_keeps_bytes_addresses_and_sharing", toggle_in_place),
         (
             "checkpoint_then_restore_in_two_invocations",
             checkpoint_then_restore,
         ),
     ];
-    // Like libtest: positional arguments are name filters; flags (--nocapture, ...) are
-    // accepted and ignored.
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|arg| !arg.starts_with('-'))
-        .collect();
-    let mut passed = 0;
-    for (name, test) in tests {
-        if !filters.is_empty() && !filters.iter().any(|filter| name.contains(filter.as_str())) {
-            continue;
-        }
-        passed += 1;
-        println!("test {name} ...");
-        test(sandbox.get_or_insert_with(Sandbox::new));
-        println!("test {name} ... ok");
-    }
-    println!(
-        "test result: ok. {passed} passed; {} filtered out",
-        tests.len() - passed
-    );
+    support::harness::run(&tests, || Sandbox::new("e2e"));
 }
 
-/// The shim, the worker, fakecuda and private control directories.
-struct Sandbox {
-    shim: PathBuf,
-    worker: PathBuf,
-    fakecuda: PathBuf,
-    dir: TempDir,
+/// A worker of the sandbox's workload whose current device is `device`.
+fn worker(sandbox: &Sandbox, device: i32) -> Worker {
+    let mut worker = sandbox.worker(sandbox.dir.path(), None);
+    if device != 0 {
+        worker.set_device(device).expect("set device");
+    }
+    worker
 }
 
-impl Sandbox {
-    fn new() -> Self {
-        Self {
-            shim: build_shim().to_path_buf(),
-            worker: build_worker().to_path_buf(),
-            fakecuda: fakecuda_lib_dir().to_path_buf(),
-            dir: TempDir::new("e2e").expect("sandbox"),
-        }
-    }
+/// Runs `cuinterpose` with the sandbox's driver and control directories.
+fn cuinterpose(sandbox: &Sandbox, args: &[&str]) -> Output {
+    let root = sandbox.dir.path();
+    cli::command(args)
+        .env("CUINTERPOSE_DRIVER", sandbox.fakecuda.join("libcuda.so.1"))
+        .env("CUINTERPOSE_CONTROL_DIR", Sandbox::control_dir(root))
+        .env("FAKECUDA_CONTROL_DIR", Sandbox::fakecuda_control_dir(root))
+        .env_remove("LD_PRELOAD")
+        .output()
+        .expect("run cuinterpose")
+}
 
-    fn control_dir(&self) -> PathBuf {
-        self.dir.path().join("ctl")
-    }
+/// `cuinterpose ARGS --json` exits 0: its JSON report.
+fn check_json(sandbox: &Sandbox, args: &[&str]) -> Value {
+    let mut args = args.to_vec();
+    args.push("--json");
+    let (stdout, _) = check_exit(&cuinterpose(sandbox, &args), 0);
+    serde_json::from_str(&stdout).expect("JSON report")
+}
 
-    fn fakecuda_control_dir(&self) -> PathBuf {
-        self.dir.path().join("fakecuda")
-    }
-
-    fn worker(&self, device: i32) -> Worker {
-        let config = WorkerConfig::new(&self.worker)
-            .entry(EntryPath::Dlsym)
-            .env("LD_LIBRARY_PATH", &self.fakecuda)
-            .env("LD_PRELOAD", &self.shim)
-            .env("CUINTERPOSE_CONTROL_DIR", self.control_dir())
-            .env("FAKECUDA_CONTROL_DIR", self.fakecuda_control_dir());
-        let mut worker = Worker::spawn(&config).expect("spawn a worker");
-        worker.init(0).expect("init");
-        if device != 0 {
-            worker.set_device(device).expect("set device");
-        }
-        worker
-    }
-
-    /// Runs `cuinterpose` with the sandbox's driver and control directories.
-    fn cuinterpose(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_cuinterpose"))
-            .args(args)
-            .env("CUINTERPOSE_DRIVER", self.fakecuda.join("libcuda.so.1"))
-            .env("CUINTERPOSE_CONTROL_DIR", self.control_dir())
-            .env("FAKECUDA_CONTROL_DIR", self.fakecuda_control_dir())
-            .env_remove("LD_PRELOAD")
-            .output()
-            .expect("run cuinterpose")
-    }
-
-    /// `cuinterpose ARGS --json` exits 0: its JSON report.
-    fn check_json(&self, args: &[&str]) -> Value {
-        let mut args = args.to_vec();
-        args.push("--json");
-        let output = self.cuinterpose(&args);
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success(),
-            "cuinterpose {args:?}: {}\nstdout:\n{stdout}\nstderr:\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-        serde_json::from_str(&stdout).expect("JSON report")
-    }
-
-    /// Every participant's phase (inspect exits 1 unless all are active: that is fine here).
-    fn phases(&self) -> Vec<String> {
-        let output = self.cuinterpose(&["inspect", "--json"]);
-        let value: Value = serde_json::from_slice(&output.stdout).expect("inspect JSON");
-        value["participants"]
-            .as_object()
-            .expect("participants")
-            .values()
-            .map(|participant| participant["phase"].as_str().expect("phase").to_string())
-            .collect()
-    }
+/// Every participant's phase (inspect exits 1 unless all are active: that is fine here).
+fn participant_phases(sandbox: &Sandbox) -> Vec<String> {
+    cli::participant_phases(&cuinterpose(sandbox, &["inspect", "--json"]))
 }
 
 /// Three workers sharing one VMM allocation (created by the first), one legacy IPC allocation
@@ -151,9 +83,9 @@ const SHARED: u64 = 4 * MIB;
 const GRAN: u64 = 2 * MIB;
 
 fn build(sandbox: &Sandbox) -> Workload {
-    let mut a = sandbox.worker(0);
-    let mut b = sandbox.worker(1);
-    let mut c = sandbox.worker(0);
+    let mut a = worker(sandbox, 0);
+    let mut b = worker(sandbox, 1);
+    let mut c = worker(sandbox, 0);
 
     let shared = a.create(SHARED, 0, 1).expect("create");
     let va = a.map_rw(shared, SHARED, 0).expect("map");
@@ -232,17 +164,7 @@ fn check_restored(workload: &mut Workload, seed: u64) {
     workers[0]
         .verify(*multicast_view, GRAN, 14)
         .expect("multicast view");
-    for writer in 0..workers.len() {
-        let pattern = 100 + seed * 10 + writer as u64;
-        workers[writer]
-            .fill(shared[writer], SHARED, pattern)
-            .expect("write");
-        for reader in 0..workers.len() {
-            workers[reader]
-                .verify(shared[reader], SHARED, pattern)
-                .unwrap_or_else(|error| panic!("{reader} reads {writer}'s write: {error}"));
-        }
-    }
+    check_writes_cross(workers, shared, SHARED, 100 + seed * 10);
 }
 
 fn root() -> String {
@@ -251,7 +173,7 @@ fn root() -> String {
 
 fn toggle_in_place(sandbox: &Sandbox) {
     let mut workload = build(sandbox);
-    let inspection = sandbox.check_json(&["inspect"]);
+    let inspection = check_json(sandbox, &["inspect"]);
     assert_eq!(inspection["valid"], true, "{inspection}");
     assert_eq!(inspection["summary"]["participants"], 3);
     // The VMM and IPC allocations at least; which multicast members go through host carriers
@@ -263,23 +185,18 @@ fn toggle_in_place(sandbox: &Sandbox) {
     assert!(inspection["summary"]["shared_allocations"].as_u64() >= Some(2));
     assert_eq!(inspection["summary"]["multicast_groups"], 1);
 
-    let report = sandbox.check_json(&["toggle", "--pid", &root()]);
+    let report = check_json(sandbox, &["toggle", "--pid", &root()]);
     assert_eq!(
         report["bytes"],
         2 * carried,
         "saved and loaded once: {report}"
     );
-    let phases: Vec<&str> = report["phases"]
-        .as_array()
-        .expect("phases")
-        .iter()
-        .map(|phase| phase["phase"].as_str().expect("name"))
-        .collect();
+    let phases = cli::phase_names(&report);
     assert!(
         phases.contains(&"native_checkpoint") && phases.ends_with(&["verify"]),
         "{phases:?}"
     );
-    assert_eq!(sandbox.phases(), ["active"; 3]);
+    assert_eq!(participant_phases(sandbox), ["active"; 3]);
     check_restored(&mut workload, 11);
     drop(workload);
 }
@@ -288,15 +205,15 @@ fn checkpoint_then_restore(sandbox: &Sandbox) {
     let mut workload = build(sandbox);
     let dir = sandbox.dir.path().join("checkpoint");
     let dir = dir.to_str().expect("UTF-8");
-    let report = sandbox.check_json(&["checkpoint", "--pid", &root(), "--dir", dir]);
+    let report = check_json(sandbox, &["checkpoint", "--pid", &root(), "--dir", dir]);
     assert_eq!(report["phases"][3]["phase"], "save_allocations");
     let carried = report["phases"][3]["bytes"].as_u64().expect("bytes");
     assert!(carried >= workload.shared_bytes, "{report}");
-    assert_eq!(sandbox.phases(), ["released"; 3]);
+    assert_eq!(participant_phases(sandbox), ["released"; 3]);
     // While checkpointed, tracked calls wait for the restore.
     assert!(workload.workers[0].create(GRAN, 0, 1).is_err());
 
-    let shown = sandbox.cuinterpose(&["state", "show", dir]);
+    let shown = cuinterpose(sandbox, &["state", "show", dir]);
     assert!(shown.status.success());
     let yaml = String::from_utf8_lossy(&shown.stdout);
     assert!(
@@ -304,10 +221,10 @@ fn checkpoint_then_restore(sandbox: &Sandbox) {
         "{yaml}"
     );
 
-    let report = sandbox.check_json(&["restore", "--dir", dir]);
+    let report = check_json(sandbox, &["restore", "--dir", dir]);
     assert_eq!(report["phases"][0]["phase"], "native_restore");
     assert_eq!(report["bytes"], carried, "loaded what was saved: {report}");
-    assert_eq!(sandbox.phases(), ["active"; 3]);
+    assert_eq!(participant_phases(sandbox), ["active"; 3]);
     check_restored(&mut workload, 11);
     drop(workload);
 }

@@ -12,26 +12,29 @@
 //! `harness = false`: the same executable is, with `CUI_FAULTS_ROLE=publish`, the child
 //! process that publishes a state and is killed while doing so.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cuinterpose_coordinator::commands::{self, CommandError};
-use cuinterpose_coordinator::fixtures::TempDir;
 use cuinterpose_coordinator::plan::{Reason, Run, RunError, RunKind, Stage, Step, phase_after};
 use cuinterpose_coordinator::report::Report;
 use cuinterpose_coordinator::session::Session;
 use cuinterpose_coordinator::state::{self, PublishHook, PublishStep, StateError};
 use cuinterpose_protocol::transport::{Endpoint, Timeouts, call};
 use cuinterpose_protocol::{
-    ExecuteRequest, NamespacePid, Operation, Phase, RefusalCode, Reply, Request, StateFile,
+    ExecuteRequest, NamespacePid, Operation, Phase, RefusalCode, RefusedReply, Reply, Request,
+    StateFile,
 };
-use cuinterpose_workload::{
-    EntryPath, Output as WorkerOutput, Worker, WorkerConfig, build_shim, build_worker,
-    fakecuda_lib_dir,
-};
+use cuinterpose_workload::Worker;
+use support::cli::{cuinterpose, path, text};
+use support::harness::Test;
+use support::sandbox::{Sandbox, check_writes_cross};
 
 const MIB: u64 = 1 << 20;
 const SHARED: u64 = 4 * MIB;
@@ -40,15 +43,12 @@ const INPUT: &str = "CUI_FAULTS_INPUT";
 const DIR: &str = "CUI_FAULTS_DIR";
 const KILL_AT: &str = "CUI_FAULTS_KILL_AT";
 
-type Test = fn(&Sandbox);
-
 fn main() {
     if std::env::var(ROLE).as_deref() == Ok("publish") {
         publisher();
         return;
     }
-    let mut sandbox = None;
-    let tests: [(&str, Test); 7] = [
+    let tests: [Test<Sandbox>; 7] = [
         ("a_participant_killed_in_each_phase", killed_in_each_phase),
         ("a_participant_that_stops_answering", stops_answering),
         ("a_lost_reply_is_not_repeated", lost_reply),
@@ -63,100 +63,7 @@ fn main() {
             fail_stopped,
         ),
     ];
-    // Like libtest: positional arguments are name filters; flags are accepted and ignored.
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|arg| !arg.starts_with('-'))
-        .collect();
-    let mut passed = 0;
-    for (name, test) in tests {
-        if !filters.is_empty() && !filters.iter().any(|filter| name.contains(filter.as_str())) {
-            continue;
-        }
-        passed += 1;
-        println!("test {name} ...");
-        let started = Instant::now();
-        test(sandbox.get_or_insert_with(Sandbox::new));
-        println!("test {name} ... ok ({:.1?})", started.elapsed());
-    }
-    println!(
-        "test result: ok. {passed} passed; {} filtered out",
-        tests.len() - passed
-    );
-}
-
-/// The shim, the worker, fakecuda, and a private directory for each workload.
-struct Sandbox {
-    shim: PathBuf,
-    worker: PathBuf,
-    fakecuda: PathBuf,
-    dir: TempDir,
-}
-
-impl Sandbox {
-    fn new() -> Self {
-        Self {
-            shim: build_shim().to_path_buf(),
-            worker: build_worker().to_path_buf(),
-            fakecuda: fakecuda_lib_dir().to_path_buf(),
-            dir: TempDir::new("faults").expect("sandbox"),
-        }
-    }
-
-    /// A fresh directory inside the sandbox.
-    fn fresh(&self, label: &str) -> PathBuf {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let path = self
-            .dir
-            .path()
-            .join(format!("{label}-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
-        std::fs::create_dir(&path).expect("fresh directory");
-        path
-    }
-
-    /// Three workers sharing one allocation, in a control directory of their own.
-    fn workload(&self, label: &str) -> Workload {
-        let root = self.fresh(label);
-        let control = root.join("ctl");
-        let spawn = |name: &str| {
-            let log = root.join(format!("{name}.log"));
-            let config = WorkerConfig::new(&self.worker)
-                .entry(EntryPath::Dlsym)
-                .env("LD_LIBRARY_PATH", &self.fakecuda)
-                .env("LD_PRELOAD", &self.shim)
-                .env("CUINTERPOSE_CONTROL_DIR", &control)
-                .env("FAKECUDA_CONTROL_DIR", root.join("fakecuda"))
-                .stderr(WorkerOutput::File(log.clone()));
-            let mut worker = Worker::spawn(&config).expect("spawn a worker");
-            worker.init(0).expect("init");
-            (worker, log)
-        };
-        let (mut a, log_a) = spawn("a");
-        let (mut b, log_b) = spawn("b");
-        let (mut c, log_c) = spawn("c");
-        let handle = a.create(SHARED, 0, 1).expect("create");
-        let va = a.map_rw(handle, SHARED, 0).expect("map a");
-        a.fill(va, SHARED, 7).expect("fill");
-        let ticket = std::os::fd::AsFd::as_fd(&a.export(handle).expect("export"))
-            .try_clone_to_owned()
-            .unwrap();
-        let hb = b
-            .import(std::os::fd::AsFd::as_fd(&ticket))
-            .expect("import b");
-        let vb = b.map_rw(hb, SHARED, 0).expect("map b");
-        let hc = c
-            .import(std::os::fd::AsFd::as_fd(&ticket))
-            .expect("import c");
-        let vc = c.map_rw(hc, SHARED, 0).expect("map c");
-        c.release(hc).expect("the mapping keeps it");
-        Workload {
-            workers: vec![a, b, c],
-            logs: vec![log_a, log_b, log_c],
-            addresses: vec![va, vb, vc],
-            control,
-        }
-    }
+    support::harness::run(&tests, || Sandbox::new("faults"));
 }
 
 /// Participant indexes.
@@ -173,6 +80,38 @@ struct Workload {
 }
 
 impl Workload {
+    /// Three workers sharing one allocation, in a directory of their own in `sandbox`.
+    fn start(sandbox: &Sandbox, label: &str) -> Self {
+        let root = sandbox.fresh(label);
+        let spawn = |name: &str| {
+            let log = root.join(format!("{name}.log"));
+            (sandbox.worker(&root, Some(&log)), log)
+        };
+        let (mut a, log_a) = spawn("a");
+        let (mut b, log_b) = spawn("b");
+        let (mut c, log_c) = spawn("c");
+        let handle = a.create(SHARED, 0, 1).expect("create");
+        let va = a.map_rw(handle, SHARED, 0).expect("map a");
+        a.fill(va, SHARED, 7).expect("fill");
+        let ticket = a
+            .export(handle)
+            .expect("export")
+            .as_fd()
+            .try_clone_to_owned()
+            .unwrap();
+        let hb = b.import(ticket.as_fd()).expect("import b");
+        let vb = b.map_rw(hb, SHARED, 0).expect("map b");
+        let hc = c.import(ticket.as_fd()).expect("import c");
+        let vc = c.map_rw(hc, SHARED, 0).expect("map c");
+        c.release(hc).expect("the mapping keeps it");
+        Workload {
+            workers: vec![a, b, c],
+            logs: vec![log_a, log_b, log_c],
+            addresses: vec![va, vb, vc],
+            control: Sandbox::control_dir(&root),
+        }
+    }
+
     fn pid(&self, index: usize) -> NamespacePid {
         NamespacePid::new(self.workers[index].worker_pid() as u32).expect("pid")
     }
@@ -196,6 +135,24 @@ impl Workload {
         assert_eq!(rc, 0, "kill {signal}: {}", std::io::Error::last_os_error());
     }
 
+    /// `cuinterpose COMMAND --checkpoint-dir DIR` on this workload's control directory, with
+    /// `env`, which exits 1: its stderr.
+    fn refused_by_binary(&self, command: &str, dir: &Path, env: &[(&str, &str)]) -> String {
+        let output = cuinterpose(
+            &[
+                command,
+                "--checkpoint-dir",
+                path(dir),
+                "--control-dir",
+                path(&self.control),
+            ],
+            env,
+        );
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        stderr
+    }
+
     /// Asks participant `index` directly (not through the coordinator).
     fn ask(&self, index: usize, request: &Request) -> Result<Reply, String> {
         let endpoint = Endpoint::for_pid(&self.control, self.pid(index)).expect("endpoint");
@@ -204,11 +161,24 @@ impl Workload {
             .map_err(|e| e.to_string())
     }
 
+    /// Participant `index`'s refusal of `request` (anything else fails the test).
+    fn refusal(&self, index: usize, request: &Request) -> RefusedReply {
+        match self.ask(index, request) {
+            Ok(Reply::Refused(refusal)) => refusal,
+            other => panic!("{}: {request:?}: {other:?}", NAMES[index]),
+        }
+    }
+
     fn phase(&self, index: usize) -> Phase {
         match self.ask(index, &Request::Inspect) {
             Ok(Reply::Inspection(i)) => i.phase,
             other => panic!("inspect {}: {other:?}", NAMES[index]),
         }
+    }
+
+    /// Every participant's phase, in index order.
+    fn phases(&self) -> Vec<Phase> {
+        (0..self.workers.len()).map(|i| self.phase(i)).collect()
     }
 
     /// Polls until participant `index` is in `phase` (a request it read late takes effect).
@@ -252,19 +222,7 @@ impl Workload {
         for (worker, &address) in self.workers.iter_mut().zip(&self.addresses) {
             worker.verify(address, SHARED, seed).expect("bytes kept");
         }
-        for writer in 0..self.workers.len() {
-            let pattern = 1000 + seed * 10 + writer as u64;
-            let address = self.addresses[writer];
-            self.workers[writer]
-                .fill(address, SHARED, pattern)
-                .expect("write");
-            for reader in 0..self.workers.len() {
-                let address = self.addresses[reader];
-                self.workers[reader]
-                    .verify(address, SHARED, pattern)
-                    .unwrap_or_else(|e| panic!("{reader} reads {writer}'s write: {e}"));
-            }
-        }
+        check_writes_cross(&mut self.workers, &self.addresses, SHARED, 1000 + seed * 10);
     }
 }
 
@@ -330,10 +288,55 @@ fn prepare(sandbox: &Sandbox, workload: &Workload) -> PathBuf {
     let dir = sandbox.fresh("checkpoint");
     commands::prepare(&workload.session(Duration::from_secs(5)), &dir, &mut |_| {})
         .expect("prepare");
-    for index in 0..3 {
-        assert_eq!(workload.phase(index), Phase::Released);
-    }
+    assert_eq!(workload.phases(), [Phase::Released; 3]);
     dir
+}
+
+/// A run of `kind` for `workload` and the checkpoint directory it works in: a fresh one for a
+/// capture, a prepared one for a restore.
+fn start_run(sandbox: &Sandbox, workload: &Workload, kind: RunKind) -> (PathBuf, Run) {
+    match kind {
+        RunKind::Capture => (sandbox.fresh("checkpoint"), Run::capture(workload.pids())),
+        RunKind::Restore => {
+            let dir = prepare(sandbox, workload);
+            let run = Run::restore(&state::load(&dir).expect("state"), workload.pids());
+            (dir, run)
+        }
+    }
+}
+
+/// The command of `kind` once more, after a failed run: `prepare` into a fresh directory, or
+/// `restore` from `dir`.
+fn run_again(
+    sandbox: &Sandbox,
+    session: &Session,
+    kind: RunKind,
+    dir: &Path,
+) -> Result<Report, CommandError> {
+    match kind {
+        RunKind::Capture => commands::prepare(session, &sandbox.fresh("again"), &mut |_| {}),
+        RunKind::Restore => commands::restore(session, dir, &mut |_| {}),
+    }
+}
+
+/// `error` is `command`'s refusal at inspect, with nothing changed: participant `victim` is in
+/// phase `found`, not in phase `expected`.
+fn check_refused_out_of_phase(
+    error: &CommandError,
+    command: &str,
+    victim: NamespacePid,
+    found: Phase,
+    expected: Phase,
+) {
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!(
+            "{command} failed in phase inspect: participant {victim}: in phase {found}, expected \
+             phase {expected}"
+        )) && message.contains("nothing was changed in any participant"),
+        "{message}"
+    );
+    assert_eq!(error.exit_code(), 1, "{message}");
 }
 
 /// Every capture stage, then every restore stage (the publication is tested on its own).
@@ -402,6 +405,16 @@ fn check_failure(error: &RunError, kind: RunKind, stage: Stage, victim: Namespac
     assert_eq!(message.contains("FAIL-STOP"), mutated, "{message}");
 }
 
+/// `what` failed `took` after the fault, at least `at_least` (when it was noticed) and in
+/// less than 3 s (not at some later timeout); says so.
+fn check_failed_after(what: &str, took: Duration, at_least: Duration) {
+    assert!(
+        took >= at_least && took < Duration::from_secs(3),
+        "{what}: failed after {took:?}"
+    );
+    println!("  {what}: failed after {took:.1?}");
+}
+
 /// Who dies in which stage: every participant dies somewhere, the creator during the copy
 /// phases and while its importers re-import from it.
 fn victim_of(kind: RunKind, stage: Stage) -> usize {
@@ -417,16 +430,9 @@ fn victim_of(kind: RunKind, stage: Stage) -> usize {
 fn killed_in_each_phase(sandbox: &Sandbox) {
     for (kind, target) in stages() {
         let victim = victim_of(kind, target);
-        let mut workload = sandbox.workload("killed");
+        let mut workload = Workload::start(sandbox, "killed");
         let session = workload.session(Duration::from_secs(5));
-        let dir = match kind {
-            RunKind::Capture => sandbox.fresh("checkpoint"),
-            RunKind::Restore => prepare(sandbox, &workload),
-        };
-        let mut run = match kind {
-            RunKind::Capture => Run::capture(workload.pids()),
-            RunKind::Restore => Run::restore(&state::load(&dir).expect("state"), workload.pids()),
-        };
+        let (dir, mut run) = start_run(sandbox, &workload, kind);
         // Right before the stage: stop the victim (the request waits in its socket), and kill
         // it 300 ms into the stage.
         let victim_pid = workload.workers[victim].pid() as i32;
@@ -458,23 +464,28 @@ fn killed_in_each_phase(sandbox: &Sandbox) {
             "closed the connection",
         );
         // Noticed when it died, not at the timeout.
-        assert!(
-            took >= Duration::from_millis(250) && took < Duration::from_secs(3),
-            "{what}: the stage took {took:?}"
-        );
+        check_failed_after(&what, took, Duration::from_millis(250));
         workload.workers[victim].kill().expect("reap");
         // The survivors finished the stage (or, re-importing from a dead creator, fail-stopped)
         // and went no further.
         let restoring_from_dead_creator =
             victim == A && target == Stage::Execute(Operation::RestoreUnicast);
-        for index in (0..3).filter(|&i| i != victim) {
-            let expected = if restoring_from_dead_creator {
-                Phase::Failed
-            } else {
-                phase_through(kind, target)
-            };
-            assert_eq!(workload.phase(index), expected, "{what}: {}", NAMES[index]);
-        }
+        let survivors = if restoring_from_dead_creator {
+            Phase::Failed
+        } else {
+            phase_through(kind, target)
+        };
+        let check_survivors = |when: &str| {
+            for index in (0..3).filter(|&i| i != victim) {
+                assert_eq!(
+                    workload.phase(index),
+                    survivors,
+                    "{what}{when}: {}",
+                    NAMES[index]
+                );
+            }
+        };
+        check_survivors("");
         if restoring_from_dead_creator {
             assert_eq!(
                 error.fail_stopped,
@@ -484,14 +495,11 @@ fn killed_in_each_phase(sandbox: &Sandbox) {
         }
         // The published state (if the capture got that far) is complete; a second run refuses
         // before changing anyone: the dead participant does not answer.
-        let second = match kind {
-            RunKind::Capture => {
-                assert!(matches!(state::load(&dir), Err(StateError::Missing { .. })));
-                commands::prepare(&session, &sandbox.fresh("again"), &mut |_| {})
-            }
-            RunKind::Restore => commands::restore(&session, &dir, &mut |_| {}),
+        if kind == RunKind::Capture {
+            assert!(matches!(state::load(&dir), Err(StateError::Missing { .. })));
         }
-        .expect_err(&format!("{what}: a second run"));
+        let second =
+            run_again(sandbox, &session, kind, &dir).expect_err(&format!("{what}: a second run"));
         let CommandError::Run(second) = &second else {
             panic!("{what}: {second}");
         };
@@ -508,68 +516,26 @@ fn killed_in_each_phase(sandbox: &Sandbox) {
             )) && second.to_string().contains("nothing listens on the socket"),
             "{what}: {second}"
         );
-        for index in (0..3).filter(|&i| i != victim) {
-            let expected = if restoring_from_dead_creator {
-                Phase::Failed
-            } else {
-                phase_through(kind, target)
-            };
-            assert_eq!(
-                workload.phase(index),
-                expected,
-                "{what}, after a second run"
-            );
-        }
-        println!("  {what}: failed after {took:.1?}");
+        check_survivors(", after a second run");
     }
-}
-
-/// The binary with the sandbox's settings and the given environment.
-fn cuinterpose(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_cuinterpose"));
-    command.args(args);
-    for variable in [
-        "CUINTERPOSE_CONTROL_DIR",
-        "CUINTERPOSE_CONTROL_TIMEOUT_SECONDS",
-        "CUINTERPOSE_COPY_TIMEOUT_SECONDS",
-    ] {
-        command.env_remove(variable);
-    }
-    command.envs(env.iter().copied());
-    command.output().expect("run cuinterpose")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn path(dir: &Path) -> &str {
-    dir.to_str().expect("UTF-8 path")
 }
 
 fn stops_answering(sandbox: &Sandbox) {
     // Through the binary, with the timeout from the environment: silent at inspect, nothing
     // changed; the request it reads once resumed is read-only, so a second prepare succeeds.
-    let mut workload = sandbox.workload("silent");
+    let mut workload = Workload::start(sandbox, "silent");
     workload.signal(B, libc::SIGSTOP);
     let dir = sandbox.fresh("checkpoint");
     let started = Instant::now();
-    let output = cuinterpose(
-        &[
-            "prepare",
-            "--checkpoint-dir",
-            path(&dir),
-            "--control-dir",
-            path(&workload.control),
-        ],
+    let stderr = workload.refused_by_binary(
+        "prepare",
+        &dir,
         &[
             ("CUINTERPOSE_CONTROL_TIMEOUT_SECONDS", "1"),
             ("CUINTERPOSE_COPY_TIMEOUT_SECONDS", "1"),
         ],
     );
     let took = started.elapsed();
-    let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains(&format!(
             "prepare failed in phase inspect: participant {}: no reply:",
@@ -578,16 +544,14 @@ fn stops_answering(sandbox: &Sandbox) {
             && stderr.contains("nothing was changed in any participant"),
         "{stderr}"
     );
-    assert!(
-        took >= Duration::from_secs(1) && took < Duration::from_secs(3),
-        "{took:?}"
+    check_failed_after(
+        "B silent at prepare's inspect (binary)",
+        took,
+        Duration::from_secs(1),
     );
-    println!("  B silent at prepare's inspect (binary): failed after {took:.1?}");
     workload.signal(B, libc::SIGCONT);
     assert!(matches!(state::load(&dir), Err(StateError::Missing { .. })));
-    for index in 0..3 {
-        assert_eq!(workload.phase(index), Phase::Active);
-    }
+    assert_eq!(workload.phases(), [Phase::Active; 3]);
     let dir = prepare(sandbox, &workload);
     commands::restore(&workload.session(Duration::from_secs(5)), &dir, &mut |_| {})
         .expect("restore after a harmless stall");
@@ -621,16 +585,9 @@ fn stops_answering(sandbox: &Sandbox) {
         ),
     ];
     for (kind, target, victim) in cases {
-        let workload = sandbox.workload("silent");
-        let dir = match kind {
-            RunKind::Capture => sandbox.fresh("checkpoint"),
-            RunKind::Restore => prepare(sandbox, &workload),
-        };
+        let workload = Workload::start(sandbox, "silent");
+        let (dir, mut run) = start_run(sandbox, &workload, kind);
         let session = workload.session(Duration::from_secs(1));
-        let mut run = match kind {
-            RunKind::Capture => Run::capture(workload.pids()),
-            RunKind::Restore => Run::restore(&state::load(&dir).expect("state"), workload.pids()),
-        };
         let mut before = |stage: Stage| {
             if stage == target {
                 workload.signal(victim, libc::SIGSTOP);
@@ -651,11 +608,7 @@ fn stops_answering(sandbox: &Sandbox) {
             1,
             "{what}: only the silent one: {error}"
         );
-        assert!(
-            took >= Duration::from_secs(1) && took < Duration::from_secs(3),
-            "{what}: {took:?}"
-        );
-        println!("  {what}: failed after {took:.1?}");
+        check_failed_after(&what, took, Duration::from_secs(1));
         workload.signal(victim, libc::SIGCONT);
         let done = phase_through(kind, target);
         workload.await_phase(victim, done);
@@ -664,29 +617,25 @@ fn stops_answering(sandbox: &Sandbox) {
             _ => "begin_checkpoint",
         };
         workload.await_log(victim, &format!("could not send the {operation} reply"));
-        let phases: Vec<Phase> = (0..3).map(|i| workload.phase(i)).collect();
-        let second = match kind {
-            RunKind::Capture => commands::prepare(&session, &sandbox.fresh("again"), &mut |_| {}),
-            RunKind::Restore => commands::restore(&session, &dir, &mut |_| {}),
-        }
-        .expect_err(&format!("{what}: a second run"));
-        let message = second.to_string();
+        let phases = workload.phases();
+        let second =
+            run_again(sandbox, &session, kind, &dir).expect_err(&format!("{what}: a second run"));
         let expected_phase = match kind {
             RunKind::Capture => Phase::Active,
             RunKind::Restore => Phase::Released,
         };
-        assert!(
-            message.contains(&format!(
-                "{} failed in phase inspect: participant {}: in phase {done}, expected phase \
-                 {expected_phase}",
-                kind.command(),
-                workload.pid(victim)
-            )) && message.contains("nothing was changed in any participant"),
-            "{what}: {message}"
+        check_refused_out_of_phase(
+            &second,
+            kind.command(),
+            workload.pid(victim),
+            done,
+            expected_phase,
         );
-        assert_eq!(second.exit_code(), 1);
-        let after: Vec<Phase> = (0..3).map(|i| workload.phase(i)).collect();
-        assert_eq!(after, phases, "{what}: the second run changed something");
+        assert_eq!(
+            workload.phases(),
+            phases,
+            "{what}: the second run changed something"
+        );
     }
 }
 
@@ -707,39 +656,25 @@ fn send_and_vanish(workload: &Workload, index: usize, request: &Request) {
 fn lost_reply(sandbox: &Sandbox) {
     // begin_checkpoint reaches B, the coordinator is gone before the reply: B is frozen, and
     // the next prepare refuses on that instead of freezing it again.
-    let workload = sandbox.workload("lost");
+    let workload = Workload::start(sandbox, "lost");
     send_and_vanish(&workload, B, &Request::BeginCheckpoint);
     workload.await_phase(B, Phase::Frozen);
     let session = workload.session(Duration::from_secs(5));
     let dir = sandbox.fresh("checkpoint");
     let error = commands::prepare(&session, &dir, &mut |_| {}).expect_err("prepare");
-    let message = error.to_string();
-    assert!(
-        message.contains(&format!(
-            "prepare failed in phase inspect: participant {}: in phase frozen, expected phase \
-             active",
-            workload.pid(B)
-        )) && message.contains("nothing was changed in any participant"),
-        "{message}"
+    check_refused_out_of_phase(
+        &error,
+        "prepare",
+        workload.pid(B),
+        Phase::Frozen,
+        Phase::Active,
     );
-    assert_eq!(error.exit_code(), 1);
     assert_eq!(
-        [workload.phase(A), workload.phase(B), workload.phase(C)],
+        workload.phases(),
         [Phase::Active, Phase::Frozen, Phase::Active]
     );
     // The same through the binary: exit 1, the same words.
-    let output = cuinterpose(
-        &[
-            "prepare",
-            "--checkpoint-dir",
-            path(&sandbox.fresh("checkpoint")),
-            "--control-dir",
-            path(&workload.control),
-        ],
-        &[],
-    );
-    let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let stderr = workload.refused_by_binary("prepare", &sandbox.fresh("checkpoint"), &[]);
     assert!(
         stderr.contains(&format!(
             "cuinterpose: prepare failed in phase inspect: participant {}: in phase frozen, \
@@ -750,23 +685,19 @@ fn lost_reply(sandbox: &Sandbox) {
     );
     workload.await_log(B, "could not send the begin_checkpoint reply");
     // A second begin_checkpoint to the frozen participant is refused, not repeated.
-    match workload.ask(B, &Request::BeginCheckpoint) {
-        Ok(Reply::Refused(r)) => {
-            assert_eq!(r.code, RefusalCode::OutOfOrder, "{r:?}");
-            assert!(
-                r.message.as_str().contains(
-                    "begin_checkpoint needs phase active; this process is in phase frozen"
-                ),
-                "{r:?}"
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    let r = workload.refusal(B, &Request::BeginCheckpoint);
+    assert_eq!(r.code, RefusalCode::OutOfOrder, "{r:?}");
+    assert!(
+        r.message
+            .as_str()
+            .contains("begin_checkpoint needs phase active; this process is in phase frozen"),
+        "{r:?}"
+    );
     drop(workload);
 
     // load_allocations reaches A after a complete prepare, the reply is lost: A loaded and
     // freed its host copy; restore refuses on A's phase before touching B or C.
-    let workload = sandbox.workload("lost");
+    let workload = Workload::start(sandbox, "lost");
     let dir = prepare(sandbox, &workload);
     send_and_vanish(
         &workload,
@@ -778,18 +709,15 @@ fn lost_reply(sandbox: &Sandbox) {
     workload.await_phase(A, Phase::Loaded);
     let session = workload.session(Duration::from_secs(5));
     let error = commands::restore(&session, &dir, &mut |_| {}).expect_err("restore");
-    let message = error.to_string();
-    assert!(
-        message.contains(&format!(
-            "restore failed in phase inspect: participant {}: in phase loaded, expected phase \
-             released",
-            workload.pid(A)
-        )) && message.contains("nothing was changed in any participant"),
-        "{message}"
+    check_refused_out_of_phase(
+        &error,
+        "restore",
+        workload.pid(A),
+        Phase::Loaded,
+        Phase::Released,
     );
-    assert_eq!(error.exit_code(), 1);
     assert_eq!(
-        [workload.phase(A), workload.phase(B), workload.phase(C)],
+        workload.phases(),
         [Phase::Loaded, Phase::Released, Phase::Released]
     );
     workload.await_log(A, "could not send the load_allocations reply");
@@ -798,15 +726,13 @@ fn lost_reply(sandbox: &Sandbox) {
         "the coordinator did not receive the load_allocations reply; the host copy is freed",
     );
     // Loading again is refused (out of order), not repeated.
-    match workload.ask(
+    let r = workload.refusal(
         A,
         &Request::Execute(ExecuteRequest {
             operation: Operation::LoadAllocations,
         }),
-    ) {
-        Ok(Reply::Refused(r)) => assert_eq!(r.code, RefusalCode::OutOfOrder, "{r:?}"),
-        other => panic!("{other:?}"),
-    }
+    );
+    assert_eq!(r.code, RefusalCode::OutOfOrder, "{r:?}");
 }
 
 /// Stops publication after one step with an error (the coordinator dying there, as far as the
@@ -849,7 +775,7 @@ fn leftovers(dir: &Path) -> Vec<String> {
 
 fn publication_interrupted(sandbox: &Sandbox) {
     for step in PublishStep::ALL {
-        let mut workload = sandbox.workload("publish");
+        let mut workload = Workload::start(sandbox, "publish");
         let session = workload.session(Duration::from_secs(5));
         let dir = sandbox.fresh("checkpoint");
         let mut hook = FailAt {
@@ -887,9 +813,7 @@ fn publication_interrupted(sandbox: &Sandbox) {
             "{step:?}: {:?}",
             leftovers(&dir)
         );
-        for index in 0..3 {
-            assert_eq!(workload.phase(index), Phase::Released);
-        }
+        assert_eq!(workload.phases(), [Phase::Released; 3]);
         let restored = commands::restore(&session, &dir, &mut |_| {});
         if published {
             // Complete: restore works from it, and the sharing is back.
@@ -904,9 +828,7 @@ fn publication_interrupted(sandbox: &Sandbox) {
                 "{error}"
             );
             assert_eq!(error.exit_code(), 1);
-            for index in 0..3 {
-                assert_eq!(workload.phase(index), Phase::Released);
-            }
+            assert_eq!(workload.phases(), [Phase::Released; 3]);
         }
         println!(
             "  stopped after {step:?}: state {}",
@@ -969,7 +891,7 @@ fn complete_or_absent(dir: &Path, expected: &StateFile) -> bool {
 
 fn publisher_killed(sandbox: &Sandbox) {
     // The state of a real capture, as the child's input.
-    let workload = sandbox.workload("killed-publisher");
+    let workload = Workload::start(sandbox, "killed-publisher");
     let input_dir = prepare(sandbox, &workload);
     let expected = state::load(&input_dir).expect("state");
     let input = state::state_path(&input_dir);
@@ -1046,7 +968,7 @@ fn publisher_killed(sandbox: &Sandbox) {
 }
 
 fn corrupt_state(sandbox: &Sandbox) {
-    let mut workload = sandbox.workload("corrupt");
+    let mut workload = Workload::start(sandbox, "corrupt");
     let good_dir = prepare(sandbox, &workload);
     let good = std::fs::read(state::state_path(&good_dir)).expect("state bytes");
     let session = workload.session(Duration::from_secs(5));
@@ -1095,9 +1017,7 @@ fn corrupt_state(sandbox: &Sandbox) {
             "{what}: {message}"
         );
         assert_eq!(error.exit_code(), 1);
-        for index in 0..3 {
-            assert_eq!(workload.phase(index), Phase::Released, "{what}");
-        }
+        assert_eq!(workload.phases(), [Phase::Released; 3], "{what}");
     }
     // One byte replaced, at every 5th position of the body: refused every time, either as
     // corrupt (at loading) or as not matching (at the check of the participants or at the
@@ -1120,26 +1040,13 @@ fn corrupt_state(sandbox: &Sandbox) {
             other => panic!("byte {at} replaced: {other:?}"),
         }
     }
-    for index in 0..3 {
-        assert_eq!(workload.phase(index), Phase::Released);
-    }
+    assert_eq!(workload.phases(), [Phase::Released; 3]);
     println!("  one byte replaced: {corrupt} refused as corrupt, {mismatched} as not matching");
 
     // Through the binary: exit 1, the file named.
     let dir = sandbox.fresh("corrupt");
     std::fs::write(state::state_path(&dir), &good[..good.len() / 2]).unwrap();
-    let output = cuinterpose(
-        &[
-            "restore",
-            "--checkpoint-dir",
-            path(&dir),
-            "--control-dir",
-            path(&workload.control),
-        ],
-        &[],
-    );
-    let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let stderr = workload.refused_by_binary("restore", &dir, &[]);
     assert!(
         stderr.contains("corrupt checkpoint state: StateFile: malformed body"),
         "{stderr}"
@@ -1203,9 +1110,7 @@ fn corrupt_state(sandbox: &Sandbox) {
         assert_eq!(run.stage, stage, "{what}: {error}");
         assert!(!run.mutated, "{what}");
         assert!(error.to_string().contains(text), "{what}: {error}");
-        for index in 0..3 {
-            assert_eq!(workload.phase(index), Phase::Released, "{what}");
-        }
+        assert_eq!(workload.phases(), [Phase::Released; 3], "{what}");
     }
 
     // The genuine state still restores, with the bytes and the sharing.
@@ -1216,7 +1121,7 @@ fn corrupt_state(sandbox: &Sandbox) {
 fn fail_stopped(sandbox: &Sandbox) {
     // The creator dies between load_allocations and restore_unicast: its importers cannot
     // re-import, fail-stop, and say so to every later request.
-    let mut workload = sandbox.workload("fail-stop");
+    let mut workload = Workload::start(sandbox, "fail-stop");
     let dir = prepare(sandbox, &workload);
     let session = workload.session(Duration::from_secs(5));
     let mut run = Run::restore(&state::load(&dir).expect("state"), workload.pids());
@@ -1283,18 +1188,14 @@ fn fail_stopped(sandbox: &Sandbox) {
             .map(|operation| Request::Execute(ExecuteRequest { operation })),
         );
         for request in requests {
-            match workload.ask(index, &request) {
-                Ok(Reply::Refused(r)) => {
-                    assert_eq!(r.code, RefusalCode::FailStopped, "{request:?}: {r:?}");
-                    assert!(
-                        r.message.as_str().starts_with(
-                            "fail-stopped earlier: restore_unicast failed: asking creator"
-                        ),
-                        "{r:?}"
-                    );
-                }
-                other => panic!("{request:?}: {other:?}"),
-            }
+            let r = workload.refusal(index, &request);
+            assert_eq!(r.code, RefusalCode::FailStopped, "{request:?}: {r:?}");
+            assert!(
+                r.message
+                    .as_str()
+                    .starts_with("fail-stopped earlier: restore_unicast failed: asking creator"),
+                "{r:?}"
+            );
         }
         assert!(
             workload

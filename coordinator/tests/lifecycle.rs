@@ -3,8 +3,7 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::Output;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use cuinterpose_coordinator::commands::{self, CommandError};
@@ -13,59 +12,68 @@ use cuinterpose_coordinator::plan::Stage;
 use cuinterpose_coordinator::session::Session;
 use cuinterpose_coordinator::state;
 use cuinterpose_protocol::transport::Timeouts;
-use cuinterpose_protocol::{Operation, Phase, Request};
+use cuinterpose_protocol::{NamespacePid, Operation, Phase, Record, Request};
 use serde_json::Value;
-use support::{FakeShim, Misbehaviour, start_all};
+use support::cli::{check_exit, cuinterpose, path};
+use support::{FakeShim, Misbehaviour, Trigger, start_all};
 
-fn timeouts(seconds: u64) -> Timeouts {
-    Timeouts::new(Duration::from_secs(seconds), Duration::from_secs(seconds)).expect("timeouts")
+/// Fake shims serving `shared_topology(first)` in a fresh control directory (one of them
+/// misbehaving, if asked), and a fresh checkpoint directory.
+struct Scene {
+    /// Dropped first: a fake shim is stopped through its socket in the control directory.
+    fakes: Vec<FakeShim>,
+    topology: BTreeMap<NamespacePid, Vec<Record>>,
+    control: TempDir,
+    checkpoint: TempDir,
 }
 
-fn phases(fakes: &[FakeShim]) -> Vec<Phase> {
-    fakes.iter().map(FakeShim::phase).collect()
-}
-
-/// Runs the binary with `args`, a clean environment for cuinterpose's variables, and `env`.
-fn cuinterpose(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_cuinterpose"));
-    command.args(args);
-    for variable in [
-        "CUINTERPOSE_CONTROL_DIR",
-        "CUINTERPOSE_CONTROL_TIMEOUT_SECONDS",
-        "CUINTERPOSE_COPY_TIMEOUT_SECONDS",
-    ] {
-        command.env_remove(variable);
+impl Scene {
+    fn start(first: u32, misbehaving: Option<(u32, Trigger, Misbehaviour)>) -> Self {
+        let control = TempDir::new("ctl").expect("control dir");
+        let checkpoint = TempDir::new("ckpt").expect("checkpoint dir");
+        let topology = shared_topology(first);
+        let fakes = start_all(control.path(), &topology, misbehaving);
+        Self {
+            fakes,
+            topology,
+            control,
+            checkpoint,
+        }
     }
-    command.envs(env.iter().copied());
-    command.output().expect("run cuinterpose")
-}
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+    fn ctl(&self) -> &str {
+        path(self.control.path())
+    }
 
-/// The binary exited with `code`; returns (stdout, stderr).
-fn check_exit(output: &Output, code: i32) -> (String, String) {
-    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
-    assert_eq!(
-        output.status.code(),
-        Some(code),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    (stdout, stderr)
-}
+    fn ckpt(&self) -> &str {
+        path(self.checkpoint.path())
+    }
 
-fn path(dir: &Path) -> &str {
-    dir.to_str().expect("UTF-8 temp path")
+    /// A session with every participant of the control directory.
+    fn session(&self, timeout_seconds: u64) -> Session {
+        let timeout = Duration::from_secs(timeout_seconds);
+        let timeouts = Timeouts::new(timeout, timeout).expect("timeouts");
+        Session::open(self.control.path(), &[], timeouts).expect("session")
+    }
+
+    fn phases(&self) -> Vec<Phase> {
+        self.fakes.iter().map(FakeShim::phase).collect()
+    }
+
+    /// `cuinterpose ARGS --checkpoint-dir CKPT --control-dir CTL` with `env`, which exits with
+    /// `code`: (stdout, stderr).
+    fn check(&self, args: &[&str], env: &[(&str, &str)], code: i32) -> (String, String) {
+        let mut args = args.to_vec();
+        args.extend(["--checkpoint-dir", self.ckpt(), "--control-dir", self.ctl()]);
+        check_exit(&cuinterpose(&args, env), code)
+    }
 }
 
 #[test]
 fn prepare_then_restore_through_the_library() {
-    let control = TempDir::new("ctl").expect("control dir");
-    let checkpoint = TempDir::new("ckpt").expect("checkpoint dir");
-    let topology = shared_topology(101);
-    let fakes = start_all(control.path(), &topology, None);
-    let session = Session::open(control.path(), &[], timeouts(5)).expect("session");
+    let scene = Scene::start(101, None);
+    let (fakes, checkpoint) = (&scene.fakes, &scene.checkpoint);
+    let session = scene.session(5);
     assert_eq!(session.participants(), [pid(101), pid(102), pid(103)]);
 
     let mut seen = Vec::new();
@@ -86,10 +94,10 @@ fn prepare_then_restore_through_the_library() {
     );
     assert_eq!(report.bytes(), SIZE);
     assert_eq!(report.checkpoint_dir.as_deref(), Some(checkpoint.path()));
-    assert_eq!(phases(&fakes), [Phase::Released; 3]);
+    assert_eq!(scene.phases(), [Phase::Released; 3]);
     assert_eq!(
         state::load(checkpoint.path()).expect("state"),
-        state_file(&topology)
+        state_file(&scene.topology)
     );
 
     // A second prepare into the same directory is refused before anyone is contacted.
@@ -122,7 +130,7 @@ fn prepare_then_restore_through_the_library() {
         ]
     );
     assert_eq!(report.bytes(), SIZE);
-    assert_eq!(phases(&fakes), [Phase::Active; 3]);
+    assert_eq!(scene.phases(), [Phase::Active; 3]);
     assert_eq!(
         fakes[0].requests(),
         [
@@ -145,12 +153,8 @@ fn prepare_then_restore_through_the_library() {
 
 #[test]
 fn prepare_then_restore_through_the_binary() {
-    let control = TempDir::new("ctl").expect("control dir");
-    let checkpoint = TempDir::new("ckpt").expect("checkpoint dir");
-    let topology = shared_topology(201);
-    let fakes = start_all(control.path(), &topology, None);
-    let ctl = path(control.path());
-    let ckpt = path(checkpoint.path());
+    let scene = Scene::start(201, None);
+    let (ctl, ckpt) = (scene.ctl(), scene.ckpt());
 
     let (stdout, _) = check_exit(
         &cuinterpose(&["inspect", "--control-dir", ctl, "--json"], &[]),
@@ -176,27 +180,14 @@ fn prepare_then_restore_through_the_binary() {
         "{stdout}"
     );
 
-    let (stdout, stderr) = check_exit(
-        &cuinterpose(
-            &[
-                "prepare",
-                "--checkpoint-dir",
-                ckpt,
-                "--control-dir",
-                ctl,
-                "--json",
-            ],
-            &[],
-        ),
-        0,
-    );
+    let (stdout, stderr) = scene.check(&["prepare", "--json"], &[], 0);
     let report: Value = serde_json::from_str(&stdout).expect("report JSON");
     assert_eq!(report["command"], "prepare");
     assert_eq!(report["bytes"], SIZE);
     assert_eq!(report["phases"][3]["phase"], "save_allocations");
     assert_eq!(report["participants"], serde_json::json!([201, 202, 203]));
     assert!(stderr.is_empty(), "{stderr}");
-    assert_eq!(phases(&fakes), [Phase::Released; 3]);
+    assert_eq!(scene.phases(), [Phase::Released; 3]);
 
     let (stdout, _) = check_exit(
         &cuinterpose(&["state", "show", ckpt, "--format", "json"], &[]),
@@ -217,26 +208,14 @@ fn prepare_then_restore_through_the_binary() {
     );
     assert!(yaml.contains("kind: multicast_binding"), "{yaml}");
 
-    let (stdout, stderr) = check_exit(
-        &cuinterpose(
-            &["restore", "--checkpoint-dir", ckpt, "--control-dir", ctl],
-            &[],
-        ),
-        0,
-    );
+    let (stdout, stderr) = scene.check(&["restore"], &[], 0);
     assert!(stdout.starts_with("restore: ok in "), "{stdout}");
     assert!(stdout.contains("load_allocations"), "{stdout}");
     assert!(stderr.contains("cuinterpose: verify done in"), "{stderr}");
-    assert_eq!(phases(&fakes), [Phase::Active; 3]);
+    assert_eq!(scene.phases(), [Phase::Active; 3]);
 
     // Restoring again: every participant is active now, not released: refused, unchanged.
-    let (_, stderr) = check_exit(
-        &cuinterpose(
-            &["restore", "--checkpoint-dir", ckpt, "--control-dir", ctl],
-            &[],
-        ),
-        1,
-    );
+    let (_, stderr) = scene.check(&["restore"], &[], 1);
     assert!(
         stderr.contains("restore failed in phase inspect: participant 201: in phase active, expected phase released"),
         "{stderr}"
@@ -261,16 +240,11 @@ fn is_inspect(request: &Request) -> bool {
 
 #[test]
 fn a_participant_that_closes_during_save_fails_the_run_naming_it() {
-    let control = TempDir::new("ctl").expect("control dir");
-    let checkpoint = TempDir::new("ckpt").expect("checkpoint dir");
-    let fakes = start_all(
-        control.path(),
-        &shared_topology(301),
-        Some((302, is_save, Misbehaviour::Close)),
-    );
-    let session = Session::open(control.path(), &[], timeouts(5)).expect("session");
+    let scene = Scene::start(301, Some((302, is_save, Misbehaviour::Close)));
+    let session = scene.session(5);
     let started = Instant::now();
-    let error = commands::prepare(&session, checkpoint.path(), &mut |_| {}).expect_err("prepare");
+    let error =
+        commands::prepare(&session, scene.checkpoint.path(), &mut |_| {}).expect_err("prepare");
     assert!(
         started.elapsed() < Duration::from_secs(4),
         "{:?}",
@@ -293,37 +267,18 @@ fn a_participant_that_closes_during_save_fails_the_run_naming_it() {
     assert!(message.contains("FAIL-STOP"), "{message}");
     // No state was published; the others saved, nobody went further.
     assert!(matches!(
-        state::load(checkpoint.path()),
+        state::load(scene.checkpoint.path()),
         Err(state::StateError::Missing { .. })
     ));
     assert_eq!(
-        phases(&fakes),
+        scene.phases(),
         [Phase::Saved, Phase::MulticastPrepared, Phase::Saved]
     );
-    drop(fakes);
+    drop(scene);
 
     // The same through the binary: exit 2, loudly.
-    let control = TempDir::new("ctl").expect("control dir");
-    let checkpoint = TempDir::new("ckpt").expect("checkpoint dir");
-    let _fakes = start_all(
-        control.path(),
-        &shared_topology(301),
-        Some((302, is_save, Misbehaviour::Close)),
-    );
-    let (stdout, stderr) = check_exit(
-        &cuinterpose(
-            &[
-                "prepare",
-                "--checkpoint-dir",
-                path(checkpoint.path()),
-                "--control-dir",
-                path(control.path()),
-                "--json",
-            ],
-            &[],
-        ),
-        2,
-    );
+    let scene = Scene::start(301, Some((302, is_save, Misbehaviour::Close)));
+    let (stdout, stderr) = scene.check(&["prepare", "--json"], &[], 2);
     assert!(
         stderr.contains("cuinterpose: prepare failed in phase save_allocations: participant 302"),
         "{stderr}"
@@ -340,25 +295,11 @@ fn a_participant_that_closes_during_save_fails_the_run_naming_it() {
 fn a_silent_participant_fails_after_the_control_timeout() {
     // Through the binary, with the timeout from the environment: silent at inspect, nothing
     // changed.
-    let control = TempDir::new("ctl").expect("control dir");
-    let checkpoint = TempDir::new("ckpt").expect("checkpoint dir");
-    let fakes = start_all(
-        control.path(),
-        &shared_topology(401),
-        Some((403, is_inspect, Misbehaviour::Silent)),
-    );
+    let scene = Scene::start(401, Some((403, is_inspect, Misbehaviour::Silent)));
     let started = Instant::now();
-    let (_, stderr) = check_exit(
-        &cuinterpose(
-            &[
-                "prepare",
-                "--checkpoint-dir",
-                path(checkpoint.path()),
-                "--control-dir",
-                path(control.path()),
-            ],
-            &[("CUINTERPOSE_CONTROL_TIMEOUT_SECONDS", "1")],
-        ),
+    let (_, stderr) = scene.check(
+        &["prepare"],
+        &[("CUINTERPOSE_CONTROL_TIMEOUT_SECONDS", "1")],
         1,
     );
     let elapsed = started.elapsed();
@@ -375,19 +316,15 @@ fn a_silent_participant_fails_after_the_control_timeout() {
         stderr.contains("nothing was changed in any participant"),
         "{stderr}"
     );
-    assert_eq!(phases(&fakes), [Phase::Active; 3]);
-    drop(fakes);
+    assert_eq!(scene.phases(), [Phase::Active; 3]);
+    drop(scene);
 
     // Through the library: silent at prepare_unicast, after mutation.
-    let control = TempDir::new("ctl").expect("control dir");
-    let fakes = start_all(
-        control.path(),
-        &shared_topology(401),
-        Some((401, is_prepare_unicast, Misbehaviour::Silent)),
-    );
-    let session = Session::open(control.path(), &[], timeouts(1)).expect("session");
+    let scene = Scene::start(401, Some((401, is_prepare_unicast, Misbehaviour::Silent)));
+    let session = scene.session(1);
     let started = Instant::now();
-    let error = commands::prepare(&session, checkpoint.path(), &mut |_| {}).expect_err("prepare");
+    let error =
+        commands::prepare(&session, scene.checkpoint.path(), &mut |_| {}).expect_err("prepare");
     let elapsed = started.elapsed();
     assert!(
         elapsed >= Duration::from_secs(1) && elapsed < Duration::from_secs(5),
@@ -399,57 +336,26 @@ fn a_silent_participant_fails_after_the_control_timeout() {
     assert_eq!(run.stage, Stage::Execute(Operation::PrepareUnicast));
     assert_eq!(run.participants(), [pid(401)]);
     assert_eq!(error.exit_code(), 2);
-    assert_eq!(phases(&fakes)[1..], [Phase::Released, Phase::Released]);
+    assert_eq!(scene.phases()[1..], [Phase::Released, Phase::Released]);
 }
 
 #[test]
 fn missing_participants_are_named_before_anything_changes() {
-    let control = TempDir::new("ctl").expect("control dir");
-    let checkpoint = TempDir::new("ckpt").expect("checkpoint dir");
-    let topology = shared_topology(501);
-    let fakes = start_all(control.path(), &topology, None);
-    let session = Session::open(control.path(), &[], timeouts(5)).expect("session");
-    commands::prepare(&session, checkpoint.path(), &mut |_| {}).expect("prepare");
+    let mut scene = Scene::start(501, None);
+    commands::prepare(&scene.session(5), scene.checkpoint.path(), &mut |_| {}).expect("prepare");
 
     // Restore with one participant gone (its socket removed with it).
-    let mut fakes = fakes;
-    let gone = fakes.pop().expect("503");
+    let gone = scene.fakes.pop().expect("503");
     drop(gone);
-    let (_, stderr) = check_exit(
-        &cuinterpose(
-            &[
-                "restore",
-                "--checkpoint-dir",
-                path(checkpoint.path()),
-                "--control-dir",
-                path(control.path()),
-            ],
-            &[],
-        ),
-        1,
-    );
+    let (_, stderr) = scene.check(&["restore"], &[], 1);
     assert!(
         stderr.contains("restore failed in phase check_state: coordinator: the live participants are not the checkpointed ones (checkpointed but not live: [503]; live but not checkpointed: [])"),
         "{stderr}"
     );
     // Naming it explicitly: the missing socket is a transport failure of that participant.
-    let (_, stderr) = check_exit(
-        &cuinterpose(
-            &[
-                "restore",
-                "--checkpoint-dir",
-                path(checkpoint.path()),
-                "--control-dir",
-                path(control.path()),
-                "--pid",
-                "501",
-                "--pid",
-                "502",
-                "--pid",
-                "503",
-            ],
-            &[],
-        ),
+    let (_, stderr) = scene.check(
+        &["restore", "--pid", "501", "--pid", "502", "--pid", "503"],
+        &[],
         1,
     );
     assert!(
@@ -457,7 +363,7 @@ fn missing_participants_are_named_before_anything_changes() {
             && stderr.contains("no socket exists at this path"),
         "{stderr}"
     );
-    assert_eq!(phases(&fakes), [Phase::Released; 2]);
+    assert_eq!(scene.phases(), [Phase::Released; 2]);
 
     // No sockets at all.
     let empty = TempDir::new("ctl").expect("control dir");

@@ -18,23 +18,23 @@ use cuinterpose_coordinator::process;
 use cuinterpose_protocol::{
     AllocationId, AllocationRecord, AllocationReference, NamespacePid, Record,
 };
+use cuinterpose_workload::{cargo_build, target_profile_dir};
 use serde_json::Value;
 use support::FakeShim;
+use support::cli::{self, check_exit, path};
+use support::harness::Test;
 
 const ROLE: &str = "CUI_TEST_ROLE";
 const CHILDREN: &str = "CUI_TEST_CHILDREN";
 const CONTROL: &str = "CUI_TEST_CONTROL_DIR";
 const LIBRARY: &str = "CUI_TEST_FAKECUDA";
 
-type Test = fn(&Path);
-
 fn main() {
     if std::env::var(ROLE).as_deref() == Ok("member") {
         member();
         return;
     }
-    let mut library = None;
-    let tests: [(&str, Test); 3] = [
+    let tests: [Test<Path>; 3] = [
         ("native_steps_through_fakecuda", native_steps),
         (
             "checkpoint_and_restore_a_process_tree",
@@ -42,65 +42,13 @@ fn main() {
         ),
         ("toggle_in_place_and_refusals", toggle_and_refusals),
     ];
-    // Like libtest: positional arguments are name filters; flags (--nocapture, ...) are
-    // accepted and ignored.
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|arg| !arg.starts_with('-'))
-        .collect();
-    let mut passed = 0;
-    for (name, test) in tests {
-        if !filters.is_empty() && !filters.iter().any(|filter| name.contains(filter.as_str())) {
-            continue;
-        }
-        passed += 1;
-        println!("test {name} ...");
-        test(library.get_or_insert_with(fakecuda));
-        println!("test {name} ... ok");
-    }
-    println!(
-        "test result: ok. {passed} passed; {} filtered out",
-        tests.len() - passed
-    );
+    support::harness::run(&tests, fakecuda);
 }
 
 /// Builds fakecuda (`libcuda.so`) into this target directory and returns its path.
 fn fakecuda() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let profile = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<exe>");
-    let target = profile.parent().expect("target dir");
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-    let mut build = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    build
-        .args([
-            "build",
-            "--quiet",
-            "-p",
-            "fakecuda",
-            "--lib",
-            "--manifest-path",
-        ])
-        .arg(&manifest)
-        .env("CARGO_TARGET_DIR", target);
-    match profile.file_name().and_then(|name| name.to_str()) {
-        Some("debug") | None => {}
-        Some("release") => {
-            build.arg("--release");
-        }
-        Some(other) => {
-            build.args(["--profile", other]);
-        }
-    }
-    let output = build.output().expect("run cargo build -p fakecuda");
-    assert!(
-        output.status.success(),
-        "building fakecuda failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let library = profile.join("libcuda.so");
+    cargo_build("fakecuda", &["--lib"]);
+    let library = target_profile_dir().join("libcuda.so");
     assert!(library.exists(), "{}", library.display());
     library
 }
@@ -233,54 +181,66 @@ impl Drop for Member {
     }
 }
 
-fn cuinterpose(args: &[&str], library: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cuinterpose"))
-        .args(args)
-        .env("CUINTERPOSE_DRIVER", library)
-        .env_remove("CUINTERPOSE_CONTROL_DIR")
-        .env("CUINTERPOSE_CONTROL_TIMEOUT_SECONDS", "10")
-        .output()
-        .expect("run cuinterpose")
+/// Member processes (a root and its children) in a fresh control directory, fakecuda's native
+/// checkpoint API, and the `cuinterpose` binary on that driver and those participants.
+struct Tree<'a> {
+    /// Stopped before the control directory is removed.
+    root: Member,
+    /// Every member's host PID.
+    pids: Vec<u32>,
+    driver: Driver,
+    library: &'a Path,
+    control: TempDir,
 }
 
-/// The binary exited with `code`; returns stdout (stderr is printed on mismatch).
-fn check_exit(output: &Output, code: i32) -> String {
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert_eq!(
-        output.status.code(),
-        Some(code),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    if code != 0 {
-        return stderr;
+impl<'a> Tree<'a> {
+    /// A root member with `children` children, all ready.
+    fn start(library: &'a Path, children: usize) -> Self {
+        let control = TempDir::new("ctl").expect("control dir");
+        let mut root = Member::spawn(control.path(), library, children);
+        root.wait_ready();
+        let pids = tree_pids(root.host_pid());
+        let driver = Driver::load_from(library).expect("load fakecuda");
+        Self {
+            root,
+            pids,
+            driver,
+            library,
+            control,
+        }
     }
-    stdout
-}
 
-fn path(dir: &Path) -> &str {
-    dir.to_str().expect("UTF-8 path")
-}
+    fn native_states(&self) -> Vec<ProcessState> {
+        self.pids
+            .iter()
+            .map(|pid| self.driver.state(*pid).expect("state"))
+            .collect()
+    }
 
-/// Phases of every participant per `cuinterpose inspect --json`.
-fn shim_phases(control: &Path, library: &Path) -> Vec<String> {
-    let output = cuinterpose(
-        &["inspect", "--control-dir", path(control), "--json"],
-        library,
-    );
-    let value: Value = serde_json::from_slice(&output.stdout).expect("inspect JSON");
-    value["participants"]
-        .as_object()
-        .expect("participants")
-        .values()
-        .map(|participant| participant["phase"].as_str().expect("phase").to_string())
-        .collect()
-}
+    /// Runs `cuinterpose ARGS --control-dir CONTROL`.
+    fn output(&self, args: &[&str]) -> Output {
+        let mut args = args.to_vec();
+        args.extend(["--control-dir", path(self.control.path())]);
+        cli::cuinterpose(
+            &args,
+            &[
+                ("CUINTERPOSE_DRIVER", path(self.library)),
+                ("CUINTERPOSE_CONTROL_TIMEOUT_SECONDS", "10"),
+            ],
+        )
+    }
 
-fn native_states(driver: &Driver, pids: &[u32]) -> Vec<ProcessState> {
-    pids.iter()
-        .map(|pid| driver.state(*pid).expect("state"))
-        .collect()
+    /// [`Tree::output`], which must exit with `code`: its stdout if that is 0, else its
+    /// stderr.
+    fn check(&self, args: &[&str], code: i32) -> String {
+        let (stdout, stderr) = check_exit(&self.output(args), code);
+        if code == 0 { stdout } else { stderr }
+    }
+
+    /// Phases of every participant per `cuinterpose inspect --json`.
+    fn shim_phases(&self) -> Vec<String> {
+        cli::participant_phases(&self.output(&["inspect", "--json"]))
+    }
 }
 
 fn tree_pids(root: u32) -> Vec<u32> {
@@ -292,11 +252,8 @@ fn tree_pids(root: u32) -> Vec<u32> {
 }
 
 fn native_steps(library: &Path) {
-    let control = TempDir::new("ctl").expect("control dir");
-    let mut member = Member::spawn(control.path(), library, 0);
-    member.wait_ready();
-    let pid = member.host_pid();
-    let driver = Driver::load_from(library).expect("load fakecuda");
+    let tree = Tree::start(library, 0);
+    let (pid, driver) = (tree.root.host_pid(), &tree.driver);
     assert_eq!(driver.state(pid).expect("state"), ProcessState::Running);
     driver.suspend(pid, 5_000).expect("lock and checkpoint");
     assert_eq!(
@@ -344,42 +301,28 @@ fn native_steps(library: &Path) {
         driver.state(0),
         Err(NativeError::InvalidPid { pid: 0 })
     ));
-    member.stop();
+    tree.root.stop();
 }
 
 fn checkpoint_and_restore(library: &Path) {
-    let control = TempDir::new("ctl").expect("control dir");
+    let tree = Tree::start(library, 2);
     let checkpoint = TempDir::new("ckpt").expect("checkpoint dir");
-    let mut root = Member::spawn(control.path(), library, 2);
-    root.wait_ready();
-    let pids = tree_pids(root.host_pid());
-    assert_eq!(pids.len(), 3, "{pids:?}");
-    let driver = Driver::load_from(library).expect("load fakecuda");
+    assert_eq!(tree.pids.len(), 3, "{:?}", tree.pids);
 
-    let stdout = check_exit(
-        &cuinterpose(
-            &[
-                "checkpoint",
-                "--pid",
-                &root.host_pid().to_string(),
-                "--dir",
-                path(checkpoint.path()),
-                "--control-dir",
-                path(control.path()),
-                "--json",
-            ],
-            library,
-        ),
+    let stdout = tree.check(
+        &[
+            "checkpoint",
+            "--pid",
+            &tree.root.host_pid().to_string(),
+            "--dir",
+            path(checkpoint.path()),
+            "--json",
+        ],
         0,
     );
     let report: Value = serde_json::from_str(&stdout).expect("report JSON");
     assert_eq!(report["command"], "checkpoint");
-    let names: Vec<&str> = report["phases"]
-        .as_array()
-        .expect("phases")
-        .iter()
-        .map(|phase| phase["phase"].as_str().expect("name"))
-        .collect();
+    let names = cli::phase_names(&report);
     assert_eq!(
         names,
         [
@@ -394,154 +337,83 @@ fn checkpoint_and_restore(library: &Path) {
         ]
     );
     assert_eq!(report["phases"][7]["participants"], 3);
-    assert_eq!(
-        native_states(&driver, &pids),
-        [ProcessState::Checkpointed; 3]
-    );
-    assert_eq!(shim_phases(control.path(), library), ["released"; 3]);
+    assert_eq!(tree.native_states(), [ProcessState::Checkpointed; 3]);
+    assert_eq!(tree.shim_phases(), ["released"; 3]);
     assert!(checkpoint.path().join("cuinterpose.state").exists());
     assert!(checkpoint.path().join("cuinterpose.processes").exists());
 
     // Without --pid: the processes the checkpoint recorded.
-    let stdout = check_exit(
-        &cuinterpose(
-            &[
-                "restore",
-                "--dir",
-                path(checkpoint.path()),
-                "--control-dir",
-                path(control.path()),
-            ],
-            library,
-        ),
-        0,
-    );
+    let stdout = tree.check(&["restore", "--dir", path(checkpoint.path())], 0);
     assert!(stdout.starts_with("restore: ok in "), "{stdout}");
     assert!(
         stdout.contains("native_restore") && stdout.contains("native_unlock"),
         "{stdout}"
     );
-    assert_eq!(native_states(&driver, &pids), [ProcessState::Running; 3]);
-    assert_eq!(shim_phases(control.path(), library), ["active"; 3]);
-    root.stop();
+    assert_eq!(tree.native_states(), [ProcessState::Running; 3]);
+    assert_eq!(tree.shim_phases(), ["active"; 3]);
+    tree.root.stop();
 }
 
 fn toggle_and_refusals(library: &Path) {
-    let control = TempDir::new("ctl").expect("control dir");
-    let mut root = Member::spawn(control.path(), library, 1);
-    root.wait_ready();
-    let root_pid = root.host_pid().to_string();
-    let pids = tree_pids(root.host_pid());
-    let driver = Driver::load_from(library).expect("load fakecuda");
+    let tree = Tree::start(library, 1);
+    let root_pid = tree.root.host_pid().to_string();
 
-    let stdout = check_exit(
-        &cuinterpose(
-            &[
-                "toggle",
-                "--pid",
-                &root_pid,
-                "--control-dir",
-                path(control.path()),
-                "--json",
-            ],
-            library,
-        ),
-        0,
-    );
+    let stdout = tree.check(&["toggle", "--pid", &root_pid, "--json"], 0);
     let report: Value = serde_json::from_str(&stdout).expect("report JSON");
     assert_eq!(report["command"], "toggle");
     assert_eq!(report["checkpoint_dir"], Value::Null);
-    let phases = report["phases"].as_array().expect("phases");
-    assert_eq!(
-        phases.first().map(|phase| &phase["phase"]),
-        Some(&Value::from("inspect"))
-    );
-    assert_eq!(
-        phases.last().map(|phase| &phase["phase"]),
-        Some(&Value::from("verify"))
-    );
+    let phases = cli::phase_names(&report);
+    assert_eq!(phases.first(), Some(&"inspect"));
+    assert_eq!(phases.last(), Some(&"verify"));
     assert_eq!(phases.len(), 6 + 2 + 2 + 8);
-    assert_eq!(native_states(&driver, &pids), [ProcessState::Running; 2]);
-    assert_eq!(shim_phases(control.path(), library), ["active"; 2]);
+    assert_eq!(tree.native_states(), [ProcessState::Running; 2]);
+    assert_eq!(tree.shim_phases(), ["active"; 2]);
 
     // A directory that already holds a state: refused before anything is locked.
     let checkpoint = TempDir::new("ckpt").expect("checkpoint dir");
     std::fs::write(checkpoint.path().join("cuinterpose.state"), b"old").expect("write");
-    let stderr = check_exit(
-        &cuinterpose(
-            &[
-                "checkpoint",
-                "--pid",
-                &root_pid,
-                "--dir",
-                path(checkpoint.path()),
-                "--control-dir",
-                path(control.path()),
-            ],
-            library,
-        ),
+    let stderr = tree.check(
+        &[
+            "checkpoint",
+            "--pid",
+            &root_pid,
+            "--dir",
+            path(checkpoint.path()),
+        ],
         1,
     );
     assert!(
         stderr.contains("a checkpoint state already exists"),
         "{stderr}"
     );
-    assert_eq!(native_states(&driver, &pids), [ProcessState::Running; 2]);
-    assert_eq!(shim_phases(control.path(), library), ["active"; 2]);
+    assert_eq!(tree.native_states(), [ProcessState::Running; 2]);
+    assert_eq!(tree.shim_phases(), ["active"; 2]);
 
     // A state that does not decode: refused before any native step.
-    let stderr = check_exit(
-        &cuinterpose(
-            &[
-                "restore",
-                "--dir",
-                path(checkpoint.path()),
-                "--pid",
-                &root_pid,
-                "--control-dir",
-                path(control.path()),
-            ],
-            library,
-        ),
+    let stderr = tree.check(
+        &[
+            "restore",
+            "--dir",
+            path(checkpoint.path()),
+            "--pid",
+            &root_pid,
+        ],
         1,
     );
     assert!(stderr.contains("corrupt checkpoint state"), "{stderr}");
 
     // Restoring processes that are running: refused before anything changes.
     let kept = TempDir::new("ckpt").expect("checkpoint dir");
-    check_exit(
-        &cuinterpose(
-            &[
-                "toggle",
-                "--pid",
-                &root_pid,
-                "--dir",
-                path(kept.path()),
-                "--control-dir",
-                path(control.path()),
-            ],
-            library,
-        ),
+    tree.check(
+        &["toggle", "--pid", &root_pid, "--dir", path(kept.path())],
         0,
     );
     assert!(kept.path().join("cuinterpose.state").exists());
-    let stderr = check_exit(
-        &cuinterpose(
-            &[
-                "restore",
-                "--dir",
-                path(kept.path()),
-                "--control-dir",
-                path(control.path()),
-            ],
-            library,
-        ),
-        1,
-    );
+    let stderr = tree.check(&["restore", "--dir", path(kept.path())], 1);
     assert!(
         stderr.contains("native restore needs state checkpointed, the process is running"),
         "{stderr}"
     );
-    assert_eq!(native_states(&driver, &pids), [ProcessState::Running; 2]);
-    root.stop();
+    assert_eq!(tree.native_states(), [ProcessState::Running; 2]);
+    tree.root.stop();
 }

@@ -1,6 +1,13 @@
-//! Fake shims: threads serving a [`FakeParticipant`]'s phase machine on a real participant
-//! socket (`protocol::transport::Listener`), with scripted misbehaviour.
+//! What the coordinator's integration tests share: fake shims (threads serving a
+//! [`FakeParticipant`]'s phase machine on a real participant socket,
+//! `protocol::transport::Listener`, with scripted misbehaviour), real workloads under the shim
+//! ([`sandbox`]), the `cuinterpose` binary ([`cli`]) and the `main` of the `harness = false`
+//! binaries ([`harness`]).
 #![allow(dead_code)]
+
+pub mod cli;
+pub mod harness;
+pub mod sandbox;
 
 use std::collections::BTreeMap;
 use std::os::unix::net::UnixStream;

@@ -1,0 +1,34 @@
+//! The `main` of the `harness = false` test binaries, with libtest's command line.
+
+use std::borrow::Borrow;
+use std::time::Instant;
+
+/// A named test of a context `T`.
+pub type Test<T> = (&'static str, fn(&T));
+
+/// Runs `tests` in order, each with one context shared by all of them, built by `setup`
+/// before the first test that runs (never when every test is filtered out). Like libtest:
+/// positional arguments are name filters; flags (`--nocapture`, ...) are accepted and ignored.
+pub fn run<C: Borrow<T>, T: ?Sized>(tests: &[Test<T>], mut setup: impl FnMut() -> C) {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|arg| !arg.starts_with('-'))
+        .collect();
+    let mut context = None;
+    let mut passed = 0;
+    for &(name, test) in tests {
+        if !filters.is_empty() && !filters.iter().any(|filter| name.contains(filter.as_str())) {
+            continue;
+        }
+        passed += 1;
+        println!("test {name} ...");
+        let started = Instant::now();
+        let shared: &C = context.get_or_insert_with(&mut setup);
+        test(shared.borrow());
+        println!("test {name} ... ok ({:.1?})", started.elapsed());
+    }
+    println!(
+        "test result: ok. {passed} passed; {} filtered out",
+        tests.len() - passed
+    );
+}

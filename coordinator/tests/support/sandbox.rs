@@ -1,0 +1,83 @@
+//! Real workloads: `cuinterpose-worker` processes over fakecuda under the shim.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use cuinterpose_coordinator::fixtures::TempDir;
+use cuinterpose_workload::{
+    EntryPath, Output, Worker, WorkerConfig, build_shim, build_worker, fakecuda_lib_dir,
+};
+
+/// The shim, the worker, fakecuda (built for this test's profile), and a private directory.
+pub struct Sandbox {
+    pub shim: PathBuf,
+    pub worker: PathBuf,
+    pub fakecuda: PathBuf,
+    pub dir: TempDir,
+}
+
+impl Sandbox {
+    pub fn new(label: &str) -> Self {
+        Self {
+            shim: build_shim().to_path_buf(),
+            worker: build_worker().to_path_buf(),
+            fakecuda: fakecuda_lib_dir().to_path_buf(),
+            dir: TempDir::new(label).expect("sandbox"),
+        }
+    }
+
+    /// A fresh directory inside the sandbox.
+    pub fn fresh(&self, label: &str) -> PathBuf {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let path = self
+            .dir
+            .path()
+            .join(format!("{label}-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
+        std::fs::create_dir(&path).expect("fresh directory");
+        path
+    }
+
+    /// The shim's control directory of the workers of `root`.
+    pub fn control_dir(root: &Path) -> PathBuf {
+        root.join("ctl")
+    }
+
+    /// fakecuda's control directory of the workers of `root`.
+    pub fn fakecuda_control_dir(root: &Path) -> PathBuf {
+        root.join("fakecuda")
+    }
+
+    /// A worker of `root` under the shim (reaching the driver through `dlsym`), initialised on
+    /// device 0; its stderr goes to `log` if given.
+    pub fn worker(&self, root: &Path, log: Option<&Path>) -> Worker {
+        let mut config = WorkerConfig::new(&self.worker)
+            .entry(EntryPath::Dlsym)
+            .env("LD_LIBRARY_PATH", &self.fakecuda)
+            .env("LD_PRELOAD", &self.shim)
+            .env("CUINTERPOSE_CONTROL_DIR", Self::control_dir(root))
+            .env("FAKECUDA_CONTROL_DIR", Self::fakecuda_control_dir(root));
+        if let Some(log) = log {
+            config = config.stderr(Output::File(log.to_path_buf()));
+        }
+        let mut worker = Worker::spawn(&config).expect("spawn a worker");
+        worker.init(0).expect("init");
+        worker
+    }
+}
+
+/// The sharing is live: each of `workers` in turn writes through its mapping of one allocation
+/// (`size` bytes at its entry of `addresses`) the pattern of `first_seed` + its index, and every
+/// worker reads that through its own mapping.
+pub fn check_writes_cross(workers: &mut [Worker], addresses: &[u64], size: u64, first_seed: u64) {
+    for writer in 0..workers.len() {
+        let pattern = first_seed + writer as u64;
+        workers[writer]
+            .fill(addresses[writer], size, pattern)
+            .expect("write");
+        for reader in 0..workers.len() {
+            workers[reader]
+                .verify(addresses[reader], size, pattern)
+                .unwrap_or_else(|error| panic!("{reader} reads {writer}'s write: {error}"));
+        }
+    }
+}
