@@ -7,7 +7,7 @@
 //! allocation (reserve, map, grant read-write), so partial or read-only application mappings
 //! do not matter, on one stream per context.
 
-use crate::abi::{RawAccessDesc, RawLocation, consts};
+use crate::abi::consts;
 use crate::context;
 use crate::driver::Driver;
 use crate::driver::call;
@@ -138,7 +138,6 @@ pub fn transfer(
 struct Alias {
     address: u64,
     size: usize,
-    mapped: bool,
 }
 
 fn copy_group(
@@ -155,23 +154,8 @@ fn copy_group(
         for a in members {
             let size = usize::try_from(a.size).map_err(|_| CuError::INVALID_VALUE)?;
             let raw = a.driver.ok_or(CuError::INVALID_HANDLE)?;
-            let mut address = 0u64;
-            call!(d, cuMemAddressReserve(&mut address, size, 0, 0, 0))?;
-            aliases.push(Alias {
-                address,
-                size,
-                mapped: false,
-            });
-            call!(d, cuMemMap(address, size, 0, raw, 0))?;
-            aliases.last_mut().expect("pushed above").mapped = true;
-            let grant = RawAccessDesc {
-                location: RawLocation {
-                    type_: LocationType::Device.as_u32(),
-                    id: device,
-                },
-                flags: consts::ACCESS_READWRITE,
-            };
-            call!(d, cuMemSetAccess(address, size, &grant, 1))?;
+            let address = crate::vmm::map_read_write(d, raw, a.size, device)?;
+            aliases.push(Alias { address, size });
             let (offset, _) = arena.slots[&a.reference.id];
             let host = arena.at(offset);
             match direction {
@@ -191,10 +175,7 @@ fn copy_group(
     let _ = call!(d, cuStreamDestroy_v2(stream));
     let mut cleanup = Ok(());
     for alias in aliases {
-        if alias.mapped {
-            cleanup = cleanup.and(call!(d, cuMemUnmap(alias.address, alias.size)));
-        }
-        cleanup = cleanup.and(call!(d, cuMemAddressFree(alias.address, alias.size)));
+        cleanup = cleanup.and(crate::vmm::unmap_and_free(d, alias.address, alias.size));
     }
     issued.and(cleanup)
 }

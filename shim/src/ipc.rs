@@ -2,7 +2,7 @@
 //! and the `cuIpc*Mem*` calls implemented on the shim's own peer service. The native IPC
 //! functions are never called: native checkpoint refuses memory they touched.
 
-use crate::abi::{RawAccessDesc, RawAllocProp, RawLocation, consts};
+use crate::abi::{RawAllocProp, RawLocation, consts};
 use crate::context;
 use crate::driver::call;
 use crate::driver::{Driver, driver};
@@ -40,31 +40,6 @@ fn read_write(device: i32) -> AccessDescriptor {
         },
         flags: AccessFlags::ProtReadWrite,
     }
-}
-
-/// Reserves `extent` bytes, maps `raw` there and grants `device` read-write; undoes what it did
-/// on failure.
-fn map_whole(d: &Driver, raw: u64, extent: u64, device: i32) -> CuResult<u64> {
-    let size = usize::try_from(extent).map_err(|_| CuError::OUT_OF_MEMORY)?;
-    let mut address = 0;
-    call!(d, cuMemAddressReserve(&mut address, size, 0, 0, 0))?;
-    let grant = RawAccessDesc {
-        location: RawLocation {
-            type_: consts::LOCATION_TYPE_DEVICE,
-            id: device,
-        },
-        flags: consts::ACCESS_READWRITE,
-    };
-    let mapped = call!(d, cuMemMap(address, size, 0, raw, 0));
-    let granted = mapped.and_then(|()| call!(d, cuMemSetAccess(address, size, &grant, 1)));
-    if let Err(e) = granted {
-        if mapped.is_ok() {
-            let _ = call!(d, cuMemUnmap(address, size));
-        }
-        let _ = call!(d, cuMemAddressFree(address, size));
-        return Err(e);
-    }
-    Ok(address)
 }
 
 /// Records a `cuMemAlloc`-style region: the allocation, its whole-extent mapping with
@@ -111,7 +86,7 @@ pub fn mem_alloc(size: usize) -> CuResult<u64> {
         let context = context::current(d);
         let mut raw = 0;
         call!(d, cuMemCreate(&mut raw, extent, &prop, 0))?;
-        let address = match map_whole(d, raw, extent as u64, device) {
+        let address = match crate::vmm::map_read_write(d, raw, extent as u64, device) {
             Ok(address) => address,
             Err(e) => {
                 let _ = call!(d, cuMemRelease(raw));
@@ -377,7 +352,7 @@ pub fn ipc_open(bytes: &[u8; 64], flags: u32) -> CuResult<u64> {
             opens: 1,
             ipc_exported: true,
         });
-        let address = match map_whole(d, raw, handle.extent.get(), device) {
+        let address = match crate::vmm::map_read_write(d, raw, handle.extent.get(), device) {
             Ok(address) => address,
             Err(e) => {
                 let _ = call!(d, cuMemRelease(raw));

@@ -23,3 +23,4 @@ pub mod process;
 pub mod registry;
 pub mod runtime;
 pub mod sharing;
+pub mod vmm;
