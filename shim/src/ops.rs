@@ -196,14 +196,7 @@ pub fn mem_release(handle: u64) -> CuResult<()> {
     let d = driver()?;
     if !is_logical(handle) {
         call!(d, cuMemRelease(handle))?;
-        let mut guard = process::lock();
-        let r = guard.as_mut().expect("created by lock()");
-        if let Some(count) = r.raw_imports.get_mut(&handle) {
-            *count -= 1;
-            if *count == 0 {
-                r.raw_imports.remove(&handle);
-            }
-        }
+        process::note_native_release(handle);
         return Ok(());
     }
     process::with(|r| {

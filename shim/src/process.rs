@@ -52,6 +52,34 @@ pub fn with<R>(f: impl FnOnce(&mut Registry) -> CuResult<R>) -> CuResult<R> {
     f(guard.as_mut().expect("created by lock()"))
 }
 
+/// Set by the first raw import, so that releasing native handles (a pass-through call) takes
+/// the registry lock only in processes that ever held a raw import.
+static RAW_IMPORTS_SEEN: AtomicBool = AtomicBool::new(false);
+
+/// Counts a live raw import of driver handle `raw`. Never fails: the handle exists whether or
+/// not the shim is healthy, and a checkpoint must see it.
+pub fn note_raw_import(raw: u64) {
+    RAW_IMPORTS_SEEN.store(true, Ordering::SeqCst);
+    let mut guard = lock();
+    let r = guard.as_mut().expect("created by lock()");
+    *r.raw_imports.entry(raw).or_insert(0) += 1;
+}
+
+/// Forgets one raw import of `raw`, if it was one (after the driver released it).
+pub fn note_native_release(raw: u64) {
+    if !RAW_IMPORTS_SEEN.load(Ordering::SeqCst) {
+        return;
+    }
+    let mut guard = lock();
+    let r = guard.as_mut().expect("created by lock()");
+    if let Some(count) = r.raw_imports.get_mut(&raw) {
+        *count -= 1;
+        if *count == 0 {
+            r.raw_imports.remove(&raw);
+        }
+    }
+}
+
 /// For the fork handlers: the raw mutex.
 pub(crate) fn registry_mutex() -> &'static Mutex<Option<Registry>> {
     &REGISTRY

@@ -229,10 +229,7 @@ pub unsafe fn import(os_handle: *mut c_void, handle_type: u32) -> CuResult<u64> 
         Ok(ticket) => import_ticket(d, &ticket),
         Err(TicketError::NotATicket(why)) => {
             let raw = native()?;
-            process::with(|r| {
-                *r.raw_imports.entry(raw).or_insert(0) += 1;
-                Ok(())
-            })?;
+            process::note_raw_import(raw);
             log!(
                 "cuMemImportFromShareableHandle: fd {number} is not a cuinterpose ticket ({why}); \
                  imported natively as a raw import: checkpoint is refused while it is held"
