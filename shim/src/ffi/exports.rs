@@ -146,16 +146,17 @@ pub unsafe extern "C" fn cuMemExportToShareableHandle(
     flags: u64,
 ) -> u32 {
     entry("cuMemExportToShareableHandle", || {
+        // A tracked export publishes (marks the allocation shared, caches the driver's FD):
+        // refuse a missing output before any of that.
+        if crate::registry::is_logical(handle) {
+            non_null(shareable)?;
+        }
         // SAFETY: the application's output pointer, forwarded (cuda.h contract).
         match unsafe { sharing::export(handle, handle_type, flags, shareable) }? {
             Exported::Native => Ok(()),
-            Exported::Ticket(fd) => {
-                if shareable.is_null() {
-                    return Err(CuError::INVALID_VALUE);
-                }
-                // SAFETY: for POSIX FD exports `shareable` points at an int (cuda.h).
-                unsafe { write(shareable.cast::<c_int>(), fd.into_raw_fd()) }
-            }
+            // SAFETY: for POSIX FD exports `shareable` points at an int (cuda.h); non-null
+            // (checked above), so the write cannot fail and the descriptor is never lost.
+            Exported::Ticket(fd) => unsafe { write(shareable.cast::<c_int>(), fd.into_raw_fd()) },
         }
     })
 }
