@@ -10,6 +10,7 @@ pub mod compat;
 pub mod diag;
 pub mod emit_doc;
 pub mod emit_rust;
+pub mod entry_points;
 pub mod ir;
 pub mod lower;
 pub mod source;
@@ -55,3 +56,53 @@ pub fn compile_file(path: &std::path::Path) -> Result<ir::Ir, Diagnostics> {
 pub use compat::compat;
 pub use emit_doc::markdown;
 pub use emit_rust::rust;
+
+/// The committed location of the generated entry-point table, relative to the workspace.
+pub const ENTRY_POINTS_OUTPUT: &str = "shim/src/ffi/generated.rs";
+/// The entry-point policy, relative to the workspace.
+pub const ENTRY_POINTS_POLICY: &str = "schema/entry_points.ron";
+
+/// cudarc's driver bindings as this workspace locks them: `(path, version)`, found through
+/// `cargo metadata` (so the table follows `Cargo.lock`).
+pub fn locate_cudarc(workspace: &std::path::Path) -> Result<(std::path::PathBuf, String), String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = std::process::Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--locked"])
+        .current_dir(workspace)
+        .output()
+        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .map_err(|e| format!("cargo metadata printed invalid JSON: {e}"))?;
+    let package = metadata["packages"]
+        .as_array()
+        .and_then(|packages| packages.iter().find(|p| p["name"] == "cudarc"))
+        .ok_or("cudarc is not in the workspace's dependency graph")?;
+    let manifest = package["manifest_path"]
+        .as_str()
+        .ok_or("cargo metadata gave cudarc no manifest_path")?;
+    let version = package["version"].as_str().unwrap_or("?").to_owned();
+    let root = std::path::Path::new(manifest)
+        .parent()
+        .ok_or("cudarc's manifest path has no parent")?;
+    Ok((root.join("src/driver/sys/mod.rs"), version))
+}
+
+/// Generates the entry-point table for the workspace at `workspace`.
+pub fn entry_points_for(workspace: &std::path::Path) -> Result<String, String> {
+    let (bindings_path, version) = locate_cudarc(workspace)?;
+    let text = std::fs::read_to_string(&bindings_path)
+        .map_err(|e| format!("cannot read {}: {e}", bindings_path.display()))?;
+    let label = format!("cudarc {version} src/driver/sys/mod.rs");
+    let bindings = entry_points::read_bindings(&label, &text).map_err(|d| d.to_string())?;
+    let policy_path = workspace.join(ENTRY_POINTS_POLICY);
+    let policy = std::fs::read_to_string(&policy_path)
+        .map_err(|e| format!("cannot read {}: {e}", policy_path.display()))?;
+    let table = entry_points::plan(ENTRY_POINTS_POLICY, &policy, &bindings).map_err(|d| d.to_string())?;
+    entry_points::emit(&table, ENTRY_POINTS_POLICY).map_err(|e| format!("emitting the table failed: {e}"))
+}

@@ -45,6 +45,17 @@ enum Command {
         /// The candidate schema (e.g. schema/protocol.ron).
         new: PathBuf,
     },
+    /// Generate the shim's driver entry-point table (shim/src/ffi/generated.rs) from cudarc's
+    /// driver bindings and schema/entry_points.ron, and write it; with --check, only compare
+    /// and exit 1 when the committed file is stale.
+    EntryPoints {
+        /// The workspace root.
+        #[arg(long, default_value = ".")]
+        workspace: PathBuf,
+        /// Compare with the committed file instead of writing it.
+        #[arg(long)]
+        check: bool,
+    },
 }
 
 fn compile(path: &std::path::Path) -> Result<cuinterpose_codegen::ir::Ir, ExitCode> {
@@ -92,6 +103,26 @@ fn run(cli: Cli) -> Result<(), ExitCode> {
             print!("{report}");
             if !report.is_compatible() {
                 return Err(ExitCode::FAILURE);
+            }
+        }
+        Command::EntryPoints { workspace, check } => {
+            let text = cuinterpose_codegen::entry_points_for(&workspace).map_err(|error| {
+                eprintln!("{error}");
+                ExitCode::from(2)
+            })?;
+            let output = workspace.join(cuinterpose_codegen::ENTRY_POINTS_OUTPUT);
+            let current = std::fs::read_to_string(&output).unwrap_or_default();
+            if check {
+                if current != text {
+                    eprintln!("{} is stale: run `cargo run -p cuinterpose-codegen -- entry-points`", output.display());
+                    return Err(ExitCode::FAILURE);
+                }
+            } else if current != text {
+                std::fs::write(&output, text).map_err(|error| {
+                    eprintln!("cannot write {}: {error}", output.display());
+                    ExitCode::FAILURE
+                })?;
+                eprintln!("wrote {}", output.display());
             }
         }
     }

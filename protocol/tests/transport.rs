@@ -1234,8 +1234,10 @@ fn timeouts_default_override_and_reject_invalid_values() {
         );
         assert_eq!(
             custom.for_request(&Request::BeginCheckpoint),
-            Duration::from_secs(3)
+            Duration::from_secs(6),
+            "the shim drains for up to the control timeout, then synchronizes and inspects"
         );
+        assert_eq!(custom.drain(), Duration::from_secs(3));
         assert_eq!(
             custom.for_request(&export_request(p::ResourceKind::Unicast)),
             Duration::from_secs(3)

@@ -13,6 +13,7 @@ pub mod convert;
 pub mod driver;
 pub mod error;
 pub mod ffi;
+pub mod gate;
 pub mod inspect;
 pub mod ipc;
 pub mod lifecycle;

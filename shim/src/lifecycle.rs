@@ -8,6 +8,7 @@ use crate::convert;
 use crate::driver::call;
 use crate::driver::{Driver, driver};
 use crate::error::{CuError, CuResult};
+use crate::gate;
 use crate::inspect;
 use crate::log;
 use crate::process;
@@ -17,6 +18,7 @@ use crate::sharing;
 use cuinterpose_protocol::{
     CompletedReply, InspectionReply, Operation, Phase, RefusalCode, Reply, Request, ResourceKind,
 };
+use cuinterpose_protocol::transport::Timeouts;
 use std::collections::BTreeMap;
 
 /// A reply, and what to do once it was sent.
@@ -42,11 +44,16 @@ fn reply(reply: Reply) -> Outcome {
 }
 
 pub fn handle(request: &Request) -> Outcome {
+    if let Request::BeginCheckpoint = request {
+        // Not under the registry lock: the drain waits for application threads that may
+        // need it to finish their tracked calls.
+        return reply(begin());
+    }
     let mut guard = process::lock();
     let r = guard.as_mut().expect("created by lock()");
     match request {
         Request::Inspect => reply(inspection(r)),
-        Request::BeginCheckpoint => reply(begin(r)),
+        Request::BeginCheckpoint => unreachable!("handled above"),
         Request::Execute(execute) => run(r, execute.operation),
         Request::Export(_) => reply(refused(
             RefusalCode::Invalid,
@@ -96,31 +103,110 @@ fn inspection(r: &Registry) -> Reply {
     }
 }
 
-fn begin(r: &mut Registry) -> Reply {
+/// Refuses unless the process can start a checkpoint now.
+fn may_begin(r: &Registry) -> Option<Reply> {
     if let Some(failure) = &r.failure {
-        return refused(
+        return Some(refused(
             RefusalCode::FailStopped,
             format!("fail-stopped earlier: {failure}"),
-        );
+        ));
     }
     if r.phase != Phase::Active {
-        return refused(
+        return Some(refused(
             RefusalCode::OutOfOrder,
             format!(
                 "begin_checkpoint needs phase active; this process is in phase {}",
                 r.phase
             ),
-        );
+        ));
     }
-    let reply = inspection(r);
-    if matches!(reply, Reply::Inspection(_)) {
-        r.phase = Phase::Frozen;
-        if let Reply::Inspection(mut i) = reply {
-            i.phase = Phase::Frozen;
-            return Reply::Inspection(i);
+    None
+}
+
+/// `begin_checkpoint`: close the gate, wait until no application thread is inside a driver
+/// call, synchronize every context that holds tracked memory, inspect, freeze. Any refusal
+/// reopens the gate and changes nothing.
+fn begin() -> Reply {
+    {
+        let guard = process::lock();
+        if let Some(refusal) = may_begin(guard.as_ref().expect("created by lock()")) {
+            return refusal;
         }
     }
-    reply
+    gate::close();
+    let drain = Timeouts::from_env().unwrap_or_default().drain();
+    if let Err(busy) = gate::drain(drain) {
+        gate::open();
+        let threads: Vec<String> = busy.iter().map(describe_busy).collect();
+        let message = format!(
+            "{} application thread(s) did not leave their driver call within {} s: {}; the gate \
+             is open again and nothing was changed",
+            busy.len(),
+            drain.as_secs_f64(),
+            threads.join(", ")
+        );
+        log!("begin_checkpoint refused: {message}");
+        return refused(RefusalCode::Busy, message);
+    }
+    let mut guard = process::lock();
+    let r = guard.as_mut().expect("created by lock()");
+    if let Some(refusal) = may_begin(r) {
+        gate::open();
+        return refusal;
+    }
+    if let Err(failure) = synchronize(r) {
+        gate::open();
+        return refused(
+            RefusalCode::DriverError,
+            format!("begin_checkpoint could not synchronize: {failure}; the gate is open again"),
+        );
+    }
+    match inspection(r) {
+        Reply::Inspection(mut i) => {
+            r.phase = Phase::Frozen;
+            i.phase = Phase::Frozen;
+            Reply::Inspection(i)
+        }
+        other => {
+            gate::open();
+            other
+        }
+    }
+}
+
+fn describe_busy(b: &gate::Busy) -> String {
+    let function = b
+        .function
+        .map(|i| crate::ffi::entry_name(i).to_owned())
+        .unwrap_or_else(|| "a driver call".to_owned());
+    if b.thread_name.is_empty() {
+        format!("thread {} is inside {function}", b.thread)
+    } else {
+        format!("thread {} ({}) is inside {function}", b.thread, b.thread_name)
+    }
+}
+
+/// Waits for the queued work of every context that holds tracked memory, so the bytes the
+/// carrier saves include every copy and kernel the application issued before the gate closed.
+fn synchronize(r: &Registry) -> Step<()> {
+    let d = driver().map_err(|e| format!("no driver: {e}"))?;
+    let mut contexts: Vec<(usize, i32)> = r
+        .allocations
+        .values()
+        .map(|a| (a.context, carrier::device_of(a)))
+        .chain(
+            r.multicasts
+                .values()
+                .map(|m| (m.context, m.devices.first().copied().unwrap_or(0))),
+        )
+        .collect();
+    contexts.sort_unstable();
+    contexts.dedup();
+    for (ctx, device) in contexts {
+        context::run(d, ctx, device, || call!(d, cuCtxSynchronize()))
+            .map_err(at(|| format!("context {ctx:#x} (device {device})")))?;
+    }
+    Ok(())
 }
 
 /// The phase an operation starts from and the one it leads to.
@@ -177,6 +263,10 @@ fn run(r: &mut Registry, operation: Operation) -> Outcome {
     match result {
         Ok(bytes) => {
             r.phase = to;
+            if to == Phase::Active {
+                // The restore is complete: blocked application threads continue.
+                gate::open();
+            }
             Outcome {
                 reply: Reply::Completed(CompletedReply { operation, bytes }),
                 after: if operation == Operation::LoadAllocations {
@@ -193,6 +283,9 @@ fn run(r: &mut Registry, operation: Operation) -> Outcome {
             log!("{message}");
             r.failure = Some(message.clone());
             r.phase = Phase::Failed;
+            // From now on every gated call fails the same way: no half state where some
+            // calls work on released memory.
+            gate::fail();
             reply(refused(RefusalCode::DriverError, message))
         }
     }

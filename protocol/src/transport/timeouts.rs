@@ -77,8 +77,21 @@ impl Timeouts {
     pub fn for_request(&self, request: &Request) -> Duration {
         match request {
             Request::Execute(execute) => self.for_operation(execute.operation),
-            Request::Inspect | Request::BeginCheckpoint | Request::Export(_) => self.control,
+            Request::BeginCheckpoint => self.begin_checkpoint(),
+            Request::Inspect | Request::Export(_) => self.control,
         }
+    }
+
+    /// How long a shim waits in `begin_checkpoint` for application threads to leave their
+    /// driver calls before it refuses: the control timeout.
+    pub fn drain(&self) -> Duration {
+        self.control
+    }
+
+    /// The reply timeout of `begin_checkpoint`: the drain, then as long again for the
+    /// synchronization and the inspection, so a drain that gives up is still answered.
+    pub fn begin_checkpoint(&self) -> Duration {
+        self.control.saturating_mul(2)
     }
 }
 

@@ -4,17 +4,32 @@
 
 pub mod dlsym;
 pub mod exports;
+pub mod generated;
+pub mod passthrough;
 pub mod proc_address;
 pub mod symbols;
 
+pub use passthrough::entry_name;
+
 use crate::error::{CuError, CuResult, to_raw};
-use crate::process;
+use crate::{gate, process};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-/// Runs one entry point's logic, converting a panic into `CUDA_ERROR_UNKNOWN`.
+/// Runs one hand-written entry point's logic, converting a panic into `CUDA_ERROR_UNKNOWN`.
+/// Unless the entry point is open (`schema/entry_points.ron`), it first passes the gate, so
+/// tracked calls wait out a checkpoint like every other driver call.
 #[inline]
 pub fn entry(name: &'static str, body: impl FnOnce() -> CuResult<()>) -> u32 {
-    match catch_unwind(AssertUnwindSafe(body)) {
+    let pass = match generated::index(name.as_bytes()) {
+        Some(index) if !generated::OPEN[index] => match gate::enter(index) {
+            Ok(pass) => Some(pass),
+            Err(e) => return e.0,
+        },
+        _ => None,
+    };
+    let result = catch_unwind(AssertUnwindSafe(body));
+    drop(pass);
+    match result {
         Ok(result) => to_raw(result),
         Err(_) => {
             process::mark_failed(name);

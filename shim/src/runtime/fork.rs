@@ -45,6 +45,7 @@ extern "C" fn child() {
         }
     });
     super::forget_in_child();
+    crate::gate::reset_after_fork();
     process::clear_failure();
 }
 

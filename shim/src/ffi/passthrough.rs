@@ -1,0 +1,70 @@
+//! The generated pass-throughs' one helper: resolve the driver's function of the entry's exact
+//! name (once), pass the gate unless the entry is open, call it.
+
+use super::generated::{COUNT, NAMES, OPEN};
+use crate::driver::driver;
+use crate::error::CuError;
+use crate::{gate, process};
+use std::ffi::c_void;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// 0: not resolved yet; 1: the driver lacks it; else the function's address.
+static REAL: [AtomicUsize; COUNT] = [const { AtomicUsize::new(0) }; COUNT];
+const MISSING: usize = 1;
+
+#[cold]
+fn resolve(index: usize) -> Result<*mut c_void, CuError> {
+    let d = driver()?;
+    let name = NAMES[index];
+    // SAFETY: a live dlopen handle and a NUL-terminated name (every entry of NAMES ends in NUL).
+    let p = unsafe { super::dlsym::real_dlsym(d.handle as *mut c_void, name.as_ptr().cast()) };
+    if p.is_null() {
+        REAL[index].store(MISSING, Ordering::Relaxed);
+        crate::log!(
+            "{} is not in the driver library; the call returns CUDA_ERROR_NOT_SUPPORTED",
+            entry_name(index)
+        );
+        return Err(CuError::NOT_SUPPORTED);
+    }
+    REAL[index].store(p as usize, Ordering::Release);
+    Ok(p)
+}
+
+/// The name of entry point `index` (without its NUL).
+pub fn entry_name(index: usize) -> &'static str {
+    NAMES
+        .get(index)
+        .map(|n| n.trim_end_matches('\0'))
+        .unwrap_or("?")
+}
+
+/// Runs one generated pass-through: `call` receives the driver's function.
+#[inline]
+pub fn forward(index: usize, call: impl FnOnce(*mut c_void) -> u32) -> u32 {
+    let f = match REAL[index].load(Ordering::Acquire) {
+        0 => match resolve(index) {
+            Ok(f) => f,
+            Err(e) => return e.0,
+        },
+        MISSING => return CuError::NOT_SUPPORTED.0,
+        f => f as *mut c_void,
+    };
+    let pass = if OPEN[index] {
+        None
+    } else {
+        match gate::enter(index) {
+            Ok(pass) => Some(pass),
+            Err(e) => return e.0,
+        }
+    };
+    let result = catch_unwind(AssertUnwindSafe(|| call(f)));
+    drop(pass);
+    match result {
+        Ok(code) => code,
+        Err(_) => {
+            process::mark_failed(entry_name(index));
+            CuError::UNKNOWN.0
+        }
+    }
+}
