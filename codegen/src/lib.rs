@@ -103,6 +103,8 @@ pub fn entry_points_for(workspace: &std::path::Path) -> Result<String, String> {
     let policy_path = workspace.join(ENTRY_POINTS_POLICY);
     let policy = std::fs::read_to_string(&policy_path)
         .map_err(|e| format!("cannot read {}: {e}", policy_path.display()))?;
-    let table = entry_points::plan(ENTRY_POINTS_POLICY, &policy, &bindings).map_err(|d| d.to_string())?;
-    entry_points::emit(&table, ENTRY_POINTS_POLICY).map_err(|e| format!("emitting the table failed: {e}"))
+    let table =
+        entry_points::plan(ENTRY_POINTS_POLICY, &policy, &bindings).map_err(|d| d.to_string())?;
+    entry_points::emit(&table, ENTRY_POINTS_POLICY)
+        .map_err(|e| format!("emitting the table failed: {e}"))
 }

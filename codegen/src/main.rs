@@ -114,7 +114,10 @@ fn run(cli: Cli) -> Result<(), ExitCode> {
             let current = std::fs::read_to_string(&output).unwrap_or_default();
             if check {
                 if current != text {
-                    eprintln!("{} is stale: run `cargo run -p cuinterpose-codegen -- entry-points`", output.display());
+                    eprintln!(
+                        "{} is stale: run `cargo run -p cuinterpose-codegen -- entry-points`",
+                        output.display()
+                    );
                     return Err(ExitCode::FAILURE);
                 }
             } else if current != text {

@@ -14,7 +14,9 @@ use std::os::fd::AsFd;
 use std::process::Output;
 
 use cuinterpose_workload::Worker;
+use cuinterpose_workload::proto::{Command, Reply};
 use serde_json::Value;
+use std::time::Duration;
 use support::cli::{self, check_exit};
 use support::harness::Test;
 use support::sandbox::{Sandbox, check_writes_cross};
@@ -210,8 +212,14 @@ fn checkpoint_then_restore(sandbox: &Sandbox) {
     let carried = report["phases"][3]["bytes"].as_u64().expect("bytes");
     assert!(carried >= workload.shared_bytes, "{report}");
     assert_eq!(participant_phases(sandbox), ["released"; 3]);
-    // While checkpointed, tracked calls wait for the restore.
-    assert!(workload.workers[0].create(GRAN, 0, 1).is_err());
+    // While checkpointed, application calls wait at the gate for the restore.
+    workload.workers[0]
+        .send(&Command::MemAlloc { size: GRAN }, None)
+        .expect("send cuMemAlloc");
+    assert!(
+        !workload.workers[0].reply_ready(Duration::from_millis(500)),
+        "cuMemAlloc passed the closed gate"
+    );
 
     let shown = cuinterpose(sandbox, &["state", "show", dir]);
     assert!(shown.status.success());
@@ -224,6 +232,11 @@ fn checkpoint_then_restore(sandbox: &Sandbox) {
     let report = check_json(sandbox, &["restore", "--dir", dir]);
     assert_eq!(report["phases"][0]["phase"], "native_restore");
     assert_eq!(report["bytes"], carried, "loaded what was saved: {report}");
+    // Verified: the blocked call completes.
+    let (reply, _) = workload.workers[0]
+        .receive()
+        .expect("cuMemAlloc after the restore");
+    assert!(matches!(reply, Reply::Address { .. }), "{reply:?}");
     assert_eq!(participant_phases(sandbox), ["active"; 3]);
     check_restored(&mut workload, 11);
     drop(workload);

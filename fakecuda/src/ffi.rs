@@ -426,7 +426,24 @@ pub unsafe extern "C" fn cuStreamCreate(ph_stream: *mut CUstream, flags: c_uint)
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuStreamSynchronize(stream: CUstream) -> RawResult {
+    stream_sync_delay();
     with(|d| d.contexts.check_stream(stream as usize as u64))
+}
+
+/// Test hook: `FAKECUDA_STREAM_SYNC_DELAY_MS` makes every `cuStreamSynchronize` take that
+/// long before it does anything (holding nothing), so a test can have a thread parked inside
+/// a driver call.
+fn stream_sync_delay() {
+    static DELAY: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let ms = *DELAY.get_or_init(|| {
+        std::env::var("FAKECUDA_STREAM_SYNC_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    });
+    if ms > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
 }
 
 #[unsafe(no_mangle)]

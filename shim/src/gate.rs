@@ -15,7 +15,9 @@
 
 use crate::error::CuError;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering, compiler_fence, fence};
+use std::sync::atomic::{
+    AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering, compiler_fence, fence,
+};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -71,6 +73,21 @@ fn thread_id() -> u32 {
     unsafe { libc::gettid() as u32 }
 }
 
+/// The kernel's name of the calling thread (what `pthread_setname_np` set, whichever runtime
+/// started the thread: the application's std is not the shim's).
+fn thread_name() -> String {
+    let mut buf = [0u8; 32];
+    // SAFETY: the buffer is writable for its length; glibc NUL-terminates within it.
+    let rc = unsafe {
+        libc::pthread_getname_np(libc::pthread_self(), buf.as_mut_ptr().cast(), buf.len())
+    };
+    if rc != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
 fn membarrier(command: libc::c_int) -> bool {
     // SAFETY: membarrier takes a command and flags and touches no memory of ours.
     unsafe { libc::syscall(libc::SYS_membarrier, command, 0, 0) == 0 }
@@ -94,10 +111,7 @@ fn setup_asymmetric() {
 fn new_slot() -> Option<&'static Slot> {
     setup_asymmetric();
     let tid = thread_id();
-    let name = std::thread::current()
-        .name()
-        .map(str::to_owned)
-        .unwrap_or_default();
+    let name = thread_name();
     let mut slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
     let slot = match slots.iter().find(|s| {
         s.owner
@@ -223,8 +237,52 @@ pub struct Busy {
     pub function: Option<usize>,
 }
 
+/// The generation of the current hold (0: none). See [`hold`].
+static HOLD: AtomicU64 = AtomicU64::new(0);
+static HOLDS: AtomicU64 = AtomicU64::new(0);
+
+/// After the last restore step the gate stays closed until the coordinator's verifying
+/// inspection has read the records ([`release_hold`]), so no application call can change them
+/// before they are compared. A coordinator that never inspects does not keep the workload
+/// stopped: after `timeout` the gate reopens on its own (logged).
+pub fn hold(timeout: Duration) {
+    let generation = HOLDS.fetch_add(1, Ordering::SeqCst) + 1;
+    HOLD.store(generation, Ordering::SeqCst);
+    let spawned = std::thread::Builder::new()
+        .name("cuinterpose-hold".into())
+        .spawn(move || {
+            std::thread::sleep(timeout);
+            if HOLD
+                .compare_exchange(generation, 0, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                crate::log!(
+                    "no verifying inspection within {} s of the restore; the gate is open again",
+                    timeout.as_secs_f64()
+                );
+                open();
+            }
+        });
+    if spawned.is_err() {
+        // Without the timer a vanished coordinator would stop the workload for good.
+        HOLD.store(0, Ordering::SeqCst);
+        open();
+    }
+}
+
+/// Ends a hold (the verifying inspection has read the records): the gate reopens. Whether
+/// there was one.
+pub fn release_hold() -> bool {
+    if HOLD.swap(0, Ordering::SeqCst) != 0 {
+        open();
+        return true;
+    }
+    false
+}
+
 /// Closes the gate: from now on application calls block. Idempotent.
 pub fn close() {
+    HOLD.store(0, Ordering::SeqCst);
     let previous = STATE.swap(CLOSED, Ordering::SeqCst);
     if previous == FAILED {
         STATE.store(FAILED, Ordering::SeqCst);

@@ -15,10 +15,10 @@ use crate::process;
 use crate::registry::{BindingTarget, Kind, Registry};
 use crate::runtime::cache::{self, refused};
 use crate::sharing;
+use cuinterpose_protocol::transport::Timeouts;
 use cuinterpose_protocol::{
     CompletedReply, InspectionReply, Operation, Phase, RefusalCode, Reply, Request, ResourceKind,
 };
-use cuinterpose_protocol::transport::Timeouts;
 use std::collections::BTreeMap;
 
 /// A reply, and what to do once it was sent.
@@ -52,7 +52,13 @@ pub fn handle(request: &Request) -> Outcome {
     let mut guard = process::lock();
     let r = guard.as_mut().expect("created by lock()");
     match request {
-        Request::Inspect => reply(inspection(r)),
+        Request::Inspect => {
+            let answer = inspection(r);
+            if matches!(answer, Reply::Inspection(_)) && gate::release_hold() {
+                log!("the restore was verified; application calls continue");
+            }
+            reply(answer)
+        }
         Request::BeginCheckpoint => unreachable!("handled above"),
         Request::Execute(execute) => run(r, execute.operation),
         Request::Export(_) => reply(refused(
@@ -157,8 +163,11 @@ fn begin() -> Reply {
     if let Err(failure) = synchronize(r) {
         gate::open();
         return refused(
-            RefusalCode::DriverError,
-            format!("begin_checkpoint could not synchronize: {failure}; the gate is open again"),
+            RefusalCode::Busy,
+            format!(
+                "begin_checkpoint could not synchronize: {failure}; the gate is open again and \
+                 nothing was changed"
+            ),
         );
     }
     match inspection(r) {
@@ -182,7 +191,10 @@ fn describe_busy(b: &gate::Busy) -> String {
     if b.thread_name.is_empty() {
         format!("thread {} is inside {function}", b.thread)
     } else {
-        format!("thread {} ({}) is inside {function}", b.thread, b.thread_name)
+        format!(
+            "thread {} ({}) is inside {function}",
+            b.thread, b.thread_name
+        )
     }
 }
 
@@ -264,8 +276,9 @@ fn run(r: &mut Registry, operation: Operation) -> Outcome {
         Ok(bytes) => {
             r.phase = to;
             if to == Phase::Active {
-                // The restore is complete: blocked application threads continue.
-                gate::open();
+                // The restore is complete; blocked application threads continue once the
+                // coordinator's verifying inspection has read the records.
+                gate::hold(Timeouts::from_env().unwrap_or_default().control());
             }
             Outcome {
                 reply: Reply::Completed(CompletedReply { operation, bytes }),

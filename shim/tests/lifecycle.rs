@@ -1,16 +1,19 @@
 //! The shim's lifecycle driven operation by operation (no coordinator): capture, native
 //! checkpoint and restore through fakecuda, restore, then the same records, addresses, bytes
-//! and live sharing; refusals of out-of-order operations and of tracked calls while frozen.
+//! and live sharing; refusals of out-of-order operations; application calls (tracked or not)
+//! wait at the gate from begin_checkpoint until the restore completes.
 
 mod support;
 
 use cuinterpose_protocol::{ExecuteRequest, Operation, Phase, Record, RefusalCode, Reply, Request};
+use cuinterpose_workload::proto::{Command, Reply as WorkerReply};
 use cuinterpose_workload::{EntryPath, Worker};
 use std::os::fd::AsFd;
 use support::{Sandbox, ask, completed, inspect, native, worker};
 
 const MIB: u64 = 1 << 20;
-const NOT_READY: u32 = 600;
+/// Long enough for a call that is not blocked to answer on a loaded machine.
+const ANSWER: std::time::Duration = std::time::Duration::from_millis(500);
 
 fn execute(sandbox: &Sandbox, pid: i32, operation: Operation) -> Reply {
     ask(
@@ -58,10 +61,24 @@ fn checkpoint_and_restore_keep_addresses_bytes_and_sharing() {
             other => panic!("{other:?}"),
         }
     }
-    // Tracked calls wait for the restore; untracked ones go on.
-    assert_eq!(
-        a.create(2 * MIB, 0, 1).unwrap_err().cuda_code(),
-        Some(NOT_READY)
+    // Application calls wait at the gate for the restore: a tracked one (cuMemAlloc) and a
+    // pass-through (cuMemcpyDtoH of private memory).
+    a.send(&Command::MemAlloc { size: 2 * MIB }, None).unwrap();
+    b.send(
+        &Command::Read {
+            address: vbp,
+            size: 4096,
+        },
+        None,
+    )
+    .unwrap();
+    assert!(
+        !a.reply_ready(ANSWER),
+        "a tracked call passed the closed gate"
+    );
+    assert!(
+        !b.reply_ready(ANSWER),
+        "a pass-through passed the closed gate"
     );
     match ask(&sandbox, pids[0], &Request::BeginCheckpoint) {
         Reply::Refused(r) => assert_eq!(r.code, RefusalCode::OutOfOrder),
@@ -116,11 +133,23 @@ fn checkpoint_and_restore_keep_addresses_bytes_and_sharing() {
             completed(&sandbox, pid, op);
         }
     }
+    // The gate stays closed until the verifying inspection has read the records.
+    assert!(
+        !a.reply_ready(ANSWER),
+        "the gate opened before the verification"
+    );
     for (i, w) in [&a, &b].iter().enumerate() {
         let i_now = inspect(&sandbox, w.worker_pid());
         assert_eq!(i_now.phase, Phase::Active);
         assert_eq!(i_now.records.to_vec(), before[i]);
     }
+    // Verified: the gate is open again: the blocked calls complete.
+    let allocated = match a.receive().unwrap().0 {
+        WorkerReply::Address { address } => address,
+        other => panic!("cuMemAlloc after the restore: {other:?}"),
+    };
+    assert!(matches!(b.receive().unwrap().0, WorkerReply::Bytes { .. }));
+    a.mem_free(allocated).unwrap();
     a.verify(va, 4 * MIB, 21).unwrap();
     a.verify(vp, 2 * MIB, 22).unwrap();
     b.verify(vb, 4 * MIB, 21).unwrap();

@@ -1081,6 +1081,39 @@ impl Worker {
         expect_reply!(self, Command::Synchronize, Reply::Done => ())
     }
 
+    /// Starts traffic threads (see [`Command::TrafficStart`]).
+    pub fn traffic_start(
+        &mut self,
+        device: i32,
+        threads: Vec<crate::proto::TrafficThread>,
+    ) -> Result<(), WorkloadError> {
+        expect_reply!(self, Command::TrafficStart { device, threads }, Reply::Done => ())
+    }
+
+    /// Stops the traffic threads: what each saw.
+    pub fn traffic_stop(&mut self) -> Result<Vec<crate::proto::TrafficReport>, WorkloadError> {
+        expect_reply!(self, Command::TrafficStop, Reply::Traffic { threads } => threads)
+    }
+
+    /// A `cuStreamSynchronize(0)` on a thread of its own, not waited for.
+    pub fn synchronize_in_thread(&mut self, device: i32) -> Result<(), WorkloadError> {
+        expect_reply!(self, Command::SynchronizeInThread { device }, Reply::Done => ())
+    }
+
+    /// Whether the reply to the command [`Worker::send`] sent arrives within `within` (it is
+    /// left for [`Worker::receive`]).
+    pub fn reply_ready(&self, within: Duration) -> bool {
+        let Some(sock) = self.sock.as_ref() else {
+            return true;
+        };
+        let mut fds = [nix::poll::PollFd::new(
+            sock.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        let ms = u16::try_from(within.as_millis()).unwrap_or(u16::MAX);
+        matches!(nix::poll::poll(&mut fds, ms), Ok(n) if n > 0)
+    }
+
     pub fn sleep(&mut self, ms: u64) -> Result<(), WorkloadError> {
         expect_reply!(self, Command::Sleep { ms }, Reply::Done => ())
     }

@@ -297,6 +297,17 @@ pub enum Command {
     Resolve { name: String },
     /// `cuCtxSynchronize`. → `Done`.
     Synchronize,
+    /// Starts application traffic: one thread per entry, each writing and reading its range
+    /// in a loop until `TrafficStop`, in the primary context of `device`. → `Done`.
+    TrafficStart {
+        device: i32,
+        threads: Vec<TrafficThread>,
+    },
+    /// Stops the traffic threads and reports what each saw. → `Traffic`.
+    TrafficStop,
+    /// `cuStreamSynchronize(0)` on a thread of its own (primary context of `device`), not
+    /// waited for: a call that is in flight while the test does something else. → `Done`.
+    SynchronizeInThread { device: i32 },
     /// Sleeps (no driver call), for timeout tests. → `Done`.
     Sleep { ms: u64 },
     /// Panics inside the command handler (a test of the worker's panic handling).
@@ -308,6 +319,46 @@ pub enum Command {
     /// connection, which becomes the channel. While detached the worker holds no connection
     /// to another process, so a process checkpoint (CRIU) can dump it.
     Detach { path: std::path::PathBuf },
+}
+
+/// What a traffic thread does in each iteration (after checking the previous write is still
+/// there): write a new value, read it back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrafficMode {
+    /// `cuMemcpyHtoD` / `cuMemcpyDtoH`.
+    Copy,
+    /// `cuMemcpyHtoDAsync` / `cuMemcpyDtoHAsync` on the thread's stream, then
+    /// `cuStreamSynchronize`.
+    CopyAsync,
+    /// `cuMemsetD8`, read with `cuMemcpyDtoH`.
+    Memset,
+    /// `cuMemsetD8Async` / `cuMemcpyDtoHAsync` on the thread's stream, then
+    /// `cuStreamSynchronize`.
+    MemsetAsync,
+}
+
+/// One traffic thread: its range (at most [`MAX_TRANSFER`] bytes) and what it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrafficThread {
+    pub address: u64,
+    pub size: u64,
+    pub mode: TrafficMode,
+}
+
+/// What one traffic thread saw.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrafficReport {
+    pub address: u64,
+    pub mode: TrafficMode,
+    pub iterations: u64,
+    /// Failed driver calls, by "function: error name".
+    pub errors: std::collections::BTreeMap<String, u64>,
+    /// Reads that contradicted an acknowledged write.
+    pub inconsistencies: u64,
+    pub first_inconsistency: Option<String>,
+    /// The sequence number of the last acknowledged write, if the last write succeeded.
+    pub last_acknowledged: Option<u64>,
 }
 
 fn lazy_peer_access() -> u32 {
@@ -359,6 +410,10 @@ pub struct FdTarget {
 #[serde(tag = "reply", rename_all = "snake_case")]
 pub enum Reply {
     Done,
+    /// `TrafficStop`: one report per thread, in the order they were started.
+    Traffic {
+        threads: Vec<TrafficReport>,
+    },
     /// `pid`: `getpid()` (the worker's own PID namespace); `nspid`: the `NSpid:` line of
     /// `/proc/self/status` (outermost namespace visible through `/proc` first).
     Hello {

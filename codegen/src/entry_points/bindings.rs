@@ -62,13 +62,16 @@ fn cfg_newest(attrs: &[syn::Attribute]) -> Option<u32> {
 }
 
 fn repr_of(attrs: &[syn::Attribute]) -> Option<String> {
-    attrs.iter().filter(|a| a.path().is_ident("repr")).find_map(|a| {
-        let text = quote::ToTokens::to_token_stream(&a.meta).to_string();
-        ["u32", "i32", "u64", "i64", "u16", "i16", "u8", "i8"]
-            .into_iter()
-            .find(|r| text.contains(r))
-            .map(str::to_owned)
-    })
+    attrs
+        .iter()
+        .filter(|a| a.path().is_ident("repr"))
+        .find_map(|a| {
+            let text = quote::ToTokens::to_token_stream(&a.meta).to_string();
+            ["u32", "i32", "u64", "i64", "u16", "i16", "u8", "i8"]
+                .into_iter()
+                .find(|r| text.contains(r))
+                .map(str::to_owned)
+        })
 }
 
 fn primitive(ident: &str) -> Option<&'static str> {
@@ -161,7 +164,11 @@ pub fn read_bindings(source: &str, text: &str) -> Result<Bindings, Diagnostics> 
                 items.records.insert(u.ident.to_string(), ());
             }
             syn::Item::Type(t) => {
-                items.aliases.entry(t.ident.to_string()).or_default().push((*t.ty).clone());
+                items
+                    .aliases
+                    .entry(t.ident.to_string())
+                    .or_default()
+                    .push((*t.ty).clone());
             }
             syn::Item::Use(u) => {
                 // `pub use self::X_enum as X;`
@@ -170,7 +177,11 @@ pub fn read_bindings(source: &str, text: &str) -> Result<Bindings, Diagnostics> 
                 {
                     let target: syn::Type = syn::parse_str(&r.ident.to_string())
                         .map_err(|e| error(source, format!("use alias: {e}")))?;
-                    items.aliases.entry(r.rename.to_string()).or_default().push(target);
+                    items
+                        .aliases
+                        .entry(r.rename.to_string())
+                        .or_default()
+                        .push(target);
                 }
             }
             syn::Item::Fn(f) if f.sig.ident.to_string().starts_with("cu") => {
@@ -185,7 +196,9 @@ pub fn read_bindings(source: &str, text: &str) -> Result<Bindings, Diagnostics> 
                     .iter()
                     .map(|input| match input {
                         syn::FnArg::Typed(t) => Ok((*t.ty).clone()),
-                        syn::FnArg::Receiver(_) => Err(error(source, format!("{}: a receiver", f.sig.ident))),
+                        syn::FnArg::Receiver(_) => {
+                            Err(error(source, format!("{}: a receiver", f.sig.ident)))
+                        }
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 functions.push((f.sig.ident.to_string(), args, cfg_newest(&f.attrs)));
@@ -226,7 +239,13 @@ pub fn read_bindings(source: &str, text: &str) -> Result<Bindings, Diagnostics> 
         return Err(Diagnostics(problems));
     }
     if out.is_empty() {
-        return Err(error(source, "no driver function found (is this cudarc's driver/sys/mod.rs?)".into()));
+        return Err(error(
+            source,
+            "no driver function found (is this cudarc's driver/sys/mod.rs?)".into(),
+        ));
     }
-    Ok(Bindings { source: source.to_owned(), functions: out })
+    Ok(Bindings {
+        source: source.to_owned(),
+        functions: out,
+    })
 }

@@ -25,7 +25,10 @@ pub fn emit(table: &Table, policy: &str) -> Result<String, syn::Error> {
     let count = table.entries.len();
     let names = table.entries.iter().map(|e| format!("{}\0", e.name));
     let open = table.entries.iter().map(|e| e.open);
-    let hand = table.entries.iter().map(|e| e.wrapper == Wrapper::HandWritten);
+    let hand = table
+        .entries
+        .iter()
+        .map(|e| e.wrapper == Wrapper::HandWritten);
     let lookup = table.entries.iter().enumerate().map(|(i, e)| {
         let name = proc_macro2::Literal::byte_string(e.name.as_bytes());
         quote!(#name => Some(#i),)

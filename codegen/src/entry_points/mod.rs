@@ -100,20 +100,34 @@ pub fn plan(
             }
         }
     }
-    let known = |name: &str| bindings.functions.contains_key(name) || policy.extra.iter().any(|e| e == name);
+    let known = |name: &str| {
+        bindings.functions.contains_key(name) || policy.extra.iter().any(|e| e == name)
+    };
     for name in &policy.extra {
         if bindings.functions.contains_key(name) {
             problems.push(map.diagnostic(
                 at("extra", name),
-                format!("`{name}` is declared by the driver bindings; list it in `tracked`, not `extra`"),
+                format!(
+                    "`{name}` is declared by the driver bindings; list it in `tracked`, not `extra`"
+                ),
             ));
         }
     }
     for name in policy.tracked.iter().chain(&policy.open) {
         if !known(name) {
             problems.push(map.diagnostic(
-                at(if policy.tracked.contains(name) { "tracked" } else { "open" }, name),
-                format!("`{name}` is not a driver function of the bindings ({}) nor listed in `extra`", bindings.source),
+                at(
+                    if policy.tracked.contains(name) {
+                        "tracked"
+                    } else {
+                        "open"
+                    },
+                    name,
+                ),
+                format!(
+                    "`{name}` is not a driver function of the bindings ({}) nor listed in `extra`",
+                    bindings.source
+                ),
             ));
         }
     }
@@ -146,13 +160,21 @@ pub fn plan(
         };
         entries.insert(
             name.clone(),
-            Entry { name: name.clone(), open: open.contains(name.as_str()), wrapper },
+            Entry {
+                name: name.clone(),
+                open: open.contains(name.as_str()),
+                wrapper,
+            },
         );
     }
     for name in &policy.extra {
         entries.insert(
             name.clone(),
-            Entry { name: name.clone(), open: open.contains(name.as_str()), wrapper: Wrapper::HandWritten },
+            Entry {
+                name: name.clone(),
+                open: open.contains(name.as_str()),
+                wrapper: Wrapper::HandWritten,
+            },
         );
     }
     for (suffix, names) in [("_ptds", &policy.ptds), ("_ptsz", &policy.ptsz)] {
@@ -161,8 +183,18 @@ pub fn plan(
             let args = bindings.functions[base].args.clone();
             // A per-thread variant is gated exactly like its base.
             let open = open.contains(base.as_str());
-            entries.insert(variant.clone(), Entry { name: variant, open, wrapper: Wrapper::PassThrough(args) });
+            entries.insert(
+                variant.clone(),
+                Entry {
+                    name: variant,
+                    open,
+                    wrapper: Wrapper::PassThrough(args),
+                },
+            );
         }
     }
-    Ok(Table { entries: entries.into_values().collect(), source: bindings.source.clone() })
+    Ok(Table {
+        entries: entries.into_values().collect(),
+        source: bindings.source.clone(),
+    })
 }

@@ -50,12 +50,20 @@ impl Sandbox {
     /// A worker of `root` under the shim (reaching the driver through `dlsym`), initialised on
     /// device 0; its stderr goes to `log` if given.
     pub fn worker(&self, root: &Path, log: Option<&Path>) -> Worker {
+        self.worker_with(root, log, &[])
+    }
+
+    /// [`Sandbox::worker`] with extra environment variables.
+    pub fn worker_with(&self, root: &Path, log: Option<&Path>, env: &[(&str, &str)]) -> Worker {
         let mut config = WorkerConfig::new(&self.worker)
             .entry(EntryPath::Dlsym)
             .env("LD_LIBRARY_PATH", &self.fakecuda)
             .env("LD_PRELOAD", &self.shim)
             .env("CUINTERPOSE_CONTROL_DIR", Self::control_dir(root))
             .env("FAKECUDA_CONTROL_DIR", Self::fakecuda_control_dir(root));
+        for (key, value) in env {
+            config = config.env(key, value);
+        }
         if let Some(log) = log {
             config = config.stderr(Output::File(log.to_path_buf()));
         }

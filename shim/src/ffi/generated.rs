@@ -609,110 +609,102 @@ pub const NAMES: [&str; COUNT] = [
 ];
 /// Whether the entry point of the same index stays open during a checkpoint.
 pub const OPEN: [bool; COUNT] = [
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, true, true, true, true, true, false, false,
-    true, false, false, false, false, false, false, true, false, true, false, true, true,
-    true, false, true, true, false, true, false, false, false, false, false, false,
-    false, true, false, true, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, true, true, true, true, true, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, true, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, true, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, true, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, true, true,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, true, true, true, true, true, false, false, true, false, false, false, false,
+    false, false, true, false, true, false, true, true, true, false, true, true, false, true,
+    false, false, false, false, false, false, false, true, false, true, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, true, true, true, true, true, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, true, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, true, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, true, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, true, true,
 ];
 /// Whether the entry point of the same index is hand-written (tracked) rather than a
 /// generated pass-through.
 pub const HAND_WRITTEN: [bool; COUNT] = [
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, true, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, true, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, true, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, true, true,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, true, true, false, true,
-    false, true, true, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, true, false, true, false, false,
-    true, false, false, false, true, false, true, true, true, false, false, false, false,
-    false, false, false, false, false, false, true, true, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, true, true, true, false, true, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, true, true,
-    true, true, true, true, true, true, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, true, true,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, true, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, true, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, true, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, true, true, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, true, true, false, true, false, true, true, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, true, false, true, false, false, true, false, false,
+    false, true, false, true, true, true, false, false, false, false, false, false, false, false,
+    false, false, true, true, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, true, true, true, false,
+    true, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, true, true, true, true, true, true, true,
+    true, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, true, true,
 ];
 /// The index of the entry point named `name` (without NUL).
 pub fn index(name: &[u8]) -> Option<usize> {
@@ -1920,79 +1912,41 @@ pub fn wrapper(index: usize) -> *mut c_void {
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuArray3DCreate_v2(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(
-        0usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(0usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuArray3DGetDescriptor_v2(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        1usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuArray3DGetDescriptor_v2(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(1usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuArrayCreate_v2(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(
-        2usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(2usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuArrayDestroy(a0: *mut c_void) -> u32 {
-    forward(
-        3usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(3usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuArrayGetDescriptor_v2(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        4usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuArrayGetDescriptor_v2(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(4usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuArrayGetMemoryRequirements(
@@ -2000,98 +1954,47 @@ pub unsafe extern "C" fn cuArrayGetMemoryRequirements(
     a1: *mut c_void,
     a2: i32,
 ) -> u32 {
-    forward(
-        5usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(5usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuArrayGetPlane(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: u32,
-) -> u32 {
-    forward(
-        6usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuArrayGetPlane(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
+    forward(6usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuArrayGetSparseProperties(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        7usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuArrayGetSparseProperties(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(7usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCoredumpDeregisterCompleteCallback(a0: *mut c_void) -> u32 {
-    forward(
-        8usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(8usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCoredumpDeregisterStartCallback(a0: *mut c_void) -> u32 {
-    forward(
-        9usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(9usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCoredumpGetAttribute(
-    a0: u32,
-    a1: *mut c_void,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        10usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuCoredumpGetAttribute(a0: u32, a1: *mut c_void, a2: *mut c_void) -> u32 {
+    forward(10usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCoredumpGetAttributeGlobal(
@@ -2099,17 +2002,11 @@ pub unsafe extern "C" fn cuCoredumpGetAttributeGlobal(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        11usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(11usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCoredumpRegisterCompleteCallback(
@@ -2117,17 +2014,12 @@ pub unsafe extern "C" fn cuCoredumpRegisterCompleteCallback(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        12usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(12usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCoredumpRegisterStartCallback(
@@ -2135,35 +2027,20 @@ pub unsafe extern "C" fn cuCoredumpRegisterStartCallback(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        13usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(13usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCoredumpSetAttribute(
-    a0: u32,
-    a1: *mut c_void,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        14usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuCoredumpSetAttribute(a0: u32, a1: *mut c_void, a2: *mut c_void) -> u32 {
+    forward(14usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCoredumpSetAttributeGlobal(
@@ -2171,45 +2048,25 @@ pub unsafe extern "C" fn cuCoredumpSetAttributeGlobal(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        15usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(15usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxAttach(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        16usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(16usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxCreate_v2(a0: *mut c_void, a1: u32, a2: i32) -> u32 {
-    forward(
-        17usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, i32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(17usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, i32) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxCreate_v3(
@@ -2219,457 +2076,217 @@ pub unsafe extern "C" fn cuCtxCreate_v3(
     a3: u32,
     a4: i32,
 ) -> u32 {
-    forward(
-        18usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, i32, u32, i32) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(18usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, i32, u32, i32) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxCreate_v4(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: u32,
-    a3: i32,
-) -> u32 {
-    forward(
-        19usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32, i32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuCtxCreate_v4(a0: *mut c_void, a1: *mut c_void, a2: u32, a3: i32) -> u32 {
+    forward(19usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, u32, i32) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxDetach(a0: *mut c_void) -> u32 {
-    forward(
-        21usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(21usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxDisablePeerAccess(a0: *mut c_void) -> u32 {
-    forward(
-        22usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(22usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxEnablePeerAccess(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        23usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(23usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxFromGreenCtx(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        24usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(24usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetApiVersion(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        25usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(25usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetCacheConfig(a0: *mut c_void) -> u32 {
-    forward(
-        26usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(26usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetCurrent(a0: *mut c_void) -> u32 {
-    forward(
-        27usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(27usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxGetDevResource(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: u32,
-) -> u32 {
-    forward(
-        28usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuCtxGetDevResource(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
+    forward(28usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetDevice(a0: *mut c_void) -> u32 {
-    forward(
-        29usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(29usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetDevice_v2(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        30usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(30usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetExecAffinity(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        31usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(31usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetFlags(a0: *mut c_void) -> u32 {
-    forward(
-        32usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(32usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetId(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        33usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(33usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetLimit(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        34usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(34usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetSharedMemConfig(a0: *mut c_void) -> u32 {
-    forward(
-        35usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(35usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        36usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(36usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxPopCurrent_v2(a0: *mut c_void) -> u32 {
-    forward(
-        37usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(37usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxPushCurrent_v2(a0: *mut c_void) -> u32 {
-    forward(
-        38usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(38usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxRecordEvent(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        39usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(39usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxResetPersistingL2Cache() -> u32 {
-    forward(
-        40usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(f)()
-            }
-        },
-    )
+    forward(40usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(f)()
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxSetCacheConfig(a0: u32) -> u32 {
-    forward(
-        41usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(41usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxSetCurrent(a0: *mut c_void) -> u32 {
-    forward(
-        42usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(42usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxSetFlags(a0: u32) -> u32 {
-    forward(
-        43usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(43usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxSetLimit(a0: u32, a1: usize) -> u32 {
-    forward(
-        44usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, usize) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(44usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, usize) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxSetSharedMemConfig(a0: u32) -> u32 {
-    forward(
-        45usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(45usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxSynchronize() -> u32 {
-    forward(
-        46usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(f)()
-            }
-        },
-    )
+    forward(46usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(f)()
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxSynchronize_v2(a0: *mut c_void) -> u32 {
-    forward(
-        47usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(47usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxWaitEvent(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        48usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(48usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDestroyExternalMemory(a0: *mut c_void) -> u32 {
-    forward(
-        49usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(49usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDestroyExternalSemaphore(a0: *mut c_void) -> u32 {
-    forward(
-        50usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(50usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevResourceGenerateDesc(
@@ -2677,17 +2294,11 @@ pub unsafe extern "C" fn cuDevResourceGenerateDesc(
     a1: *mut c_void,
     a2: u32,
 ) -> u32 {
-    forward(
-        51usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(51usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevSmResourceSplit(
@@ -2698,24 +2309,19 @@ pub unsafe extern "C" fn cuDevSmResourceSplit(
     a4: u32,
     a5: *mut c_void,
 ) -> u32 {
-    forward(
-        52usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        u32,
-                        *const c_void,
-                        *mut c_void,
-                        u32,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5)
-            }
-        },
-    )
+    forward(52usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                u32,
+                *const c_void,
+                *mut c_void,
+                u32,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevSmResourceSplitByCount(
@@ -2726,42 +2332,27 @@ pub unsafe extern "C" fn cuDevSmResourceSplitByCount(
     a4: u32,
     a5: u32,
 ) -> u32 {
-    forward(
-        53usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        *mut c_void,
-                        u32,
-                        u32,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5)
-            }
-        },
-    )
+    forward(53usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *const c_void,
+                *mut c_void,
+                u32,
+                u32,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceCanAccessPeer(
-    a0: *mut c_void,
-    a1: i32,
-    a2: i32,
-) -> u32 {
-    forward(
-        54usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, i32, i32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuDeviceCanAccessPeer(a0: *mut c_void, a1: i32, a2: i32) -> u32 {
+    forward(54usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32, i32) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceComputeCapability(
@@ -2769,176 +2360,81 @@ pub unsafe extern "C" fn cuDeviceComputeCapability(
     a1: *mut c_void,
     a2: i32,
 ) -> u32 {
-    forward(
-        55usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(55usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGet(a0: *mut c_void, a1: i32) -> u32 {
-    forward(
-        56usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, i32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(56usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetByPCIBusId(
-    a0: *mut c_void,
-    a1: *const c_void,
-) -> u32 {
-    forward(
-        58usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuDeviceGetByPCIBusId(a0: *mut c_void, a1: *const c_void) -> u32 {
+    forward(58usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetCliqueCount(a0: *mut c_void, a1: i32) -> u32 {
-    forward(
-        59usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, i32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(59usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetCliqueInfo(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: i32,
-) -> u32 {
-    forward(
-        60usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuDeviceGetCliqueInfo(a0: *mut c_void, a1: *mut c_void, a2: i32) -> u32 {
+    forward(60usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetCount(a0: *mut c_void) -> u32 {
-    forward(
-        61usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(61usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(a0: *mut c_void, a1: i32) -> u32 {
-    forward(
-        62usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, i32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(62usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetDevResource(
-    a0: i32,
-    a1: *mut c_void,
-    a2: u32,
-) -> u32 {
-    forward(
-        63usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(i32, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuDeviceGetDevResource(a0: i32, a1: *mut c_void, a2: u32) -> u32 {
+    forward(63usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32, *mut c_void, u32) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetExecAffinitySupport(
-    a0: *mut c_void,
-    a1: u32,
-    a2: i32,
-) -> u32 {
-    forward(
-        64usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, i32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuDeviceGetExecAffinitySupport(a0: *mut c_void, a1: u32, a2: i32) -> u32 {
+    forward(64usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, i32) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetFabricClusterUuid(a0: *mut c_void, a1: i32) -> u32 {
-    forward(
-        65usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, i32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(65usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetGraphMemAttribute(
-    a0: i32,
-    a1: u32,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        66usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(i32, u32, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuDeviceGetGraphMemAttribute(a0: i32, a1: u32, a2: *mut c_void) -> u32 {
+    forward(66usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32, u32, *mut c_void) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetHostAtomicCapabilities(
@@ -2947,63 +2443,34 @@ pub unsafe extern "C" fn cuDeviceGetHostAtomicCapabilities(
     a2: u32,
     a3: i32,
 ) -> u32 {
-    forward(
-        67usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void, u32, i32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(67usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *const c_void, u32, i32) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetLuid(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: i32,
-) -> u32 {
-    forward(
-        68usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuDeviceGetLuid(a0: *mut c_void, a1: *mut c_void, a2: i32) -> u32 {
+    forward(68usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetMemPool(a0: *mut c_void, a1: i32) -> u32 {
-    forward(
-        69usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, i32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(69usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetName(a0: *mut c_void, a1: i32, a2: i32) -> u32 {
-    forward(
-        70usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, i32, i32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(70usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32, i32) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetP2PAtomicCapabilities(
@@ -3013,23 +2480,12 @@ pub unsafe extern "C" fn cuDeviceGetP2PAtomicCapabilities(
     a3: i32,
     a4: i32,
 ) -> u32 {
-    forward(
-        71usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *const c_void,
-                        u32,
-                        i32,
-                        i32,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(71usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *const c_void, u32, i32, i32) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetP2PAttribute(
@@ -3038,45 +2494,25 @@ pub unsafe extern "C" fn cuDeviceGetP2PAttribute(
     a2: i32,
     a3: i32,
 ) -> u32 {
-    forward(
-        72usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, i32, i32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(72usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, i32, i32) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetPCIBusId(a0: *mut c_void, a1: i32, a2: i32) -> u32 {
-    forward(
-        73usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, i32, i32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(73usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32, i32) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetProperties(a0: *mut c_void, a1: i32) -> u32 {
-    forward(
-        74usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, i32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(74usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetTexture1DLinearMaxWidth(
@@ -3085,59 +2521,29 @@ pub unsafe extern "C" fn cuDeviceGetTexture1DLinearMaxWidth(
     a2: u32,
     a3: i32,
 ) -> u32 {
-    forward(
-        75usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, u32, i32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(75usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, u32, i32) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetUuid(a0: *mut c_void, a1: i32) -> u32 {
-    forward(
-        76usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, i32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(76usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetUuid_v2(a0: *mut c_void, a1: i32) -> u32 {
-    forward(
-        77usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, i32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(77usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGraphMemTrim(a0: i32) -> u32 {
-    forward(
-        78usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(i32) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(78usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
@@ -3145,59 +2551,29 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        79usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(i32, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(79usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32, *mut c_void, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(a0: i32) -> u32 {
-    forward(
-        80usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(i32) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(80usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(a0: *mut c_void, a1: i32) -> u32 {
-    forward(
-        82usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, i32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(82usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevicePrimaryCtxSetFlags_v2(a0: i32, a1: u32) -> u32 {
-    forward(
-        83usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(i32, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(83usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceRegisterAsyncNotification(
@@ -3206,127 +2582,56 @@ pub unsafe extern "C" fn cuDeviceRegisterAsyncNotification(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        84usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        i32,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(84usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(i32, *mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceSetGraphMemAttribute(
-    a0: i32,
-    a1: u32,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        85usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(i32, u32, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuDeviceSetGraphMemAttribute(a0: i32, a1: u32, a2: *mut c_void) -> u32 {
+    forward(85usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32, u32, *mut c_void) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceSetMemPool(a0: i32, a1: *mut c_void) -> u32 {
-    forward(
-        86usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(i32, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(86usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32, *mut c_void) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceTotalMem_v2(a0: *mut c_void, a1: i32) -> u32 {
-    forward(
-        87usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, i32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(87usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceUnregisterAsyncNotification(
-    a0: i32,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        88usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(i32, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuDeviceUnregisterAsyncNotification(a0: i32, a1: *mut c_void) -> u32 {
+    forward(88usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32, *mut c_void) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDriverGetVersion(a0: *mut c_void) -> u32 {
-    forward(
-        89usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(89usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventCreate(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        90usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(90usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventDestroy_v2(a0: *mut c_void) -> u32 {
-    forward(
-        91usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(91usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventElapsedTime(
@@ -3334,17 +2639,12 @@ pub unsafe extern "C" fn cuEventElapsedTime(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        92usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(92usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventElapsedTime_v2(
@@ -3352,63 +2652,34 @@ pub unsafe extern "C" fn cuEventElapsedTime_v2(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        93usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(93usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventQuery(a0: *mut c_void) -> u32 {
-    forward(
-        94usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(94usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventRecord(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        95usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(95usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuEventRecordWithFlags(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: u32,
-) -> u32 {
-    forward(
-        96usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuEventRecordWithFlags(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
+    forward(96usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventRecordWithFlags_ptsz(
@@ -3416,45 +2687,25 @@ pub unsafe extern "C" fn cuEventRecordWithFlags_ptsz(
     a1: *mut c_void,
     a2: u32,
 ) -> u32 {
-    forward(
-        97usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(97usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventRecord_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        98usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(98usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventSynchronize(a0: *mut c_void) -> u32 {
-    forward(
-        99usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(99usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuExternalMemoryGetMappedBuffer(
@@ -3462,17 +2713,12 @@ pub unsafe extern "C" fn cuExternalMemoryGetMappedBuffer(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(
-        100usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(100usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuExternalMemoryGetMappedMipmappedArray(
@@ -3480,91 +2726,50 @@ pub unsafe extern "C" fn cuExternalMemoryGetMappedMipmappedArray(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(
-        101usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(101usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFlushGPUDirectRDMAWrites(a0: u32, a1: u32) -> u32 {
-    forward(
-        102usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(102usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuFuncGetAttribute(
-    a0: *mut c_void,
-    a1: u32,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        103usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuFuncGetAttribute(a0: *mut c_void, a1: u32, a2: *mut c_void) -> u32 {
+    forward(103usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncGetModule(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        104usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(104usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncGetName(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        105usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(105usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncGetParamCount(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        106usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(106usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncGetParamInfo(
@@ -3573,167 +2778,80 @@ pub unsafe extern "C" fn cuFuncGetParamInfo(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        107usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        usize,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(107usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, usize, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncIsLoaded(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        108usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(108usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncLoad(a0: *mut c_void) -> u32 {
-    forward(
-        109usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(109usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncSetAttribute(a0: *mut c_void, a1: u32, a2: i32) -> u32 {
-    forward(
-        110usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, i32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(110usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, i32) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuFuncSetBlockShape(
-    a0: *mut c_void,
-    a1: i32,
-    a2: i32,
-    a3: i32,
-) -> u32 {
-    forward(
-        111usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, i32, i32, i32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuFuncSetBlockShape(a0: *mut c_void, a1: i32, a2: i32, a3: i32) -> u32 {
+    forward(111usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32, i32, i32) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncSetCacheConfig(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        112usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(112usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncSetSharedMemConfig(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        113usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(113usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncSetSharedSize(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        114usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(114usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGetErrorName(a0: u32, a1: *mut c_void) -> u32 {
-    forward(
-        115usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(115usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *mut c_void) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGetErrorString(a0: u32, a1: *mut c_void) -> u32 {
-    forward(
-        116usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(116usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *mut c_void) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGetExportTable(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(
-        117usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(117usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddBatchMemOpNode(
@@ -3743,23 +2861,18 @@ pub unsafe extern "C" fn cuGraphAddBatchMemOpNode(
     a3: usize,
     a4: *const c_void,
 ) -> u32 {
-    forward(
-        120usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        usize,
-                        *const c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(120usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *const c_void,
+                usize,
+                *const c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddChildGraphNode(
@@ -3769,23 +2882,18 @@ pub unsafe extern "C" fn cuGraphAddChildGraphNode(
     a3: usize,
     a4: *mut c_void,
 ) -> u32 {
-    forward(
-        121usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        usize,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(121usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *const c_void,
+                usize,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddDependencies(
@@ -3794,22 +2902,12 @@ pub unsafe extern "C" fn cuGraphAddDependencies(
     a2: *const c_void,
     a3: usize,
 ) -> u32 {
-    forward(
-        122usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *const c_void,
-                        *const c_void,
-                        usize,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(122usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *const c_void, *const c_void, usize) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddDependencies_v2(
@@ -3819,23 +2917,18 @@ pub unsafe extern "C" fn cuGraphAddDependencies_v2(
     a3: *const c_void,
     a4: usize,
 ) -> u32 {
-    forward(
-        123usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *const c_void,
-                        *const c_void,
-                        *const c_void,
-                        usize,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(123usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *const c_void,
+                *const c_void,
+                *const c_void,
+                usize,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddEmptyNode(
@@ -3844,22 +2937,12 @@ pub unsafe extern "C" fn cuGraphAddEmptyNode(
     a2: *const c_void,
     a3: usize,
 ) -> u32 {
-    forward(
-        124usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        usize,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(124usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void, usize) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddEventRecordNode(
@@ -3869,23 +2952,18 @@ pub unsafe extern "C" fn cuGraphAddEventRecordNode(
     a3: usize,
     a4: *mut c_void,
 ) -> u32 {
-    forward(
-        125usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        usize,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(125usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *const c_void,
+                usize,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddEventWaitNode(
@@ -3895,23 +2973,18 @@ pub unsafe extern "C" fn cuGraphAddEventWaitNode(
     a3: usize,
     a4: *mut c_void,
 ) -> u32 {
-    forward(
-        126usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        usize,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(126usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *const c_void,
+                usize,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddExternalSemaphoresSignalNode(
@@ -3921,23 +2994,18 @@ pub unsafe extern "C" fn cuGraphAddExternalSemaphoresSignalNode(
     a3: usize,
     a4: *const c_void,
 ) -> u32 {
-    forward(
-        127usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        usize,
-                        *const c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(127usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *const c_void,
+                usize,
+                *const c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddExternalSemaphoresWaitNode(
@@ -3947,23 +3015,18 @@ pub unsafe extern "C" fn cuGraphAddExternalSemaphoresWaitNode(
     a3: usize,
     a4: *const c_void,
 ) -> u32 {
-    forward(
-        128usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        usize,
-                        *const c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(128usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *const c_void,
+                usize,
+                *const c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddHostNode(
@@ -3973,23 +3036,18 @@ pub unsafe extern "C" fn cuGraphAddHostNode(
     a3: usize,
     a4: *const c_void,
 ) -> u32 {
-    forward(
-        129usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        usize,
-                        *const c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(129usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *const c_void,
+                usize,
+                *const c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddKernelNode(
@@ -3999,23 +3057,18 @@ pub unsafe extern "C" fn cuGraphAddKernelNode(
     a3: usize,
     a4: *const c_void,
 ) -> u32 {
-    forward(
-        130usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        usize,
-                        *const c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(130usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *const c_void,
+                usize,
+                *const c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
@@ -4025,23 +3078,18 @@ pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
     a3: usize,
     a4: *const c_void,
 ) -> u32 {
-    forward(
-        131usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        usize,
-                        *const c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(131usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *const c_void,
+                usize,
+                *const c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddMemAllocNode(
@@ -4051,23 +3099,18 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
     a3: usize,
     a4: *mut c_void,
 ) -> u32 {
-    forward(
-        132usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        usize,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(132usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *const c_void,
+                usize,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddMemFreeNode(
@@ -4077,23 +3120,12 @@ pub unsafe extern "C" fn cuGraphAddMemFreeNode(
     a3: usize,
     a4: u64,
 ) -> u32 {
-    forward(
-        133usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        usize,
-                        u64,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(133usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void, usize, u64) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddMemcpyNode(
@@ -4104,24 +3136,19 @@ pub unsafe extern "C" fn cuGraphAddMemcpyNode(
     a4: *const c_void,
     a5: *mut c_void,
 ) -> u32 {
-    forward(
-        134usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        usize,
-                        *const c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5)
-            }
-        },
-    )
+    forward(134usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *const c_void,
+                usize,
+                *const c_void,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddMemsetNode(
@@ -4132,24 +3159,19 @@ pub unsafe extern "C" fn cuGraphAddMemsetNode(
     a4: *const c_void,
     a5: *mut c_void,
 ) -> u32 {
-    forward(
-        135usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        usize,
-                        *const c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5)
-            }
-        },
-    )
+    forward(135usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *const c_void,
+                usize,
+                *const c_void,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddNode(
@@ -4159,23 +3181,18 @@ pub unsafe extern "C" fn cuGraphAddNode(
     a3: usize,
     a4: *mut c_void,
 ) -> u32 {
-    forward(
-        136usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        usize,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(136usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *const c_void,
+                usize,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddNode_v2(
@@ -4186,24 +3203,19 @@ pub unsafe extern "C" fn cuGraphAddNode_v2(
     a4: usize,
     a5: *mut c_void,
 ) -> u32 {
-    forward(
-        137usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        *const c_void,
-                        usize,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5)
-            }
-        },
-    )
+    forward(137usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *const c_void,
+                *const c_void,
+                usize,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddNode_v3(
@@ -4214,89 +3226,51 @@ pub unsafe extern "C" fn cuGraphAddNode_v3(
     a4: usize,
     a5: *mut c_void,
 ) -> u32 {
-    forward(
-        138usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        *const c_void,
-                        usize,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5)
-            }
-        },
-    )
+    forward(138usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *const c_void,
+                *const c_void,
+                usize,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphBatchMemOpNodeGetParams(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        139usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphBatchMemOpNodeGetParams(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(139usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphBatchMemOpNodeSetParams(
-    a0: *mut c_void,
-    a1: *const c_void,
-) -> u32 {
-    forward(
-        140usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphBatchMemOpNodeSetParams(a0: *mut c_void, a1: *const c_void) -> u32 {
+    forward(140usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphChildGraphNodeGetGraph(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        141usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphChildGraphNodeGetGraph(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(141usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphClone(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        142usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(142usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphConditionalHandleCreate(
@@ -4306,151 +3280,71 @@ pub unsafe extern "C" fn cuGraphConditionalHandleCreate(
     a3: u32,
     a4: u32,
 ) -> u32 {
-    forward(
-        143usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        u32,
-                        u32,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(143usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, u32, u32) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphCreate(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        144usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(144usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphDebugDotPrint(
-    a0: *mut c_void,
-    a1: *const c_void,
-    a2: u32,
-) -> u32 {
-    forward(
-        145usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphDebugDotPrint(a0: *mut c_void, a1: *const c_void, a2: u32) -> u32 {
+    forward(145usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *const c_void, u32) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphDestroy(a0: *mut c_void) -> u32 {
-    forward(
-        146usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(146usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphDestroyNode(a0: *mut c_void) -> u32 {
-    forward(
-        147usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(147usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphEventRecordNodeGetEvent(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        148usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphEventRecordNodeGetEvent(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(148usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphEventRecordNodeSetEvent(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        149usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphEventRecordNodeSetEvent(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(149usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphEventWaitNodeGetEvent(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        150usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphEventWaitNodeGetEvent(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(150usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphEventWaitNodeSetEvent(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        151usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphEventWaitNodeSetEvent(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(151usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecBatchMemOpNodeSetParams(
@@ -4458,17 +3352,12 @@ pub unsafe extern "C" fn cuGraphExecBatchMemOpNodeSetParams(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(
-        152usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(152usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecChildGraphNodeSetParams(
@@ -4476,31 +3365,18 @@ pub unsafe extern "C" fn cuGraphExecChildGraphNodeSetParams(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        153usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(153usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecDestroy(a0: *mut c_void) -> u32 {
-    forward(
-        154usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(154usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecEventRecordNodeSetEvent(
@@ -4508,17 +3384,12 @@ pub unsafe extern "C" fn cuGraphExecEventRecordNodeSetEvent(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        155usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(155usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecEventWaitNodeSetEvent(
@@ -4526,17 +3397,12 @@ pub unsafe extern "C" fn cuGraphExecEventWaitNodeSetEvent(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        156usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(156usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecExternalSemaphoresSignalNodeSetParams(
@@ -4544,17 +3410,12 @@ pub unsafe extern "C" fn cuGraphExecExternalSemaphoresSignalNodeSetParams(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(
-        157usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(157usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecExternalSemaphoresWaitNodeSetParams(
@@ -4562,45 +3423,28 @@ pub unsafe extern "C" fn cuGraphExecExternalSemaphoresWaitNodeSetParams(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(
-        158usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(158usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecGetFlags(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        159usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(159usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecGetId(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        160usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(160usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecHostNodeSetParams(
@@ -4608,17 +3452,12 @@ pub unsafe extern "C" fn cuGraphExecHostNodeSetParams(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(
-        161usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(161usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams(
@@ -4626,17 +3465,12 @@ pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(
-        162usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(162usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(
@@ -4644,17 +3478,12 @@ pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(
-        163usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(163usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams(
@@ -4663,22 +3492,12 @@ pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams(
     a2: *const c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        164usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(164usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecMemsetNodeSetParams(
@@ -4687,22 +3506,12 @@ pub unsafe extern "C" fn cuGraphExecMemsetNodeSetParams(
     a2: *const c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        165usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(165usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecNodeSetParams(
@@ -4710,17 +3519,12 @@ pub unsafe extern "C" fn cuGraphExecNodeSetParams(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        166usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(166usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecUpdate(
@@ -4729,22 +3533,12 @@ pub unsafe extern "C" fn cuGraphExecUpdate(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        167usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(167usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecUpdate_v2(
@@ -4752,85 +3546,56 @@ pub unsafe extern "C" fn cuGraphExecUpdate_v2(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        168usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(168usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExternalSemaphoresSignalNodeGetParams(
     a0: *mut c_void,
     a1: *mut c_void,
 ) -> u32 {
-    forward(
-        169usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(169usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExternalSemaphoresSignalNodeSetParams(
     a0: *mut c_void,
     a1: *const c_void,
 ) -> u32 {
-    forward(
-        170usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(170usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExternalSemaphoresWaitNodeGetParams(
     a0: *mut c_void,
     a1: *mut c_void,
 ) -> u32 {
-    forward(
-        171usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(171usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExternalSemaphoresWaitNodeSetParams(
     a0: *mut c_void,
     a1: *const c_void,
 ) -> u32 {
-    forward(
-        172usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(172usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphGetEdges(
@@ -4839,22 +3604,12 @@ pub unsafe extern "C" fn cuGraphGetEdges(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        173usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(173usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphGetEdges_v2(
@@ -4864,55 +3619,35 @@ pub unsafe extern "C" fn cuGraphGetEdges_v2(
     a3: *mut c_void,
     a4: *mut c_void,
 ) -> u32 {
-    forward(
-        174usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(174usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphGetId(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        175usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(175usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphGetNodes(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        176usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphGetNodes(a0: *mut c_void, a1: *mut c_void, a2: *mut c_void) -> u32 {
+    forward(176usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphGetRootNodes(
@@ -4920,51 +3655,28 @@ pub unsafe extern "C" fn cuGraphGetRootNodes(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        177usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(177usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphHostNodeGetParams(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        178usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphHostNodeGetParams(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(178usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphHostNodeSetParams(
-    a0: *mut c_void,
-    a1: *const c_void,
-) -> u32 {
-    forward(
-        179usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphHostNodeSetParams(a0: *mut c_void, a1: *const c_void) -> u32 {
+    forward(179usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
@@ -4972,17 +3684,11 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
     a1: *mut c_void,
     a2: u64,
 ) -> u32 {
-    forward(
-        180usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u64) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(180usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u64) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphInstantiateWithParams(
@@ -4990,17 +3696,12 @@ pub unsafe extern "C" fn cuGraphInstantiateWithParams(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        181usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(181usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphInstantiate_v2(
@@ -5010,40 +3711,20 @@ pub unsafe extern "C" fn cuGraphInstantiate_v2(
     a3: *mut c_void,
     a4: usize,
 ) -> u32 {
-    forward(
-        182usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        usize,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(182usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_void, usize) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphKernelNodeCopyAttributes(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        183usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphKernelNodeCopyAttributes(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(183usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphKernelNodeGetAttribute(
@@ -5051,51 +3732,27 @@ pub unsafe extern "C" fn cuGraphKernelNodeGetAttribute(
     a1: u32,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        184usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(184usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphKernelNodeGetParams(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        185usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphKernelNodeGetParams(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(185usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphKernelNodeGetParams_v2(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        186usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphKernelNodeGetParams_v2(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(186usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphKernelNodeSetAttribute(
@@ -5103,181 +3760,92 @@ pub unsafe extern "C" fn cuGraphKernelNodeSetAttribute(
     a1: u32,
     a2: *const c_void,
 ) -> u32 {
-    forward(
-        187usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, *const c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(187usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, u32, *const c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphKernelNodeSetParams(
-    a0: *mut c_void,
-    a1: *const c_void,
-) -> u32 {
-    forward(
-        188usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphKernelNodeSetParams(a0: *mut c_void, a1: *const c_void) -> u32 {
+    forward(188usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphKernelNodeSetParams_v2(
-    a0: *mut c_void,
-    a1: *const c_void,
-) -> u32 {
-    forward(
-        189usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphKernelNodeSetParams_v2(a0: *mut c_void, a1: *const c_void) -> u32 {
+    forward(189usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphLaunch(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        190usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(190usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphLaunch_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        191usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(191usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphMemAllocNodeGetParams(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        192usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphMemAllocNodeGetParams(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(192usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphMemFreeNodeGetParams(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        193usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphMemFreeNodeGetParams(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(193usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphMemcpyNodeGetParams(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        194usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphMemcpyNodeGetParams(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(194usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphMemcpyNodeSetParams(
-    a0: *mut c_void,
-    a1: *const c_void,
-) -> u32 {
-    forward(
-        195usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphMemcpyNodeSetParams(a0: *mut c_void, a1: *const c_void) -> u32 {
+    forward(195usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphMemsetNodeGetParams(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        196usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphMemsetNodeGetParams(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(196usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphMemsetNodeSetParams(
-    a0: *mut c_void,
-    a1: *const c_void,
-) -> u32 {
-    forward(
-        197usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphMemsetNodeSetParams(a0: *mut c_void, a1: *const c_void) -> u32 {
+    forward(197usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeFindInClone(
@@ -5285,34 +3853,20 @@ pub unsafe extern "C" fn cuGraphNodeFindInClone(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        198usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(198usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeGetContainingGraph(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        199usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphNodeGetContainingGraph(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(199usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeGetDependencies(
@@ -5320,17 +3874,12 @@ pub unsafe extern "C" fn cuGraphNodeGetDependencies(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        200usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(200usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeGetDependencies_v2(
@@ -5339,22 +3888,12 @@ pub unsafe extern "C" fn cuGraphNodeGetDependencies_v2(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        201usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(201usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeGetDependentNodes(
@@ -5362,17 +3901,12 @@ pub unsafe extern "C" fn cuGraphNodeGetDependentNodes(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        202usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(202usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeGetDependentNodes_v2(
@@ -5381,22 +3915,12 @@ pub unsafe extern "C" fn cuGraphNodeGetDependentNodes_v2(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        203usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(203usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeGetEnabled(
@@ -5404,122 +3928,68 @@ pub unsafe extern "C" fn cuGraphNodeGetEnabled(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        204usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(204usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeGetLocalId(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        205usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(205usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeGetParams(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        206usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(206usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeGetToolsId(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        207usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(207usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeGetType(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        208usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(208usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeSetEnabled(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: u32,
-) -> u32 {
-    forward(
-        209usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphNodeSetEnabled(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
+    forward(209usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeSetParams(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        210usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(210usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeSetParams_v2(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        211usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphNodeSetParams_v2(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(211usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphReleaseUserObject(
@@ -5527,17 +3997,11 @@ pub unsafe extern "C" fn cuGraphReleaseUserObject(
     a1: *mut c_void,
     a2: u32,
 ) -> u32 {
-    forward(
-        212usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(212usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphRemoveDependencies(
@@ -5546,22 +4010,12 @@ pub unsafe extern "C" fn cuGraphRemoveDependencies(
     a2: *const c_void,
     a3: usize,
 ) -> u32 {
-    forward(
-        213usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *const c_void,
-                        *const c_void,
-                        usize,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(213usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *const c_void, *const c_void, usize) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphRemoveDependencies_v2(
@@ -5571,23 +4025,18 @@ pub unsafe extern "C" fn cuGraphRemoveDependencies_v2(
     a3: *const c_void,
     a4: usize,
 ) -> u32 {
-    forward(
-        214usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *const c_void,
-                        *const c_void,
-                        *const c_void,
-                        usize,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(214usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *const c_void,
+                *const c_void,
+                *const c_void,
+                usize,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphRetainUserObject(
@@ -5596,63 +4045,36 @@ pub unsafe extern "C" fn cuGraphRetainUserObject(
     a2: u32,
     a3: u32,
 ) -> u32 {
-    forward(
-        215usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(215usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, u32, u32) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphUpload(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        216usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(216usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphUpload_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        217usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(217usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphicsMapResources(
-    a0: u32,
-    a1: *mut c_void,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        218usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphicsMapResources(a0: u32, a1: *mut c_void, a2: *mut c_void) -> u32 {
+    forward(218usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphicsMapResources_ptsz(
@@ -5660,34 +4082,22 @@ pub unsafe extern "C" fn cuGraphicsMapResources_ptsz(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        219usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(219usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphicsResourceGetMappedMipmappedArray(
     a0: *mut c_void,
     a1: *mut c_void,
 ) -> u32 {
-    forward(
-        220usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(220usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphicsResourceGetMappedPointer_v2(
@@ -5695,34 +4105,18 @@ pub unsafe extern "C" fn cuGraphicsResourceGetMappedPointer_v2(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        221usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(221usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphicsResourceSetMapFlags_v2(
-    a0: *mut c_void,
-    a1: u32,
-) -> u32 {
-    forward(
-        222usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuGraphicsResourceSetMapFlags_v2(a0: *mut c_void, a1: u32) -> u32 {
+    forward(222usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphicsSubResourceGetMappedArray(
@@ -5731,17 +4125,12 @@ pub unsafe extern "C" fn cuGraphicsSubResourceGetMappedArray(
     a2: u32,
     a3: u32,
 ) -> u32 {
-    forward(
-        223usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(223usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, u32, u32) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphicsUnmapResources(
@@ -5749,17 +4138,11 @@ pub unsafe extern "C" fn cuGraphicsUnmapResources(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        224usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(224usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphicsUnmapResources_ptsz(
@@ -5767,31 +4150,17 @@ pub unsafe extern "C" fn cuGraphicsUnmapResources_ptsz(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        225usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(225usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphicsUnregisterResource(a0: *mut c_void) -> u32 {
-    forward(
-        226usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(226usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGreenCtxCreate(
@@ -5800,31 +4169,18 @@ pub unsafe extern "C" fn cuGreenCtxCreate(
     a2: i32,
     a3: u32,
 ) -> u32 {
-    forward(
-        227usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, i32, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(227usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, i32, u32) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGreenCtxDestroy(a0: *mut c_void) -> u32 {
-    forward(
-        228usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(228usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGreenCtxGetDevResource(
@@ -5832,45 +4188,27 @@ pub unsafe extern "C" fn cuGreenCtxGetDevResource(
     a1: *mut c_void,
     a2: u32,
 ) -> u32 {
-    forward(
-        229usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(229usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGreenCtxGetId(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        230usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(230usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGreenCtxRecordEvent(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        231usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(231usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGreenCtxStreamCreate(
@@ -5879,99 +4217,56 @@ pub unsafe extern "C" fn cuGreenCtxStreamCreate(
     a2: u32,
     a3: i32,
 ) -> u32 {
-    forward(
-        232usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32, i32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(232usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, u32, i32) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGreenCtxWaitEvent(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        233usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(233usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuImportExternalMemory(
-    a0: *mut c_void,
-    a1: *const c_void,
-) -> u32 {
-    forward(
-        234usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuImportExternalMemory(a0: *mut c_void, a1: *const c_void) -> u32 {
+    forward(234usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuImportExternalSemaphore(
-    a0: *mut c_void,
-    a1: *const c_void,
-) -> u32 {
-    forward(
-        235usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuImportExternalSemaphore(a0: *mut c_void, a1: *const c_void) -> u32 {
+    forward(235usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuIpcGetEventHandle(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        238usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(238usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuIpcOpenEventHandle(
     a0: *mut c_void,
     a1: cudarc::driver::sys::CUipcEventHandle_st,
 ) -> u32 {
-    forward(
-        240usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        cudarc::driver::sys::CUipcEventHandle_st,
-                    ) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(240usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, cudarc::driver::sys::CUipcEventHandle_st) -> u32,
+        >(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuKernelGetAttribute(
@@ -5980,73 +4275,44 @@ pub unsafe extern "C" fn cuKernelGetAttribute(
     a2: *mut c_void,
     a3: i32,
 ) -> u32 {
-    forward(
-        243usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, *mut c_void, i32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(243usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, u32, *mut c_void, i32) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuKernelGetFunction(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        244usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(244usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuKernelGetLibrary(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        245usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(245usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuKernelGetName(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        246usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(246usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuKernelGetParamCount(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        247usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(247usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuKernelGetParamInfo(
@@ -6055,73 +4321,34 @@ pub unsafe extern "C" fn cuKernelGetParamInfo(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        248usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        usize,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(248usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, usize, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuKernelSetAttribute(
-    a0: u32,
-    a1: i32,
-    a2: *mut c_void,
-    a3: i32,
-) -> u32 {
-    forward(
-        249usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, i32, *mut c_void, i32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuKernelSetAttribute(a0: u32, a1: i32, a2: *mut c_void, a3: i32) -> u32 {
+    forward(249usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, i32, *mut c_void, i32) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuKernelSetCacheConfig(
-    a0: *mut c_void,
-    a1: u32,
-    a2: i32,
-) -> u32 {
-    forward(
-        250usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, i32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuKernelSetCacheConfig(a0: *mut c_void, a1: u32, a2: i32) -> u32 {
+    forward(250usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, i32) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunch(a0: *mut c_void) -> u32 {
-    forward(
-        251usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(251usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchCooperativeKernel(
@@ -6136,28 +4363,23 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernel(
     a8: *mut c_void,
     a9: *mut c_void,
 ) -> u32 {
-    forward(
-        252usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        u32,
-                        u32,
-                        u32,
-                        u32,
-                        u32,
-                        u32,
-                        u32,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9)
-            }
-        },
-    )
+    forward(252usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                u32,
+                u32,
+                u32,
+                u32,
+                u32,
+                u32,
+                u32,
+                *mut c_void,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice(
@@ -6165,17 +4387,11 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice(
     a1: u32,
     a2: u32,
 ) -> u32 {
-    forward(
-        253usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(253usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, u32) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz(
@@ -6190,42 +4406,31 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz(
     a8: *mut c_void,
     a9: *mut c_void,
 ) -> u32 {
-    forward(
-        254usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        u32,
-                        u32,
-                        u32,
-                        u32,
-                        u32,
-                        u32,
-                        u32,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9)
-            }
-        },
-    )
+    forward(254usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                u32,
+                u32,
+                u32,
+                u32,
+                u32,
+                u32,
+                u32,
+                *mut c_void,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchGrid(a0: *mut c_void, a1: i32, a2: i32) -> u32 {
-    forward(
-        255usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, i32, i32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(255usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32, i32) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchGridAsync(
@@ -6234,17 +4439,12 @@ pub unsafe extern "C" fn cuLaunchGridAsync(
     a2: i32,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        256usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, i32, i32, *mut c_void) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(256usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, i32, i32, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchHostFunc(
@@ -6252,17 +4452,12 @@ pub unsafe extern "C" fn cuLaunchHostFunc(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        257usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(257usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchHostFunc_ptsz(
@@ -6270,17 +4465,12 @@ pub unsafe extern "C" fn cuLaunchHostFunc_ptsz(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        258usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(258usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchHostFunc_v2(
@@ -6289,22 +4479,12 @@ pub unsafe extern "C" fn cuLaunchHostFunc_v2(
     a2: *mut c_void,
     a3: u32,
 ) -> u32 {
-    forward(
-        259usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        u32,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(259usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, u32) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchKernel(
@@ -6320,29 +4500,24 @@ pub unsafe extern "C" fn cuLaunchKernel(
     a9: *mut c_void,
     a10: *mut c_void,
 ) -> u32 {
-    forward(
-        260usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        u32,
-                        u32,
-                        u32,
-                        u32,
-                        u32,
-                        u32,
-                        u32,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
-            }
-        },
-    )
+    forward(260usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                u32,
+                u32,
+                u32,
+                u32,
+                u32,
+                u32,
+                u32,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchKernelEx(
@@ -6351,22 +4526,12 @@ pub unsafe extern "C" fn cuLaunchKernelEx(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        261usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *const c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(261usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*const c_void, *mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(
@@ -6375,22 +4540,12 @@ pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        262usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *const c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(262usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*const c_void, *mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchKernel_ptsz(
@@ -6406,29 +4561,24 @@ pub unsafe extern "C" fn cuLaunchKernel_ptsz(
     a9: *mut c_void,
     a10: *mut c_void,
 ) -> u32 {
-    forward(
-        263usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        u32,
-                        u32,
-                        u32,
-                        u32,
-                        u32,
-                        u32,
-                        u32,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
-            }
-        },
-    )
+    forward(263usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                u32,
+                u32,
+                u32,
+                u32,
+                u32,
+                u32,
+                u32,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLibraryEnumerateKernels(
@@ -6436,17 +4586,11 @@ pub unsafe extern "C" fn cuLibraryEnumerateKernels(
     a1: u32,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        264usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(264usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLibraryGetGlobal(
@@ -6455,22 +4599,12 @@ pub unsafe extern "C" fn cuLibraryGetGlobal(
     a2: *mut c_void,
     a3: *const c_void,
 ) -> u32 {
-    forward(
-        265usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(265usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *const c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLibraryGetKernel(
@@ -6478,34 +4612,20 @@ pub unsafe extern "C" fn cuLibraryGetKernel(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(
-        266usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(266usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLibraryGetKernelCount(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        267usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuLibraryGetKernelCount(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(267usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLibraryGetManaged(
@@ -6514,36 +4634,20 @@ pub unsafe extern "C" fn cuLibraryGetManaged(
     a2: *mut c_void,
     a3: *const c_void,
 ) -> u32 {
-    forward(
-        268usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(268usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *const c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLibraryGetModule(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        269usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(269usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLibraryGetUnifiedFunction(
@@ -6551,17 +4655,12 @@ pub unsafe extern "C" fn cuLibraryGetUnifiedFunction(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(
-        270usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(270usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLibraryLoadData(
@@ -6574,26 +4673,21 @@ pub unsafe extern "C" fn cuLibraryLoadData(
     a6: *mut c_void,
     a7: u32,
 ) -> u32 {
-    forward(
-        271usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *const c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        u32,
-                        *mut c_void,
-                        *mut c_void,
-                        u32,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
-            }
-        },
-    )
+    forward(271usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *const c_void,
+                *mut c_void,
+                *mut c_void,
+                u32,
+                *mut c_void,
+                *mut c_void,
+                u32,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLibraryLoadFromFile(
@@ -6606,40 +4700,27 @@ pub unsafe extern "C" fn cuLibraryLoadFromFile(
     a6: *mut c_void,
     a7: u32,
 ) -> u32 {
-    forward(
-        272usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *const c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        u32,
-                        *mut c_void,
-                        *mut c_void,
-                        u32,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
-            }
-        },
-    )
+    forward(272usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *const c_void,
+                *mut c_void,
+                *mut c_void,
+                u32,
+                *mut c_void,
+                *mut c_void,
+                u32,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLibraryUnload(a0: *mut c_void) -> u32 {
-    forward(
-        273usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(273usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLinkAddData_v2(
@@ -6652,26 +4733,21 @@ pub unsafe extern "C" fn cuLinkAddData_v2(
     a6: *mut c_void,
     a7: *mut c_void,
 ) -> u32 {
-    forward(
-        274usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        u32,
-                        *mut c_void,
-                        usize,
-                        *const c_void,
-                        u32,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
-            }
-        },
-    )
+    forward(274usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                u32,
+                *mut c_void,
+                usize,
+                *const c_void,
+                u32,
+                *mut c_void,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLinkAddFile_v2(
@@ -6682,42 +4758,28 @@ pub unsafe extern "C" fn cuLinkAddFile_v2(
     a4: *mut c_void,
     a5: *mut c_void,
 ) -> u32 {
-    forward(
-        275usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        u32,
-                        *const c_void,
-                        u32,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5)
-            }
-        },
-    )
+    forward(275usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                u32,
+                *const c_void,
+                u32,
+                *mut c_void,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLinkComplete(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        276usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuLinkComplete(a0: *mut c_void, a1: *mut c_void, a2: *mut c_void) -> u32 {
+    forward(276usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLinkCreate_v2(
@@ -6726,50 +4788,24 @@ pub unsafe extern "C" fn cuLinkCreate_v2(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        277usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        u32,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(277usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(u32, *mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLinkDestroy(a0: *mut c_void) -> u32 {
-    forward(
-        278usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(278usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogicalEndpointAddDevice(a0: u32, a1: i32) -> u32 {
-    forward(
-        279usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, i32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(279usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, i32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogicalEndpointBindAddr(
@@ -6780,17 +4816,12 @@ pub unsafe extern "C" fn cuLogicalEndpointBindAddr(
     a4: u64,
     a5: u64,
 ) -> u32 {
-    forward(
-        280usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, i32, u64, *mut c_void, u64, u64) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5)
-            }
-        },
-    )
+    forward(280usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(u32, i32, u64, *mut c_void, u64, u64) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogicalEndpointBindMem(
@@ -6802,63 +4833,34 @@ pub unsafe extern "C" fn cuLogicalEndpointBindMem(
     a5: u64,
     a6: u64,
 ) -> u32 {
-    forward(
-        281usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, i32, u64, u64, u64, u64, u64) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5, a6)
-            }
-        },
-    )
+    forward(281usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(u32, i32, u64, u64, u64, u64, u64) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5, a6)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogicalEndpointCreate(a0: u32, a1: *const c_void) -> u32 {
-    forward(
-        282usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, *const c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(282usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *const c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogicalEndpointDestroy(a0: u32) -> u32 {
-    forward(
-        283usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(283usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLogicalEndpointExport(
-    a0: *mut c_void,
-    a1: u32,
-    a2: u32,
-) -> u32 {
-    forward(
-        284usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuLogicalEndpointExport(a0: *mut c_void, a1: u32, a2: u32) -> u32 {
+    forward(284usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, u32) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogicalEndpointGetLimits(
@@ -6866,132 +4868,63 @@ pub unsafe extern "C" fn cuLogicalEndpointGetLimits(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(
-        285usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(285usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogicalEndpointIdRelease(a0: u32, a1: u32) -> u32 {
-    forward(
-        286usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(286usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogicalEndpointIdReserve(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        287usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(287usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLogicalEndpointImport(
-    a0: u32,
-    a1: *const c_void,
-    a2: u32,
-) -> u32 {
-    forward(
-        288usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, *const c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuLogicalEndpointImport(a0: u32, a1: *const c_void, a2: u32) -> u32 {
+    forward(288usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *const c_void, u32) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLogicalEndpointQuery(
-    a0: u32,
-    a1: u32,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        289usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, u32, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuLogicalEndpointQuery(a0: u32, a1: u32, a2: *mut c_void) -> u32 {
+    forward(289usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, u32, *mut c_void) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLogicalEndpointUnbind(
-    a0: u32,
-    a1: i32,
-    a2: u64,
-    a3: u64,
-) -> u32 {
-    forward(
-        290usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, i32, u64, u64) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuLogicalEndpointUnbind(a0: u32, a1: i32, a2: u64, a3: u64) -> u32 {
+    forward(290usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, i32, u64, u64) -> u32>(f)(
+            a0, a1, a2, a3,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogsCurrent(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        291usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(291usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLogsDumpToFile(
-    a0: *mut c_void,
-    a1: *const c_void,
-    a2: u32,
-) -> u32 {
-    forward(
-        292usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuLogsDumpToFile(a0: *mut c_void, a1: *const c_void, a2: u32) -> u32 {
+    forward(292usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *const c_void, u32) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogsDumpToMemory(
@@ -7000,22 +4933,12 @@ pub unsafe extern "C" fn cuLogsDumpToMemory(
     a2: *mut c_void,
     a3: u32,
 ) -> u32 {
-    forward(
-        293usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        u32,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(293usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, u32) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogsRegisterCallback(
@@ -7023,45 +4946,24 @@ pub unsafe extern "C" fn cuLogsRegisterCallback(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        294usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(294usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogsUnregisterCallback(a0: *mut c_void) -> u32 {
-    forward(
-        295usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(295usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAddressFree(a0: u64, a1: usize) -> u32 {
-    forward(
-        296usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, usize) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(296usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, usize) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAddressReserve(
@@ -7071,31 +4973,20 @@ pub unsafe extern "C" fn cuMemAddressReserve(
     a3: u64,
     a4: u64,
 ) -> u32 {
-    forward(
-        297usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, usize, usize, u64, u64) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(297usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, usize, usize, u64, u64) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAdvise(a0: u64, a1: usize, a2: u32, a3: i32) -> u32 {
-    forward(
-        298usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, usize, u32, i32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(298usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, usize, u32, i32) -> u32>(f)(
+            a0, a1, a2, a3,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAdvise_v2(
@@ -7104,58 +4995,30 @@ pub unsafe extern "C" fn cuMemAdvise_v2(
     a2: u32,
     a3: cudarc::driver::sys::CUmemLocation_st,
 ) -> u32 {
-    forward(
-        299usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        u64,
-                        usize,
-                        u32,
-                        cudarc::driver::sys::CUmemLocation_st,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(299usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(u64, usize, u32, cudarc::driver::sys::CUmemLocation_st) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocAsync(
-    a0: *mut c_void,
-    a1: usize,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        300usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, usize, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemAllocAsync(a0: *mut c_void, a1: usize, a2: *mut c_void) -> u32 {
+    forward(300usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, usize, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
-    a0: *mut c_void,
-    a1: usize,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        301usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, usize, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemAllocAsync_ptsz(a0: *mut c_void, a1: usize, a2: *mut c_void) -> u32 {
+    forward(301usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, usize, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
@@ -7164,22 +5027,12 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        302usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        usize,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(302usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, usize, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
@@ -7188,50 +5041,28 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        303usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        usize,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(303usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, usize, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocHost_v2(a0: *mut c_void, a1: usize) -> u32 {
-    forward(
-        304usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, usize) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(304usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, usize) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocManaged(a0: *mut c_void, a1: usize, a2: u32) -> u32 {
-    forward(
-        305usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, usize, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(305usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, usize, u32) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocPitch_v2(
@@ -7241,23 +5072,12 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     a3: usize,
     a4: u32,
 ) -> u32 {
-    forward(
-        306usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        usize,
-                        usize,
-                        u32,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(306usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize, u32) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemBatchDecompressAsync(
@@ -7267,23 +5087,12 @@ pub unsafe extern "C" fn cuMemBatchDecompressAsync(
     a3: *mut c_void,
     a4: *mut c_void,
 ) -> u32 {
-    forward(
-        308usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        usize,
-                        u32,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(308usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, usize, u32, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemDiscardAndPrefetchBatchAsync(
@@ -7296,26 +5105,21 @@ pub unsafe extern "C" fn cuMemDiscardAndPrefetchBatchAsync(
     a6: u64,
     a7: *mut c_void,
 ) -> u32 {
-    forward(
-        310usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        usize,
-                        *mut c_void,
-                        *mut c_void,
-                        usize,
-                        u64,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
-            }
-        },
-    )
+    forward(310usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                usize,
+                *mut c_void,
+                *mut c_void,
+                usize,
+                u64,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemDiscardBatchAsync(
@@ -7325,101 +5129,47 @@ pub unsafe extern "C" fn cuMemDiscardBatchAsync(
     a3: u64,
     a4: *mut c_void,
 ) -> u32 {
-    forward(
-        311usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        usize,
-                        u64,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(311usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u64, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemFreeAsync(a0: u64, a1: *mut c_void) -> u32 {
-    forward(
-        313usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(313usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, *mut c_void) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemFreeAsync_ptsz(a0: u64, a1: *mut c_void) -> u32 {
-    forward(
-        314usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(314usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, *mut c_void) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemFreeHost(a0: *mut c_void) -> u32 {
-    forward(
-        315usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(315usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemGetAccess(
-    a0: *mut c_void,
-    a1: *const c_void,
-    a2: u64,
-) -> u32 {
-    forward(
-        317usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void, u64) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemGetAccess(a0: *mut c_void, a1: *const c_void, a2: u64) -> u32 {
+    forward(317usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *const c_void, u64) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemGetDefaultMemPool(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: u32,
-) -> u32 {
-    forward(
-        321usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemGetDefaultMemPool(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
+    forward(321usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemGetHandleForAddressRange(
@@ -7429,31 +5179,20 @@ pub unsafe extern "C" fn cuMemGetHandleForAddressRange(
     a3: u32,
     a4: u64,
 ) -> u32 {
-    forward(
-        322usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64, usize, u32, u64) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(322usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, u64, usize, u32, u64) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemGetInfo_v2(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        323usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(323usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemGetLocationInfo(
@@ -7463,49 +5202,28 @@ pub unsafe extern "C" fn cuMemGetLocationInfo(
     a3: usize,
     a4: *mut c_void,
 ) -> u32 {
-    forward(
-        324usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, usize, usize, usize, *mut c_void) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(324usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(u64, usize, usize, usize, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemGetMemPool(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: u32,
-) -> u32 {
-    forward(
-        325usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemGetMemPool(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
+    forward(325usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemHostAlloc(a0: *mut c_void, a1: usize, a2: u32) -> u32 {
-    forward(
-        326usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, usize, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(326usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, usize, u32) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
@@ -7513,141 +5231,69 @@ pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
     a1: *mut c_void,
     a2: u32,
 ) -> u32 {
-    forward(
-        327usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(327usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemHostGetFlags(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        328usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(328usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemHostRegister_v2(
-    a0: *mut c_void,
-    a1: usize,
-    a2: u32,
-) -> u32 {
-    forward(
-        329usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, usize, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemHostRegister_v2(a0: *mut c_void, a1: usize, a2: u32) -> u32 {
+    forward(329usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, usize, u32) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemHostUnregister(a0: *mut c_void) -> u32 {
-    forward(
-        330usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(330usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemMapArrayAsync(
-    a0: *mut c_void,
-    a1: u32,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        333usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemMapArrayAsync(a0: *mut c_void, a1: u32, a2: *mut c_void) -> u32 {
+    forward(333usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemMapArrayAsync_ptsz(
-    a0: *mut c_void,
-    a1: u32,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        334usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemMapArrayAsync_ptsz(a0: *mut c_void, a1: u32, a2: *mut c_void) -> u32 {
+    forward(334usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolCreate(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(
-        335usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(335usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolDestroy(a0: *mut c_void) -> u32 {
-    forward(
-        336usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(336usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolExportPointer(a0: *mut c_void, a1: u64) -> u32 {
-    forward(
-        337usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(337usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolExportToShareableHandle(
@@ -7656,22 +5302,17 @@ pub unsafe extern "C" fn cuMemPoolExportToShareableHandle(
     a2: cudarc::driver::sys::CUmemAllocationHandleType_enum,
     a3: u64,
 ) -> u32 {
-    forward(
-        338usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        cudarc::driver::sys::CUmemAllocationHandleType_enum,
-                        u64,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(338usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                cudarc::driver::sys::CUmemAllocationHandleType_enum,
+                u64,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolGetAccess(
@@ -7679,35 +5320,20 @@ pub unsafe extern "C" fn cuMemPoolGetAccess(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        339usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(339usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolGetAttribute(
-    a0: *mut c_void,
-    a1: u32,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        340usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemPoolGetAttribute(a0: *mut c_void, a1: u32, a2: *mut c_void) -> u32 {
+    forward(340usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolImportFromShareableHandle(
@@ -7716,22 +5342,17 @@ pub unsafe extern "C" fn cuMemPoolImportFromShareableHandle(
     a2: cudarc::driver::sys::CUmemAllocationHandleType_enum,
     a3: u64,
 ) -> u32 {
-    forward(
-        341usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        cudarc::driver::sys::CUmemAllocationHandleType_enum,
-                        u64,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(341usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                cudarc::driver::sys::CUmemAllocationHandleType_enum,
+                u64,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolImportPointer(
@@ -7739,86 +5360,45 @@ pub unsafe extern "C" fn cuMemPoolImportPointer(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        342usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(342usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolSetAccess(
-    a0: *mut c_void,
-    a1: *const c_void,
-    a2: usize,
-) -> u32 {
-    forward(
-        343usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemPoolSetAccess(a0: *mut c_void, a1: *const c_void, a2: usize) -> u32 {
+    forward(343usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolSetAttribute(
-    a0: *mut c_void,
-    a1: u32,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        344usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemPoolSetAttribute(a0: *mut c_void, a1: u32, a2: *mut c_void) -> u32 {
+    forward(344usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolTrimTo(a0: *mut c_void, a1: usize) -> u32 {
-    forward(
-        345usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, usize) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(345usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, usize) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPrefetchAsync(
-    a0: u64,
-    a1: usize,
-    a2: i32,
-    a3: *mut c_void,
-) -> u32 {
-    forward(
-        346usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, usize, i32, *mut c_void) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemPrefetchAsync(a0: u64, a1: usize, a2: i32, a3: *mut c_void) -> u32 {
+    forward(346usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, usize, i32, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPrefetchAsync_ptsz(
@@ -7827,17 +5407,11 @@ pub unsafe extern "C" fn cuMemPrefetchAsync_ptsz(
     a2: i32,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        347usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, usize, i32, *mut c_void) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(347usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, usize, i32, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPrefetchAsync_v2(
@@ -7847,23 +5421,18 @@ pub unsafe extern "C" fn cuMemPrefetchAsync_v2(
     a3: u32,
     a4: *mut c_void,
 ) -> u32 {
-    forward(
-        348usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        u64,
-                        usize,
-                        cudarc::driver::sys::CUmemLocation_st,
-                        u32,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(348usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                u64,
+                usize,
+                cudarc::driver::sys::CUmemLocation_st,
+                u32,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPrefetchAsync_v2_ptsz(
@@ -7873,23 +5442,18 @@ pub unsafe extern "C" fn cuMemPrefetchAsync_v2_ptsz(
     a3: u32,
     a4: *mut c_void,
 ) -> u32 {
-    forward(
-        349usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        u64,
-                        usize,
-                        cudarc::driver::sys::CUmemLocation_st,
-                        u32,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(349usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                u64,
+                usize,
+                cudarc::driver::sys::CUmemLocation_st,
+                u32,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPrefetchBatchAsync(
@@ -7902,26 +5466,21 @@ pub unsafe extern "C" fn cuMemPrefetchBatchAsync(
     a6: u64,
     a7: *mut c_void,
 ) -> u32 {
-    forward(
-        350usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        usize,
-                        *mut c_void,
-                        *mut c_void,
-                        usize,
-                        u64,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
-            }
-        },
-    )
+    forward(350usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                usize,
+                *mut c_void,
+                *mut c_void,
+                usize,
+                u64,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemRangeGetAttribute(
@@ -7931,17 +5490,12 @@ pub unsafe extern "C" fn cuMemRangeGetAttribute(
     a3: u64,
     a4: usize,
 ) -> u32 {
-    forward(
-        351usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, usize, u32, u64, usize) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(351usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, usize, u32, u64, usize) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemRangeGetAttributes(
@@ -7952,174 +5506,84 @@ pub unsafe extern "C" fn cuMemRangeGetAttributes(
     a4: u64,
     a5: usize,
 ) -> u32 {
-    forward(
-        352usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        usize,
-                        u64,
-                        usize,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5)
-            }
-        },
-    )
+    forward(352usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, usize, u64, usize) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemSetMemPool(
-    a0: *mut c_void,
-    a1: u32,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        356usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemSetMemPool(a0: *mut c_void, a1: u32, a2: *mut c_void) -> u32 {
+    forward(356usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy(a0: u64, a1: u64, a2: usize) -> u32 {
-    forward(
-        358usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, u64, usize) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(358usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u64, usize) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy2DAsync_v2(a0: *const c_void, a1: *mut c_void) -> u32 {
-    forward(
-        359usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*const c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(359usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void, *mut c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy2DAsync_v2_ptsz(
-    a0: *const c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        360usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*const c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemcpy2DAsync_v2_ptsz(a0: *const c_void, a1: *mut c_void) -> u32 {
+    forward(360usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void, *mut c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2(a0: *const c_void) -> u32 {
-    forward(
-        361usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*const c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(361usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2_ptds(a0: *const c_void) -> u32 {
-    forward(
-        362usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*const c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(362usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy2D_v2(a0: *const c_void) -> u32 {
-    forward(
-        363usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*const c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(363usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy2D_v2_ptds(a0: *const c_void) -> u32 {
-    forward(
-        364usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*const c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(364usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3DAsync_v2(a0: *const c_void, a1: *mut c_void) -> u32 {
-    forward(
-        365usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*const c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(365usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void, *mut c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy3DAsync_v2_ptsz(
-    a0: *const c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        366usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*const c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemcpy3DAsync_v2_ptsz(a0: *const c_void, a1: *mut c_void) -> u32 {
+    forward(366usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void, *mut c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3DBatchAsync(
@@ -8129,23 +5593,12 @@ pub unsafe extern "C" fn cuMemcpy3DBatchAsync(
     a3: u64,
     a4: *mut c_void,
 ) -> u32 {
-    forward(
-        367usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        usize,
-                        *mut c_void,
-                        *mut c_void,
-                        u64,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(367usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(usize, *mut c_void, *mut c_void, u64, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3DBatchAsync_ptsz(
@@ -8155,23 +5608,12 @@ pub unsafe extern "C" fn cuMemcpy3DBatchAsync_ptsz(
     a3: u64,
     a4: *mut c_void,
 ) -> u32 {
-    forward(
-        368usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        usize,
-                        *mut c_void,
-                        *mut c_void,
-                        u64,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(368usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(usize, *mut c_void, *mut c_void, u64, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3DBatchAsync_v2(
@@ -8180,76 +5622,40 @@ pub unsafe extern "C" fn cuMemcpy3DBatchAsync_v2(
     a2: u64,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        369usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(usize, *mut c_void, u64, *mut c_void) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(369usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(usize, *mut c_void, u64, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3DPeer(a0: *const c_void) -> u32 {
-    forward(
-        370usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*const c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(370usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3DPeerAsync(a0: *const c_void, a1: *mut c_void) -> u32 {
-    forward(
-        371usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*const c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(371usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void, *mut c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy3DPeerAsync_ptsz(
-    a0: *const c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        372usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*const c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemcpy3DPeerAsync_ptsz(a0: *const c_void, a1: *mut c_void) -> u32 {
+    forward(372usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void, *mut c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3DPeer_ptds(a0: *const c_void) -> u32 {
-    forward(
-        373usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*const c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(373usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3DWithAttributesAsync(
@@ -8257,83 +5663,39 @@ pub unsafe extern "C" fn cuMemcpy3DWithAttributesAsync(
     a1: u64,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        374usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(374usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3D_v2(a0: *const c_void) -> u32 {
-    forward(
-        375usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*const c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(375usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3D_v2_ptds(a0: *const c_void) -> u32 {
-    forward(
-        376usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*const c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(376usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyAsync(
-    a0: u64,
-    a1: u64,
-    a2: usize,
-    a3: *mut c_void,
-) -> u32 {
-    forward(
-        377usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemcpyAsync(a0: u64, a1: u64, a2: usize, a3: *mut c_void) -> u32 {
+    forward(377usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyAsync_ptsz(
-    a0: u64,
-    a1: u64,
-    a2: usize,
-    a3: *mut c_void,
-) -> u32 {
-    forward(
-        378usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemcpyAsync_ptsz(a0: u64, a1: u64, a2: usize, a3: *mut c_void) -> u32 {
+    forward(378usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyAtoA_v2(
@@ -8343,23 +5705,12 @@ pub unsafe extern "C" fn cuMemcpyAtoA_v2(
     a3: usize,
     a4: usize,
 ) -> u32 {
-    forward(
-        379usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        usize,
-                        *mut c_void,
-                        usize,
-                        usize,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(379usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, usize, *mut c_void, usize, usize) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyAtoA_v2_ptds(
@@ -8369,42 +5720,21 @@ pub unsafe extern "C" fn cuMemcpyAtoA_v2_ptds(
     a3: usize,
     a4: usize,
 ) -> u32 {
-    forward(
-        380usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        usize,
-                        *mut c_void,
-                        usize,
-                        usize,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(380usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, usize, *mut c_void, usize, usize) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyAtoD_v2(
-    a0: u64,
-    a1: *mut c_void,
-    a2: usize,
-    a3: usize,
-) -> u32 {
-    forward(
-        381usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, *mut c_void, usize, usize) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemcpyAtoD_v2(a0: u64, a1: *mut c_void, a2: usize, a3: usize) -> u32 {
+    forward(381usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(u64, *mut c_void, usize, usize) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyAtoD_v2_ptds(
@@ -8413,17 +5743,12 @@ pub unsafe extern "C" fn cuMemcpyAtoD_v2_ptds(
     a2: usize,
     a3: usize,
 ) -> u32 {
-    forward(
-        382usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, *mut c_void, usize, usize) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(382usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(u64, *mut c_void, usize, usize) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2(
@@ -8433,23 +5758,12 @@ pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2(
     a3: usize,
     a4: *mut c_void,
 ) -> u32 {
-    forward(
-        383usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        usize,
-                        usize,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(383usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2_ptsz(
@@ -8459,23 +5773,12 @@ pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2_ptsz(
     a3: usize,
     a4: *mut c_void,
 ) -> u32 {
-    forward(
-        384usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        usize,
-                        usize,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(384usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyAtoH_v2(
@@ -8484,17 +5787,12 @@ pub unsafe extern "C" fn cuMemcpyAtoH_v2(
     a2: usize,
     a3: usize,
 ) -> u32 {
-    forward(
-        385usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(385usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyAtoH_v2_ptds(
@@ -8503,17 +5801,12 @@ pub unsafe extern "C" fn cuMemcpyAtoH_v2_ptds(
     a2: usize,
     a3: usize,
 ) -> u32 {
-    forward(
-        386usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(386usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyBatchAsync(
@@ -8527,27 +5820,22 @@ pub unsafe extern "C" fn cuMemcpyBatchAsync(
     a7: *mut c_void,
     a8: *mut c_void,
 ) -> u32 {
-    forward(
-        387usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        usize,
-                        *mut c_void,
-                        *mut c_void,
-                        usize,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8)
-            }
-        },
-    )
+    forward(387usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                usize,
+                *mut c_void,
+                *mut c_void,
+                usize,
+                *mut c_void,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyBatchAsync_ptsz(
@@ -8561,27 +5849,22 @@ pub unsafe extern "C" fn cuMemcpyBatchAsync_ptsz(
     a7: *mut c_void,
     a8: *mut c_void,
 ) -> u32 {
-    forward(
-        388usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        usize,
-                        *mut c_void,
-                        *mut c_void,
-                        usize,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8)
-            }
-        },
-    )
+    forward(388usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                usize,
+                *mut c_void,
+                *mut c_void,
+                usize,
+                *mut c_void,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyBatchAsync_v2(
@@ -8594,45 +5877,30 @@ pub unsafe extern "C" fn cuMemcpyBatchAsync_v2(
     a6: usize,
     a7: *mut c_void,
 ) -> u32 {
-    forward(
-        389usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        usize,
-                        *mut c_void,
-                        *mut c_void,
-                        usize,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
-            }
-        },
-    )
+    forward(389usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                usize,
+                *mut c_void,
+                *mut c_void,
+                usize,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoA_v2(
-    a0: *mut c_void,
-    a1: usize,
-    a2: u64,
-    a3: usize,
-) -> u32 {
-    forward(
-        390usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, usize, u64, usize) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemcpyDtoA_v2(a0: *mut c_void, a1: usize, a2: u64, a3: usize) -> u32 {
+    forward(390usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, usize, u64, usize) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoA_v2_ptds(
@@ -8641,36 +5909,20 @@ pub unsafe extern "C" fn cuMemcpyDtoA_v2_ptds(
     a2: u64,
     a3: usize,
 ) -> u32 {
-    forward(
-        391usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, usize, u64, usize) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(391usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, usize, u64, usize) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
-    a0: u64,
-    a1: u64,
-    a2: usize,
-    a3: *mut c_void,
-) -> u32 {
-    forward(
-        392usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(a0: u64, a1: u64, a2: usize, a3: *mut c_void) -> u32 {
+    forward(392usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2_ptsz(
@@ -8679,45 +5931,27 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2_ptsz(
     a2: usize,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        393usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(393usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoD_v2(a0: u64, a1: u64, a2: usize) -> u32 {
-    forward(
-        394usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, u64, usize) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(394usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u64, usize) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoD_v2_ptds(a0: u64, a1: u64, a2: usize) -> u32 {
-    forward(
-        395usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, u64, usize) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(395usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u64, usize) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
@@ -8726,17 +5960,12 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
     a2: usize,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        396usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(396usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2_ptsz(
@@ -8745,49 +5974,28 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2_ptsz(
     a2: usize,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        397usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(397usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoH_v2(a0: *mut c_void, a1: u64, a2: usize) -> u32 {
-    forward(
-        398usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64, usize) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(398usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, usize) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoH_v2_ptds(
-    a0: *mut c_void,
-    a1: u64,
-    a2: usize,
-) -> u32 {
-    forward(
-        399usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64, usize) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemcpyDtoH_v2_ptds(a0: *mut c_void, a1: u64, a2: usize) -> u32 {
+    forward(399usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, usize) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2(
@@ -8797,23 +6005,12 @@ pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2(
     a3: usize,
     a4: *mut c_void,
 ) -> u32 {
-    forward(
-        400usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        usize,
-                        *const c_void,
-                        usize,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(400usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2_ptsz(
@@ -8823,23 +6020,12 @@ pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2_ptsz(
     a3: usize,
     a4: *mut c_void,
 ) -> u32 {
-    forward(
-        401usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        usize,
-                        *const c_void,
-                        usize,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(401usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyHtoA_v2(
@@ -8848,17 +6034,12 @@ pub unsafe extern "C" fn cuMemcpyHtoA_v2(
     a2: *const c_void,
     a3: usize,
 ) -> u32 {
-    forward(
-        402usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(402usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyHtoA_v2_ptds(
@@ -8867,17 +6048,12 @@ pub unsafe extern "C" fn cuMemcpyHtoA_v2_ptds(
     a2: *const c_void,
     a3: usize,
 ) -> u32 {
-    forward(
-        403usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(403usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
@@ -8886,17 +6062,12 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
     a2: usize,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        404usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, *const c_void, usize, *mut c_void) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(404usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(u64, *const c_void, usize, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptsz(
@@ -8905,49 +6076,28 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptsz(
     a2: usize,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        405usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, *const c_void, usize, *mut c_void) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(405usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(u64, *const c_void, usize, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyHtoD_v2(a0: u64, a1: *const c_void, a2: usize) -> u32 {
-    forward(
-        406usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, *const c_void, usize) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(406usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, *const c_void, usize) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyHtoD_v2_ptds(
-    a0: u64,
-    a1: *const c_void,
-    a2: usize,
-) -> u32 {
-    forward(
-        407usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, *const c_void, usize) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemcpyHtoD_v2_ptds(a0: u64, a1: *const c_void, a2: usize) -> u32 {
+    forward(407usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, *const c_void, usize) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyPeer(
@@ -8957,23 +6107,12 @@ pub unsafe extern "C" fn cuMemcpyPeer(
     a3: *mut c_void,
     a4: usize,
 ) -> u32 {
-    forward(
-        408usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        u64,
-                        *mut c_void,
-                        u64,
-                        *mut c_void,
-                        usize,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(408usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(u64, *mut c_void, u64, *mut c_void, usize) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyPeerAsync(
@@ -8984,24 +6123,12 @@ pub unsafe extern "C" fn cuMemcpyPeerAsync(
     a4: usize,
     a5: *mut c_void,
 ) -> u32 {
-    forward(
-        409usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        u64,
-                        *mut c_void,
-                        u64,
-                        *mut c_void,
-                        usize,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5)
-            }
-        },
-    )
+    forward(409usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(u64, *mut c_void, u64, *mut c_void, usize, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyPeerAsync_ptsz(
@@ -9012,24 +6139,12 @@ pub unsafe extern "C" fn cuMemcpyPeerAsync_ptsz(
     a4: usize,
     a5: *mut c_void,
 ) -> u32 {
-    forward(
-        410usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        u64,
-                        *mut c_void,
-                        u64,
-                        *mut c_void,
-                        usize,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5)
-            }
-        },
-    )
+    forward(410usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(u64, *mut c_void, u64, *mut c_void, usize, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyPeer_ptds(
@@ -9039,23 +6154,12 @@ pub unsafe extern "C" fn cuMemcpyPeer_ptds(
     a3: *mut c_void,
     a4: usize,
 ) -> u32 {
-    forward(
-        411usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        u64,
-                        *mut c_void,
-                        u64,
-                        *mut c_void,
-                        usize,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(411usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(u64, *mut c_void, u64, *mut c_void, usize) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyWithAttributesAsync(
@@ -9065,56 +6169,28 @@ pub unsafe extern "C" fn cuMemcpyWithAttributesAsync(
     a3: *mut c_void,
     a4: *mut c_void,
 ) -> u32 {
-    forward(
-        412usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        u64,
-                        u64,
-                        usize,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(412usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(u64, u64, usize, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy_ptds(a0: u64, a1: u64, a2: usize) -> u32 {
-    forward(
-        413usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, u64, usize) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(413usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u64, usize) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD16Async(
-    a0: u64,
-    a1: u16,
-    a2: usize,
-    a3: *mut c_void,
-) -> u32 {
-    forward(
-        414usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, u16, usize, *mut c_void) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemsetD16Async(a0: u64, a1: u16, a2: usize, a3: *mut c_void) -> u32 {
+    forward(414usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u16, usize, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD16Async_ptsz(
@@ -9123,45 +6199,27 @@ pub unsafe extern "C" fn cuMemsetD16Async_ptsz(
     a2: usize,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        415usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, u16, usize, *mut c_void) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(415usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u16, usize, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD16_v2(a0: u64, a1: u16, a2: usize) -> u32 {
-    forward(
-        416usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, u16, usize) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(416usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u16, usize) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD16_v2_ptds(a0: u64, a1: u16, a2: usize) -> u32 {
-    forward(
-        417usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, u16, usize) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(417usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u16, usize) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D16Async(
@@ -9172,24 +6230,12 @@ pub unsafe extern "C" fn cuMemsetD2D16Async(
     a4: usize,
     a5: *mut c_void,
 ) -> u32 {
-    forward(
-        418usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        u64,
-                        usize,
-                        u16,
-                        usize,
-                        usize,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5)
-            }
-        },
-    )
+    forward(418usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(u64, usize, u16, usize, usize, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D16Async_ptsz(
@@ -9200,24 +6246,12 @@ pub unsafe extern "C" fn cuMemsetD2D16Async_ptsz(
     a4: usize,
     a5: *mut c_void,
 ) -> u32 {
-    forward(
-        419usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        u64,
-                        usize,
-                        u16,
-                        usize,
-                        usize,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5)
-            }
-        },
-    )
+    forward(419usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(u64, usize, u16, usize, usize, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D16_v2(
@@ -9227,17 +6261,11 @@ pub unsafe extern "C" fn cuMemsetD2D16_v2(
     a3: usize,
     a4: usize,
 ) -> u32 {
-    forward(
-        420usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, usize, u16, usize, usize) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(420usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, usize, u16, usize, usize) -> u32>(
+            f,
+        )(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D16_v2_ptds(
@@ -9247,17 +6275,11 @@ pub unsafe extern "C" fn cuMemsetD2D16_v2_ptds(
     a3: usize,
     a4: usize,
 ) -> u32 {
-    forward(
-        421usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, usize, u16, usize, usize) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(421usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, usize, u16, usize, usize) -> u32>(
+            f,
+        )(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D32Async(
@@ -9268,24 +6290,12 @@ pub unsafe extern "C" fn cuMemsetD2D32Async(
     a4: usize,
     a5: *mut c_void,
 ) -> u32 {
-    forward(
-        422usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        u64,
-                        usize,
-                        u32,
-                        usize,
-                        usize,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5)
-            }
-        },
-    )
+    forward(422usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(u64, usize, u32, usize, usize, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D32Async_ptsz(
@@ -9296,24 +6306,12 @@ pub unsafe extern "C" fn cuMemsetD2D32Async_ptsz(
     a4: usize,
     a5: *mut c_void,
 ) -> u32 {
-    forward(
-        423usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        u64,
-                        usize,
-                        u32,
-                        usize,
-                        usize,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5)
-            }
-        },
-    )
+    forward(423usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(u64, usize, u32, usize, usize, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D32_v2(
@@ -9323,17 +6321,11 @@ pub unsafe extern "C" fn cuMemsetD2D32_v2(
     a3: usize,
     a4: usize,
 ) -> u32 {
-    forward(
-        424usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, usize, u32, usize, usize) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(424usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, usize, u32, usize, usize) -> u32>(
+            f,
+        )(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D32_v2_ptds(
@@ -9343,17 +6335,11 @@ pub unsafe extern "C" fn cuMemsetD2D32_v2_ptds(
     a3: usize,
     a4: usize,
 ) -> u32 {
-    forward(
-        425usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, usize, u32, usize, usize) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(425usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, usize, u32, usize, usize) -> u32>(
+            f,
+        )(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D8Async(
@@ -9364,24 +6350,12 @@ pub unsafe extern "C" fn cuMemsetD2D8Async(
     a4: usize,
     a5: *mut c_void,
 ) -> u32 {
-    forward(
-        426usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        u64,
-                        usize,
-                        u8,
-                        usize,
-                        usize,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5)
-            }
-        },
-    )
+    forward(426usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(u64, usize, u8, usize, usize, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D8Async_ptsz(
@@ -9392,44 +6366,20 @@ pub unsafe extern "C" fn cuMemsetD2D8Async_ptsz(
     a4: usize,
     a5: *mut c_void,
 ) -> u32 {
-    forward(
-        427usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        u64,
-                        usize,
-                        u8,
-                        usize,
-                        usize,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5)
-            }
-        },
-    )
+    forward(427usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(u64, usize, u8, usize, usize, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD2D8_v2(
-    a0: u64,
-    a1: usize,
-    a2: u8,
-    a3: usize,
-    a4: usize,
-) -> u32 {
-    forward(
-        428usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, usize, u8, usize, usize) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemsetD2D8_v2(a0: u64, a1: usize, a2: u8, a3: usize, a4: usize) -> u32 {
+    forward(428usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, usize, u8, usize, usize) -> u32>(
+            f,
+        )(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D8_v2_ptds(
@@ -9439,36 +6389,19 @@ pub unsafe extern "C" fn cuMemsetD2D8_v2_ptds(
     a3: usize,
     a4: usize,
 ) -> u32 {
-    forward(
-        429usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, usize, u8, usize, usize) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(429usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, usize, u8, usize, usize) -> u32>(
+            f,
+        )(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD32Async(
-    a0: u64,
-    a1: u32,
-    a2: usize,
-    a3: *mut c_void,
-) -> u32 {
-    forward(
-        430usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, u32, usize, *mut c_void) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemsetD32Async(a0: u64, a1: u32, a2: usize, a3: *mut c_void) -> u32 {
+    forward(430usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u32, usize, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD32Async_ptsz(
@@ -9477,111 +6410,59 @@ pub unsafe extern "C" fn cuMemsetD32Async_ptsz(
     a2: usize,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        431usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, u32, usize, *mut c_void) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(431usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u32, usize, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD32_v2(a0: u64, a1: u32, a2: usize) -> u32 {
-    forward(
-        432usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, u32, usize) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(432usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u32, usize) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD32_v2_ptds(a0: u64, a1: u32, a2: usize) -> u32 {
-    forward(
-        433usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, u32, usize) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(433usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u32, usize) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD8Async(
-    a0: u64,
-    a1: u8,
-    a2: usize,
-    a3: *mut c_void,
-) -> u32 {
-    forward(
-        434usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, u8, usize, *mut c_void) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemsetD8Async(a0: u64, a1: u8, a2: usize, a3: *mut c_void) -> u32 {
+    forward(434usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u8, usize, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD8Async_ptsz(
-    a0: u64,
-    a1: u8,
-    a2: usize,
-    a3: *mut c_void,
-) -> u32 {
-    forward(
-        435usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, u8, usize, *mut c_void) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuMemsetD8Async_ptsz(a0: u64, a1: u8, a2: usize, a3: *mut c_void) -> u32 {
+    forward(435usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u8, usize, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD8_v2(a0: u64, a1: u8, a2: usize) -> u32 {
-    forward(
-        436usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, u8, usize) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(436usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u8, usize) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD8_v2_ptds(a0: u64, a1: u8, a2: usize) -> u32 {
-    forward(
-        437usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, u8, usize) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(437usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u8, usize) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMipmappedArrayCreate(
@@ -9589,31 +6470,18 @@ pub unsafe extern "C" fn cuMipmappedArrayCreate(
     a1: *const c_void,
     a2: u32,
 ) -> u32 {
-    forward(
-        438usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(438usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *const c_void, u32) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMipmappedArrayDestroy(a0: *mut c_void) -> u32 {
-    forward(
-        439usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(439usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMipmappedArrayGetLevel(
@@ -9621,17 +6489,11 @@ pub unsafe extern "C" fn cuMipmappedArrayGetLevel(
     a1: *mut c_void,
     a2: u32,
 ) -> u32 {
-    forward(
-        440usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(440usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMipmappedArrayGetMemoryRequirements(
@@ -9639,34 +6501,22 @@ pub unsafe extern "C" fn cuMipmappedArrayGetMemoryRequirements(
     a1: *mut c_void,
     a2: i32,
 ) -> u32 {
-    forward(
-        441usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(441usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMipmappedArrayGetSparseProperties(
     a0: *mut c_void,
     a1: *mut c_void,
 ) -> u32 {
-    forward(
-        442usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(442usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleEnumerateFunctions(
@@ -9674,17 +6524,11 @@ pub unsafe extern "C" fn cuModuleEnumerateFunctions(
     a1: u32,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        443usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(443usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleGetFunction(
@@ -9692,34 +6536,20 @@ pub unsafe extern "C" fn cuModuleGetFunction(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(
-        444usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(444usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuModuleGetFunctionCount(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        445usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuModuleGetFunctionCount(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(445usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleGetGlobal_v2(
@@ -9728,36 +6558,18 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(
     a2: *mut c_void,
     a3: *const c_void,
 ) -> u32 {
-    forward(
-        446usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(446usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *const c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleGetLoadingMode(a0: *mut c_void) -> u32 {
-    forward(
-        447usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(447usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleGetSurfRef(
@@ -9765,17 +6577,12 @@ pub unsafe extern "C" fn cuModuleGetSurfRef(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(
-        448usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(448usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleGetTexRef(
@@ -9783,45 +6590,28 @@ pub unsafe extern "C" fn cuModuleGetTexRef(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(
-        449usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(449usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleLoad(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(
-        450usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(450usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleLoadData(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(
-        451usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(451usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleLoadDataEx(
@@ -9831,54 +6621,26 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
     a3: *mut c_void,
     a4: *mut c_void,
 ) -> u32 {
-    forward(
-        452usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *const c_void,
-                        u32,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(452usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *const c_void, u32, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuModuleLoadFatBinary(
-    a0: *mut c_void,
-    a1: *const c_void,
-) -> u32 {
-    forward(
-        453usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuModuleLoadFatBinary(a0: *mut c_void, a1: *const c_void) -> u32 {
+    forward(453usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleUnload(a0: *mut c_void) -> u32 {
-    forward(
-        454usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(454usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuOccupancyAvailableDynamicSMemPerBlock(
@@ -9887,17 +6649,12 @@ pub unsafe extern "C" fn cuOccupancyAvailableDynamicSMemPerBlock(
     a2: i32,
     a3: i32,
 ) -> u32 {
-    forward(
-        463usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, i32, i32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(463usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, i32, i32) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
@@ -9906,17 +6663,12 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
     a2: i32,
     a3: usize,
 ) -> u32 {
-    forward(
-        464usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, i32, usize) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(464usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, i32, usize) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
@@ -9926,23 +6678,12 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     a3: usize,
     a4: u32,
 ) -> u32 {
-    forward(
-        465usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        i32,
-                        usize,
-                        u32,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(465usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, i32, usize, u32) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuOccupancyMaxActiveClusters(
@@ -9950,17 +6691,12 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveClusters(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(
-        466usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(466usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSize(
@@ -9971,24 +6707,19 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSize(
     a4: usize,
     a5: i32,
 ) -> u32 {
-    forward(
-        467usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        usize,
-                        i32,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5)
-            }
-        },
-    )
+    forward(467usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                usize,
+                i32,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSizeWithFlags(
@@ -10000,25 +6731,20 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSizeWithFlags(
     a5: i32,
     a6: u32,
 ) -> u32 {
-    forward(
-        468usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        usize,
-                        i32,
-                        u32,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5, a6)
-            }
-        },
-    )
+    forward(468usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                usize,
+                i32,
+                u32,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5, a6)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuOccupancyMaxPotentialClusterSize(
@@ -10026,114 +6752,59 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialClusterSize(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(
-        469usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(469usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuParamSetSize(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        470usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(470usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuParamSetTexRef(
-    a0: *mut c_void,
-    a1: i32,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        471usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, i32, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuParamSetTexRef(a0: *mut c_void, a1: i32, a2: *mut c_void) -> u32 {
+    forward(471usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuParamSetf(a0: *mut c_void, a1: i32, a2: f32) -> u32 {
-    forward(
-        472usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, i32, f32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(472usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32, f32) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuParamSeti(a0: *mut c_void, a1: i32, a2: u32) -> u32 {
-    forward(
-        473usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, i32, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(473usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32, u32) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuParamSetv(
-    a0: *mut c_void,
-    a1: i32,
-    a2: *mut c_void,
-    a3: u32,
-) -> u32 {
-    forward(
-        474usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, i32, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuParamSetv(a0: *mut c_void, a1: i32, a2: *mut c_void, a3: u32) -> u32 {
+    forward(474usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, i32, *mut c_void, u32) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuPointerGetAttribute(
-    a0: *mut c_void,
-    a1: u32,
-    a2: u64,
-) -> u32 {
-    forward(
-        475usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, u64) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuPointerGetAttribute(a0: *mut c_void, a1: u32, a2: u64) -> u32 {
+    forward(475usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, u64) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuPointerGetAttributes(
@@ -10142,35 +6813,20 @@ pub unsafe extern "C" fn cuPointerGetAttributes(
     a2: *mut c_void,
     a3: u64,
 ) -> u32 {
-    forward(
-        476usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u32, *mut c_void, *mut c_void, u64) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(476usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(u32, *mut c_void, *mut c_void, u64) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuPointerSetAttribute(
-    a0: *const c_void,
-    a1: u32,
-    a2: u64,
-) -> u32 {
-    forward(
-        477usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*const c_void, u32, u64) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuPointerSetAttribute(a0: *const c_void, a1: u32, a2: u64) -> u32 {
+    forward(477usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void, u32, u64) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuProfilerInitialize(
@@ -10178,39 +6834,24 @@ pub unsafe extern "C" fn cuProfilerInitialize(
     a1: *const c_void,
     a2: u32,
 ) -> u32 {
-    forward(
-        478usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*const c_void, *const c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(478usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*const c_void, *const c_void, u32) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuProfilerStart() -> u32 {
-    forward(
-        479usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(f)()
-            }
-        },
-    )
+    forward(479usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(f)()
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuProfilerStop() -> u32 {
-    forward(
-        480usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(f)()
-            }
-        },
-    )
+    forward(480usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(f)()
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuSignalExternalSemaphoresAsync(
@@ -10219,22 +6860,12 @@ pub unsafe extern "C" fn cuSignalExternalSemaphoresAsync(
     a2: u32,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        481usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *const c_void,
-                        *const c_void,
-                        u32,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(481usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*const c_void, *const c_void, u32, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuSignalExternalSemaphoresAsync_ptsz(
@@ -10243,22 +6874,12 @@ pub unsafe extern "C" fn cuSignalExternalSemaphoresAsync_ptsz(
     a2: u32,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        482usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *const c_void,
-                        *const c_void,
-                        u32,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(482usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*const c_void, *const c_void, u32, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamAddCallback(
@@ -10267,22 +6888,12 @@ pub unsafe extern "C" fn cuStreamAddCallback(
     a2: *mut c_void,
     a3: u32,
 ) -> u32 {
-    forward(
-        483usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        u32,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(483usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, u32) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamAddCallback_ptsz(
@@ -10291,22 +6902,12 @@ pub unsafe extern "C" fn cuStreamAddCallback_ptsz(
     a2: *mut c_void,
     a3: u32,
 ) -> u32 {
-    forward(
-        484usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        u32,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(484usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, u32) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamAttachMemAsync(
@@ -10315,17 +6916,11 @@ pub unsafe extern "C" fn cuStreamAttachMemAsync(
     a2: usize,
     a3: u32,
 ) -> u32 {
-    forward(
-        485usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64, usize, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(485usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, usize, u32) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamAttachMemAsync_ptsz(
@@ -10334,17 +6929,11 @@ pub unsafe extern "C" fn cuStreamAttachMemAsync_ptsz(
     a2: usize,
     a3: u32,
 ) -> u32 {
-    forward(
-        486usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64, usize, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(486usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, usize, u32) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamBatchMemOp(
@@ -10353,17 +6942,12 @@ pub unsafe extern "C" fn cuStreamBatchMemOp(
     a2: *mut c_void,
     a3: u32,
 ) -> u32 {
-    forward(
-        487usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(487usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, u32, *mut c_void, u32) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamBatchMemOp_v2(
@@ -10372,17 +6956,12 @@ pub unsafe extern "C" fn cuStreamBatchMemOp_v2(
     a2: *mut c_void,
     a3: u32,
 ) -> u32 {
-    forward(
-        488usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(488usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, u32, *mut c_void, u32) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamBatchMemOp_v2_ptsz(
@@ -10391,34 +6970,20 @@ pub unsafe extern "C" fn cuStreamBatchMemOp_v2_ptsz(
     a2: *mut c_void,
     a3: u32,
 ) -> u32 {
-    forward(
-        489usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(489usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, u32, *mut c_void, u32) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamBeginCaptureToCig(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        490usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuStreamBeginCaptureToCig(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(490usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamBeginCaptureToGraph(
@@ -10429,52 +6994,31 @@ pub unsafe extern "C" fn cuStreamBeginCaptureToGraph(
     a4: usize,
     a5: u32,
 ) -> u32 {
-    forward(
-        491usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        *const c_void,
-                        usize,
-                        u32,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5)
-            }
-        },
-    )
+    forward(491usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *const c_void,
+                *const c_void,
+                usize,
+                u32,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamBeginCapture_v2(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        492usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(492usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamBeginCapture_v2_ptsz(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        493usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(493usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamBeginRecaptureToGraph(
@@ -10484,166 +7028,78 @@ pub unsafe extern "C" fn cuStreamBeginRecaptureToGraph(
     a3: *mut c_void,
     a4: *mut c_void,
 ) -> u32 {
-    forward(
-        494usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        u32,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(494usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, u32, *mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamCopyAttributes(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        495usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuStreamCopyAttributes(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(495usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamCopyAttributes_ptsz(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        496usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuStreamCopyAttributes_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(496usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamCreate(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        497usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(497usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamCreateWithPriority(
-    a0: *mut c_void,
-    a1: u32,
-    a2: i32,
-) -> u32 {
-    forward(
-        498usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, i32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuStreamCreateWithPriority(a0: *mut c_void, a1: u32, a2: i32) -> u32 {
+    forward(498usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, i32) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamDestroy_v2(a0: *mut c_void) -> u32 {
-    forward(
-        499usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(499usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamEndCapture(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        500usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(500usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamEndCaptureToCig(a0: *mut c_void) -> u32 {
-    forward(
-        501usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(501usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamEndCapture_ptsz(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        502usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuStreamEndCapture_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(502usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamGetAttribute(
-    a0: *mut c_void,
-    a1: u32,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        503usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuStreamGetAttribute(a0: *mut c_void, a1: u32, a2: *mut c_void) -> u32 {
+    forward(503usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetAttribute_ptsz(
@@ -10651,17 +7107,11 @@ pub unsafe extern "C" fn cuStreamGetAttribute_ptsz(
     a1: u32,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        504usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(504usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCaptureInfo(
@@ -10669,17 +7119,12 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        505usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(505usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
@@ -10690,24 +7135,19 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
     a4: *mut c_void,
     a5: *mut c_void,
 ) -> u32 {
-    forward(
-        506usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5)
-            }
-        },
-    )
+    forward(506usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2_ptsz(
@@ -10718,24 +7158,19 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2_ptsz(
     a4: *mut c_void,
     a5: *mut c_void,
 ) -> u32 {
-    forward(
-        507usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5)
-            }
-        },
-    )
+    forward(507usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
@@ -10747,25 +7182,20 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
     a5: *mut c_void,
     a6: *mut c_void,
 ) -> u32 {
-    forward(
-        508usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5, a6)
-            }
-        },
-    )
+    forward(508usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5, a6)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3_ptsz(
@@ -10777,53 +7207,36 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3_ptsz(
     a5: *mut c_void,
     a6: *mut c_void,
 ) -> u32 {
-    forward(
-        509usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5, a6)
-            }
-        },
-    )
+    forward(509usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5, a6)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCtx(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        510usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(510usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCtx_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        511usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(511usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCtx_v2(
@@ -10831,227 +7244,121 @@ pub unsafe extern "C" fn cuStreamGetCtx_v2(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        512usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(512usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamGetDevResource(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: u32,
-) -> u32 {
-    forward(
-        513usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuStreamGetDevResource(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
+    forward(513usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetDevice(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        514usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(514usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetFlags(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        515usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(515usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetFlags_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        516usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(516usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetGreenCtx(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        517usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(517usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetId(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        518usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(518usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetId_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        519usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(519usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetPriority(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        520usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(520usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamGetPriority_ptsz(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        521usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuStreamGetPriority_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(521usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamIsCapturing(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        522usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(522usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamIsCapturing_ptsz(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        523usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuStreamIsCapturing_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(523usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamQuery(a0: *mut c_void) -> u32 {
-    forward(
-        524usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(524usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamQuery_ptsz(a0: *mut c_void) -> u32 {
-    forward(
-        525usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(525usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamSetAttribute(
-    a0: *mut c_void,
-    a1: u32,
-    a2: *const c_void,
-) -> u32 {
-    forward(
-        526usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, *const c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuStreamSetAttribute(a0: *mut c_void, a1: u32, a2: *const c_void) -> u32 {
+    forward(526usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, u32, *const c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamSetAttribute_ptsz(
@@ -11059,45 +7366,24 @@ pub unsafe extern "C" fn cuStreamSetAttribute_ptsz(
     a1: u32,
     a2: *const c_void,
 ) -> u32 {
-    forward(
-        527usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, *const c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(527usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, u32, *const c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamSynchronize(a0: *mut c_void) -> u32 {
-    forward(
-        528usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(528usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamSynchronize_ptsz(a0: *mut c_void) -> u32 {
-    forward(
-        529usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(529usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies(
@@ -11106,17 +7392,12 @@ pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies(
     a2: usize,
     a3: u32,
 ) -> u32 {
-    forward(
-        530usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(530usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u32) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_ptsz(
@@ -11125,17 +7406,12 @@ pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_ptsz(
     a2: usize,
     a3: u32,
 ) -> u32 {
-    forward(
-        531usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(531usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u32) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_v2(
@@ -11145,97 +7421,44 @@ pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_v2(
     a3: usize,
     a4: u32,
 ) -> u32 {
-    forward(
-        532usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *const c_void,
-                        usize,
-                        u32,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(532usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void, usize, u32) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWaitEvent(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: u32,
-) -> u32 {
-    forward(
-        533usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuStreamWaitEvent(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
+    forward(533usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWaitEvent_ptsz(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: u32,
-) -> u32 {
-    forward(
-        534usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuStreamWaitEvent_ptsz(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
+    forward(534usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWaitValue32(
-    a0: *mut c_void,
-    a1: u64,
-    a2: u32,
-    a3: u32,
-) -> u32 {
-    forward(
-        535usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuStreamWaitValue32(a0: *mut c_void, a1: u64, a2: u32, a3: u32) -> u32 {
+    forward(535usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWaitValue32_v2(
-    a0: *mut c_void,
-    a1: u64,
-    a2: u32,
-    a3: u32,
-) -> u32 {
-    forward(
-        536usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuStreamWaitValue32_v2(a0: *mut c_void, a1: u64, a2: u32, a3: u32) -> u32 {
+    forward(536usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamWaitValue32_v2_ptsz(
@@ -11244,55 +7467,27 @@ pub unsafe extern "C" fn cuStreamWaitValue32_v2_ptsz(
     a2: u32,
     a3: u32,
 ) -> u32 {
-    forward(
-        537usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(537usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWaitValue64(
-    a0: *mut c_void,
-    a1: u64,
-    a2: u64,
-    a3: u32,
-) -> u32 {
-    forward(
-        538usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuStreamWaitValue64(a0: *mut c_void, a1: u64, a2: u64, a3: u32) -> u32 {
+    forward(538usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWaitValue64_v2(
-    a0: *mut c_void,
-    a1: u64,
-    a2: u64,
-    a3: u32,
-) -> u32 {
-    forward(
-        539usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuStreamWaitValue64_v2(a0: *mut c_void, a1: u64, a2: u64, a3: u32) -> u32 {
+    forward(539usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamWaitValue64_v2_ptsz(
@@ -11301,36 +7496,19 @@ pub unsafe extern "C" fn cuStreamWaitValue64_v2_ptsz(
     a2: u64,
     a3: u32,
 ) -> u32 {
-    forward(
-        540usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(540usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWriteValue32(
-    a0: *mut c_void,
-    a1: u64,
-    a2: u32,
-    a3: u32,
-) -> u32 {
-    forward(
-        541usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuStreamWriteValue32(a0: *mut c_void, a1: u64, a2: u32, a3: u32) -> u32 {
+    forward(541usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamWriteValue32_v2(
@@ -11339,17 +7517,11 @@ pub unsafe extern "C" fn cuStreamWriteValue32_v2(
     a2: u32,
     a3: u32,
 ) -> u32 {
-    forward(
-        542usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(542usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamWriteValue32_v2_ptsz(
@@ -11358,36 +7530,19 @@ pub unsafe extern "C" fn cuStreamWriteValue32_v2_ptsz(
     a2: u32,
     a3: u32,
 ) -> u32 {
-    forward(
-        543usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(543usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWriteValue64(
-    a0: *mut c_void,
-    a1: u64,
-    a2: u64,
-    a3: u32,
-) -> u32 {
-    forward(
-        544usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuStreamWriteValue64(a0: *mut c_void, a1: u64, a2: u64, a3: u32) -> u32 {
+    forward(544usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamWriteValue64_v2(
@@ -11396,17 +7551,11 @@ pub unsafe extern "C" fn cuStreamWriteValue64_v2(
     a2: u64,
     a3: u32,
 ) -> u32 {
-    forward(
-        545usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(545usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamWriteValue64_v2_ptsz(
@@ -11415,91 +7564,47 @@ pub unsafe extern "C" fn cuStreamWriteValue64_v2_ptsz(
     a2: u64,
     a3: u32,
 ) -> u32 {
-    forward(
-        546usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(546usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32>(
+            f,
+        )(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuSurfObjectCreate(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(
-        547usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(547usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
+            f,
+        )(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuSurfObjectDestroy(a0: u64) -> u32 {
-    forward(
-        548usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(548usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuSurfObjectGetResourceDesc(a0: *mut c_void, a1: u64) -> u32 {
-    forward(
-        549usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(549usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuSurfRefGetArray(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        550usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(550usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuSurfRefSetArray(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: u32,
-) -> u32 {
-    forward(
-        551usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuSurfRefSetArray(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
+    forward(551usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTensorMapEncodeIm2col(
@@ -11519,33 +7624,30 @@ pub unsafe extern "C" fn cuTensorMapEncodeIm2col(
     a13: u32,
     a14: u32,
 ) -> u32 {
-    forward(
-        552usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        u32,
-                        u32,
-                        *mut c_void,
-                        *const c_void,
-                        *const c_void,
-                        *const c_void,
-                        *const c_void,
-                        u32,
-                        u32,
-                        *const c_void,
-                        u32,
-                        u32,
-                        u32,
-                        u32,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14)
-            }
-        },
-    )
+    forward(552usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                u32,
+                u32,
+                *mut c_void,
+                *const c_void,
+                *const c_void,
+                *const c_void,
+                *const c_void,
+                u32,
+                u32,
+                *const c_void,
+                u32,
+                u32,
+                u32,
+                u32,
+            ) -> u32,
+        >(f)(
+            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTensorMapEncodeIm2colWide(
@@ -11566,36 +7668,31 @@ pub unsafe extern "C" fn cuTensorMapEncodeIm2colWide(
     a14: u32,
     a15: u32,
 ) -> u32 {
-    forward(
-        553usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        u32,
-                        u32,
-                        *mut c_void,
-                        *const c_void,
-                        *const c_void,
-                        i32,
-                        i32,
-                        u32,
-                        u32,
-                        *const c_void,
-                        u32,
-                        u32,
-                        u32,
-                        u32,
-                        u32,
-                    ) -> u32,
-                >(
-                    f,
-                )(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15)
-            }
-        },
-    )
+    forward(553usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                u32,
+                u32,
+                *mut c_void,
+                *const c_void,
+                *const c_void,
+                i32,
+                i32,
+                u32,
+                u32,
+                *const c_void,
+                u32,
+                u32,
+                u32,
+                u32,
+                u32,
+            ) -> u32,
+        >(f)(
+            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTensorMapEncodeTiled(
@@ -11612,47 +7709,33 @@ pub unsafe extern "C" fn cuTensorMapEncodeTiled(
     a10: u32,
     a11: u32,
 ) -> u32 {
-    forward(
-        554usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        u32,
-                        u32,
-                        *mut c_void,
-                        *const c_void,
-                        *const c_void,
-                        *const c_void,
-                        *const c_void,
-                        u32,
-                        u32,
-                        u32,
-                        u32,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
-            }
-        },
-    )
+    forward(554usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(
+                *mut c_void,
+                u32,
+                u32,
+                *mut c_void,
+                *const c_void,
+                *const c_void,
+                *const c_void,
+                *const c_void,
+                u32,
+                u32,
+                u32,
+                u32,
+            ) -> u32,
+        >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTensorMapReplaceAddress(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        555usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuTensorMapReplaceAddress(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(555usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexObjectCreate(
@@ -11661,200 +7744,96 @@ pub unsafe extern "C" fn cuTexObjectCreate(
     a2: *const c_void,
     a3: *const c_void,
 ) -> u32 {
-    forward(
-        556usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *const c_void,
-                        *const c_void,
-                        *const c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(556usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *const c_void, *const c_void, *const c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexObjectDestroy(a0: u64) -> u32 {
-    forward(
-        557usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(557usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexObjectGetResourceDesc(a0: *mut c_void, a1: u64) -> u32 {
-    forward(
-        558usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(558usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexObjectGetResourceViewDesc(
-    a0: *mut c_void,
-    a1: u64,
-) -> u32 {
-    forward(
-        559usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuTexObjectGetResourceViewDesc(a0: *mut c_void, a1: u64) -> u32 {
+    forward(559usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexObjectGetTextureDesc(a0: *mut c_void, a1: u64) -> u32 {
-    forward(
-        560usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u64) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(560usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefCreate(a0: *mut c_void) -> u32 {
-    forward(
-        561usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(561usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefDestroy(a0: *mut c_void) -> u32 {
-    forward(
-        562usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(562usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexRefGetAddressMode(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: i32,
-) -> u32 {
-    forward(
-        563usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuTexRefGetAddressMode(a0: *mut c_void, a1: *mut c_void, a2: i32) -> u32 {
+    forward(563usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefGetAddress_v2(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        564usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(564usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefGetArray(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        565usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(565usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexRefGetBorderColor(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        566usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuTexRefGetBorderColor(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(566usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefGetFilterMode(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        567usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(567usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefGetFlags(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(
-        568usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(568usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefGetFormat(
@@ -11862,68 +7841,36 @@ pub unsafe extern "C" fn cuTexRefGetFormat(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        569usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(569usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexRefGetMaxAnisotropy(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        570usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuTexRefGetMaxAnisotropy(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(570usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexRefGetMipmapFilterMode(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        571usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuTexRefGetMipmapFilterMode(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(571usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexRefGetMipmapLevelBias(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        572usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuTexRefGetMipmapLevelBias(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(572usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefGetMipmapLevelClamp(
@@ -11931,34 +7878,20 @@ pub unsafe extern "C" fn cuTexRefGetMipmapLevelClamp(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(
-        573usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(573usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+        >(f)(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexRefGetMipmappedArray(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        574usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuTexRefGetMipmappedArray(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(574usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetAddress2D_v3(
@@ -11967,35 +7900,20 @@ pub unsafe extern "C" fn cuTexRefSetAddress2D_v3(
     a2: u64,
     a3: usize,
 ) -> u32 {
-    forward(
-        575usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *const c_void, u64, usize) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(575usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *const c_void, u64, usize) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexRefSetAddressMode(
-    a0: *mut c_void,
-    a1: i32,
-    a2: u32,
-) -> u32 {
-    forward(
-        576usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, i32, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuTexRefSetAddressMode(a0: *mut c_void, a1: i32, a2: u32) -> u32 {
+    forward(576usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32, u32) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetAddress_v2(
@@ -12004,154 +7922,74 @@ pub unsafe extern "C" fn cuTexRefSetAddress_v2(
     a2: u64,
     a3: usize,
 ) -> u32 {
-    forward(
-        577usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u64, usize) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(577usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, u64, usize) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexRefSetArray(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: u32,
-) -> u32 {
-    forward(
-        578usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuTexRefSetArray(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
+    forward(578usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexRefSetBorderColor(
-    a0: *mut c_void,
-    a1: *mut c_void,
-) -> u32 {
-    forward(
-        579usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuTexRefSetBorderColor(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(579usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
+            a0, a1,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetFilterMode(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        580usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(580usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetFlags(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        581usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(581usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetFormat(a0: *mut c_void, a1: u32, a2: i32) -> u32 {
-    forward(
-        582usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32, i32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(582usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, i32) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetMaxAnisotropy(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        583usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(583usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetMipmapFilterMode(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        584usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(584usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetMipmapLevelBias(a0: *mut c_void, a1: f32) -> u32 {
-    forward(
-        585usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, f32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(585usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, f32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexRefSetMipmapLevelClamp(
-    a0: *mut c_void,
-    a1: f32,
-    a2: f32,
-) -> u32 {
-    forward(
-        586usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, f32, f32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+pub unsafe extern "C" fn cuTexRefSetMipmapLevelClamp(a0: *mut c_void, a1: f32, a2: f32) -> u32 {
+    forward(586usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, f32, f32) -> u32>(f)(
+            a0, a1, a2,
+        )
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetMipmappedArray(
@@ -12159,31 +7997,17 @@ pub unsafe extern "C" fn cuTexRefSetMipmappedArray(
     a1: *mut c_void,
     a2: u32,
 ) -> u32 {
-    forward(
-        587usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
-                >(f)(a0, a1, a2)
-            }
-        },
-    )
+    forward(587usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
+            f,
+        )(a0, a1, a2)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuThreadExchangeStreamCaptureMode(a0: *mut c_void) -> u32 {
-    forward(
-        588usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void) -> u32,
-                >(f)(a0)
-            }
-        },
-    )
+    forward(588usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuUserObjectCreate(
@@ -12193,51 +8017,24 @@ pub unsafe extern "C" fn cuUserObjectCreate(
     a3: u32,
     a4: u32,
 ) -> u32 {
-    forward(
-        589usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        *mut c_void,
-                        u32,
-                        u32,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3, a4)
-            }
-        },
-    )
+    forward(589usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, u32, u32) -> u32,
+        >(f)(a0, a1, a2, a3, a4)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuUserObjectRelease(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        590usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(590usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuUserObjectRetain(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        591usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, u32) -> u32,
-                >(f)(a0, a1)
-            }
-        },
-    )
+    forward(591usize, |f| unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuWaitExternalSemaphoresAsync(
@@ -12246,22 +8043,12 @@ pub unsafe extern "C" fn cuWaitExternalSemaphoresAsync(
     a2: u32,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        592usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *const c_void,
-                        *const c_void,
-                        u32,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(592usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*const c_void, *const c_void, u32, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuWaitExternalSemaphoresAsync_ptsz(
@@ -12270,20 +8057,10 @@ pub unsafe extern "C" fn cuWaitExternalSemaphoresAsync_ptsz(
     a2: u32,
     a3: *mut c_void,
 ) -> u32 {
-    forward(
-        593usize,
-        |f| {
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(
-                        *const c_void,
-                        *const c_void,
-                        u32,
-                        *mut c_void,
-                    ) -> u32,
-                >(f)(a0, a1, a2, a3)
-            }
-        },
-    )
+    forward(593usize, |f| unsafe {
+        std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*const c_void, *const c_void, u32, *mut c_void) -> u32,
+        >(f)(a0, a1, a2, a3)
+    })
 }

@@ -35,6 +35,7 @@ pub struct State {
     driver: Option<Driver>,
     /// Host memory `HostRegister` mapped: address → length.
     host_regions: HashMap<u64, usize>,
+    traffic: Option<super::traffic::Traffic>,
 }
 
 fn usize_of(v: u64, what: &str) -> Result<usize, ErrorReply> {
@@ -138,6 +139,7 @@ impl State {
             library,
             driver: None,
             host_regions: HashMap::new(),
+            traffic: None,
         }
     }
 
@@ -986,6 +988,24 @@ impl State {
             Command::Synchronize => {
                 // SAFETY: no arguments.
                 unsafe { self.driver()?.ctx_synchronize()? };
+                done()
+            }
+            Command::TrafficStart { device, threads } => {
+                if self.traffic.is_some() {
+                    return Err(failure::request("traffic is already running"));
+                }
+                let traffic = super::traffic::Traffic::start(self.driver()?, device, threads)?;
+                self.traffic = Some(traffic);
+                done()
+            }
+            Command::TrafficStop => match self.traffic.take() {
+                Some(traffic) => reply(Reply::Traffic {
+                    threads: traffic.stop()?,
+                }),
+                None => Err(failure::request("no traffic is running")),
+            },
+            Command::SynchronizeInThread { device } => {
+                super::traffic::synchronize_in_thread(self.driver()?, device)?;
                 done()
             }
             Command::Sleep { ms } => {

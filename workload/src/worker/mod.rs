@@ -3,6 +3,7 @@
 
 mod driver;
 mod exec;
+mod traffic;
 
 use crate::entry::EntryPath;
 use crate::proto::{Command, Reply, Response};

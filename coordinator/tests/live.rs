@@ -1,0 +1,185 @@
+//! Live workloads over the real shim and fakecuda: application threads keep calling the driver
+//! while `cuinterpose toggle` checkpoints and restores the processes in place. The gate holds
+//! them from begin_checkpoint until the restore is verified, so nothing crashes, no call
+//! fails, and no acknowledged write is lost. A thread parked inside a driver call makes
+//! begin_checkpoint refuse, naming it, and the workload carries on.
+//!
+//! `harness = false`: the workers are this process's only children, so the process tree
+//! rooted here is exactly the workload.
+
+mod support;
+
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use cuinterpose_workload::Worker;
+use cuinterpose_workload::proto::{TrafficMode, TrafficReport, TrafficThread};
+use support::cli::{self, check_exit};
+use support::harness::Test;
+use support::sandbox::Sandbox;
+
+const MIB: u64 = 1 << 20;
+const SLOT: u64 = 64 * 1024;
+const PROCESSES: usize = 4;
+const THREADS: usize = 4;
+/// Toggles under traffic (the issue's figure).
+const TOGGLES: usize = 20;
+
+fn main() {
+    let tests: [Test<Sandbox>; 2] = [
+        ("toggles_under_traffic_lose_nothing", toggles_under_traffic),
+        ("a_parked_call_makes_begin_refuse", parked_call),
+    ];
+    support::harness::run(&tests, || Sandbox::new("live"));
+}
+
+fn cuinterpose(sandbox: &Sandbox, root: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = cli::command(args);
+    command
+        .env("CUINTERPOSE_DRIVER", sandbox.fakecuda.join("libcuda.so.1"))
+        .env("CUINTERPOSE_CONTROL_DIR", Sandbox::control_dir(root))
+        .env("FAKECUDA_CONTROL_DIR", Sandbox::fakecuda_control_dir(root))
+        .env_remove("LD_PRELOAD");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.output().expect("run cuinterpose")
+}
+
+fn root_pid() -> String {
+    std::process::id().to_string()
+}
+
+/// Each thread's report: it ran, no driver call failed, no read contradicted a write the
+/// driver had acknowledged.
+fn check_reports(process: usize, reports: &[TrafficReport]) {
+    assert_eq!(reports.len(), THREADS);
+    for (thread, report) in reports.iter().enumerate() {
+        let who = format!("process {process} thread {thread} ({:?})", report.mode);
+        assert!(report.iterations > 0, "{who} never ran: {report:?}");
+        assert!(report.errors.is_empty(), "{who}: failed calls: {report:?}");
+        assert_eq!(
+            report.inconsistencies, 0,
+            "{who}: acknowledged writes lost: {report:?}"
+        );
+        assert!(report.last_acknowledged.is_some(), "{who}: {report:?}");
+    }
+}
+
+/// 4 processes share one VMM allocation (created by the first, imported and mapped by the
+/// others) and each holds private `cuMemAlloc` memory. In every process 4 threads write and
+/// read back, continuously: synchronous copies and stream-ordered copies into the shared
+/// allocation, memsets into private memory, stream-ordered memsets into the shared one; each
+/// thread has its own 64 KiB slot. 20 toggles run meanwhile.
+fn toggles_under_traffic(sandbox: &Sandbox) {
+    let root = sandbox.fresh("traffic");
+    let mut workers: Vec<Worker> = (0..PROCESSES)
+        .map(|_| sandbox.worker(&root, None))
+        .collect();
+    let shared_size = 2 * MIB;
+    assert!(SLOT * (PROCESSES * THREADS) as u64 <= shared_size);
+    let handle = workers[0].create(shared_size, 0, 1).expect("create");
+    let ticket = workers[0].export(handle).expect("export");
+    let mut shared = vec![workers[0].map_rw(handle, shared_size, 0).expect("map")];
+    for w in workers.iter_mut().skip(1) {
+        let imported = w.import(ticket.as_fd()).expect("import");
+        shared.push(w.map_rw(imported, shared_size, 0).expect("map import"));
+    }
+    drop(ticket);
+    for (p, w) in workers.iter_mut().enumerate() {
+        let private = w.mem_alloc(2 * MIB).expect("cuMemAlloc");
+        let slot = |t: usize| shared[p] + ((p * THREADS + t) as u64) * SLOT;
+        let threads = vec![
+            TrafficThread {
+                address: slot(0),
+                size: SLOT,
+                mode: TrafficMode::Copy,
+            },
+            TrafficThread {
+                address: slot(1),
+                size: SLOT,
+                mode: TrafficMode::CopyAsync,
+            },
+            TrafficThread {
+                address: private,
+                size: SLOT,
+                mode: TrafficMode::Memset,
+            },
+            TrafficThread {
+                address: slot(3),
+                size: SLOT,
+                mode: TrafficMode::MemsetAsync,
+            },
+        ];
+        w.traffic_start(0, threads).expect("start traffic");
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    for toggle in 0..TOGGLES {
+        let out = cuinterpose(sandbox, &root, &["toggle", "--pid", &root_pid()], &[]);
+        let (_, stderr) = check_exit(&out, 0);
+        assert!(!stderr.contains("FAIL-STOP"), "toggle {toggle}: {stderr}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut iterations = 0;
+    for (p, w) in workers.iter_mut().enumerate() {
+        let reports = w.traffic_stop().expect("stop traffic");
+        check_reports(p, &reports);
+        iterations += reports.iter().map(|r| r.iterations).sum::<u64>();
+    }
+    println!(
+        "{TOGGLES} toggles under {} threads: {iterations} write-read iterations, no failed call, \
+         no lost write",
+        PROCESSES * THREADS
+    );
+    // The sharing is still live after the toggles: a write in one process is read in another.
+    workers[3]
+        .fill(shared[3], MIB, 77)
+        .expect("fill through the last importer");
+    workers[0]
+        .verify(shared[0], MIB, 77)
+        .expect("seen by the creator");
+}
+
+/// A thread inside `cuStreamSynchronize` (which fakecuda makes take 4 s) when the toggle
+/// starts: begin_checkpoint waits the control timeout (1 s), refuses naming the thread and
+/// the function, and reopens the gate; nothing was changed (exit 1). Once the call returns, a
+/// toggle succeeds.
+fn parked_call(sandbox: &Sandbox) {
+    let root = sandbox.fresh("parked");
+    let env = [
+        ("FAKECUDA_STREAM_SYNC_DELAY_MS", "4000"),
+        ("CUINTERPOSE_CONTROL_TIMEOUT_SECONDS", "1"),
+    ];
+    let mut worker = sandbox.worker_with(&root, None, &env);
+    let handle = worker.create(2 * MIB, 0, 1).expect("create");
+    let address = worker.map_rw(handle, 2 * MIB, 0).expect("map");
+    worker.fill(address, 2 * MIB, 5).expect("fill");
+    worker.synchronize_in_thread(0).expect("park a thread");
+    std::thread::sleep(Duration::from_millis(300));
+    let timeout = [("CUINTERPOSE_CONTROL_TIMEOUT_SECONDS", "1")];
+    let out = cuinterpose(sandbox, &root, &["toggle", "--pid", &root_pid()], &timeout);
+    let (_, stderr) = check_exit(&out, 1);
+    assert!(
+        stderr.contains("(synchronize) is inside cuStreamSynchronize")
+            && stderr.contains("did not leave their driver call within 1 s")
+            && stderr.contains("nothing was changed")
+            && !stderr.contains("FAIL-STOP"),
+        "{stderr}"
+    );
+    // The gate is open again: the workload goes on at once.
+    worker
+        .verify(address, 2 * MIB, 5)
+        .expect("bytes after the refusal");
+    worker
+        .fill(address, MIB, 6)
+        .expect("a write after the refusal");
+    // Once the parked call has returned, the checkpoint goes through.
+    std::thread::sleep(Duration::from_millis(4000));
+    let out = cuinterpose(sandbox, &root, &["toggle", "--pid", &root_pid()], &timeout);
+    check_exit(&out, 0);
+    worker
+        .verify(address, MIB, 6)
+        .expect("bytes after the toggle");
+}
