@@ -69,6 +69,18 @@ pub fn fake_runtime() -> &'static Path {
     })
 }
 
+/// tests/c/nulldriver.c as a shared library: two driver functions that return at once.
+pub fn null_driver() -> &'static Path {
+    static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
+    LIBRARY.get_or_init(|| {
+        let dir = profile_dir().join(format!("shim-null-driver.{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("libnulldriver.so");
+        compile(&["-shared", "-fPIC"], "nulldriver.c", &out);
+        out
+    })
+}
+
 /// A private directory for one test: control sockets of the shim and of fakecuda live here.
 pub struct Sandbox {
     pub root: PathBuf,
