@@ -26,10 +26,8 @@ fn thread_cpu() -> Duration {
         tv_nsec: 0,
     };
     // SAFETY: a valid timespec out-parameter.
-    assert_eq!(
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) },
-        0
-    );
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    assert_eq!(rc, 0);
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
