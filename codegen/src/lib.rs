@@ -20,8 +20,14 @@ use source::SourceMap;
 
 /// Parses RON into the syntax tree; a syntax error points at its line and column.
 pub fn parse(path: &str, text: &str) -> Result<ast::Schema, Diagnostics> {
+    parse_ron(path, text)
+}
+
+/// Parses any RON input file (the schema, the entry-point policy); a syntax error points at
+/// its line and column.
+pub fn parse_ron<T: serde::de::DeserializeOwned>(path: &str, text: &str) -> Result<T, Diagnostics> {
     ron::Options::default()
-        .from_str::<ast::Schema>(text)
+        .from_str::<T>(text)
         .map_err(|error| {
             Diagnostics(vec![Diagnostic {
                 path: path.to_owned(),

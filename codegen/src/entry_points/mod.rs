@@ -11,7 +11,7 @@ mod emit;
 pub use bindings::{Abi, Bindings, Function, read_bindings};
 pub use emit::emit;
 
-use crate::diag::{Diagnostic, Diagnostics, Position};
+use crate::diag::Diagnostics;
 use crate::source::SourceMap;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -53,18 +53,7 @@ pub struct Table {
 
 /// Parses the policy; a syntax error points at its line and column.
 pub fn parse_policy(path: &str, text: &str) -> Result<Policy, Diagnostics> {
-    ron::Options::default()
-        .from_str::<Policy>(text)
-        .map_err(|error| {
-            Diagnostics(vec![Diagnostic {
-                path: path.to_owned(),
-                position: Position {
-                    line: error.span.start.line,
-                    column: error.span.start.col,
-                },
-                message: error.code.to_string(),
-            }])
-        })
+    crate::parse_ron(path, text)
 }
 
 /// Checks the policy against the bindings and builds the table. Every name the policy

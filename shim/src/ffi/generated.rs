@@ -616,102 +616,110 @@ pub const NAMES: [&str; COUNT] = [
 ];
 /// Whether the entry point of the same index stays open during a checkpoint.
 pub const OPEN: [bool; COUNT] = [
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, true, true, true, true, true, false, false, true, false, false, false, false,
-    false, false, true, false, true, false, true, true, true, false, true, true, false, true,
-    false, false, false, false, false, false, false, true, false, true, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, true, true, true, true, true, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, true, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, true, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, true, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, true, true,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, true, true, true, true, true, false, false,
+    true, false, false, false, false, false, false, true, false, true, false, true, true,
+    true, false, true, true, false, true, false, false, false, false, false, false,
+    false, true, false, true, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, true, true, true, true, true, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, true, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, true, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, true, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, true, true,
 ];
 /// Whether the entry point of the same index is hand-written (tracked) rather than a
 /// generated pass-through.
 pub const HAND_WRITTEN: [bool; COUNT] = [
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, true, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, true, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, true, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, true, true, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, true, true, false, true, false, true, true, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, true, false, true, false, false, true, false, false,
-    false, true, false, true, true, true, false, false, false, false, false, false, false, false,
-    false, false, true, true, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, true, true, true, false,
-    true, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, true, true, true, true, true, true, true,
-    true, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, true, true,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, true, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, true, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, true, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, true, true,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, true, true, false, true,
+    false, true, true, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, true, false, true, false, false,
+    true, false, false, false, true, false, true, true, true, false, false, false, false,
+    false, false, false, false, false, false, true, true, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, true, true, true, false, true, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, true, true,
+    true, true, true, true, true, true, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, true, true,
 ];
 /// The index of the entry point named `name` (without NUL).
 pub fn index(name: &[u8]) -> Option<usize> {
@@ -1919,41 +1927,69 @@ pub fn wrapper(index: usize) -> *mut c_void {
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuArray3DCreate_v2(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(0, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+    forward(
+        0,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuArray3DGetDescriptor_v2(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(1, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuArray3DGetDescriptor_v2(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        1,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuArrayCreate_v2(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(2, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+    forward(
+        2,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuArrayDestroy(a0: *mut c_void) -> u32 {
-    forward(3, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        3,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuArrayGetDescriptor_v2(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(4, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuArrayGetDescriptor_v2(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        4,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuArrayGetMemoryRequirements(
@@ -1961,47 +1997,86 @@ pub unsafe extern "C" fn cuArrayGetMemoryRequirements(
     a1: *mut c_void,
     a2: i32,
 ) -> u32 {
-    forward(5, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        5,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuArrayGetPlane(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
-    forward(6, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuArrayGetPlane(
+    a0: *mut c_void,
+    a1: *mut c_void,
+    a2: u32,
+) -> u32 {
+    forward(
+        6,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuArrayGetSparseProperties(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(7, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuArrayGetSparseProperties(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        7,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCoredumpDeregisterCompleteCallback(a0: *mut c_void) -> u32 {
-    forward(8, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        8,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCoredumpDeregisterStartCallback(a0: *mut c_void) -> u32 {
-    forward(9, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        9,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCoredumpGetAttribute(a0: u32, a1: *mut c_void, a2: *mut c_void) -> u32 {
-    forward(10, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuCoredumpGetAttribute(
+    a0: u32,
+    a1: *mut c_void,
+    a2: *mut c_void,
+) -> u32 {
+    forward(
+        10,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCoredumpGetAttributeGlobal(
@@ -2009,11 +2084,15 @@ pub unsafe extern "C" fn cuCoredumpGetAttributeGlobal(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(11, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        11,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCoredumpRegisterCompleteCallback(
@@ -2021,12 +2100,15 @@ pub unsafe extern "C" fn cuCoredumpRegisterCompleteCallback(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(12, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        12,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCoredumpRegisterStartCallback(
@@ -2034,20 +2116,31 @@ pub unsafe extern "C" fn cuCoredumpRegisterStartCallback(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(13, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        13,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCoredumpSetAttribute(a0: u32, a1: *mut c_void, a2: *mut c_void) -> u32 {
-    forward(14, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuCoredumpSetAttribute(
+    a0: u32,
+    a1: *mut c_void,
+    a2: *mut c_void,
+) -> u32 {
+    forward(
+        14,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCoredumpSetAttributeGlobal(
@@ -2055,25 +2148,39 @@ pub unsafe extern "C" fn cuCoredumpSetAttributeGlobal(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(15, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        15,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxAttach(a0: *mut c_void, a1: u32) -> u32 {
-    forward(16, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        16,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxCreate_v2(a0: *mut c_void, a1: u32, a2: i32) -> u32 {
-    forward(17, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, i32) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        17,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, i32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxCreate_v3(
@@ -2083,217 +2190,384 @@ pub unsafe extern "C" fn cuCtxCreate_v3(
     a3: u32,
     a4: i32,
 ) -> u32 {
-    forward(18, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, i32, u32, i32) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        18,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, i32, u32, i32) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxCreate_v4(a0: *mut c_void, a1: *mut c_void, a2: u32, a3: i32) -> u32 {
-    forward(19, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, u32, i32) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+pub unsafe extern "C" fn cuCtxCreate_v4(
+    a0: *mut c_void,
+    a1: *mut c_void,
+    a2: u32,
+    a3: i32,
+) -> u32 {
+    forward(
+        19,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32, i32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxDetach(a0: *mut c_void) -> u32 {
-    forward(21, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        21,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxDisablePeerAccess(a0: *mut c_void) -> u32 {
-    forward(22, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        22,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxEnablePeerAccess(a0: *mut c_void, a1: u32) -> u32 {
-    forward(23, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        23,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxFromGreenCtx(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(24, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        24,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetApiVersion(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(25, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        25,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetCacheConfig(a0: *mut c_void) -> u32 {
-    forward(26, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        26,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetCurrent(a0: *mut c_void) -> u32 {
-    forward(27, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        27,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxGetDevResource(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
-    forward(28, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuCtxGetDevResource(
+    a0: *mut c_void,
+    a1: *mut c_void,
+    a2: u32,
+) -> u32 {
+    forward(
+        28,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetDevice(a0: *mut c_void) -> u32 {
-    forward(29, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        29,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetDevice_v2(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(30, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        30,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetExecAffinity(a0: *mut c_void, a1: u32) -> u32 {
-    forward(31, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        31,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetFlags(a0: *mut c_void) -> u32 {
-    forward(32, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        32,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetId(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(33, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        33,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetLimit(a0: *mut c_void, a1: u32) -> u32 {
-    forward(34, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        34,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetSharedMemConfig(a0: *mut c_void) -> u32 {
-    forward(35, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        35,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(36, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        36,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxPopCurrent_v2(a0: *mut c_void) -> u32 {
-    forward(37, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        37,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxPushCurrent_v2(a0: *mut c_void) -> u32 {
-    forward(38, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        38,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxRecordEvent(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(39, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        39,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxResetPersistingL2Cache() -> u32 {
-    forward(40, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(f)()
-    })
+    forward(
+        40,
+        |f| unsafe {
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(f)()
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxSetCacheConfig(a0: u32) -> u32 {
-    forward(41, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32) -> u32>(f)(a0)
-    })
+    forward(
+        41,
+        |f| unsafe {
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32) -> u32>(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxSetCurrent(a0: *mut c_void) -> u32 {
-    forward(42, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        42,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxSetFlags(a0: u32) -> u32 {
-    forward(43, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32) -> u32>(f)(a0)
-    })
+    forward(
+        43,
+        |f| unsafe {
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32) -> u32>(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxSetLimit(a0: u32, a1: usize) -> u32 {
-    forward(44, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, usize) -> u32>(f)(a0, a1)
-    })
+    forward(
+        44,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, usize) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxSetSharedMemConfig(a0: u32) -> u32 {
-    forward(45, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32) -> u32>(f)(a0)
-    })
+    forward(
+        45,
+        |f| unsafe {
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32) -> u32>(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxSynchronize() -> u32 {
-    forward(46, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(f)()
-    })
+    forward(
+        46,
+        |f| unsafe {
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(f)()
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxSynchronize_v2(a0: *mut c_void) -> u32 {
-    forward(47, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        47,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxWaitEvent(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(48, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        48,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDestroyExternalMemory(a0: *mut c_void) -> u32 {
-    forward(49, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        49,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDestroyExternalSemaphore(a0: *mut c_void) -> u32 {
-    forward(50, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        50,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevResourceGenerateDesc(
@@ -2301,11 +2575,15 @@ pub unsafe extern "C" fn cuDevResourceGenerateDesc(
     a1: *mut c_void,
     a2: u32,
 ) -> u32 {
-    forward(51, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        51,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevSmResourceSplit(
@@ -2316,19 +2594,22 @@ pub unsafe extern "C" fn cuDevSmResourceSplit(
     a4: u32,
     a5: *mut c_void,
 ) -> u32 {
-    forward(52, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        52,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                u32,
-                *const c_void,
-                *mut c_void,
-                u32,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    u32,
+                    *const c_void,
+                    *mut c_void,
+                    u32,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevSmResourceSplitByCount(
@@ -2339,27 +2620,38 @@ pub unsafe extern "C" fn cuDevSmResourceSplitByCount(
     a4: u32,
     a5: u32,
 ) -> u32 {
-    forward(53, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        53,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *const c_void,
-                *mut c_void,
-                u32,
-                u32,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    *mut c_void,
+                    u32,
+                    u32,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceCanAccessPeer(a0: *mut c_void, a1: i32, a2: i32) -> u32 {
-    forward(54, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32, i32) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+pub unsafe extern "C" fn cuDeviceCanAccessPeer(
+    a0: *mut c_void,
+    a1: i32,
+    a2: i32,
+) -> u32 {
+    forward(
+        54,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, i32, i32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceComputeCapability(
@@ -2367,81 +2659,154 @@ pub unsafe extern "C" fn cuDeviceComputeCapability(
     a1: *mut c_void,
     a2: i32,
 ) -> u32 {
-    forward(55, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        55,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGet(a0: *mut c_void, a1: i32) -> u32 {
-    forward(56, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        56,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, i32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetByPCIBusId(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(58, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+pub unsafe extern "C" fn cuDeviceGetByPCIBusId(
+    a0: *mut c_void,
+    a1: *const c_void,
+) -> u32 {
+    forward(
+        58,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetCliqueCount(a0: *mut c_void, a1: i32) -> u32 {
-    forward(59, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        59,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, i32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetCliqueInfo(a0: *mut c_void, a1: *mut c_void, a2: i32) -> u32 {
-    forward(60, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuDeviceGetCliqueInfo(
+    a0: *mut c_void,
+    a1: *mut c_void,
+    a2: i32,
+) -> u32 {
+    forward(
+        60,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetCount(a0: *mut c_void) -> u32 {
-    forward(61, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        61,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(a0: *mut c_void, a1: i32) -> u32 {
-    forward(62, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        62,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, i32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetDevResource(a0: i32, a1: *mut c_void, a2: u32) -> u32 {
-    forward(63, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32, *mut c_void, u32) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+pub unsafe extern "C" fn cuDeviceGetDevResource(
+    a0: i32,
+    a1: *mut c_void,
+    a2: u32,
+) -> u32 {
+    forward(
+        63,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(i32, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetExecAffinitySupport(a0: *mut c_void, a1: u32, a2: i32) -> u32 {
-    forward(64, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, i32) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+pub unsafe extern "C" fn cuDeviceGetExecAffinitySupport(
+    a0: *mut c_void,
+    a1: u32,
+    a2: i32,
+) -> u32 {
+    forward(
+        64,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, i32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetFabricClusterUuid(a0: *mut c_void, a1: i32) -> u32 {
-    forward(65, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        65,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, i32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetGraphMemAttribute(a0: i32, a1: u32, a2: *mut c_void) -> u32 {
-    forward(66, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32, u32, *mut c_void) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+pub unsafe extern "C" fn cuDeviceGetGraphMemAttribute(
+    a0: i32,
+    a1: u32,
+    a2: *mut c_void,
+) -> u32 {
+    forward(
+        66,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(i32, u32, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetHostAtomicCapabilities(
@@ -2450,34 +2815,55 @@ pub unsafe extern "C" fn cuDeviceGetHostAtomicCapabilities(
     a2: u32,
     a3: i32,
 ) -> u32 {
-    forward(67, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *const c_void, u32, i32) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        67,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void, u32, i32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetLuid(a0: *mut c_void, a1: *mut c_void, a2: i32) -> u32 {
-    forward(68, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuDeviceGetLuid(
+    a0: *mut c_void,
+    a1: *mut c_void,
+    a2: i32,
+) -> u32 {
+    forward(
+        68,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetMemPool(a0: *mut c_void, a1: i32) -> u32 {
-    forward(69, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        69,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, i32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetName(a0: *mut c_void, a1: i32, a2: i32) -> u32 {
-    forward(70, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32, i32) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        70,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, i32, i32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetP2PAtomicCapabilities(
@@ -2487,12 +2873,15 @@ pub unsafe extern "C" fn cuDeviceGetP2PAtomicCapabilities(
     a3: i32,
     a4: i32,
 ) -> u32 {
-    forward(71, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *const c_void, u32, i32, i32) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        71,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void, u32, i32, i32) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetP2PAttribute(
@@ -2501,25 +2890,39 @@ pub unsafe extern "C" fn cuDeviceGetP2PAttribute(
     a2: i32,
     a3: i32,
 ) -> u32 {
-    forward(72, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, i32, i32) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+    forward(
+        72,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, i32, i32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetPCIBusId(a0: *mut c_void, a1: i32, a2: i32) -> u32 {
-    forward(73, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32, i32) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        73,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, i32, i32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetProperties(a0: *mut c_void, a1: i32) -> u32 {
-    forward(74, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        74,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, i32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetTexture1DLinearMaxWidth(
@@ -2528,29 +2931,48 @@ pub unsafe extern "C" fn cuDeviceGetTexture1DLinearMaxWidth(
     a2: u32,
     a3: i32,
 ) -> u32 {
-    forward(75, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, u32, i32) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+    forward(
+        75,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, u32, i32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetUuid(a0: *mut c_void, a1: i32) -> u32 {
-    forward(76, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        76,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, i32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetUuid_v2(a0: *mut c_void, a1: i32) -> u32 {
-    forward(77, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        77,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, i32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGraphMemTrim(a0: i32) -> u32 {
-    forward(78, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32) -> u32>(f)(a0)
-    })
+    forward(
+        78,
+        |f| unsafe {
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32) -> u32>(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
@@ -2558,29 +2980,48 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(79, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32, *mut c_void, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        79,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(i32, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(a0: i32) -> u32 {
-    forward(80, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32) -> u32>(f)(a0)
-    })
+    forward(
+        80,
+        |f| unsafe {
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32) -> u32>(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(a0: *mut c_void, a1: i32) -> u32 {
-    forward(82, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        82,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, i32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevicePrimaryCtxSetFlags_v2(a0: i32, a1: u32) -> u32 {
-    forward(83, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        83,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(i32, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceRegisterAsyncNotification(
@@ -2589,56 +3030,106 @@ pub unsafe extern "C" fn cuDeviceRegisterAsyncNotification(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(84, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(i32, *mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        84,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(i32, *mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceSetGraphMemAttribute(a0: i32, a1: u32, a2: *mut c_void) -> u32 {
-    forward(85, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32, u32, *mut c_void) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+pub unsafe extern "C" fn cuDeviceSetGraphMemAttribute(
+    a0: i32,
+    a1: u32,
+    a2: *mut c_void,
+) -> u32 {
+    forward(
+        85,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(i32, u32, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceSetMemPool(a0: i32, a1: *mut c_void) -> u32 {
-    forward(86, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32, *mut c_void) -> u32>(f)(a0, a1)
-    })
+    forward(
+        86,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(i32, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceTotalMem_v2(a0: *mut c_void, a1: i32) -> u32 {
-    forward(87, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        87,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, i32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceUnregisterAsyncNotification(a0: i32, a1: *mut c_void) -> u32 {
-    forward(88, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32, *mut c_void) -> u32>(f)(a0, a1)
-    })
+pub unsafe extern "C" fn cuDeviceUnregisterAsyncNotification(
+    a0: i32,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        88,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(i32, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDriverGetVersion(a0: *mut c_void) -> u32 {
-    forward(89, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        89,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventCreate(a0: *mut c_void, a1: u32) -> u32 {
-    forward(90, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        90,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventDestroy_v2(a0: *mut c_void) -> u32 {
-    forward(91, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        91,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventElapsedTime(
@@ -2646,12 +3137,15 @@ pub unsafe extern "C" fn cuEventElapsedTime(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(92, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        92,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventElapsedTime_v2(
@@ -2659,34 +3153,55 @@ pub unsafe extern "C" fn cuEventElapsedTime_v2(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(93, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        93,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventQuery(a0: *mut c_void) -> u32 {
-    forward(94, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        94,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventRecord(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(95, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        95,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuEventRecordWithFlags(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
-    forward(96, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuEventRecordWithFlags(
+    a0: *mut c_void,
+    a1: *mut c_void,
+    a2: u32,
+) -> u32 {
+    forward(
+        96,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventRecordWithFlags_ptsz(
@@ -2694,25 +3209,39 @@ pub unsafe extern "C" fn cuEventRecordWithFlags_ptsz(
     a1: *mut c_void,
     a2: u32,
 ) -> u32 {
-    forward(97, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        97,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventRecord_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(98, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        98,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventSynchronize(a0: *mut c_void) -> u32 {
-    forward(99, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        99,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuExternalMemoryGetMappedBuffer(
@@ -2720,12 +3249,15 @@ pub unsafe extern "C" fn cuExternalMemoryGetMappedBuffer(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(100, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        100,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuExternalMemoryGetMappedMipmappedArray(
@@ -2733,50 +3265,79 @@ pub unsafe extern "C" fn cuExternalMemoryGetMappedMipmappedArray(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(101, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        101,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFlushGPUDirectRDMAWrites(a0: u32, a1: u32) -> u32 {
-    forward(102, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        102,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuFuncGetAttribute(a0: *mut c_void, a1: u32, a2: *mut c_void) -> u32 {
-    forward(103, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuFuncGetAttribute(
+    a0: *mut c_void,
+    a1: u32,
+    a2: *mut c_void,
+) -> u32 {
+    forward(
+        103,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncGetModule(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(104, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        104,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncGetName(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(105, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        105,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncGetParamCount(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(106, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        106,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncGetParamInfo(
@@ -2785,80 +3346,140 @@ pub unsafe extern "C" fn cuFuncGetParamInfo(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(107, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, usize, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        107,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, usize, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncIsLoaded(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(108, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        108,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncLoad(a0: *mut c_void) -> u32 {
-    forward(109, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        109,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncSetAttribute(a0: *mut c_void, a1: u32, a2: i32) -> u32 {
-    forward(110, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, i32) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        110,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, i32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuFuncSetBlockShape(a0: *mut c_void, a1: i32, a2: i32, a3: i32) -> u32 {
-    forward(111, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32, i32, i32) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+pub unsafe extern "C" fn cuFuncSetBlockShape(
+    a0: *mut c_void,
+    a1: i32,
+    a2: i32,
+    a3: i32,
+) -> u32 {
+    forward(
+        111,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, i32, i32, i32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncSetCacheConfig(a0: *mut c_void, a1: u32) -> u32 {
-    forward(112, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        112,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncSetSharedMemConfig(a0: *mut c_void, a1: u32) -> u32 {
-    forward(113, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        113,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncSetSharedSize(a0: *mut c_void, a1: u32) -> u32 {
-    forward(114, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        114,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGetErrorName(a0: u32, a1: *mut c_void) -> u32 {
-    forward(115, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *mut c_void) -> u32>(f)(a0, a1)
-    })
+    forward(
+        115,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGetErrorString(a0: u32, a1: *mut c_void) -> u32 {
-    forward(116, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *mut c_void) -> u32>(f)(a0, a1)
-    })
+    forward(
+        116,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGetExportTable(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(117, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+    forward(
+        117,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddBatchMemOpNode(
@@ -2868,18 +3489,21 @@ pub unsafe extern "C" fn cuGraphAddBatchMemOpNode(
     a3: usize,
     a4: *const c_void,
 ) -> u32 {
-    forward(120, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        120,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *const c_void,
-                usize,
-                *const c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    usize,
+                    *const c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddChildGraphNode(
@@ -2889,18 +3513,21 @@ pub unsafe extern "C" fn cuGraphAddChildGraphNode(
     a3: usize,
     a4: *mut c_void,
 ) -> u32 {
-    forward(121, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        121,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *const c_void,
-                usize,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    usize,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddDependencies(
@@ -2909,12 +3536,20 @@ pub unsafe extern "C" fn cuGraphAddDependencies(
     a2: *const c_void,
     a3: usize,
 ) -> u32 {
-    forward(122, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *const c_void, *const c_void, usize) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        122,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *const c_void,
+                    *const c_void,
+                    usize,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddDependencies_v2(
@@ -2924,18 +3559,21 @@ pub unsafe extern "C" fn cuGraphAddDependencies_v2(
     a3: *const c_void,
     a4: usize,
 ) -> u32 {
-    forward(123, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        123,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *const c_void,
-                *const c_void,
-                *const c_void,
-                usize,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *const c_void,
+                    *const c_void,
+                    *const c_void,
+                    usize,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddEmptyNode(
@@ -2944,12 +3582,20 @@ pub unsafe extern "C" fn cuGraphAddEmptyNode(
     a2: *const c_void,
     a3: usize,
 ) -> u32 {
-    forward(124, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void, usize) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        124,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    usize,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddEventRecordNode(
@@ -2959,18 +3605,21 @@ pub unsafe extern "C" fn cuGraphAddEventRecordNode(
     a3: usize,
     a4: *mut c_void,
 ) -> u32 {
-    forward(125, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        125,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *const c_void,
-                usize,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    usize,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddEventWaitNode(
@@ -2980,18 +3629,21 @@ pub unsafe extern "C" fn cuGraphAddEventWaitNode(
     a3: usize,
     a4: *mut c_void,
 ) -> u32 {
-    forward(126, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        126,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *const c_void,
-                usize,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    usize,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddExternalSemaphoresSignalNode(
@@ -3001,18 +3653,21 @@ pub unsafe extern "C" fn cuGraphAddExternalSemaphoresSignalNode(
     a3: usize,
     a4: *const c_void,
 ) -> u32 {
-    forward(127, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        127,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *const c_void,
-                usize,
-                *const c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    usize,
+                    *const c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddExternalSemaphoresWaitNode(
@@ -3022,18 +3677,21 @@ pub unsafe extern "C" fn cuGraphAddExternalSemaphoresWaitNode(
     a3: usize,
     a4: *const c_void,
 ) -> u32 {
-    forward(128, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        128,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *const c_void,
-                usize,
-                *const c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    usize,
+                    *const c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddHostNode(
@@ -3043,18 +3701,21 @@ pub unsafe extern "C" fn cuGraphAddHostNode(
     a3: usize,
     a4: *const c_void,
 ) -> u32 {
-    forward(129, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        129,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *const c_void,
-                usize,
-                *const c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    usize,
+                    *const c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddKernelNode(
@@ -3064,18 +3725,21 @@ pub unsafe extern "C" fn cuGraphAddKernelNode(
     a3: usize,
     a4: *const c_void,
 ) -> u32 {
-    forward(130, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        130,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *const c_void,
-                usize,
-                *const c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    usize,
+                    *const c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
@@ -3085,18 +3749,21 @@ pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
     a3: usize,
     a4: *const c_void,
 ) -> u32 {
-    forward(131, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        131,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *const c_void,
-                usize,
-                *const c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    usize,
+                    *const c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddMemAllocNode(
@@ -3106,18 +3773,21 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
     a3: usize,
     a4: *mut c_void,
 ) -> u32 {
-    forward(132, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        132,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *const c_void,
-                usize,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    usize,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddMemFreeNode(
@@ -3127,12 +3797,21 @@ pub unsafe extern "C" fn cuGraphAddMemFreeNode(
     a3: usize,
     a4: u64,
 ) -> u32 {
-    forward(133, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void, usize, u64) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        133,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    usize,
+                    u64,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddMemcpyNode(
@@ -3143,19 +3822,22 @@ pub unsafe extern "C" fn cuGraphAddMemcpyNode(
     a4: *const c_void,
     a5: *mut c_void,
 ) -> u32 {
-    forward(134, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        134,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *const c_void,
-                usize,
-                *const c_void,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    usize,
+                    *const c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddMemsetNode(
@@ -3166,19 +3848,22 @@ pub unsafe extern "C" fn cuGraphAddMemsetNode(
     a4: *const c_void,
     a5: *mut c_void,
 ) -> u32 {
-    forward(135, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        135,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *const c_void,
-                usize,
-                *const c_void,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    usize,
+                    *const c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddNode(
@@ -3188,18 +3873,21 @@ pub unsafe extern "C" fn cuGraphAddNode(
     a3: usize,
     a4: *mut c_void,
 ) -> u32 {
-    forward(136, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        136,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *const c_void,
-                usize,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    usize,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddNode_v2(
@@ -3210,19 +3898,22 @@ pub unsafe extern "C" fn cuGraphAddNode_v2(
     a4: usize,
     a5: *mut c_void,
 ) -> u32 {
-    forward(137, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        137,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *const c_void,
-                *const c_void,
-                usize,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    *const c_void,
+                    usize,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddNode_v3(
@@ -3233,51 +3924,79 @@ pub unsafe extern "C" fn cuGraphAddNode_v3(
     a4: usize,
     a5: *mut c_void,
 ) -> u32 {
-    forward(138, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        138,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *const c_void,
-                *const c_void,
-                usize,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    *const c_void,
+                    usize,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphBatchMemOpNodeGetParams(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(139, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuGraphBatchMemOpNodeGetParams(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        139,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphBatchMemOpNodeSetParams(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(140, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+pub unsafe extern "C" fn cuGraphBatchMemOpNodeSetParams(
+    a0: *mut c_void,
+    a1: *const c_void,
+) -> u32 {
+    forward(
+        140,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphChildGraphNodeGetGraph(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(141, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuGraphChildGraphNodeGetGraph(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        141,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphClone(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(142, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        142,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphConditionalHandleCreate(
@@ -3287,71 +4006,133 @@ pub unsafe extern "C" fn cuGraphConditionalHandleCreate(
     a3: u32,
     a4: u32,
 ) -> u32 {
-    forward(143, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, u32, u32) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        143,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    u32,
+                    u32,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphCreate(a0: *mut c_void, a1: u32) -> u32 {
-    forward(144, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        144,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphDebugDotPrint(a0: *mut c_void, a1: *const c_void, a2: u32) -> u32 {
-    forward(145, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *const c_void, u32) -> u32,
-        >(f)(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuGraphDebugDotPrint(
+    a0: *mut c_void,
+    a1: *const c_void,
+    a2: u32,
+) -> u32 {
+    forward(
+        145,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphDestroy(a0: *mut c_void) -> u32 {
-    forward(146, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        146,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphDestroyNode(a0: *mut c_void) -> u32 {
-    forward(147, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        147,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphEventRecordNodeGetEvent(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(148, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuGraphEventRecordNodeGetEvent(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        148,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphEventRecordNodeSetEvent(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(149, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuGraphEventRecordNodeSetEvent(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        149,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphEventWaitNodeGetEvent(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(150, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuGraphEventWaitNodeGetEvent(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        150,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphEventWaitNodeSetEvent(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(151, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuGraphEventWaitNodeSetEvent(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        151,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecBatchMemOpNodeSetParams(
@@ -3359,12 +4140,15 @@ pub unsafe extern "C" fn cuGraphExecBatchMemOpNodeSetParams(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(152, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        152,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecChildGraphNodeSetParams(
@@ -3372,18 +4156,27 @@ pub unsafe extern "C" fn cuGraphExecChildGraphNodeSetParams(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(153, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        153,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecDestroy(a0: *mut c_void) -> u32 {
-    forward(154, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        154,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecEventRecordNodeSetEvent(
@@ -3391,12 +4184,15 @@ pub unsafe extern "C" fn cuGraphExecEventRecordNodeSetEvent(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(155, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        155,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecEventWaitNodeSetEvent(
@@ -3404,12 +4200,15 @@ pub unsafe extern "C" fn cuGraphExecEventWaitNodeSetEvent(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(156, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        156,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecExternalSemaphoresSignalNodeSetParams(
@@ -3417,12 +4216,15 @@ pub unsafe extern "C" fn cuGraphExecExternalSemaphoresSignalNodeSetParams(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(157, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        157,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecExternalSemaphoresWaitNodeSetParams(
@@ -3430,28 +4232,39 @@ pub unsafe extern "C" fn cuGraphExecExternalSemaphoresWaitNodeSetParams(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(158, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        158,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecGetFlags(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(159, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        159,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecGetId(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(160, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        160,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecHostNodeSetParams(
@@ -3459,12 +4272,15 @@ pub unsafe extern "C" fn cuGraphExecHostNodeSetParams(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(161, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        161,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams(
@@ -3472,12 +4288,15 @@ pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(162, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        162,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(
@@ -3485,12 +4304,15 @@ pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(163, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        163,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams(
@@ -3499,12 +4321,20 @@ pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams(
     a2: *const c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(164, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        164,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecMemsetNodeSetParams(
@@ -3513,12 +4343,20 @@ pub unsafe extern "C" fn cuGraphExecMemsetNodeSetParams(
     a2: *const c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(165, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        165,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecNodeSetParams(
@@ -3526,12 +4364,15 @@ pub unsafe extern "C" fn cuGraphExecNodeSetParams(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(166, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        166,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecUpdate(
@@ -3540,12 +4381,20 @@ pub unsafe extern "C" fn cuGraphExecUpdate(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(167, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        167,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecUpdate_v2(
@@ -3553,56 +4402,75 @@ pub unsafe extern "C" fn cuGraphExecUpdate_v2(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(168, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        168,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExternalSemaphoresSignalNodeGetParams(
     a0: *mut c_void,
     a1: *mut c_void,
 ) -> u32 {
-    forward(169, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        169,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExternalSemaphoresSignalNodeSetParams(
     a0: *mut c_void,
     a1: *const c_void,
 ) -> u32 {
-    forward(170, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+    forward(
+        170,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExternalSemaphoresWaitNodeGetParams(
     a0: *mut c_void,
     a1: *mut c_void,
 ) -> u32 {
-    forward(171, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        171,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExternalSemaphoresWaitNodeSetParams(
     a0: *mut c_void,
     a1: *const c_void,
 ) -> u32 {
-    forward(172, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+    forward(
+        172,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphGetEdges(
@@ -3611,12 +4479,20 @@ pub unsafe extern "C" fn cuGraphGetEdges(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(173, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        173,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphGetEdges_v2(
@@ -3626,35 +4502,49 @@ pub unsafe extern "C" fn cuGraphGetEdges_v2(
     a3: *mut c_void,
     a4: *mut c_void,
 ) -> u32 {
-    forward(174, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        174,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphGetId(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(175, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        175,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphGetNodes(a0: *mut c_void, a1: *mut c_void, a2: *mut c_void) -> u32 {
-    forward(176, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuGraphGetNodes(
+    a0: *mut c_void,
+    a1: *mut c_void,
+    a2: *mut c_void,
+) -> u32 {
+    forward(
+        176,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphGetRootNodes(
@@ -3662,28 +4552,45 @@ pub unsafe extern "C" fn cuGraphGetRootNodes(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(177, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        177,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphHostNodeGetParams(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(178, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuGraphHostNodeGetParams(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        178,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphHostNodeSetParams(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(179, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+pub unsafe extern "C" fn cuGraphHostNodeSetParams(
+    a0: *mut c_void,
+    a1: *const c_void,
+) -> u32 {
+    forward(
+        179,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
@@ -3691,11 +4598,15 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
     a1: *mut c_void,
     a2: u64,
 ) -> u32 {
-    forward(180, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u64) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        180,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u64) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphInstantiateWithParams(
@@ -3703,12 +4614,15 @@ pub unsafe extern "C" fn cuGraphInstantiateWithParams(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(181, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        181,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphInstantiate_v2(
@@ -3718,20 +4632,36 @@ pub unsafe extern "C" fn cuGraphInstantiate_v2(
     a3: *mut c_void,
     a4: usize,
 ) -> u32 {
-    forward(182, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_void, usize) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        182,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    usize,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphKernelNodeCopyAttributes(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(183, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuGraphKernelNodeCopyAttributes(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        183,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphKernelNodeGetAttribute(
@@ -3739,27 +4669,45 @@ pub unsafe extern "C" fn cuGraphKernelNodeGetAttribute(
     a1: u32,
     a2: *mut c_void,
 ) -> u32 {
-    forward(184, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        184,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphKernelNodeGetParams(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(185, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuGraphKernelNodeGetParams(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        185,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphKernelNodeGetParams_v2(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(186, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuGraphKernelNodeGetParams_v2(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        186,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphKernelNodeSetAttribute(
@@ -3767,92 +4715,159 @@ pub unsafe extern "C" fn cuGraphKernelNodeSetAttribute(
     a1: u32,
     a2: *const c_void,
 ) -> u32 {
-    forward(187, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, u32, *const c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        187,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, *const c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphKernelNodeSetParams(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(188, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+pub unsafe extern "C" fn cuGraphKernelNodeSetParams(
+    a0: *mut c_void,
+    a1: *const c_void,
+) -> u32 {
+    forward(
+        188,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphKernelNodeSetParams_v2(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(189, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+pub unsafe extern "C" fn cuGraphKernelNodeSetParams_v2(
+    a0: *mut c_void,
+    a1: *const c_void,
+) -> u32 {
+    forward(
+        189,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphLaunch(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(190, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        190,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphLaunch_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(191, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        191,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphMemAllocNodeGetParams(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(192, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuGraphMemAllocNodeGetParams(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        192,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphMemFreeNodeGetParams(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(193, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuGraphMemFreeNodeGetParams(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        193,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphMemcpyNodeGetParams(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(194, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuGraphMemcpyNodeGetParams(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        194,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphMemcpyNodeSetParams(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(195, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+pub unsafe extern "C" fn cuGraphMemcpyNodeSetParams(
+    a0: *mut c_void,
+    a1: *const c_void,
+) -> u32 {
+    forward(
+        195,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphMemsetNodeGetParams(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(196, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuGraphMemsetNodeGetParams(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        196,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphMemsetNodeSetParams(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(197, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+pub unsafe extern "C" fn cuGraphMemsetNodeSetParams(
+    a0: *mut c_void,
+    a1: *const c_void,
+) -> u32 {
+    forward(
+        197,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeFindInClone(
@@ -3860,20 +4875,30 @@ pub unsafe extern "C" fn cuGraphNodeFindInClone(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(198, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        198,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeGetContainingGraph(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(199, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuGraphNodeGetContainingGraph(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        199,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeGetDependencies(
@@ -3881,12 +4906,15 @@ pub unsafe extern "C" fn cuGraphNodeGetDependencies(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(200, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        200,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeGetDependencies_v2(
@@ -3895,12 +4923,20 @@ pub unsafe extern "C" fn cuGraphNodeGetDependencies_v2(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(201, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        201,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeGetDependentNodes(
@@ -3908,12 +4944,15 @@ pub unsafe extern "C" fn cuGraphNodeGetDependentNodes(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(202, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        202,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeGetDependentNodes_v2(
@@ -3922,12 +4961,20 @@ pub unsafe extern "C" fn cuGraphNodeGetDependentNodes_v2(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(203, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        203,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeGetEnabled(
@@ -3935,68 +4982,106 @@ pub unsafe extern "C" fn cuGraphNodeGetEnabled(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(204, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        204,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeGetLocalId(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(205, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        205,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeGetParams(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(206, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        206,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeGetToolsId(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(207, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        207,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeGetType(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(208, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        208,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeSetEnabled(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
-    forward(209, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuGraphNodeSetEnabled(
+    a0: *mut c_void,
+    a1: *mut c_void,
+    a2: u32,
+) -> u32 {
+    forward(
+        209,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeSetParams(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(210, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        210,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeSetParams_v2(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(211, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuGraphNodeSetParams_v2(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        211,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphReleaseUserObject(
@@ -4004,11 +5089,15 @@ pub unsafe extern "C" fn cuGraphReleaseUserObject(
     a1: *mut c_void,
     a2: u32,
 ) -> u32 {
-    forward(212, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        212,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphRemoveDependencies(
@@ -4017,12 +5106,20 @@ pub unsafe extern "C" fn cuGraphRemoveDependencies(
     a2: *const c_void,
     a3: usize,
 ) -> u32 {
-    forward(213, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *const c_void, *const c_void, usize) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        213,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *const c_void,
+                    *const c_void,
+                    usize,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphRemoveDependencies_v2(
@@ -4032,18 +5129,21 @@ pub unsafe extern "C" fn cuGraphRemoveDependencies_v2(
     a3: *const c_void,
     a4: usize,
 ) -> u32 {
-    forward(214, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        214,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *const c_void,
-                *const c_void,
-                *const c_void,
-                usize,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *const c_void,
+                    *const c_void,
+                    *const c_void,
+                    usize,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphRetainUserObject(
@@ -4052,36 +5152,55 @@ pub unsafe extern "C" fn cuGraphRetainUserObject(
     a2: u32,
     a3: u32,
 ) -> u32 {
-    forward(215, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, u32, u32) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        215,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphUpload(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(216, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        216,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphUpload_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(217, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        217,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphicsMapResources(a0: u32, a1: *mut c_void, a2: *mut c_void) -> u32 {
-    forward(218, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuGraphicsMapResources(
+    a0: u32,
+    a1: *mut c_void,
+    a2: *mut c_void,
+) -> u32 {
+    forward(
+        218,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphicsMapResources_ptsz(
@@ -4089,22 +5208,30 @@ pub unsafe extern "C" fn cuGraphicsMapResources_ptsz(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(219, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        219,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphicsResourceGetMappedMipmappedArray(
     a0: *mut c_void,
     a1: *mut c_void,
 ) -> u32 {
-    forward(220, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        220,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphicsResourceGetMappedPointer_v2(
@@ -4112,18 +5239,30 @@ pub unsafe extern "C" fn cuGraphicsResourceGetMappedPointer_v2(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(221, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        221,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphicsResourceSetMapFlags_v2(a0: *mut c_void, a1: u32) -> u32 {
-    forward(222, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+pub unsafe extern "C" fn cuGraphicsResourceSetMapFlags_v2(
+    a0: *mut c_void,
+    a1: u32,
+) -> u32 {
+    forward(
+        222,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphicsSubResourceGetMappedArray(
@@ -4132,12 +5271,15 @@ pub unsafe extern "C" fn cuGraphicsSubResourceGetMappedArray(
     a2: u32,
     a3: u32,
 ) -> u32 {
-    forward(223, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, u32, u32) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        223,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphicsUnmapResources(
@@ -4145,11 +5287,15 @@ pub unsafe extern "C" fn cuGraphicsUnmapResources(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(224, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        224,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphicsUnmapResources_ptsz(
@@ -4157,17 +5303,27 @@ pub unsafe extern "C" fn cuGraphicsUnmapResources_ptsz(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(225, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        225,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphicsUnregisterResource(a0: *mut c_void) -> u32 {
-    forward(226, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        226,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGreenCtxCreate(
@@ -4176,18 +5332,27 @@ pub unsafe extern "C" fn cuGreenCtxCreate(
     a2: i32,
     a3: u32,
 ) -> u32 {
-    forward(227, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, i32, u32) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        227,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, i32, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGreenCtxDestroy(a0: *mut c_void) -> u32 {
-    forward(228, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        228,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGreenCtxGetDevResource(
@@ -4195,27 +5360,39 @@ pub unsafe extern "C" fn cuGreenCtxGetDevResource(
     a1: *mut c_void,
     a2: u32,
 ) -> u32 {
-    forward(229, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        229,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGreenCtxGetId(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(230, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        230,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGreenCtxRecordEvent(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(231, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        231,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGreenCtxStreamCreate(
@@ -4224,56 +5401,87 @@ pub unsafe extern "C" fn cuGreenCtxStreamCreate(
     a2: u32,
     a3: i32,
 ) -> u32 {
-    forward(232, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, u32, i32) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        232,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32, i32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGreenCtxWaitEvent(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(233, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        233,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuImportExternalMemory(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(234, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+pub unsafe extern "C" fn cuImportExternalMemory(
+    a0: *mut c_void,
+    a1: *const c_void,
+) -> u32 {
+    forward(
+        234,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuImportExternalSemaphore(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(235, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+pub unsafe extern "C" fn cuImportExternalSemaphore(
+    a0: *mut c_void,
+    a1: *const c_void,
+) -> u32 {
+    forward(
+        235,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuIpcGetEventHandle(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(238, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        238,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuIpcOpenEventHandle(
     a0: *mut c_void,
     a1: cudarc::driver::sys::CUipcEventHandle_st,
 ) -> u32 {
-    forward(240, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, cudarc::driver::sys::CUipcEventHandle_st) -> u32,
-        >(f)(a0, a1)
-    })
+    forward(
+        240,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    cudarc::driver::sys::CUipcEventHandle_st,
+                ) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuKernelGetAttribute(
@@ -4282,44 +5490,63 @@ pub unsafe extern "C" fn cuKernelGetAttribute(
     a2: *mut c_void,
     a3: i32,
 ) -> u32 {
-    forward(243, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, u32, *mut c_void, i32) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        243,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, *mut c_void, i32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuKernelGetFunction(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(244, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        244,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuKernelGetLibrary(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(245, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        245,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuKernelGetName(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(246, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        246,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuKernelGetParamCount(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(247, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        247,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuKernelGetParamInfo(
@@ -4328,34 +5555,60 @@ pub unsafe extern "C" fn cuKernelGetParamInfo(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(248, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, usize, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        248,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, usize, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuKernelSetAttribute(a0: u32, a1: i32, a2: *mut c_void, a3: i32) -> u32 {
-    forward(249, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, i32, *mut c_void, i32) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+pub unsafe extern "C" fn cuKernelSetAttribute(
+    a0: u32,
+    a1: i32,
+    a2: *mut c_void,
+    a3: i32,
+) -> u32 {
+    forward(
+        249,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, i32, *mut c_void, i32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuKernelSetCacheConfig(a0: *mut c_void, a1: u32, a2: i32) -> u32 {
-    forward(250, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, i32) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+pub unsafe extern "C" fn cuKernelSetCacheConfig(
+    a0: *mut c_void,
+    a1: u32,
+    a2: i32,
+) -> u32 {
+    forward(
+        250,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, i32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunch(a0: *mut c_void) -> u32 {
-    forward(251, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        251,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchCooperativeKernel(
@@ -4370,23 +5623,26 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernel(
     a8: *mut c_void,
     a9: *mut c_void,
 ) -> u32 {
-    forward(252, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        252,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                u32,
-                u32,
-                u32,
-                u32,
-                u32,
-                u32,
-                u32,
-                *mut c_void,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice(
@@ -4394,11 +5650,15 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice(
     a1: u32,
     a2: u32,
 ) -> u32 {
-    forward(253, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, u32) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        253,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz(
@@ -4413,31 +5673,38 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz(
     a8: *mut c_void,
     a9: *mut c_void,
 ) -> u32 {
-    forward(254, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        254,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                u32,
-                u32,
-                u32,
-                u32,
-                u32,
-                u32,
-                u32,
-                *mut c_void,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchGrid(a0: *mut c_void, a1: i32, a2: i32) -> u32 {
-    forward(255, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32, i32) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        255,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, i32, i32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchGridAsync(
@@ -4446,12 +5713,15 @@ pub unsafe extern "C" fn cuLaunchGridAsync(
     a2: i32,
     a3: *mut c_void,
 ) -> u32 {
-    forward(256, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, i32, i32, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        256,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, i32, i32, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchHostFunc(
@@ -4459,12 +5729,15 @@ pub unsafe extern "C" fn cuLaunchHostFunc(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(257, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        257,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchHostFunc_ptsz(
@@ -4472,12 +5745,15 @@ pub unsafe extern "C" fn cuLaunchHostFunc_ptsz(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(258, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        258,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchHostFunc_v2(
@@ -4486,12 +5762,15 @@ pub unsafe extern "C" fn cuLaunchHostFunc_v2(
     a2: *mut c_void,
     a3: u32,
 ) -> u32 {
-    forward(259, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, u32) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        259,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchKernel(
@@ -4507,24 +5786,27 @@ pub unsafe extern "C" fn cuLaunchKernel(
     a9: *mut c_void,
     a10: *mut c_void,
 ) -> u32 {
-    forward(260, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        260,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                u32,
-                u32,
-                u32,
-                u32,
-                u32,
-                u32,
-                u32,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchKernelEx(
@@ -4533,12 +5815,20 @@ pub unsafe extern "C" fn cuLaunchKernelEx(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(261, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*const c_void, *mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        261,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *const c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(
@@ -4547,12 +5837,20 @@ pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(262, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*const c_void, *mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        262,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *const c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchKernel_ptsz(
@@ -4568,24 +5866,27 @@ pub unsafe extern "C" fn cuLaunchKernel_ptsz(
     a9: *mut c_void,
     a10: *mut c_void,
 ) -> u32 {
-    forward(263, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        263,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                u32,
-                u32,
-                u32,
-                u32,
-                u32,
-                u32,
-                u32,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLibraryEnumerateKernels(
@@ -4593,11 +5894,15 @@ pub unsafe extern "C" fn cuLibraryEnumerateKernels(
     a1: u32,
     a2: *mut c_void,
 ) -> u32 {
-    forward(264, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        264,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLibraryGetGlobal(
@@ -4606,12 +5911,20 @@ pub unsafe extern "C" fn cuLibraryGetGlobal(
     a2: *mut c_void,
     a3: *const c_void,
 ) -> u32 {
-    forward(265, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *const c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        265,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLibraryGetKernel(
@@ -4619,20 +5932,30 @@ pub unsafe extern "C" fn cuLibraryGetKernel(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(266, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        266,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLibraryGetKernelCount(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(267, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuLibraryGetKernelCount(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        267,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLibraryGetManaged(
@@ -4641,20 +5964,32 @@ pub unsafe extern "C" fn cuLibraryGetManaged(
     a2: *mut c_void,
     a3: *const c_void,
 ) -> u32 {
-    forward(268, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *const c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        268,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLibraryGetModule(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(269, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        269,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLibraryGetUnifiedFunction(
@@ -4662,12 +5997,15 @@ pub unsafe extern "C" fn cuLibraryGetUnifiedFunction(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(270, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        270,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLibraryLoadData(
@@ -4680,21 +6018,24 @@ pub unsafe extern "C" fn cuLibraryLoadData(
     a6: *mut c_void,
     a7: u32,
 ) -> u32 {
-    forward(271, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        271,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *const c_void,
-                *mut c_void,
-                *mut c_void,
-                u32,
-                *mut c_void,
-                *mut c_void,
-                u32,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *const c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    u32,
+                    *mut c_void,
+                    *mut c_void,
+                    u32,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLibraryLoadFromFile(
@@ -4707,27 +6048,36 @@ pub unsafe extern "C" fn cuLibraryLoadFromFile(
     a6: *mut c_void,
     a7: u32,
 ) -> u32 {
-    forward(272, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        272,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *const c_void,
-                *mut c_void,
-                *mut c_void,
-                u32,
-                *mut c_void,
-                *mut c_void,
-                u32,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *const c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    u32,
+                    *mut c_void,
+                    *mut c_void,
+                    u32,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLibraryUnload(a0: *mut c_void) -> u32 {
-    forward(273, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        273,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLinkAddData_v2(
@@ -4740,21 +6090,24 @@ pub unsafe extern "C" fn cuLinkAddData_v2(
     a6: *mut c_void,
     a7: *mut c_void,
 ) -> u32 {
-    forward(274, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        274,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                u32,
-                *mut c_void,
-                usize,
-                *const c_void,
-                u32,
-                *mut c_void,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    u32,
+                    *mut c_void,
+                    usize,
+                    *const c_void,
+                    u32,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLinkAddFile_v2(
@@ -4765,28 +6118,38 @@ pub unsafe extern "C" fn cuLinkAddFile_v2(
     a4: *mut c_void,
     a5: *mut c_void,
 ) -> u32 {
-    forward(275, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        275,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                u32,
-                *const c_void,
-                u32,
-                *mut c_void,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    u32,
+                    *const c_void,
+                    u32,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLinkComplete(a0: *mut c_void, a1: *mut c_void, a2: *mut c_void) -> u32 {
-    forward(276, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuLinkComplete(
+    a0: *mut c_void,
+    a1: *mut c_void,
+    a2: *mut c_void,
+) -> u32 {
+    forward(
+        276,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLinkCreate_v2(
@@ -4795,24 +6158,39 @@ pub unsafe extern "C" fn cuLinkCreate_v2(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(277, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(u32, *mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        277,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, *mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLinkDestroy(a0: *mut c_void) -> u32 {
-    forward(278, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        278,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogicalEndpointAddDevice(a0: u32, a1: i32) -> u32 {
-    forward(279, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, i32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        279,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, i32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogicalEndpointBindAddr(
@@ -4823,12 +6201,15 @@ pub unsafe extern "C" fn cuLogicalEndpointBindAddr(
     a4: u64,
     a5: u64,
 ) -> u32 {
-    forward(280, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(u32, i32, u64, *mut c_void, u64, u64) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5)
-    })
+    forward(
+        280,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, i32, u64, *mut c_void, u64, u64) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogicalEndpointBindMem(
@@ -4840,34 +6221,52 @@ pub unsafe extern "C" fn cuLogicalEndpointBindMem(
     a5: u64,
     a6: u64,
 ) -> u32 {
-    forward(281, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(u32, i32, u64, u64, u64, u64, u64) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5, a6)
-    })
+    forward(
+        281,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, i32, u64, u64, u64, u64, u64) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5, a6)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogicalEndpointCreate(a0: u32, a1: *const c_void) -> u32 {
-    forward(282, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *const c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        282,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, *const c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogicalEndpointDestroy(a0: u32) -> u32 {
-    forward(283, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32) -> u32>(f)(a0)
-    })
+    forward(
+        283,
+        |f| unsafe {
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32) -> u32>(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLogicalEndpointExport(a0: *mut c_void, a1: u32, a2: u32) -> u32 {
-    forward(284, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, u32) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+pub unsafe extern "C" fn cuLogicalEndpointExport(
+    a0: *mut c_void,
+    a1: u32,
+    a2: u32,
+) -> u32 {
+    forward(
+        284,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogicalEndpointGetLimits(
@@ -4875,63 +6274,116 @@ pub unsafe extern "C" fn cuLogicalEndpointGetLimits(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(285, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        285,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogicalEndpointIdRelease(a0: u32, a1: u32) -> u32 {
-    forward(286, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        286,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogicalEndpointIdReserve(a0: *mut c_void, a1: u32) -> u32 {
-    forward(287, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        287,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLogicalEndpointImport(a0: u32, a1: *const c_void, a2: u32) -> u32 {
-    forward(288, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, *const c_void, u32) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+pub unsafe extern "C" fn cuLogicalEndpointImport(
+    a0: u32,
+    a1: *const c_void,
+    a2: u32,
+) -> u32 {
+    forward(
+        288,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, *const c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLogicalEndpointQuery(a0: u32, a1: u32, a2: *mut c_void) -> u32 {
-    forward(289, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, u32, *mut c_void) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+pub unsafe extern "C" fn cuLogicalEndpointQuery(
+    a0: u32,
+    a1: u32,
+    a2: *mut c_void,
+) -> u32 {
+    forward(
+        289,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, u32, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLogicalEndpointUnbind(a0: u32, a1: i32, a2: u64, a3: u64) -> u32 {
-    forward(290, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32, i32, u64, u64) -> u32>(f)(
-            a0, a1, a2, a3,
-        )
-    })
+pub unsafe extern "C" fn cuLogicalEndpointUnbind(
+    a0: u32,
+    a1: i32,
+    a2: u64,
+    a3: u64,
+) -> u32 {
+    forward(
+        290,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, i32, u64, u64) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogsCurrent(a0: *mut c_void, a1: u32) -> u32 {
-    forward(291, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        291,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLogsDumpToFile(a0: *mut c_void, a1: *const c_void, a2: u32) -> u32 {
-    forward(292, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *const c_void, u32) -> u32,
-        >(f)(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuLogsDumpToFile(
+    a0: *mut c_void,
+    a1: *const c_void,
+    a2: u32,
+) -> u32 {
+    forward(
+        292,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogsDumpToMemory(
@@ -4940,12 +6392,15 @@ pub unsafe extern "C" fn cuLogsDumpToMemory(
     a2: *mut c_void,
     a3: u32,
 ) -> u32 {
-    forward(293, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, u32) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        293,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogsRegisterCallback(
@@ -4953,24 +6408,39 @@ pub unsafe extern "C" fn cuLogsRegisterCallback(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(294, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        294,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogsUnregisterCallback(a0: *mut c_void) -> u32 {
-    forward(295, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        295,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAddressFree(a0: u64, a1: usize) -> u32 {
-    forward(296, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, usize) -> u32>(f)(a0, a1)
-    })
+    forward(
+        296,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, usize) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAddressReserve(
@@ -4980,20 +6450,27 @@ pub unsafe extern "C" fn cuMemAddressReserve(
     a3: u64,
     a4: u64,
 ) -> u32 {
-    forward(297, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, usize, usize, u64, u64) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        297,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, usize, usize, u64, u64) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAdvise(a0: u64, a1: usize, a2: u32, a3: i32) -> u32 {
-    forward(298, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, usize, u32, i32) -> u32>(f)(
-            a0, a1, a2, a3,
-        )
-    })
+    forward(
+        298,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, usize, u32, i32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAdvise_v2(
@@ -5002,30 +6479,52 @@ pub unsafe extern "C" fn cuMemAdvise_v2(
     a2: u32,
     a3: cudarc::driver::sys::CUmemLocation_st,
 ) -> u32 {
-    forward(299, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(u64, usize, u32, cudarc::driver::sys::CUmemLocation_st) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        299,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    u64,
+                    usize,
+                    u32,
+                    cudarc::driver::sys::CUmemLocation_st,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocAsync(a0: *mut c_void, a1: usize, a2: *mut c_void) -> u32 {
-    forward(300, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, usize, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuMemAllocAsync(
+    a0: *mut c_void,
+    a1: usize,
+    a2: *mut c_void,
+) -> u32 {
+    forward(
+        300,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocAsync_ptsz(a0: *mut c_void, a1: usize, a2: *mut c_void) -> u32 {
-    forward(301, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, usize, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
+    a0: *mut c_void,
+    a1: usize,
+    a2: *mut c_void,
+) -> u32 {
+    forward(
+        301,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
@@ -5034,12 +6533,15 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(302, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, usize, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        302,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, usize, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
@@ -5048,28 +6550,39 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
     a2: *mut c_void,
     a3: *mut c_void,
 ) -> u32 {
-    forward(303, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, usize, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        303,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, usize, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocHost_v2(a0: *mut c_void, a1: usize) -> u32 {
-    forward(304, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, usize) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        304,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, usize) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocManaged(a0: *mut c_void, a1: usize, a2: u32) -> u32 {
-    forward(305, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, usize, u32) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        305,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, usize, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocPitch_v2(
@@ -5079,12 +6592,15 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     a3: usize,
     a4: u32,
 ) -> u32 {
-    forward(306, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize, u32) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        306,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize, u32) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemBatchDecompressAsync(
@@ -5094,12 +6610,21 @@ pub unsafe extern "C" fn cuMemBatchDecompressAsync(
     a3: *mut c_void,
     a4: *mut c_void,
 ) -> u32 {
-    forward(308, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, usize, u32, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        308,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    usize,
+                    u32,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemDiscardAndPrefetchBatchAsync(
@@ -5112,21 +6637,24 @@ pub unsafe extern "C" fn cuMemDiscardAndPrefetchBatchAsync(
     a6: u64,
     a7: *mut c_void,
 ) -> u32 {
-    forward(310, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        310,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                usize,
-                *mut c_void,
-                *mut c_void,
-                usize,
-                u64,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    usize,
+                    *mut c_void,
+                    *mut c_void,
+                    usize,
+                    u64,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemDiscardBatchAsync(
@@ -5136,47 +6664,89 @@ pub unsafe extern "C" fn cuMemDiscardBatchAsync(
     a3: u64,
     a4: *mut c_void,
 ) -> u32 {
-    forward(311, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u64, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        311,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    usize,
+                    u64,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemFreeAsync(a0: u64, a1: *mut c_void) -> u32 {
-    forward(313, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, *mut c_void) -> u32>(f)(a0, a1)
-    })
+    forward(
+        313,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemFreeAsync_ptsz(a0: u64, a1: *mut c_void) -> u32 {
-    forward(314, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, *mut c_void) -> u32>(f)(a0, a1)
-    })
+    forward(
+        314,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemFreeHost(a0: *mut c_void) -> u32 {
-    forward(315, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        315,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemGetAccess(a0: *mut c_void, a1: *const c_void, a2: u64) -> u32 {
-    forward(317, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *const c_void, u64) -> u32,
-        >(f)(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuMemGetAccess(
+    a0: *mut c_void,
+    a1: *const c_void,
+    a2: u64,
+) -> u32 {
+    forward(
+        317,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void, u64) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemGetDefaultMemPool(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
-    forward(321, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuMemGetDefaultMemPool(
+    a0: *mut c_void,
+    a1: *mut c_void,
+    a2: u32,
+) -> u32 {
+    forward(
+        321,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemGetHandleForAddressRange(
@@ -5186,20 +6756,27 @@ pub unsafe extern "C" fn cuMemGetHandleForAddressRange(
     a3: u32,
     a4: u64,
 ) -> u32 {
-    forward(322, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, u64, usize, u32, u64) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        322,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64, usize, u32, u64) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemGetInfo_v2(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(323, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        323,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemGetLocationInfo(
@@ -5209,28 +6786,43 @@ pub unsafe extern "C" fn cuMemGetLocationInfo(
     a3: usize,
     a4: *mut c_void,
 ) -> u32 {
-    forward(324, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(u64, usize, usize, usize, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        324,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, usize, usize, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemGetMemPool(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
-    forward(325, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuMemGetMemPool(
+    a0: *mut c_void,
+    a1: *mut c_void,
+    a2: u32,
+) -> u32 {
+    forward(
+        325,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemHostAlloc(a0: *mut c_void, a1: usize, a2: u32) -> u32 {
-    forward(326, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, usize, u32) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        326,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, usize, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
@@ -5238,69 +6830,123 @@ pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
     a1: *mut c_void,
     a2: u32,
 ) -> u32 {
-    forward(327, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        327,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemHostGetFlags(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(328, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        328,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemHostRegister_v2(a0: *mut c_void, a1: usize, a2: u32) -> u32 {
-    forward(329, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, usize, u32) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+pub unsafe extern "C" fn cuMemHostRegister_v2(
+    a0: *mut c_void,
+    a1: usize,
+    a2: u32,
+) -> u32 {
+    forward(
+        329,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, usize, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemHostUnregister(a0: *mut c_void) -> u32 {
-    forward(330, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        330,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemMapArrayAsync(a0: *mut c_void, a1: u32, a2: *mut c_void) -> u32 {
-    forward(333, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuMemMapArrayAsync(
+    a0: *mut c_void,
+    a1: u32,
+    a2: *mut c_void,
+) -> u32 {
+    forward(
+        333,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemMapArrayAsync_ptsz(a0: *mut c_void, a1: u32, a2: *mut c_void) -> u32 {
-    forward(334, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuMemMapArrayAsync_ptsz(
+    a0: *mut c_void,
+    a1: u32,
+    a2: *mut c_void,
+) -> u32 {
+    forward(
+        334,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolCreate(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(335, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+    forward(
+        335,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolDestroy(a0: *mut c_void) -> u32 {
-    forward(336, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        336,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolExportPointer(a0: *mut c_void, a1: u64) -> u32 {
-    forward(337, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64) -> u32>(f)(a0, a1)
-    })
+    forward(
+        337,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolExportToShareableHandle(
@@ -5309,17 +6955,20 @@ pub unsafe extern "C" fn cuMemPoolExportToShareableHandle(
     a2: cudarc::driver::sys::CUmemAllocationHandleType_enum,
     a3: u64,
 ) -> u32 {
-    forward(338, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        338,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                cudarc::driver::sys::CUmemAllocationHandleType_enum,
-                u64,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    cudarc::driver::sys::CUmemAllocationHandleType_enum,
+                    u64,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolGetAccess(
@@ -5327,20 +6976,31 @@ pub unsafe extern "C" fn cuMemPoolGetAccess(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(339, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        339,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolGetAttribute(a0: *mut c_void, a1: u32, a2: *mut c_void) -> u32 {
-    forward(340, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuMemPoolGetAttribute(
+    a0: *mut c_void,
+    a1: u32,
+    a2: *mut c_void,
+) -> u32 {
+    forward(
+        340,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolImportFromShareableHandle(
@@ -5349,17 +7009,20 @@ pub unsafe extern "C" fn cuMemPoolImportFromShareableHandle(
     a2: cudarc::driver::sys::CUmemAllocationHandleType_enum,
     a3: u64,
 ) -> u32 {
-    forward(341, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        341,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                cudarc::driver::sys::CUmemAllocationHandleType_enum,
-                u64,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    cudarc::driver::sys::CUmemAllocationHandleType_enum,
+                    u64,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolImportPointer(
@@ -5367,45 +7030,76 @@ pub unsafe extern "C" fn cuMemPoolImportPointer(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(342, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        342,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolSetAccess(a0: *mut c_void, a1: *const c_void, a2: usize) -> u32 {
-    forward(343, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> u32,
-        >(f)(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuMemPoolSetAccess(
+    a0: *mut c_void,
+    a1: *const c_void,
+    a2: usize,
+) -> u32 {
+    forward(
+        343,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolSetAttribute(a0: *mut c_void, a1: u32, a2: *mut c_void) -> u32 {
-    forward(344, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuMemPoolSetAttribute(
+    a0: *mut c_void,
+    a1: u32,
+    a2: *mut c_void,
+) -> u32 {
+    forward(
+        344,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolTrimTo(a0: *mut c_void, a1: usize) -> u32 {
-    forward(345, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, usize) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        345,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, usize) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPrefetchAsync(a0: u64, a1: usize, a2: i32, a3: *mut c_void) -> u32 {
-    forward(346, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, usize, i32, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+pub unsafe extern "C" fn cuMemPrefetchAsync(
+    a0: u64,
+    a1: usize,
+    a2: i32,
+    a3: *mut c_void,
+) -> u32 {
+    forward(
+        346,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, usize, i32, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPrefetchAsync_ptsz(
@@ -5414,11 +7108,15 @@ pub unsafe extern "C" fn cuMemPrefetchAsync_ptsz(
     a2: i32,
     a3: *mut c_void,
 ) -> u32 {
-    forward(347, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, usize, i32, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+    forward(
+        347,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, usize, i32, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPrefetchAsync_v2(
@@ -5428,18 +7126,21 @@ pub unsafe extern "C" fn cuMemPrefetchAsync_v2(
     a3: u32,
     a4: *mut c_void,
 ) -> u32 {
-    forward(348, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
-                u64,
-                usize,
-                cudarc::driver::sys::CUmemLocation_st,
-                u32,
+    forward(
+        348,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+                unsafe extern "C" fn(
+                    u64,
+                    usize,
+                    cudarc::driver::sys::CUmemLocation_st,
+                    u32,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPrefetchAsync_v2_ptsz(
@@ -5449,18 +7150,21 @@ pub unsafe extern "C" fn cuMemPrefetchAsync_v2_ptsz(
     a3: u32,
     a4: *mut c_void,
 ) -> u32 {
-    forward(349, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
-                u64,
-                usize,
-                cudarc::driver::sys::CUmemLocation_st,
-                u32,
+    forward(
+        349,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+                unsafe extern "C" fn(
+                    u64,
+                    usize,
+                    cudarc::driver::sys::CUmemLocation_st,
+                    u32,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPrefetchBatchAsync(
@@ -5473,21 +7177,24 @@ pub unsafe extern "C" fn cuMemPrefetchBatchAsync(
     a6: u64,
     a7: *mut c_void,
 ) -> u32 {
-    forward(350, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        350,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                usize,
-                *mut c_void,
-                *mut c_void,
-                usize,
-                u64,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    usize,
+                    *mut c_void,
+                    *mut c_void,
+                    usize,
+                    u64,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemRangeGetAttribute(
@@ -5497,12 +7204,15 @@ pub unsafe extern "C" fn cuMemRangeGetAttribute(
     a3: u64,
     a4: usize,
 ) -> u32 {
-    forward(351, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, usize, u32, u64, usize) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        351,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, usize, u32, u64, usize) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemRangeGetAttributes(
@@ -5513,84 +7223,152 @@ pub unsafe extern "C" fn cuMemRangeGetAttributes(
     a4: u64,
     a5: usize,
 ) -> u32 {
-    forward(352, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, usize, u64, usize) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5)
-    })
+    forward(
+        352,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    usize,
+                    u64,
+                    usize,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemSetMemPool(a0: *mut c_void, a1: u32, a2: *mut c_void) -> u32 {
-    forward(356, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuMemSetMemPool(
+    a0: *mut c_void,
+    a1: u32,
+    a2: *mut c_void,
+) -> u32 {
+    forward(
+        356,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy(a0: u64, a1: u64, a2: usize) -> u32 {
-    forward(358, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u64, usize) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        358,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, u64, usize) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy2DAsync_v2(a0: *const c_void, a1: *mut c_void) -> u32 {
-    forward(359, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void, *mut c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+    forward(
+        359,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*const c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy2DAsync_v2_ptsz(a0: *const c_void, a1: *mut c_void) -> u32 {
-    forward(360, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void, *mut c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+pub unsafe extern "C" fn cuMemcpy2DAsync_v2_ptsz(
+    a0: *const c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        360,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*const c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2(a0: *const c_void) -> u32 {
-    forward(361, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> u32>(f)(a0)
-    })
+    forward(
+        361,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*const c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2_ptds(a0: *const c_void) -> u32 {
-    forward(362, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> u32>(f)(a0)
-    })
+    forward(
+        362,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*const c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy2D_v2(a0: *const c_void) -> u32 {
-    forward(363, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> u32>(f)(a0)
-    })
+    forward(
+        363,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*const c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy2D_v2_ptds(a0: *const c_void) -> u32 {
-    forward(364, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> u32>(f)(a0)
-    })
+    forward(
+        364,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*const c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3DAsync_v2(a0: *const c_void, a1: *mut c_void) -> u32 {
-    forward(365, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void, *mut c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+    forward(
+        365,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*const c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy3DAsync_v2_ptsz(a0: *const c_void, a1: *mut c_void) -> u32 {
-    forward(366, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void, *mut c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+pub unsafe extern "C" fn cuMemcpy3DAsync_v2_ptsz(
+    a0: *const c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        366,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*const c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3DBatchAsync(
@@ -5600,12 +7378,21 @@ pub unsafe extern "C" fn cuMemcpy3DBatchAsync(
     a3: u64,
     a4: *mut c_void,
 ) -> u32 {
-    forward(367, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(usize, *mut c_void, *mut c_void, u64, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        367,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    usize,
+                    *mut c_void,
+                    *mut c_void,
+                    u64,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3DBatchAsync_ptsz(
@@ -5615,12 +7402,21 @@ pub unsafe extern "C" fn cuMemcpy3DBatchAsync_ptsz(
     a3: u64,
     a4: *mut c_void,
 ) -> u32 {
-    forward(368, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(usize, *mut c_void, *mut c_void, u64, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        368,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    usize,
+                    *mut c_void,
+                    *mut c_void,
+                    u64,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3DBatchAsync_v2(
@@ -5629,40 +7425,66 @@ pub unsafe extern "C" fn cuMemcpy3DBatchAsync_v2(
     a2: u64,
     a3: *mut c_void,
 ) -> u32 {
-    forward(369, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(usize, *mut c_void, u64, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        369,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(usize, *mut c_void, u64, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3DPeer(a0: *const c_void) -> u32 {
-    forward(370, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> u32>(f)(a0)
-    })
+    forward(
+        370,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*const c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3DPeerAsync(a0: *const c_void, a1: *mut c_void) -> u32 {
-    forward(371, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void, *mut c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+    forward(
+        371,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*const c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy3DPeerAsync_ptsz(a0: *const c_void, a1: *mut c_void) -> u32 {
-    forward(372, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void, *mut c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+pub unsafe extern "C" fn cuMemcpy3DPeerAsync_ptsz(
+    a0: *const c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        372,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*const c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3DPeer_ptds(a0: *const c_void) -> u32 {
-    forward(373, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> u32>(f)(a0)
-    })
+    forward(
+        373,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*const c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3DWithAttributesAsync(
@@ -5670,39 +7492,73 @@ pub unsafe extern "C" fn cuMemcpy3DWithAttributesAsync(
     a1: u64,
     a2: *mut c_void,
 ) -> u32 {
-    forward(374, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        374,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3D_v2(a0: *const c_void) -> u32 {
-    forward(375, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> u32>(f)(a0)
-    })
+    forward(
+        375,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*const c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3D_v2_ptds(a0: *const c_void) -> u32 {
-    forward(376, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> u32>(f)(a0)
-    })
+    forward(
+        376,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*const c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyAsync(a0: u64, a1: u64, a2: usize, a3: *mut c_void) -> u32 {
-    forward(377, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+pub unsafe extern "C" fn cuMemcpyAsync(
+    a0: u64,
+    a1: u64,
+    a2: usize,
+    a3: *mut c_void,
+) -> u32 {
+    forward(
+        377,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyAsync_ptsz(a0: u64, a1: u64, a2: usize, a3: *mut c_void) -> u32 {
-    forward(378, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+pub unsafe extern "C" fn cuMemcpyAsync_ptsz(
+    a0: u64,
+    a1: u64,
+    a2: usize,
+    a3: *mut c_void,
+) -> u32 {
+    forward(
+        378,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyAtoA_v2(
@@ -5712,12 +7568,21 @@ pub unsafe extern "C" fn cuMemcpyAtoA_v2(
     a3: usize,
     a4: usize,
 ) -> u32 {
-    forward(379, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, usize, *mut c_void, usize, usize) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        379,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    usize,
+                    *mut c_void,
+                    usize,
+                    usize,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyAtoA_v2_ptds(
@@ -5727,21 +7592,38 @@ pub unsafe extern "C" fn cuMemcpyAtoA_v2_ptds(
     a3: usize,
     a4: usize,
 ) -> u32 {
-    forward(380, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, usize, *mut c_void, usize, usize) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        380,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    usize,
+                    *mut c_void,
+                    usize,
+                    usize,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyAtoD_v2(a0: u64, a1: *mut c_void, a2: usize, a3: usize) -> u32 {
-    forward(381, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(u64, *mut c_void, usize, usize) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+pub unsafe extern "C" fn cuMemcpyAtoD_v2(
+    a0: u64,
+    a1: *mut c_void,
+    a2: usize,
+    a3: usize,
+) -> u32 {
+    forward(
+        381,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, *mut c_void, usize, usize) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyAtoD_v2_ptds(
@@ -5750,12 +7632,15 @@ pub unsafe extern "C" fn cuMemcpyAtoD_v2_ptds(
     a2: usize,
     a3: usize,
 ) -> u32 {
-    forward(382, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(u64, *mut c_void, usize, usize) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        382,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, *mut c_void, usize, usize) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2(
@@ -5765,12 +7650,21 @@ pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2(
     a3: usize,
     a4: *mut c_void,
 ) -> u32 {
-    forward(383, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        383,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    usize,
+                    usize,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2_ptsz(
@@ -5780,12 +7674,21 @@ pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2_ptsz(
     a3: usize,
     a4: *mut c_void,
 ) -> u32 {
-    forward(384, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        384,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    usize,
+                    usize,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyAtoH_v2(
@@ -5794,12 +7697,15 @@ pub unsafe extern "C" fn cuMemcpyAtoH_v2(
     a2: usize,
     a3: usize,
 ) -> u32 {
-    forward(385, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        385,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyAtoH_v2_ptds(
@@ -5808,12 +7714,15 @@ pub unsafe extern "C" fn cuMemcpyAtoH_v2_ptds(
     a2: usize,
     a3: usize,
 ) -> u32 {
-    forward(386, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        386,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyBatchAsync(
@@ -5827,22 +7736,25 @@ pub unsafe extern "C" fn cuMemcpyBatchAsync(
     a7: *mut c_void,
     a8: *mut c_void,
 ) -> u32 {
-    forward(387, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        387,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                usize,
-                *mut c_void,
-                *mut c_void,
-                usize,
-                *mut c_void,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    usize,
+                    *mut c_void,
+                    *mut c_void,
+                    usize,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyBatchAsync_ptsz(
@@ -5856,22 +7768,25 @@ pub unsafe extern "C" fn cuMemcpyBatchAsync_ptsz(
     a7: *mut c_void,
     a8: *mut c_void,
 ) -> u32 {
-    forward(388, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        388,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                usize,
-                *mut c_void,
-                *mut c_void,
-                usize,
-                *mut c_void,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    usize,
+                    *mut c_void,
+                    *mut c_void,
+                    usize,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyBatchAsync_v2(
@@ -5884,30 +7799,41 @@ pub unsafe extern "C" fn cuMemcpyBatchAsync_v2(
     a6: usize,
     a7: *mut c_void,
 ) -> u32 {
-    forward(389, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        389,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                usize,
-                *mut c_void,
-                *mut c_void,
-                usize,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    usize,
+                    *mut c_void,
+                    *mut c_void,
+                    usize,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5, a6, a7)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoA_v2(a0: *mut c_void, a1: usize, a2: u64, a3: usize) -> u32 {
-    forward(390, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, usize, u64, usize) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+pub unsafe extern "C" fn cuMemcpyDtoA_v2(
+    a0: *mut c_void,
+    a1: usize,
+    a2: u64,
+    a3: usize,
+) -> u32 {
+    forward(
+        390,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, usize, u64, usize) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoA_v2_ptds(
@@ -5916,20 +7842,32 @@ pub unsafe extern "C" fn cuMemcpyDtoA_v2_ptds(
     a2: u64,
     a3: usize,
 ) -> u32 {
-    forward(391, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, usize, u64, usize) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        391,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, usize, u64, usize) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(a0: u64, a1: u64, a2: usize, a3: *mut c_void) -> u32 {
-    forward(392, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
+    a0: u64,
+    a1: u64,
+    a2: usize,
+    a3: *mut c_void,
+) -> u32 {
+    forward(
+        392,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2_ptsz(
@@ -5938,27 +7876,39 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2_ptsz(
     a2: usize,
     a3: *mut c_void,
 ) -> u32 {
-    forward(393, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+    forward(
+        393,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoD_v2(a0: u64, a1: u64, a2: usize) -> u32 {
-    forward(394, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u64, usize) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        394,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, u64, usize) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoD_v2_ptds(a0: u64, a1: u64, a2: usize) -> u32 {
-    forward(395, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u64, usize) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        395,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, u64, usize) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
@@ -5967,12 +7917,15 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
     a2: usize,
     a3: *mut c_void,
 ) -> u32 {
-    forward(396, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        396,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2_ptsz(
@@ -5981,28 +7934,43 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2_ptsz(
     a2: usize,
     a3: *mut c_void,
 ) -> u32 {
-    forward(397, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        397,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoH_v2(a0: *mut c_void, a1: u64, a2: usize) -> u32 {
-    forward(398, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, usize) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        398,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64, usize) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoH_v2_ptds(a0: *mut c_void, a1: u64, a2: usize) -> u32 {
-    forward(399, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, usize) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+pub unsafe extern "C" fn cuMemcpyDtoH_v2_ptds(
+    a0: *mut c_void,
+    a1: u64,
+    a2: usize,
+) -> u32 {
+    forward(
+        399,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64, usize) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2(
@@ -6012,12 +7980,21 @@ pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2(
     a3: usize,
     a4: *mut c_void,
 ) -> u32 {
-    forward(400, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        400,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    usize,
+                    *const c_void,
+                    usize,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2_ptsz(
@@ -6027,12 +8004,21 @@ pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2_ptsz(
     a3: usize,
     a4: *mut c_void,
 ) -> u32 {
-    forward(401, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        401,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    usize,
+                    *const c_void,
+                    usize,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyHtoA_v2(
@@ -6041,12 +8027,15 @@ pub unsafe extern "C" fn cuMemcpyHtoA_v2(
     a2: *const c_void,
     a3: usize,
 ) -> u32 {
-    forward(402, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        402,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyHtoA_v2_ptds(
@@ -6055,12 +8044,15 @@ pub unsafe extern "C" fn cuMemcpyHtoA_v2_ptds(
     a2: *const c_void,
     a3: usize,
 ) -> u32 {
-    forward(403, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        403,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
@@ -6069,12 +8061,15 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
     a2: usize,
     a3: *mut c_void,
 ) -> u32 {
-    forward(404, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(u64, *const c_void, usize, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        404,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, *const c_void, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptsz(
@@ -6083,28 +8078,43 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptsz(
     a2: usize,
     a3: *mut c_void,
 ) -> u32 {
-    forward(405, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(u64, *const c_void, usize, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        405,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, *const c_void, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyHtoD_v2(a0: u64, a1: *const c_void, a2: usize) -> u32 {
-    forward(406, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, *const c_void, usize) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        406,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, *const c_void, usize) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyHtoD_v2_ptds(a0: u64, a1: *const c_void, a2: usize) -> u32 {
-    forward(407, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, *const c_void, usize) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuMemcpyHtoD_v2_ptds(
+    a0: u64,
+    a1: *const c_void,
+    a2: usize,
+) -> u32 {
+    forward(
+        407,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, *const c_void, usize) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyPeer(
@@ -6114,12 +8124,15 @@ pub unsafe extern "C" fn cuMemcpyPeer(
     a3: *mut c_void,
     a4: usize,
 ) -> u32 {
-    forward(408, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(u64, *mut c_void, u64, *mut c_void, usize) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        408,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, *mut c_void, u64, *mut c_void, usize) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyPeerAsync(
@@ -6130,12 +8143,22 @@ pub unsafe extern "C" fn cuMemcpyPeerAsync(
     a4: usize,
     a5: *mut c_void,
 ) -> u32 {
-    forward(409, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(u64, *mut c_void, u64, *mut c_void, usize, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5)
-    })
+    forward(
+        409,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    u64,
+                    *mut c_void,
+                    u64,
+                    *mut c_void,
+                    usize,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyPeerAsync_ptsz(
@@ -6146,12 +8169,22 @@ pub unsafe extern "C" fn cuMemcpyPeerAsync_ptsz(
     a4: usize,
     a5: *mut c_void,
 ) -> u32 {
-    forward(410, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(u64, *mut c_void, u64, *mut c_void, usize, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5)
-    })
+    forward(
+        410,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    u64,
+                    *mut c_void,
+                    u64,
+                    *mut c_void,
+                    usize,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyPeer_ptds(
@@ -6161,12 +8194,15 @@ pub unsafe extern "C" fn cuMemcpyPeer_ptds(
     a3: *mut c_void,
     a4: usize,
 ) -> u32 {
-    forward(411, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(u64, *mut c_void, u64, *mut c_void, usize) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        411,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, *mut c_void, u64, *mut c_void, usize) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyWithAttributesAsync(
@@ -6176,28 +8212,44 @@ pub unsafe extern "C" fn cuMemcpyWithAttributesAsync(
     a3: *mut c_void,
     a4: *mut c_void,
 ) -> u32 {
-    forward(412, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(u64, u64, usize, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        412,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, u64, usize, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy_ptds(a0: u64, a1: u64, a2: usize) -> u32 {
-    forward(413, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u64, usize) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        413,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, u64, usize) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD16Async(a0: u64, a1: u16, a2: usize, a3: *mut c_void) -> u32 {
-    forward(414, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u16, usize, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+pub unsafe extern "C" fn cuMemsetD16Async(
+    a0: u64,
+    a1: u16,
+    a2: usize,
+    a3: *mut c_void,
+) -> u32 {
+    forward(
+        414,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, u16, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD16Async_ptsz(
@@ -6206,27 +8258,39 @@ pub unsafe extern "C" fn cuMemsetD16Async_ptsz(
     a2: usize,
     a3: *mut c_void,
 ) -> u32 {
-    forward(415, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u16, usize, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+    forward(
+        415,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, u16, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD16_v2(a0: u64, a1: u16, a2: usize) -> u32 {
-    forward(416, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u16, usize) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        416,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, u16, usize) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD16_v2_ptds(a0: u64, a1: u16, a2: usize) -> u32 {
-    forward(417, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u16, usize) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        417,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, u16, usize) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D16Async(
@@ -6237,12 +8301,15 @@ pub unsafe extern "C" fn cuMemsetD2D16Async(
     a4: usize,
     a5: *mut c_void,
 ) -> u32 {
-    forward(418, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(u64, usize, u16, usize, usize, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5)
-    })
+    forward(
+        418,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, usize, u16, usize, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D16Async_ptsz(
@@ -6253,12 +8320,15 @@ pub unsafe extern "C" fn cuMemsetD2D16Async_ptsz(
     a4: usize,
     a5: *mut c_void,
 ) -> u32 {
-    forward(419, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(u64, usize, u16, usize, usize, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5)
-    })
+    forward(
+        419,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, usize, u16, usize, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D16_v2(
@@ -6268,11 +8338,15 @@ pub unsafe extern "C" fn cuMemsetD2D16_v2(
     a3: usize,
     a4: usize,
 ) -> u32 {
-    forward(420, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, usize, u16, usize, usize) -> u32>(
-            f,
-        )(a0, a1, a2, a3, a4)
-    })
+    forward(
+        420,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, usize, u16, usize, usize) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D16_v2_ptds(
@@ -6282,11 +8356,15 @@ pub unsafe extern "C" fn cuMemsetD2D16_v2_ptds(
     a3: usize,
     a4: usize,
 ) -> u32 {
-    forward(421, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, usize, u16, usize, usize) -> u32>(
-            f,
-        )(a0, a1, a2, a3, a4)
-    })
+    forward(
+        421,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, usize, u16, usize, usize) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D32Async(
@@ -6297,12 +8375,15 @@ pub unsafe extern "C" fn cuMemsetD2D32Async(
     a4: usize,
     a5: *mut c_void,
 ) -> u32 {
-    forward(422, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(u64, usize, u32, usize, usize, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5)
-    })
+    forward(
+        422,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, usize, u32, usize, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D32Async_ptsz(
@@ -6313,12 +8394,15 @@ pub unsafe extern "C" fn cuMemsetD2D32Async_ptsz(
     a4: usize,
     a5: *mut c_void,
 ) -> u32 {
-    forward(423, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(u64, usize, u32, usize, usize, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5)
-    })
+    forward(
+        423,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, usize, u32, usize, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D32_v2(
@@ -6328,11 +8412,15 @@ pub unsafe extern "C" fn cuMemsetD2D32_v2(
     a3: usize,
     a4: usize,
 ) -> u32 {
-    forward(424, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, usize, u32, usize, usize) -> u32>(
-            f,
-        )(a0, a1, a2, a3, a4)
-    })
+    forward(
+        424,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, usize, u32, usize, usize) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D32_v2_ptds(
@@ -6342,11 +8430,15 @@ pub unsafe extern "C" fn cuMemsetD2D32_v2_ptds(
     a3: usize,
     a4: usize,
 ) -> u32 {
-    forward(425, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, usize, u32, usize, usize) -> u32>(
-            f,
-        )(a0, a1, a2, a3, a4)
-    })
+    forward(
+        425,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, usize, u32, usize, usize) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D8Async(
@@ -6357,12 +8449,15 @@ pub unsafe extern "C" fn cuMemsetD2D8Async(
     a4: usize,
     a5: *mut c_void,
 ) -> u32 {
-    forward(426, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(u64, usize, u8, usize, usize, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5)
-    })
+    forward(
+        426,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, usize, u8, usize, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D8Async_ptsz(
@@ -6373,20 +8468,33 @@ pub unsafe extern "C" fn cuMemsetD2D8Async_ptsz(
     a4: usize,
     a5: *mut c_void,
 ) -> u32 {
-    forward(427, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(u64, usize, u8, usize, usize, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5)
-    })
+    forward(
+        427,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, usize, u8, usize, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD2D8_v2(a0: u64, a1: usize, a2: u8, a3: usize, a4: usize) -> u32 {
-    forward(428, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, usize, u8, usize, usize) -> u32>(
-            f,
-        )(a0, a1, a2, a3, a4)
-    })
+pub unsafe extern "C" fn cuMemsetD2D8_v2(
+    a0: u64,
+    a1: usize,
+    a2: u8,
+    a3: usize,
+    a4: usize,
+) -> u32 {
+    forward(
+        428,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, usize, u8, usize, usize) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD2D8_v2_ptds(
@@ -6396,19 +8504,32 @@ pub unsafe extern "C" fn cuMemsetD2D8_v2_ptds(
     a3: usize,
     a4: usize,
 ) -> u32 {
-    forward(429, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, usize, u8, usize, usize) -> u32>(
-            f,
-        )(a0, a1, a2, a3, a4)
-    })
+    forward(
+        429,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, usize, u8, usize, usize) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD32Async(a0: u64, a1: u32, a2: usize, a3: *mut c_void) -> u32 {
-    forward(430, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u32, usize, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+pub unsafe extern "C" fn cuMemsetD32Async(
+    a0: u64,
+    a1: u32,
+    a2: usize,
+    a3: *mut c_void,
+) -> u32 {
+    forward(
+        430,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, u32, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD32Async_ptsz(
@@ -6417,59 +8538,97 @@ pub unsafe extern "C" fn cuMemsetD32Async_ptsz(
     a2: usize,
     a3: *mut c_void,
 ) -> u32 {
-    forward(431, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u32, usize, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+    forward(
+        431,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, u32, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD32_v2(a0: u64, a1: u32, a2: usize) -> u32 {
-    forward(432, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u32, usize) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        432,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, u32, usize) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD32_v2_ptds(a0: u64, a1: u32, a2: usize) -> u32 {
-    forward(433, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u32, usize) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        433,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, u32, usize) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD8Async(a0: u64, a1: u8, a2: usize, a3: *mut c_void) -> u32 {
-    forward(434, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u8, usize, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+pub unsafe extern "C" fn cuMemsetD8Async(
+    a0: u64,
+    a1: u8,
+    a2: usize,
+    a3: *mut c_void,
+) -> u32 {
+    forward(
+        434,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, u8, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD8Async_ptsz(a0: u64, a1: u8, a2: usize, a3: *mut c_void) -> u32 {
-    forward(435, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u8, usize, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+pub unsafe extern "C" fn cuMemsetD8Async_ptsz(
+    a0: u64,
+    a1: u8,
+    a2: usize,
+    a3: *mut c_void,
+) -> u32 {
+    forward(
+        435,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, u8, usize, *mut c_void) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD8_v2(a0: u64, a1: u8, a2: usize) -> u32 {
-    forward(436, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u8, usize) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        436,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, u8, usize) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD8_v2_ptds(a0: u64, a1: u8, a2: usize) -> u32 {
-    forward(437, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, u8, usize) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        437,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u64, u8, usize) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMipmappedArrayCreate(
@@ -6477,18 +8636,27 @@ pub unsafe extern "C" fn cuMipmappedArrayCreate(
     a1: *const c_void,
     a2: u32,
 ) -> u32 {
-    forward(438, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *const c_void, u32) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        438,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMipmappedArrayDestroy(a0: *mut c_void) -> u32 {
-    forward(439, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        439,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMipmappedArrayGetLevel(
@@ -6496,11 +8664,15 @@ pub unsafe extern "C" fn cuMipmappedArrayGetLevel(
     a1: *mut c_void,
     a2: u32,
 ) -> u32 {
-    forward(440, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        440,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMipmappedArrayGetMemoryRequirements(
@@ -6508,22 +8680,30 @@ pub unsafe extern "C" fn cuMipmappedArrayGetMemoryRequirements(
     a1: *mut c_void,
     a2: i32,
 ) -> u32 {
-    forward(441, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        441,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMipmappedArrayGetSparseProperties(
     a0: *mut c_void,
     a1: *mut c_void,
 ) -> u32 {
-    forward(442, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        442,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleEnumerateFunctions(
@@ -6531,11 +8711,15 @@ pub unsafe extern "C" fn cuModuleEnumerateFunctions(
     a1: u32,
     a2: *mut c_void,
 ) -> u32 {
-    forward(443, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        443,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleGetFunction(
@@ -6543,20 +8727,30 @@ pub unsafe extern "C" fn cuModuleGetFunction(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(444, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        444,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuModuleGetFunctionCount(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(445, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuModuleGetFunctionCount(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        445,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleGetGlobal_v2(
@@ -6565,18 +8759,32 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(
     a2: *mut c_void,
     a3: *const c_void,
 ) -> u32 {
-    forward(446, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *const c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        446,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleGetLoadingMode(a0: *mut c_void) -> u32 {
-    forward(447, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        447,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleGetSurfRef(
@@ -6584,12 +8792,15 @@ pub unsafe extern "C" fn cuModuleGetSurfRef(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(448, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        448,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleGetTexRef(
@@ -6597,28 +8808,39 @@ pub unsafe extern "C" fn cuModuleGetTexRef(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(449, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        449,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleLoad(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(450, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+    forward(
+        450,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleLoadData(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(451, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+    forward(
+        451,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleLoadDataEx(
@@ -6628,26 +8850,48 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
     a3: *mut c_void,
     a4: *mut c_void,
 ) -> u32 {
-    forward(452, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *const c_void, u32, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        452,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *const c_void,
+                    u32,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuModuleLoadFatBinary(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(453, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+pub unsafe extern "C" fn cuModuleLoadFatBinary(
+    a0: *mut c_void,
+    a1: *const c_void,
+) -> u32 {
+    forward(
+        453,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleUnload(a0: *mut c_void) -> u32 {
-    forward(454, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        454,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuOccupancyAvailableDynamicSMemPerBlock(
@@ -6656,12 +8900,15 @@ pub unsafe extern "C" fn cuOccupancyAvailableDynamicSMemPerBlock(
     a2: i32,
     a3: i32,
 ) -> u32 {
-    forward(463, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, i32, i32) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        463,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, i32, i32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
@@ -6670,12 +8917,15 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
     a2: i32,
     a3: usize,
 ) -> u32 {
-    forward(464, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, i32, usize) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        464,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, i32, usize) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
@@ -6685,12 +8935,15 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     a3: usize,
     a4: u32,
 ) -> u32 {
-    forward(465, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, i32, usize, u32) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        465,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, i32, usize, u32) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuOccupancyMaxActiveClusters(
@@ -6698,12 +8951,15 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveClusters(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(466, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        466,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSize(
@@ -6714,19 +8970,22 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSize(
     a4: usize,
     a5: i32,
 ) -> u32 {
-    forward(467, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        467,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                usize,
-                i32,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    usize,
+                    i32,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSizeWithFlags(
@@ -6738,20 +8997,23 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSizeWithFlags(
     a5: i32,
     a6: u32,
 ) -> u32 {
-    forward(468, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        468,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                usize,
-                i32,
-                u32,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5, a6)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    usize,
+                    i32,
+                    u32,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5, a6)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuOccupancyMaxPotentialClusterSize(
@@ -6759,59 +9021,100 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialClusterSize(
     a1: *mut c_void,
     a2: *const c_void,
 ) -> u32 {
-    forward(469, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        469,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuParamSetSize(a0: *mut c_void, a1: u32) -> u32 {
-    forward(470, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        470,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuParamSetTexRef(a0: *mut c_void, a1: i32, a2: *mut c_void) -> u32 {
-    forward(471, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuParamSetTexRef(
+    a0: *mut c_void,
+    a1: i32,
+    a2: *mut c_void,
+) -> u32 {
+    forward(
+        471,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, i32, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuParamSetf(a0: *mut c_void, a1: i32, a2: f32) -> u32 {
-    forward(472, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32, f32) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        472,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, i32, f32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuParamSeti(a0: *mut c_void, a1: i32, a2: u32) -> u32 {
-    forward(473, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32, u32) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        473,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, i32, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuParamSetv(a0: *mut c_void, a1: i32, a2: *mut c_void, a3: u32) -> u32 {
-    forward(474, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, i32, *mut c_void, u32) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+pub unsafe extern "C" fn cuParamSetv(
+    a0: *mut c_void,
+    a1: i32,
+    a2: *mut c_void,
+    a3: u32,
+) -> u32 {
+    forward(
+        474,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, i32, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuPointerGetAttribute(a0: *mut c_void, a1: u32, a2: u64) -> u32 {
-    forward(475, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, u64) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+pub unsafe extern "C" fn cuPointerGetAttribute(
+    a0: *mut c_void,
+    a1: u32,
+    a2: u64,
+) -> u32 {
+    forward(
+        475,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, u64) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuPointerGetAttributes(
@@ -6820,20 +9123,31 @@ pub unsafe extern "C" fn cuPointerGetAttributes(
     a2: *mut c_void,
     a3: u64,
 ) -> u32 {
-    forward(476, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(u32, *mut c_void, *mut c_void, u64) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        476,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(u32, *mut c_void, *mut c_void, u64) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuPointerSetAttribute(a0: *const c_void, a1: u32, a2: u64) -> u32 {
-    forward(477, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void, u32, u64) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+pub unsafe extern "C" fn cuPointerSetAttribute(
+    a0: *const c_void,
+    a1: u32,
+    a2: u64,
+) -> u32 {
+    forward(
+        477,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*const c_void, u32, u64) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuProfilerInitialize(
@@ -6841,24 +9155,33 @@ pub unsafe extern "C" fn cuProfilerInitialize(
     a1: *const c_void,
     a2: u32,
 ) -> u32 {
-    forward(478, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*const c_void, *const c_void, u32) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        478,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*const c_void, *const c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuProfilerStart() -> u32 {
-    forward(479, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(f)()
-    })
+    forward(
+        479,
+        |f| unsafe {
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(f)()
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuProfilerStop() -> u32 {
-    forward(480, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(f)()
-    })
+    forward(
+        480,
+        |f| unsafe {
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(f)()
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuSignalExternalSemaphoresAsync(
@@ -6867,12 +9190,20 @@ pub unsafe extern "C" fn cuSignalExternalSemaphoresAsync(
     a2: u32,
     a3: *mut c_void,
 ) -> u32 {
-    forward(481, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*const c_void, *const c_void, u32, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        481,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *const c_void,
+                    *const c_void,
+                    u32,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuSignalExternalSemaphoresAsync_ptsz(
@@ -6881,12 +9212,20 @@ pub unsafe extern "C" fn cuSignalExternalSemaphoresAsync_ptsz(
     a2: u32,
     a3: *mut c_void,
 ) -> u32 {
-    forward(482, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*const c_void, *const c_void, u32, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        482,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *const c_void,
+                    *const c_void,
+                    u32,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamAddCallback(
@@ -6895,12 +9234,15 @@ pub unsafe extern "C" fn cuStreamAddCallback(
     a2: *mut c_void,
     a3: u32,
 ) -> u32 {
-    forward(483, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, u32) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        483,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamAddCallback_ptsz(
@@ -6909,12 +9251,15 @@ pub unsafe extern "C" fn cuStreamAddCallback_ptsz(
     a2: *mut c_void,
     a3: u32,
 ) -> u32 {
-    forward(484, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, u32) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        484,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamAttachMemAsync(
@@ -6923,11 +9268,15 @@ pub unsafe extern "C" fn cuStreamAttachMemAsync(
     a2: usize,
     a3: u32,
 ) -> u32 {
-    forward(485, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, usize, u32) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+    forward(
+        485,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64, usize, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamAttachMemAsync_ptsz(
@@ -6936,11 +9285,15 @@ pub unsafe extern "C" fn cuStreamAttachMemAsync_ptsz(
     a2: usize,
     a3: u32,
 ) -> u32 {
-    forward(486, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, usize, u32) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+    forward(
+        486,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64, usize, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamBatchMemOp(
@@ -6949,12 +9302,15 @@ pub unsafe extern "C" fn cuStreamBatchMemOp(
     a2: *mut c_void,
     a3: u32,
 ) -> u32 {
-    forward(487, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, u32, *mut c_void, u32) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        487,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamBatchMemOp_v2(
@@ -6963,12 +9319,15 @@ pub unsafe extern "C" fn cuStreamBatchMemOp_v2(
     a2: *mut c_void,
     a3: u32,
 ) -> u32 {
-    forward(488, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, u32, *mut c_void, u32) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        488,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamBatchMemOp_v2_ptsz(
@@ -6977,20 +9336,30 @@ pub unsafe extern "C" fn cuStreamBatchMemOp_v2_ptsz(
     a2: *mut c_void,
     a3: u32,
 ) -> u32 {
-    forward(489, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, u32, *mut c_void, u32) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        489,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamBeginCaptureToCig(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(490, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuStreamBeginCaptureToCig(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        490,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamBeginCaptureToGraph(
@@ -7001,31 +9370,46 @@ pub unsafe extern "C" fn cuStreamBeginCaptureToGraph(
     a4: usize,
     a5: u32,
 ) -> u32 {
-    forward(491, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        491,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *const c_void,
-                *const c_void,
-                usize,
-                u32,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    *const c_void,
+                    usize,
+                    u32,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamBeginCapture_v2(a0: *mut c_void, a1: u32) -> u32 {
-    forward(492, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        492,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamBeginCapture_v2_ptsz(a0: *mut c_void, a1: u32) -> u32 {
-    forward(493, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        493,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamBeginRecaptureToGraph(
@@ -7035,78 +9419,146 @@ pub unsafe extern "C" fn cuStreamBeginRecaptureToGraph(
     a3: *mut c_void,
     a4: *mut c_void,
 ) -> u32 {
-    forward(494, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, u32, *mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        494,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    u32,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamCopyAttributes(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(495, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuStreamCopyAttributes(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        495,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamCopyAttributes_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(496, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuStreamCopyAttributes_ptsz(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        496,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamCreate(a0: *mut c_void, a1: u32) -> u32 {
-    forward(497, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        497,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamCreateWithPriority(a0: *mut c_void, a1: u32, a2: i32) -> u32 {
-    forward(498, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, i32) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+pub unsafe extern "C" fn cuStreamCreateWithPriority(
+    a0: *mut c_void,
+    a1: u32,
+    a2: i32,
+) -> u32 {
+    forward(
+        498,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, i32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamDestroy_v2(a0: *mut c_void) -> u32 {
-    forward(499, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        499,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamEndCapture(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(500, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        500,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamEndCaptureToCig(a0: *mut c_void) -> u32 {
-    forward(501, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        501,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamEndCapture_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(502, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuStreamEndCapture_ptsz(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        502,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamGetAttribute(a0: *mut c_void, a1: u32, a2: *mut c_void) -> u32 {
-    forward(503, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuStreamGetAttribute(
+    a0: *mut c_void,
+    a1: u32,
+    a2: *mut c_void,
+) -> u32 {
+    forward(
+        503,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetAttribute_ptsz(
@@ -7114,11 +9566,15 @@ pub unsafe extern "C" fn cuStreamGetAttribute_ptsz(
     a1: u32,
     a2: *mut c_void,
 ) -> u32 {
-    forward(504, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        504,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCaptureInfo(
@@ -7126,12 +9582,15 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(505, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        505,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
@@ -7142,19 +9601,22 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
     a4: *mut c_void,
     a5: *mut c_void,
 ) -> u32 {
-    forward(506, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        506,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2_ptsz(
@@ -7165,19 +9627,22 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2_ptsz(
     a4: *mut c_void,
     a5: *mut c_void,
 ) -> u32 {
-    forward(507, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        507,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
@@ -7189,20 +9654,23 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
     a5: *mut c_void,
     a6: *mut c_void,
 ) -> u32 {
-    forward(508, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        508,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5, a6)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5, a6)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3_ptsz(
@@ -7214,36 +9682,47 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3_ptsz(
     a5: *mut c_void,
     a6: *mut c_void,
 ) -> u32 {
-    forward(509, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        509,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5, a6)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5, a6)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCtx(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(510, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        510,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCtx_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(511, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        511,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCtx_v2(
@@ -7251,121 +9730,197 @@ pub unsafe extern "C" fn cuStreamGetCtx_v2(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(512, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        512,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamGetDevResource(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
-    forward(513, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuStreamGetDevResource(
+    a0: *mut c_void,
+    a1: *mut c_void,
+    a2: u32,
+) -> u32 {
+    forward(
+        513,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetDevice(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(514, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        514,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetFlags(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(515, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        515,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetFlags_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(516, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        516,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetGreenCtx(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(517, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        517,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetId(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(518, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        518,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetId_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(519, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        519,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetPriority(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(520, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        520,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamGetPriority_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(521, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuStreamGetPriority_ptsz(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        521,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamIsCapturing(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(522, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        522,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamIsCapturing_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(523, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuStreamIsCapturing_ptsz(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        523,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamQuery(a0: *mut c_void) -> u32 {
-    forward(524, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        524,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamQuery_ptsz(a0: *mut c_void) -> u32 {
-    forward(525, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        525,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamSetAttribute(a0: *mut c_void, a1: u32, a2: *const c_void) -> u32 {
-    forward(526, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, u32, *const c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuStreamSetAttribute(
+    a0: *mut c_void,
+    a1: u32,
+    a2: *const c_void,
+) -> u32 {
+    forward(
+        526,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, *const c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamSetAttribute_ptsz(
@@ -7373,24 +9928,39 @@ pub unsafe extern "C" fn cuStreamSetAttribute_ptsz(
     a1: u32,
     a2: *const c_void,
 ) -> u32 {
-    forward(527, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, u32, *const c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        527,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, *const c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamSynchronize(a0: *mut c_void) -> u32 {
-    forward(528, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        528,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamSynchronize_ptsz(a0: *mut c_void) -> u32 {
-    forward(529, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        529,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies(
@@ -7399,12 +9969,15 @@ pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies(
     a2: usize,
     a3: u32,
 ) -> u32 {
-    forward(530, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u32) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        530,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_ptsz(
@@ -7413,12 +9986,15 @@ pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_ptsz(
     a2: usize,
     a3: u32,
 ) -> u32 {
-    forward(531, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u32) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        531,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_v2(
@@ -7428,44 +10004,87 @@ pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_v2(
     a3: usize,
     a4: u32,
 ) -> u32 {
-    forward(532, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void, usize, u32) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        532,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *const c_void,
+                    usize,
+                    u32,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWaitEvent(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
-    forward(533, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuStreamWaitEvent(
+    a0: *mut c_void,
+    a1: *mut c_void,
+    a2: u32,
+) -> u32 {
+    forward(
+        533,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWaitEvent_ptsz(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
-    forward(534, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuStreamWaitEvent_ptsz(
+    a0: *mut c_void,
+    a1: *mut c_void,
+    a2: u32,
+) -> u32 {
+    forward(
+        534,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWaitValue32(a0: *mut c_void, a1: u64, a2: u32, a3: u32) -> u32 {
-    forward(535, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+pub unsafe extern "C" fn cuStreamWaitValue32(
+    a0: *mut c_void,
+    a1: u64,
+    a2: u32,
+    a3: u32,
+) -> u32 {
+    forward(
+        535,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWaitValue32_v2(a0: *mut c_void, a1: u64, a2: u32, a3: u32) -> u32 {
-    forward(536, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+pub unsafe extern "C" fn cuStreamWaitValue32_v2(
+    a0: *mut c_void,
+    a1: u64,
+    a2: u32,
+    a3: u32,
+) -> u32 {
+    forward(
+        536,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamWaitValue32_v2_ptsz(
@@ -7474,27 +10093,49 @@ pub unsafe extern "C" fn cuStreamWaitValue32_v2_ptsz(
     a2: u32,
     a3: u32,
 ) -> u32 {
-    forward(537, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+    forward(
+        537,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWaitValue64(a0: *mut c_void, a1: u64, a2: u64, a3: u32) -> u32 {
-    forward(538, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+pub unsafe extern "C" fn cuStreamWaitValue64(
+    a0: *mut c_void,
+    a1: u64,
+    a2: u64,
+    a3: u32,
+) -> u32 {
+    forward(
+        538,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWaitValue64_v2(a0: *mut c_void, a1: u64, a2: u64, a3: u32) -> u32 {
-    forward(539, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+pub unsafe extern "C" fn cuStreamWaitValue64_v2(
+    a0: *mut c_void,
+    a1: u64,
+    a2: u64,
+    a3: u32,
+) -> u32 {
+    forward(
+        539,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamWaitValue64_v2_ptsz(
@@ -7503,19 +10144,32 @@ pub unsafe extern "C" fn cuStreamWaitValue64_v2_ptsz(
     a2: u64,
     a3: u32,
 ) -> u32 {
-    forward(540, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+    forward(
+        540,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWriteValue32(a0: *mut c_void, a1: u64, a2: u32, a3: u32) -> u32 {
-    forward(541, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+pub unsafe extern "C" fn cuStreamWriteValue32(
+    a0: *mut c_void,
+    a1: u64,
+    a2: u32,
+    a3: u32,
+) -> u32 {
+    forward(
+        541,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamWriteValue32_v2(
@@ -7524,11 +10178,15 @@ pub unsafe extern "C" fn cuStreamWriteValue32_v2(
     a2: u32,
     a3: u32,
 ) -> u32 {
-    forward(542, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+    forward(
+        542,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamWriteValue32_v2_ptsz(
@@ -7537,19 +10195,32 @@ pub unsafe extern "C" fn cuStreamWriteValue32_v2_ptsz(
     a2: u32,
     a3: u32,
 ) -> u32 {
-    forward(543, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+    forward(
+        543,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWriteValue64(a0: *mut c_void, a1: u64, a2: u64, a3: u32) -> u32 {
-    forward(544, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+pub unsafe extern "C" fn cuStreamWriteValue64(
+    a0: *mut c_void,
+    a1: u64,
+    a2: u64,
+    a3: u32,
+) -> u32 {
+    forward(
+        544,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamWriteValue64_v2(
@@ -7558,11 +10229,15 @@ pub unsafe extern "C" fn cuStreamWriteValue64_v2(
     a2: u64,
     a3: u32,
 ) -> u32 {
-    forward(545, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+    forward(
+        545,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamWriteValue64_v2_ptsz(
@@ -7571,47 +10246,76 @@ pub unsafe extern "C" fn cuStreamWriteValue64_v2_ptsz(
     a2: u64,
     a3: u32,
 ) -> u32 {
-    forward(546, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32>(
-            f,
-        )(a0, a1, a2, a3)
-    })
+    forward(
+        546,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuSurfObjectCreate(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(547, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void) -> u32>(
-            f,
-        )(a0, a1)
-    })
+    forward(
+        547,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuSurfObjectDestroy(a0: u64) -> u32 {
-    forward(548, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64) -> u32>(f)(a0)
-    })
+    forward(
+        548,
+        |f| unsafe {
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64) -> u32>(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuSurfObjectGetResourceDesc(a0: *mut c_void, a1: u64) -> u32 {
-    forward(549, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64) -> u32>(f)(a0, a1)
-    })
+    forward(
+        549,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuSurfRefGetArray(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(550, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        550,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuSurfRefSetArray(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
-    forward(551, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuSurfRefSetArray(
+    a0: *mut c_void,
+    a1: *mut c_void,
+    a2: u32,
+) -> u32 {
+    forward(
+        551,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTensorMapEncodeIm2col(
@@ -7631,30 +10335,31 @@ pub unsafe extern "C" fn cuTensorMapEncodeIm2col(
     a13: u32,
     a14: u32,
 ) -> u32 {
-    forward(552, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        552,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                u32,
-                u32,
-                *mut c_void,
-                *const c_void,
-                *const c_void,
-                *const c_void,
-                *const c_void,
-                u32,
-                u32,
-                *const c_void,
-                u32,
-                u32,
-                u32,
-                u32,
-            ) -> u32,
-        >(f)(
-            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14,
-        )
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    u32,
+                    u32,
+                    *mut c_void,
+                    *const c_void,
+                    *const c_void,
+                    *const c_void,
+                    *const c_void,
+                    u32,
+                    u32,
+                    *const c_void,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTensorMapEncodeIm2colWide(
@@ -7675,31 +10380,32 @@ pub unsafe extern "C" fn cuTensorMapEncodeIm2colWide(
     a14: u32,
     a15: u32,
 ) -> u32 {
-    forward(553, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        553,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                u32,
-                u32,
-                *mut c_void,
-                *const c_void,
-                *const c_void,
-                i32,
-                i32,
-                u32,
-                u32,
-                *const c_void,
-                u32,
-                u32,
-                u32,
-                u32,
-                u32,
-            ) -> u32,
-        >(f)(
-            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15,
-        )
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    u32,
+                    u32,
+                    *mut c_void,
+                    *const c_void,
+                    *const c_void,
+                    i32,
+                    i32,
+                    u32,
+                    u32,
+                    *const c_void,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTensorMapEncodeTiled(
@@ -7716,33 +10422,43 @@ pub unsafe extern "C" fn cuTensorMapEncodeTiled(
     a10: u32,
     a11: u32,
 ) -> u32 {
-    forward(554, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(
+    forward(
+        554,
+        |f| unsafe {
+            std::mem::transmute::<
                 *mut c_void,
-                u32,
-                u32,
-                *mut c_void,
-                *const c_void,
-                *const c_void,
-                *const c_void,
-                *const c_void,
-                u32,
-                u32,
-                u32,
-                u32,
-            ) -> u32,
-        >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
-    })
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    u32,
+                    u32,
+                    *mut c_void,
+                    *const c_void,
+                    *const c_void,
+                    *const c_void,
+                    *const c_void,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTensorMapReplaceAddress(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(555, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuTensorMapReplaceAddress(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        555,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexObjectCreate(
@@ -7751,96 +10467,171 @@ pub unsafe extern "C" fn cuTexObjectCreate(
     a2: *const c_void,
     a3: *const c_void,
 ) -> u32 {
-    forward(556, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *const c_void, *const c_void, *const c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        556,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *const c_void,
+                    *const c_void,
+                    *const c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexObjectDestroy(a0: u64) -> u32 {
-    forward(557, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64) -> u32>(f)(a0)
-    })
+    forward(
+        557,
+        |f| unsafe {
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64) -> u32>(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexObjectGetResourceDesc(a0: *mut c_void, a1: u64) -> u32 {
-    forward(558, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64) -> u32>(f)(a0, a1)
-    })
+    forward(
+        558,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexObjectGetResourceViewDesc(a0: *mut c_void, a1: u64) -> u32 {
-    forward(559, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64) -> u32>(f)(a0, a1)
-    })
+pub unsafe extern "C" fn cuTexObjectGetResourceViewDesc(
+    a0: *mut c_void,
+    a1: u64,
+) -> u32 {
+    forward(
+        559,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexObjectGetTextureDesc(a0: *mut c_void, a1: u64) -> u32 {
-    forward(560, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u64) -> u32>(f)(a0, a1)
-    })
+    forward(
+        560,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u64) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefCreate(a0: *mut c_void) -> u32 {
-    forward(561, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        561,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefDestroy(a0: *mut c_void) -> u32 {
-    forward(562, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        562,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexRefGetAddressMode(a0: *mut c_void, a1: *mut c_void, a2: i32) -> u32 {
-    forward(563, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuTexRefGetAddressMode(
+    a0: *mut c_void,
+    a1: *mut c_void,
+    a2: i32,
+) -> u32 {
+    forward(
+        563,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, i32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefGetAddress_v2(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(564, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        564,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefGetArray(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(565, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        565,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexRefGetBorderColor(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(566, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuTexRefGetBorderColor(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        566,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefGetFilterMode(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(567, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        567,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefGetFlags(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(568, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+    forward(
+        568,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefGetFormat(
@@ -7848,36 +10639,60 @@ pub unsafe extern "C" fn cuTexRefGetFormat(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(569, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        569,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexRefGetMaxAnisotropy(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(570, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuTexRefGetMaxAnisotropy(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        570,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexRefGetMipmapFilterMode(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(571, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuTexRefGetMipmapFilterMode(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        571,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexRefGetMipmapLevelBias(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(572, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuTexRefGetMipmapLevelBias(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        572,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefGetMipmapLevelClamp(
@@ -7885,20 +10700,30 @@ pub unsafe extern "C" fn cuTexRefGetMipmapLevelClamp(
     a1: *mut c_void,
     a2: *mut c_void,
 ) -> u32 {
-    forward(573, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-        >(f)(a0, a1, a2)
-    })
+    forward(
+        573,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexRefGetMipmappedArray(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(574, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuTexRefGetMipmappedArray(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        574,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetAddress2D_v3(
@@ -7907,20 +10732,31 @@ pub unsafe extern "C" fn cuTexRefSetAddress2D_v3(
     a2: u64,
     a3: usize,
 ) -> u32 {
-    forward(575, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *const c_void, u64, usize) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        575,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *const c_void, u64, usize) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexRefSetAddressMode(a0: *mut c_void, a1: i32, a2: u32) -> u32 {
-    forward(576, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, i32, u32) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+pub unsafe extern "C" fn cuTexRefSetAddressMode(
+    a0: *mut c_void,
+    a1: i32,
+    a2: u32,
+) -> u32 {
+    forward(
+        576,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, i32, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetAddress_v2(
@@ -7929,74 +10765,134 @@ pub unsafe extern "C" fn cuTexRefSetAddress_v2(
     a2: u64,
     a3: usize,
 ) -> u32 {
-    forward(577, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, u64, usize) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        577,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u64, usize) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexRefSetArray(a0: *mut c_void, a1: *mut c_void, a2: u32) -> u32 {
-    forward(578, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+pub unsafe extern "C" fn cuTexRefSetArray(
+    a0: *mut c_void,
+    a1: *mut c_void,
+    a2: u32,
+) -> u32 {
+    forward(
+        578,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexRefSetBorderColor(a0: *mut c_void, a1: *mut c_void) -> u32 {
-    forward(579, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32>(f)(
-            a0, a1,
-        )
-    })
+pub unsafe extern "C" fn cuTexRefSetBorderColor(
+    a0: *mut c_void,
+    a1: *mut c_void,
+) -> u32 {
+    forward(
+        579,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetFilterMode(a0: *mut c_void, a1: u32) -> u32 {
-    forward(580, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        580,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetFlags(a0: *mut c_void, a1: u32) -> u32 {
-    forward(581, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        581,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetFormat(a0: *mut c_void, a1: u32, a2: i32) -> u32 {
-    forward(582, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32, i32) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+    forward(
+        582,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, i32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetMaxAnisotropy(a0: *mut c_void, a1: u32) -> u32 {
-    forward(583, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        583,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetMipmapFilterMode(a0: *mut c_void, a1: u32) -> u32 {
-    forward(584, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        584,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetMipmapLevelBias(a0: *mut c_void, a1: f32) -> u32 {
-    forward(585, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, f32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        585,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, f32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuTexRefSetMipmapLevelClamp(a0: *mut c_void, a1: f32, a2: f32) -> u32 {
-    forward(586, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, f32, f32) -> u32>(f)(
-            a0, a1, a2,
-        )
-    })
+pub unsafe extern "C" fn cuTexRefSetMipmapLevelClamp(
+    a0: *mut c_void,
+    a1: f32,
+    a2: f32,
+) -> u32 {
+    forward(
+        586,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, f32, f32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetMipmappedArray(
@@ -8004,17 +10900,27 @@ pub unsafe extern "C" fn cuTexRefSetMipmappedArray(
     a1: *mut c_void,
     a2: u32,
 ) -> u32 {
-    forward(587, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32>(
-            f,
-        )(a0, a1, a2)
-    })
+    forward(
+        587,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuThreadExchangeStreamCaptureMode(a0: *mut c_void) -> u32 {
-    forward(588, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> u32>(f)(a0)
-    })
+    forward(
+        588,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> u32,
+            >(f)(a0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuUserObjectCreate(
@@ -8024,24 +10930,45 @@ pub unsafe extern "C" fn cuUserObjectCreate(
     a3: u32,
     a4: u32,
 ) -> u32 {
-    forward(589, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, u32, u32) -> u32,
-        >(f)(a0, a1, a2, a3, a4)
-    })
+    forward(
+        589,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    u32,
+                    u32,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuUserObjectRelease(a0: *mut c_void, a1: u32) -> u32 {
-    forward(590, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        590,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuUserObjectRetain(a0: *mut c_void, a1: u32) -> u32 {
-    forward(591, |f| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> u32>(f)(a0, a1)
-    })
+    forward(
+        591,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32) -> u32,
+            >(f)(a0, a1)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuWaitExternalSemaphoresAsync(
@@ -8050,12 +10977,20 @@ pub unsafe extern "C" fn cuWaitExternalSemaphoresAsync(
     a2: u32,
     a3: *mut c_void,
 ) -> u32 {
-    forward(592, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*const c_void, *const c_void, u32, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        592,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *const c_void,
+                    *const c_void,
+                    u32,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuWaitExternalSemaphoresAsync_ptsz(
@@ -8064,10 +10999,18 @@ pub unsafe extern "C" fn cuWaitExternalSemaphoresAsync_ptsz(
     a2: u32,
     a3: *mut c_void,
 ) -> u32 {
-    forward(593, |f| unsafe {
-        std::mem::transmute::<
-            *mut c_void,
-            unsafe extern "C" fn(*const c_void, *const c_void, u32, *mut c_void) -> u32,
-        >(f)(a0, a1, a2, a3)
-    })
+    forward(
+        593,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *const c_void,
+                    *const c_void,
+                    u32,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
+        },
+    )
 }

@@ -4,6 +4,9 @@
 
 pub mod dlsym;
 pub mod exports;
+// Written by `cuinterpose-codegen entry-points` (prettyplease), checked for staleness: rustfmt
+// must leave it as generated.
+#[rustfmt::skip]
 pub mod generated;
 pub mod passthrough;
 pub mod proc_address;
