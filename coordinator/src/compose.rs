@@ -293,7 +293,19 @@ pub fn toggle(
     };
     let dir = dir.map_or_else(|| temporary.clone().expect("temporary"), Path::to_path_buf);
     let mut report = Report::new("toggle");
-    report.absorb(checkpoint(workload, root, &dir, progress)?);
+    match checkpoint(workload, root, &dir, progress) {
+        Ok(checkpointed) => report.absorb(checkpointed),
+        Err(error) => {
+            // Nothing was changed: the temporary directory holds nothing worth keeping.
+            // After a change it holds the state a recovery needs, so it stays.
+            if let Some(temporary) = &temporary
+                && error.exit_code() == 1
+            {
+                let _ = fs::remove_dir_all(temporary);
+            }
+            return Err(error);
+        }
+    }
     let restored = restore(workload, Some(root), &dir, progress)
         .map_err(|error| error.after_mutation("restore"))?;
     report.absorb(restored);

@@ -158,9 +158,16 @@ fn parked_call(sandbox: &Sandbox) {
     worker.fill(address, 2 * MIB, 5).expect("fill");
     worker.synchronize_in_thread(0).expect("park a thread");
     std::thread::sleep(Duration::from_millis(300));
-    let timeout = [("CUINTERPOSE_CONTROL_TIMEOUT_SECONDS", "1")];
+    let tmp = sandbox.fresh("tmp");
+    let tmp = tmp.to_str().expect("UTF-8");
+    let timeout = [
+        ("CUINTERPOSE_CONTROL_TIMEOUT_SECONDS", "1"),
+        ("TMPDIR", tmp),
+    ];
     let out = cuinterpose(sandbox, &root, &["toggle", "--pid", &root_pid()], &timeout);
     let (_, stderr) = check_exit(&out, 1);
+    let left: Vec<_> = std::fs::read_dir(tmp).expect("TMPDIR").collect();
+    assert!(left.is_empty(), "a refused toggle left {left:?} in TMPDIR");
     assert!(
         stderr.contains("(synchronize) is inside cuStreamSynchronize")
             && stderr.contains("did not leave their driver call within 1 s")
