@@ -1,7 +1,8 @@
 //! The `cuinterpose` command line.
 //!
 //! Exit codes: 0 success; 1 refused or invalid, nothing was changed; 2 failed after
-//! participants were changed (fail-stop: the workload must not resume); 64 usage (bad
+//! participants were changed (fail-stop: the workload must not resume); 3 aborted after
+//! participants were changed, the workload put back in place and resumed; 64 usage (bad
 //! arguments or settings); `launch` passes on its command's status (127/126 when it cannot run).
 
 use std::ffi::OsString;
@@ -24,6 +25,8 @@ use crate::{render, state};
 pub const EXIT_REFUSED: u8 = 1;
 /// Exit status: failed after mutation (fail-stop).
 pub const EXIT_FAIL_STOP: u8 = 2;
+/// Exit status: aborted after mutation; the workload was put back in place and resumed.
+pub const EXIT_ABORTED: u8 = 3;
 /// Exit status: usage error (`EX_USAGE`).
 pub const EXIT_USAGE: u8 = 64;
 /// Names the shim library `launch` preloads when `--shim` is not given.
@@ -56,7 +59,9 @@ A restore, in order:
 `toggle` both in place.
 
 Exit status: 0 success; 1 refused or invalid (nothing was changed); 2 failed after the \
-participants were changed (fail-stop: do not resume the workload); 64 usage error.
+participants were changed (fail-stop: do not resume the workload); 3 a native checkpoint step \
+or the CRIU dump failed and the workload was put back in place and resumed (nothing was \
+checkpointed); 64 usage error.
 
 Environment: CUINTERPOSE_CONTROL_DIR (control directory, default /tmp/cuinterpose),
 CUINTERPOSE_CONTROL_TIMEOUT_SECONDS (default 10), CUINTERPOSE_COPY_TIMEOUT_SECONDS (for
@@ -419,12 +424,18 @@ fn failure_json(command: &str, error: &CommandError) -> Value {
         "exit_code": error.exit_code(),
         "message": error.to_string(),
     });
+    if let CommandError::Aborted { resumed, .. } = error {
+        value["status"] = json!("aborted");
+        value["resumed"] = resumed.json();
+    }
     let run = match error {
         CommandError::Run(run) => Some(run),
-        CommandError::AfterMutation { source, .. } => match source.as_ref() {
-            CommandError::Run(run) => Some(run),
-            _ => None,
-        },
+        CommandError::AfterMutation { source, .. } | CommandError::Aborted { source, .. } => {
+            match source.as_ref() {
+                CommandError::Run(run) => Some(run),
+                _ => None,
+            }
+        }
         _ => None,
     };
     if let Some(run) = run {

@@ -40,14 +40,30 @@ pub enum CommandError {
         #[source]
         source: Box<CommandError>,
     },
+    /// A step failed after participants were changed, every participant was alive, and the
+    /// workload was put back in place from the host carriers: it runs on, unchanged.
+    #[error(
+        "{source}\nABORTED: {during} failed after the participants were prepared; the workload \
+         was put back in place (same bytes, addresses and sharing, verified) and resumed. \
+         Nothing was checkpointed"
+    )]
+    Aborted {
+        during: String,
+        #[source]
+        source: Box<CommandError>,
+        /// The phases of the rollback.
+        resumed: Box<crate::report::Report>,
+    },
 }
 
 impl CommandError {
-    /// 1: refused or invalid, nothing changed; 2: failed after mutation.
+    /// 1: refused or invalid, nothing changed; 2: failed after mutation (fail-stop); 3: failed
+    /// after mutation, and the workload was put back in place and resumed.
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Run(error) => error.exit_code(),
             Self::AfterMutation { .. } => 2,
+            Self::Aborted { .. } => 3,
             _ => 1,
         }
     }
@@ -55,7 +71,7 @@ impl CommandError {
     /// Wraps `self` as a failure after mutation (unless it already says so).
     pub fn after_mutation(self, during: impl Into<String>) -> Self {
         match self {
-            Self::AfterMutation { .. } => self,
+            Self::AfterMutation { .. } | Self::Aborted { .. } => self,
             Self::Run(ref error) if error.mutated => self,
             other => Self::AfterMutation {
                 during: during.into(),

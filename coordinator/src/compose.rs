@@ -4,8 +4,9 @@
 //! Checkpoint: find the tree's CUDA processes and participants → `prepare` (state published)
 //! → record the processes → native lock of every CUDA process → native checkpoint of each.
 //! Restore: load the state → find the processes → native restore of each → native unlock of
-//! each → the coordinator's restore phases. Anything that fails after `prepare` changed the
-//! participants is fail-stop (exit 2).
+//! each → the coordinator's restore phases. A native step that fails after `prepare` changed
+//! the participants is aborted: the workload is put back in place from the host carriers and
+//! resumes (exit 3); only a failed rollback is fail-stop (exit 2).
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -199,21 +200,100 @@ pub fn checkpoint(
     )?;
     let mut report = Report::new("checkpoint");
     report.absorb(commands::prepare(&session, dir, progress)?);
-    let after = |error: CommandError| error.after_mutation("native checkpoint");
-    write_members(dir, root, &members).map_err(after)?;
-    native_phase(&mut report, progress, "native_lock", &members, |member| {
-        driver.lock(member.host_pid, workload.lock_timeout_ms)
-    })
-    .map_err(after)?;
-    native_phase(
+    drop(session);
+    if let Err(error) = native_checkpoint(
+        workload,
+        &driver,
+        root,
+        dir,
+        &members,
         &mut report,
         progress,
-        "native_checkpoint",
-        &members,
-        |member| driver.checkpoint(member.host_pid),
-    )
-    .map_err(after)?;
+    ) {
+        return Err(resume_in_place(
+            workload,
+            root,
+            dir,
+            progress,
+            "native checkpoint",
+            error,
+        ));
+    }
     Ok(report)
+}
+
+/// The native half of `checkpoint`: record the processes, lock each, checkpoint each.
+fn native_checkpoint(
+    workload: &Workload,
+    driver: &Driver,
+    root: u32,
+    dir: &Path,
+    members: &[Member],
+    report: &mut Report,
+    progress: &mut dyn FnMut(&PhaseReport),
+) -> Result<(), CommandError> {
+    write_members(dir, root, members)?;
+    native_phase(report, progress, "native_lock", members, |member| {
+        driver.lock(member.host_pid, workload.lock_timeout_ms)
+    })?;
+    native_phase(report, progress, "native_checkpoint", members, |member| {
+        driver.checkpoint(member.host_pid)
+    })
+}
+
+/// Abort and resume: `during` failed after `prepare` released the sharing and published the
+/// state, with every process still alive. Undo the native steps where they happened (restore
+/// a checkpointed process, unlock a locked one), then run the coordinator's restore phases
+/// from the host carriers the shims still hold, ending with the record-by-record comparison.
+/// The workload runs on unchanged ([`CommandError::Aborted`], exit 3); if the rollback itself
+/// fails, it is fail-stop ([`CommandError::AfterMutation`], exit 2) naming both failures.
+pub fn resume_in_place(
+    workload: &Workload,
+    root: u32,
+    dir: &Path,
+    progress: &mut dyn FnMut(&PhaseReport),
+    during: &str,
+    error: CommandError,
+) -> CommandError {
+    let mut rollback = || -> Result<Report, CommandError> {
+        let driver = Driver::load()?;
+        let members = find_members(workload, &driver, root)?;
+        let mut report = Report::new("resume");
+        native_phase(
+            &mut report,
+            progress,
+            "native_undo",
+            &members,
+            |member| match driver.state(member.host_pid)? {
+                ProcessState::Checkpointed => {
+                    driver.restore(member.host_pid)?;
+                    driver.unlock(member.host_pid)
+                }
+                ProcessState::Locked => driver.unlock(member.host_pid),
+                _ => Ok(()),
+            },
+        )?;
+        let session = Session::open(
+            &workload.control_dir,
+            &participants(&members),
+            workload.timeouts,
+        )?;
+        report.absorb(commands::restore(&session, dir, progress)?);
+        Ok(report)
+    };
+    match rollback() {
+        Ok(resumed) => CommandError::Aborted {
+            during: during.to_owned(),
+            source: Box::new(error),
+            resumed: Box::new(resumed),
+        },
+        Err(rollback_error) => CommandError::AfterMutation {
+            during: format!(
+                "{during} (and putting the workload back failed too: {rollback_error})"
+            ),
+            source: Box::new(error),
+        },
+    }
 }
 
 /// Native restore and unlock of every CUDA process, then the coordinator's restore phases.
@@ -296,10 +376,11 @@ pub fn toggle(
     match checkpoint(workload, root, &dir, progress) {
         Ok(checkpointed) => report.absorb(checkpointed),
         Err(error) => {
-            // Nothing was changed: the temporary directory holds nothing worth keeping.
-            // After a change it holds the state a recovery needs, so it stays.
+            // Nothing was changed, or the workload was put back in place: the temporary
+            // directory holds nothing worth keeping. After a fail-stop it holds the state a
+            // recovery needs, so it stays.
             if let Some(temporary) = &temporary
-                && error.exit_code() == 1
+                && matches!(error.exit_code(), 1 | 3)
             {
                 let _ = fs::remove_dir_all(temporary);
             }

@@ -155,8 +155,17 @@ pub fn checkpoint(
 ) -> Result<Report, CommandError> {
     let mut report = compose::checkpoint(workload, root, dir, progress)?;
     let started = Instant::now();
-    criu.dump(root, &dir.join(IMAGES_DIR_NAME))
-        .map_err(|e| e.after_mutation("criu dump"))?;
+    if let Err(error) = criu.dump(root, &dir.join(IMAGES_DIR_NAME)) {
+        // CRIU leaves the tasks running when a dump fails: put the workload back.
+        return Err(compose::resume_in_place(
+            workload,
+            root,
+            dir,
+            progress,
+            "criu dump",
+            error,
+        ));
+    }
     let phase = timed("criu_dump", started);
     progress(&phase);
     report.phases.push(phase);

@@ -2,7 +2,9 @@
 //! while `cuinterpose toggle` checkpoints and restores the processes in place. The gate holds
 //! them from begin_checkpoint until the restore is verified, so nothing crashes, no call
 //! fails, and no acknowledged write is lost. A thread parked inside a driver call makes
-//! begin_checkpoint refuse, naming it, and the workload carries on.
+//! begin_checkpoint refuse, naming it, and the workload carries on. A native lock or checkpoint
+//! the driver refuses after the sharing was released is aborted: the workload is put back in
+//! place from the host carriers and resumes (exit 3).
 //!
 //! `harness = false`: the workers are this process's only children, so the process tree
 //! rooted here is exactly the workload.
@@ -28,9 +30,13 @@ const THREADS: usize = 4;
 const TOGGLES: usize = 20;
 
 fn main() {
-    let tests: [Test<Sandbox>; 2] = [
+    let tests: [Test<Sandbox>; 3] = [
         ("toggles_under_traffic_lose_nothing", toggles_under_traffic),
         ("a_parked_call_makes_begin_refuse", parked_call),
+        (
+            "a_refused_native_step_is_aborted_and_resumed",
+            refused_native_step,
+        ),
     ];
     support::harness::run(&tests, || Sandbox::new("live"));
 }
@@ -189,4 +195,78 @@ fn parked_call(sandbox: &Sandbox) {
     worker
         .verify(address, MIB, 6)
         .expect("bytes after the toggle");
+}
+
+/// Two processes share memory with traffic running in both; the importer's driver refuses
+/// the native `step` (fakecuda's hook). Each toggle fails with exit 3, "ABORTED", never
+/// "FAIL-STOP": the sharing is rebuilt from the host carriers and verified, the traffic sees
+/// no failed call and no lost write, and the temporary directory is gone.
+fn refused_native_step(sandbox: &Sandbox) {
+    for step in ["lock", "checkpoint"] {
+        let root = sandbox.fresh(step);
+        let mut creator = sandbox.worker(&root, None);
+        let mut importer =
+            sandbox.worker_with(&root, None, &[("FAKECUDA_REFUSE_CHECKPOINT", step)]);
+        let handle = creator.create(2 * MIB, 0, 1).expect("create");
+        let ticket = creator.export(handle).expect("export");
+        let va = creator.map_rw(handle, 2 * MIB, 0).expect("map");
+        let imported = importer.import(ticket.as_fd()).expect("import");
+        let vb = importer.map_rw(imported, 2 * MIB, 0).expect("map import");
+        drop(ticket);
+        creator.fill(va + MIB, MIB, 41).expect("fill");
+        for (w, base, mode) in [
+            (&mut creator, va, TrafficMode::Copy),
+            (&mut importer, vb + SLOT, TrafficMode::CopyAsync),
+        ] {
+            let threads = vec![TrafficThread {
+                address: base,
+                size: SLOT,
+                mode,
+            }];
+            w.traffic_start(0, threads).expect("start traffic");
+        }
+        let tmp = sandbox.fresh("tmp");
+        let tmp = tmp.to_str().expect("UTF-8");
+        for attempt in 0..2 {
+            let out = cuinterpose(
+                sandbox,
+                &root,
+                &["toggle", "--pid", &root_pid(), "--json"],
+                &[("TMPDIR", tmp)],
+            );
+            let (stdout, stderr) = check_exit(&out, 3);
+            let what = format!("native {step} refused, attempt {attempt}");
+            assert!(
+                stderr.contains(&format!("native {step} failed"))
+                    && stderr.contains("ABORTED: native checkpoint failed")
+                    && !stderr.contains("FAIL-STOP"),
+                "{what}: {stderr}"
+            );
+            let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+            assert_eq!(report["status"], "aborted", "{what}: {report}");
+            assert_eq!(report["exit_code"], 3, "{what}: {report}");
+            let phases = cli::phase_names(&report["resumed"]);
+            assert!(
+                phases.first() == Some(&"native_undo") && phases.ends_with(&["verify"]),
+                "{what}: {phases:?}"
+            );
+            let left: Vec<_> = std::fs::read_dir(tmp).expect("TMPDIR").collect();
+            assert!(left.is_empty(), "{what}: left {left:?} in TMPDIR");
+        }
+        for (p, w) in [&mut creator, &mut importer].into_iter().enumerate() {
+            let reports = w.traffic_stop().expect("stop traffic");
+            for report in &reports {
+                assert!(report.errors.is_empty(), "{step}: process {p}: {report:?}");
+                assert_eq!(report.inconsistencies, 0, "{step}: process {p}: {report:?}");
+                assert!(report.iterations > 0, "{step}: process {p}: {report:?}");
+            }
+        }
+        importer
+            .verify(vb + MIB, MIB, 41)
+            .expect("bytes after the abort");
+        importer
+            .fill(vb + MIB, MIB, 42)
+            .expect("write through the importer");
+        creator.verify(va + MIB, MIB, 42).expect("still shared");
+    }
 }

@@ -62,8 +62,19 @@ pub fn state() -> u32 {
     gate().state
 }
 
+/// Test hook: `FAKECUDA_REFUSE_CHECKPOINT=lock` (or `checkpoint`) in the target process makes
+/// that native step refuse with `CUDA_ERROR_NOT_SUPPORTED`, leaving the state unchanged, as the
+/// driver refuses a process it cannot checkpoint.
+fn refused_by_hook(step: &str) -> CuResult<()> {
+    match std::env::var("FAKECUDA_REFUSE_CHECKPOINT") {
+        Ok(value) if value.split(',').any(|v| v == step) => Err(CuError::CUDA_ERROR_NOT_SUPPORTED),
+        _ => Ok(()),
+    }
+}
+
 /// Lock: from RUNNING only; waits up to `timeout_ms` (0: no limit) for calls in flight.
 pub fn lock(timeout_ms: u32) -> CuResult<()> {
+    refused_by_hook("lock")?;
     let mut g = gate();
     if g.state != c::PROCESS_STATE_RUNNING || g.draining {
         return Err(CuError::CUDA_ERROR_ILLEGAL_STATE);
@@ -109,6 +120,7 @@ enum Outcome {
 }
 
 pub fn checkpoint() -> CuResult<()> {
+    refused_by_hook("checkpoint")?;
     let mut g = gate();
     if g.state != c::PROCESS_STATE_LOCKED {
         return Err(CuError::CUDA_ERROR_ILLEGAL_STATE);
