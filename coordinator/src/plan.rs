@@ -350,9 +350,22 @@ impl fmt::Display for RunError {
             }
         } else {
             write!(f, "\nnothing was changed in any participant")?;
+            if self.stage == Stage::BeginCheckpoint {
+                f.write_str(
+                    " (any that froze goes back to active on its own after its control timeout)",
+                )?;
+            }
         }
         Ok(())
     }
+}
+
+/// Whether every failure is a participant's refusal that left it unchanged.
+fn only_refusals(failures: &[Failure]) -> bool {
+    failures.iter().all(|failure| {
+        matches!(&failure.reason, Reason::Refused { code, .. }
+            if !matches!(code, RefusalCode::DriverError | RefusalCode::FailStopped))
+    })
 }
 
 /// What to do next.
@@ -579,6 +592,13 @@ impl Run {
             participant: Some(pid),
             reason: Reason::NotAParticipant,
         }));
+        if stage == Stage::BeginCheckpoint && !failures.is_empty() && only_refusals(&failures) {
+            // begin_checkpoint is the first mutating request and freezing destroys nothing:
+            // when the only failures are refusals, the participants that froze go back to
+            // active on their own once no further request comes (the shim's frozen
+            // watchdog, after its control timeout). Not fail-stop.
+            self.mutated = false;
+        }
         if !failures.is_empty() {
             self.fail(stage, failures);
             return &self.step;
@@ -930,6 +950,60 @@ mod tests {
     }
 
     #[test]
+    fn a_busy_refusal_of_begin_checkpoint_is_not_fail_stop_while_others_froze() {
+        let topology = shared_topology(101);
+        let mut fakes = fake_participants(&topology);
+        let mut run = Run::capture(fakes.keys().copied());
+        let mut busy = |stage: Stage, p: NamespacePid, outcome: Outcome| {
+            if stage == Stage::BeginCheckpoint && p == pid(102) {
+                refused(
+                    RefusalCode::Busy,
+                    "thread 7 (loader) is inside cuStreamSynchronize",
+                )
+            } else {
+                outcome
+            }
+        };
+        let stages = drive(&mut run, &mut fakes, &mut busy, Ok(()));
+        assert_eq!(stages, [Stage::Inspect, Stage::BeginCheckpoint]);
+        let error = check_failed(
+            &run,
+            Stage::BeginCheckpoint,
+            Some(102),
+            "inside cuStreamSynchronize",
+            false,
+        );
+        assert!(
+            error
+                .to_string()
+                .contains("any that froze goes back to active on its own"),
+            "{error}"
+        );
+        // A refusal that means destructive work failed, or a participant that did not answer,
+        // stays fail-stop.
+        for outcome in [
+            refused(RefusalCode::DriverError, "cuCtxSynchronize failed"),
+            Err("the peer closed the connection while receiving the reply".to_owned()),
+        ] {
+            let mut fakes = fake_participants(&topology);
+            let mut run = Run::capture(fakes.keys().copied());
+            let mut once = Some(outcome);
+            let mut fault = |stage: Stage, p: NamespacePid, outcome: Outcome| {
+                if stage == Stage::BeginCheckpoint && p == pid(102) {
+                    once.take().expect("one fault")
+                } else {
+                    outcome
+                }
+            };
+            drive(&mut run, &mut fakes, &mut fault, Ok(()));
+            let Step::Failed(error) = run.step() else {
+                panic!("{:?}", run.step())
+            };
+            assert!(error.mutated, "{error}");
+        }
+    }
+
+    #[test]
     fn capture_runs_every_phase_in_order_and_publishes_the_frozen_records() {
         let topology = shared_topology(101);
         let mut fakes = fake_participants(&topology);
@@ -1133,7 +1207,8 @@ mod tests {
         );
         assert_eq!(error.participants(), [pid(101), pid(102), pid(103)]);
 
-        // One refuses, the others froze: fail-stop.
+        // One refuses, the others froze: not fail-stop either (freezing destroys nothing and
+        // the frozen ones go back to active on their own).
         let mut fakes = fake_participants(&shared_topology(101));
         let mut run = Run::capture(fakes.keys().copied());
         let mut tamper = |stage: Stage, pid: NamespacePid, outcome: Outcome| {
@@ -1148,7 +1223,7 @@ mod tests {
             Stage::BeginCheckpoint,
             Some(101),
             "refused (out_of_order)",
-            true,
+            false,
         );
         assert!(error.fail_stopped.is_empty());
     }

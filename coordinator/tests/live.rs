@@ -148,29 +148,33 @@ fn toggles_under_traffic(sandbox: &Sandbox) {
         .expect("seen by the creator");
 }
 
-/// A thread inside `cuStreamSynchronize` (which fakecuda makes take 4 s) when the toggle
-/// starts: begin_checkpoint waits the control timeout (1 s), refuses naming the thread and
-/// the function, and reopens the gate; nothing was changed (exit 1). Once the call returns, a
-/// toggle succeeds.
+/// A thread inside `cuStreamSynchronize` (which fakecuda makes take 4 s) in one of two
+/// processes when the toggle starts: its begin_checkpoint waits the control timeout (1 s),
+/// refuses naming the thread and the function, and reopens its gate; the other process had
+/// frozen and goes back to active on its own a control timeout later. Exit 1, not fail-stop,
+/// no temporary directory left. Once the parked call returns, a toggle succeeds.
 fn parked_call(sandbox: &Sandbox) {
     let root = sandbox.fresh("parked");
-    let env = [
-        ("FAKECUDA_STREAM_SYNC_DELAY_MS", "4000"),
-        ("CUINTERPOSE_CONTROL_TIMEOUT_SECONDS", "1"),
-    ];
-    let mut worker = sandbox.worker_with(&root, None, &env);
+    let timeout = ("CUINTERPOSE_CONTROL_TIMEOUT_SECONDS", "1");
+    let mut worker = sandbox.worker_with(
+        &root,
+        None,
+        &[("FAKECUDA_STREAM_SYNC_DELAY_MS", "4000"), timeout],
+    );
+    let mut other = sandbox.worker_with(&root, None, &[timeout]);
     let handle = worker.create(2 * MIB, 0, 1).expect("create");
     let address = worker.map_rw(handle, 2 * MIB, 0).expect("map");
+    let ticket = worker.export(handle).expect("export");
+    let imported = other.import(ticket.as_fd()).expect("import");
+    let seen = other.map_rw(imported, 2 * MIB, 0).expect("map import");
+    drop(ticket);
     worker.fill(address, 2 * MIB, 5).expect("fill");
     worker.synchronize_in_thread(0).expect("park a thread");
     std::thread::sleep(Duration::from_millis(300));
     let tmp = sandbox.fresh("tmp");
     let tmp = tmp.to_str().expect("UTF-8");
-    let timeout = [
-        ("CUINTERPOSE_CONTROL_TIMEOUT_SECONDS", "1"),
-        ("TMPDIR", tmp),
-    ];
-    let out = cuinterpose(sandbox, &root, &["toggle", "--pid", &root_pid()], &timeout);
+    let env = [timeout, ("TMPDIR", tmp)];
+    let out = cuinterpose(sandbox, &root, &["toggle", "--pid", &root_pid()], &env);
     let (_, stderr) = check_exit(&out, 1);
     let left: Vec<_> = std::fs::read_dir(tmp).expect("TMPDIR").collect();
     assert!(left.is_empty(), "a refused toggle left {left:?} in TMPDIR");
@@ -178,23 +182,36 @@ fn parked_call(sandbox: &Sandbox) {
         stderr.contains("(synchronize) is inside cuStreamSynchronize")
             && stderr.contains("did not leave their driver call within 1 s")
             && stderr.contains("nothing was changed")
+            && stderr.contains("any that froze goes back to active on its own")
             && !stderr.contains("FAIL-STOP"),
         "{stderr}"
     );
-    // The gate is open again: the workload goes on at once.
+    // The refusing process's gate is open again at once; the frozen one's call waits for
+    // its watchdog, then goes on.
     worker
         .verify(address, 2 * MIB, 5)
         .expect("bytes after the refusal");
     worker
         .fill(address, MIB, 6)
         .expect("a write after the refusal");
+    other
+        .verify(seen, MIB, 6)
+        .expect("the frozen process resumes and reads it");
+    let phases = cli::participant_phases(&cuinterpose(sandbox, &root, &["inspect", "--json"], &[]));
+    assert_eq!(phases, ["active"; 2]);
     // Once the parked call has returned, the checkpoint goes through.
     std::thread::sleep(Duration::from_millis(4000));
-    let out = cuinterpose(sandbox, &root, &["toggle", "--pid", &root_pid()], &timeout);
+    let out = cuinterpose(
+        sandbox,
+        &root,
+        &["toggle", "--pid", &root_pid()],
+        &[timeout],
+    );
     check_exit(&out, 0);
     worker
         .verify(address, MIB, 6)
         .expect("bytes after the toggle");
+    other.verify(seen, MIB, 6).expect("shared after the toggle");
 }
 
 /// Two processes share memory with traffic running in both; the importer's driver refuses

@@ -20,6 +20,7 @@ use cuinterpose_protocol::{
     CompletedReply, InspectionReply, Operation, Phase, RefusalCode, Reply, Request, ResourceKind,
 };
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A reply, and what to do once it was sent.
 #[derive(Debug)]
@@ -43,7 +44,14 @@ fn reply(reply: Reply) -> Outcome {
     }
 }
 
+/// Counts lifecycle requests, so the frozen watchdog can tell whether the coordinator moved
+/// on after `begin_checkpoint`.
+static LIFECYCLE_REQUESTS: AtomicU64 = AtomicU64::new(0);
+
 pub fn handle(request: &Request) -> Outcome {
+    if matches!(request, Request::BeginCheckpoint | Request::Execute(_)) {
+        LIFECYCLE_REQUESTS.fetch_add(1, Ordering::SeqCst);
+    }
     if let Request::BeginCheckpoint = request {
         // Not under the registry lock: the drain waits for application threads that may
         // need it to finish their tracked calls.
@@ -175,12 +183,41 @@ fn begin() -> Reply {
         Reply::Inspection(mut i) => {
             r.phase = Phase::Frozen;
             i.phase = Phase::Frozen;
+            watch_frozen(Timeouts::from_env().unwrap_or_default().control());
             Reply::Inspection(i)
         }
         other => {
             gate::open();
             other
         }
+    }
+}
+
+/// Nothing is destroyed while frozen, so a participant whose coordinator went quiet (it died,
+/// or another participant refused `begin_checkpoint` and the run stopped) goes back to active
+/// on its own when no further lifecycle request arrives within `timeout`.
+fn watch_frozen(timeout: std::time::Duration) {
+    let seen = LIFECYCLE_REQUESTS.load(Ordering::SeqCst);
+    let spawned = std::thread::Builder::new()
+        .name("cuinterpose-frozen".into())
+        .spawn(move || {
+            std::thread::sleep(timeout);
+            let mut guard = process::lock();
+            let Some(r) = guard.as_mut() else { return };
+            if r.phase == Phase::Frozen && LIFECYCLE_REQUESTS.load(Ordering::SeqCst) == seen {
+                r.phase = Phase::Active;
+                gate::open();
+                log!(
+                    "no lifecycle request within {} s of begin_checkpoint; back to phase active, \
+                     application calls continue",
+                    timeout.as_secs_f64()
+                );
+            }
+        });
+    if let Err(e) = spawned {
+        log!(
+            "cannot start the frozen watchdog ({e}); a vanished coordinator would leave this process frozen"
+        );
     }
 }
 
