@@ -633,7 +633,32 @@ fn run_in(
             demo.workers.clear();
             let dir = work.join("checkpoint");
             let mut report = Report::new("demo --criu");
-            report.absorb(criu::checkpoint(&workload, criu, root, &dir, progress)?);
+            match criu::checkpoint(&workload, criu, root, &dir, progress) {
+                Ok(checkpointed) => report.absorb(checkpointed),
+                Err(error) => {
+                    // Aborted: the tree still runs with its sharing rebuilt; check that, then
+                    // end it. Otherwise end it as it is. Either way nothing is left running.
+                    if error.exit_code() == 3 {
+                        demo.workers = connect_all(&sockets)?;
+                        let (regions, bytes) = demo.verify_all()?;
+                        let links = check_sharing(&mut demo)?;
+                        eprintln!(
+                            "cuinterpose: demo: after the abort, {regions} regions ({bytes} bytes) \
+                             verified at their original addresses and {links} sharing links live"
+                        );
+                        for worker in &mut demo.workers {
+                            let _ = worker.call(&cuinterpose_workload::Command::Exit { code: 0 });
+                        }
+                    } else {
+                        // Killing the namespace init ends the whole PID namespace.
+                        let _ = std::process::Command::new("kill")
+                            .args(["-KILL", &root.to_string()])
+                            .status();
+                    }
+                    let _ = unshare.wait();
+                    return Err(error.into());
+                }
+            }
             let _ = unshare.wait();
             report.absorb(criu::restore(&workload, criu, &dir, progress)?);
             demo.workers = connect_all(&sockets)?;

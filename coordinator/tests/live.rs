@@ -30,12 +30,16 @@ const THREADS: usize = 4;
 const TOGGLES: usize = 20;
 
 fn main() {
-    let tests: [Test<Sandbox>; 3] = [
+    let tests: [Test<Sandbox>; 4] = [
         ("toggles_under_traffic_lose_nothing", toggles_under_traffic),
         ("a_parked_call_makes_begin_refuse", parked_call),
         (
             "a_refused_native_step_is_aborted_and_resumed",
             refused_native_step,
+        ),
+        (
+            "frozen_participants_resume_when_the_coordinator_vanishes",
+            coordinator_vanishes,
         ),
     ];
     support::harness::run(&tests, || Sandbox::new("live"));
@@ -286,4 +290,79 @@ fn refused_native_step(sandbox: &Sandbox) {
             .expect("write through the importer");
         creator.verify(va + MIB, MIB, 42).expect("still shared");
     }
+}
+
+/// Sends `request` to the shim of `pid` and closes the connection without reading the reply,
+/// as a coordinator killed right after sending.
+fn send_and_vanish(root: &Path, pid: i32, request: &cuinterpose_protocol::Request) {
+    use std::io::Write as _;
+    let socket = Sandbox::control_dir(root).join(format!("cuinterpose-{pid}.sock"));
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).expect("connect");
+    let body = cuinterpose_protocol::encode(request).expect("encode");
+    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    stream.write_all(&frame).expect("send");
+}
+
+/// The coordinator dies right after `begin_checkpoint` reached two sharing processes with
+/// traffic running: both stay frozen (their calls wait) until their control timeout (2 s)
+/// passes without a further lifecycle request, then go back to active on their own; the
+/// traffic saw no failed call and no lost write, and a toggle afterwards succeeds.
+fn coordinator_vanishes(sandbox: &Sandbox) {
+    let root = sandbox.fresh("vanish");
+    let timeout = [("CUINTERPOSE_CONTROL_TIMEOUT_SECONDS", "2")];
+    let mut a = sandbox.worker_with(&root, None, &timeout);
+    let mut b = sandbox.worker_with(&root, None, &timeout);
+    let handle = a.create(2 * MIB, 0, 1).expect("create");
+    let ticket = a.export(handle).expect("export");
+    let va = a.map_rw(handle, 2 * MIB, 0).expect("map");
+    let imported = b.import(ticket.as_fd()).expect("import");
+    let vb = b.map_rw(imported, 2 * MIB, 0).expect("map import");
+    drop(ticket);
+    for (w, base) in [(&mut a, va), (&mut b, vb + SLOT)] {
+        let threads = vec![TrafficThread {
+            address: base,
+            size: SLOT,
+            mode: TrafficMode::Copy,
+        }];
+        w.traffic_start(0, threads).expect("start traffic");
+    }
+    let phases =
+        || cli::participant_phases(&cuinterpose(sandbox, &root, &["inspect", "--json"], &[]));
+    for w in [&a, &b] {
+        send_and_vanish(
+            &root,
+            w.worker_pid(),
+            &cuinterpose_protocol::Request::BeginCheckpoint,
+        );
+    }
+    let frozen_by = std::time::Instant::now() + Duration::from_millis(1500);
+    while phases() != ["frozen"; 2] {
+        assert!(
+            std::time::Instant::now() < frozen_by,
+            "never frozen: {:?}",
+            phases()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let active_by = std::time::Instant::now() + Duration::from_secs(10);
+    while phases() != ["active"; 2] {
+        assert!(
+            std::time::Instant::now() < active_by,
+            "still {:?}",
+            phases()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for w in [&mut a, &mut b] {
+        for report in w.traffic_stop().expect("stop traffic") {
+            assert!(report.errors.is_empty(), "{report:?}");
+            assert_eq!(report.inconsistencies, 0, "{report:?}");
+        }
+    }
+    let out = cuinterpose(sandbox, &root, &["toggle", "--pid", &root_pid()], &timeout);
+    check_exit(&out, 0);
+    b.fill(vb + MIB, MIB, 9)
+        .expect("write through the importer");
+    a.verify(va + MIB, MIB, 9).expect("still shared");
 }
