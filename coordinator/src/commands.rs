@@ -6,7 +6,7 @@ use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
-use crate::plan::{Run, RunError};
+use crate::plan::{Run, RunError, Stage};
 use crate::report::{PhaseReport, Report};
 use crate::session::{Session, SessionError};
 use crate::state::{self, StateError};
@@ -43,12 +43,14 @@ pub enum CommandError {
     /// A step failed after participants were changed, every participant was alive, and the
     /// workload was put back in place from the host carriers: it runs on, unchanged.
     #[error(
-        "{source}\nABORTED: {during} failed after the participants were prepared; the workload \
+        "{cause}\nABORTED: {during} failed after the participants were prepared; the workload \
          was put back in place (same bytes, addresses and sharing, verified) and resumed. \
          Nothing was checkpointed"
     )]
     Aborted {
         during: String,
+        /// What failed, as the user reads it (without a fail-stop verdict).
+        cause: String,
         #[source]
         source: Box<CommandError>,
         /// The phases of the rollback.
@@ -110,9 +112,50 @@ pub fn prepare(
             .map(|_| ())
             .map_err(|error| error.to_string())
     };
-    let mut report = session.drive(&mut run, &mut publish, progress)?;
-    report.checkpoint_dir = Some(checkpoint_dir.to_path_buf());
-    Ok(report)
+    let error = match session.drive(&mut run, &mut publish, progress) {
+        Ok(mut report) => {
+            report.checkpoint_dir = Some(checkpoint_dir.to_path_buf());
+            return Ok(report);
+        }
+        Err(error) => error,
+    };
+    // Publishing failed (disk full, directory gone): every participant is released and
+    // holds its host carrier, so the workload is put back from the state in memory.
+    let Some(state) = run
+        .state()
+        .filter(|_| error.stage == Stage::PublishState)
+        .cloned()
+    else {
+        return Err(error.into());
+    };
+    let mut back = Run::restore(&state, session.participants());
+    let mut nothing = |_: &cuinterpose_protocol::StateFile| Ok(());
+    match session.drive(&mut back, &mut nothing, progress) {
+        Ok(resumed) => {
+            discard_checkpoint(checkpoint_dir);
+            Err(CommandError::Aborted {
+                during: "publishing the state".into(),
+                cause: error.failures_text(),
+                source: Box::new(error.into()),
+                resumed: Box::new(resumed),
+            })
+        }
+        Err(rollback) => Err(CommandError::AfterMutation {
+            during: format!(
+                "publishing the state (and putting the workload back failed too: {rollback})"
+            ),
+            source: Box::new(error.into()),
+        }),
+    }
+}
+
+/// After an abort the checkpoint directory describes a checkpoint that did not happen: remove
+/// what the checkpoint wrote there (the state, the process list, CRIU's images), so a later
+/// checkpoint into it is not refused and a restore cannot pick up a stale state.
+pub fn discard_checkpoint(dir: &Path) {
+    let _ = std::fs::remove_file(dir.join(state::STATE_FILE_NAME));
+    let _ = std::fs::remove_file(dir.join(crate::compose::PROCESSES_FILE_NAME));
+    let _ = std::fs::remove_dir_all(dir.join(crate::criu::IMAGES_DIR_NAME));
 }
 
 /// Loads the state (before contacting anyone) → checks the live participants against it →

@@ -282,11 +282,15 @@ pub fn resume_in_place(
         Ok(report)
     };
     match rollback() {
-        Ok(resumed) => CommandError::Aborted {
-            during: during.to_owned(),
-            source: Box::new(error),
-            resumed: Box::new(resumed),
-        },
+        Ok(resumed) => {
+            commands::discard_checkpoint(dir);
+            CommandError::Aborted {
+                during: during.to_owned(),
+                cause: error.to_string(),
+                source: Box::new(error),
+                resumed: Box::new(resumed),
+            }
+        }
         Err(rollback_error) => CommandError::AfterMutation {
             during: format!(
                 "{during} (and putting the workload back failed too: {rollback_error})"

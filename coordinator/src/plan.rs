@@ -314,19 +314,26 @@ impl RunError {
     }
 }
 
+impl RunError {
+    /// One line per failure, without the verdict (fail-stop or nothing changed).
+    pub fn failures_text(&self) -> String {
+        self.failures
+            .iter()
+            .map(|failure| {
+                format!(
+                    "{} failed in phase {}: {failure}",
+                    self.kind.command(),
+                    self.stage
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
 impl fmt::Display for RunError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (index, failure) in self.failures.iter().enumerate() {
-            if index > 0 {
-                f.write_str("\n")?;
-            }
-            write!(
-                f,
-                "{} failed in phase {}: {failure}",
-                self.kind.command(),
-                self.stage
-            )?;
-        }
+        f.write_str(&self.failures_text())?;
         if self.mutated {
             write!(
                 f,

@@ -30,7 +30,7 @@ const THREADS: usize = 4;
 const TOGGLES: usize = 20;
 
 fn main() {
-    let tests: [Test<Sandbox>; 4] = [
+    let tests: [Test<Sandbox>; 5] = [
         ("toggles_under_traffic_lose_nothing", toggles_under_traffic),
         ("a_parked_call_makes_begin_refuse", parked_call),
         (
@@ -40,6 +40,10 @@ fn main() {
         (
             "frozen_participants_resume_when_the_coordinator_vanishes",
             coordinator_vanishes,
+        ),
+        (
+            "a_state_that_cannot_be_published_is_aborted_and_resumed",
+            publication_fails,
         ),
     ];
     support::harness::run(&tests, || Sandbox::new("live"));
@@ -365,4 +369,97 @@ fn coordinator_vanishes(sandbox: &Sandbox) {
     b.fill(vb + MIB, MIB, 9)
         .expect("write through the importer");
     a.verify(va + MIB, MIB, 9).expect("still shared");
+}
+
+/// A tmpfs mounted at `dir` and filled to the last byte; unmounted on drop.
+struct FullDisk(std::path::PathBuf);
+
+impl FullDisk {
+    /// `None` (with the reason) where tmpfs cannot be mounted; under `CI=true` that fails.
+    fn mount(dir: std::path::PathBuf) -> Option<FullDisk> {
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs"])
+            .arg(&dir)
+            .output()
+            .expect("run mount");
+        if !out.status.success() {
+            let why = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "cannot mount a tmpfs under CI: {why}"
+            );
+            eprintln!("\n*** SKIPPED a full-disk case: cannot mount a tmpfs: {why} ***\n");
+            return None;
+        }
+        let disk = FullDisk(dir);
+        std::fs::create_dir(disk.0.join("checkpoint")).expect("checkpoint dir");
+        use std::io::Write as _;
+        let mut filler = std::fs::File::create(disk.0.join("filler")).expect("filler");
+        let block = [0u8; 4096];
+        while filler.write_all(&block).is_ok() {}
+        let _ = filler.flush();
+        Some(disk)
+    }
+}
+
+impl Drop for FullDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// `checkpoint --dir` into a directory whose disk is full: every participant has released
+/// its sharing when the state cannot be written. The workload is put back from the state in
+/// memory (restore phases, record comparison) and resumes: exit 3, "ABORTED: publishing the
+/// state failed", no "FAIL-STOP", nothing left in the directory, traffic unharmed.
+fn publication_fails(sandbox: &Sandbox) {
+    let root = sandbox.fresh("publish");
+    let Some(disk) = FullDisk::mount(sandbox.fresh("full")) else {
+        return;
+    };
+    let mut a = sandbox.worker(&root, None);
+    let mut b = sandbox.worker(&root, None);
+    let handle = a.create(2 * MIB, 0, 1).expect("create");
+    let ticket = a.export(handle).expect("export");
+    let va = a.map_rw(handle, 2 * MIB, 0).expect("map");
+    let imported = b.import(ticket.as_fd()).expect("import");
+    let vb = b.map_rw(imported, 2 * MIB, 0).expect("map import");
+    drop(ticket);
+    a.fill(va + MIB, MIB, 51).expect("fill");
+    for (w, base) in [(&mut a, va), (&mut b, vb + SLOT)] {
+        let threads = vec![TrafficThread {
+            address: base,
+            size: SLOT,
+            mode: TrafficMode::MemsetAsync,
+        }];
+        w.traffic_start(0, threads).expect("start traffic");
+    }
+    let dir = disk.0.join("checkpoint");
+    let dir = dir.to_str().expect("UTF-8");
+    let out = cuinterpose(
+        sandbox,
+        &root,
+        &["checkpoint", "--pid", &root_pid(), "--dir", dir],
+        &[],
+    );
+    let (_, stderr) = check_exit(&out, 3);
+    assert!(
+        stderr.contains("publish")
+            && stderr.contains("ABORTED: publishing the state failed")
+            && !stderr.contains("FAIL-STOP"),
+        "{stderr}"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir).expect("checkpoint dir").collect();
+    assert!(left.is_empty(), "left {left:?} in the checkpoint directory");
+    for w in [&mut a, &mut b] {
+        for report in w.traffic_stop().expect("stop traffic") {
+            assert!(report.errors.is_empty(), "{report:?}");
+            assert_eq!(report.inconsistencies, 0, "{report:?}");
+        }
+    }
+    b.verify(vb + MIB, MIB, 51).expect("bytes after the abort");
+    b.fill(vb + MIB, MIB, 52)
+        .expect("write through the importer");
+    a.verify(va + MIB, MIB, 52).expect("still shared");
+    drop(disk);
 }
