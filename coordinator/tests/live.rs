@@ -62,6 +62,59 @@ fn cuinterpose(sandbox: &Sandbox, root: &Path, args: &[&str], env: &[(&str, &str
     command.output().expect("run cuinterpose")
 }
 
+/// Two workers of `root` (with `env_a` and `env_b`) sharing a 2 MiB VMM allocation that the
+/// first creates and the second imports: (creator, importer, their mappings).
+fn pair(
+    sandbox: &Sandbox,
+    root: &Path,
+    env_a: &[(&str, &str)],
+    env_b: &[(&str, &str)],
+) -> (Worker, Worker, u64, u64) {
+    let mut a = sandbox.worker_with(root, None, env_a);
+    let mut b = sandbox.worker_with(root, None, env_b);
+    let handle = a.create(2 * MIB, 0, 1).expect("create");
+    let va = a.map_rw(handle, 2 * MIB, 0).expect("map");
+    let ticket = a.export(handle).expect("export");
+    let imported = b.import(ticket.as_fd()).expect("import");
+    let vb = b.map_rw(imported, 2 * MIB, 0).expect("map import");
+    (a, b, va, vb)
+}
+
+/// Starts one traffic thread in `worker` on the slot at `address`.
+fn one_thread(worker: &mut Worker, address: u64, mode: TrafficMode) {
+    let threads = vec![TrafficThread {
+        address,
+        size: SLOT,
+        mode,
+    }];
+    worker.traffic_start(0, threads).expect("start traffic");
+}
+
+/// Stops `worker`'s traffic: every thread ran, no call failed, no acknowledged write was lost.
+fn check_traffic(what: &str, worker: &mut Worker) {
+    for report in worker.traffic_stop().expect("stop traffic") {
+        assert!(report.iterations > 0, "{what}: {report:?}");
+        assert!(report.errors.is_empty(), "{what}: {report:?}");
+        assert_eq!(report.inconsistencies, 0, "{what}: {report:?}");
+    }
+}
+
+/// Waits until every participant of `root` is in `phase`, for at most `within`.
+fn await_phases(sandbox: &Sandbox, root: &Path, phase: &str, within: Duration) {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let now = cli::participant_phases(&cuinterpose(sandbox, root, &["inspect", "--json"], &[]));
+        if now.iter().all(|p| p == phase) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not all {phase}: {now:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn root_pid() -> String {
     std::process::id().to_string()
 }
@@ -164,18 +217,8 @@ fn toggles_under_traffic(sandbox: &Sandbox) {
 fn parked_call(sandbox: &Sandbox) {
     let root = sandbox.fresh("parked");
     let timeout = ("CUINTERPOSE_CONTROL_TIMEOUT_SECONDS", "1");
-    let mut worker = sandbox.worker_with(
-        &root,
-        None,
-        &[("FAKECUDA_STREAM_SYNC_DELAY_MS", "4000"), timeout],
-    );
-    let mut other = sandbox.worker_with(&root, None, &[timeout]);
-    let handle = worker.create(2 * MIB, 0, 1).expect("create");
-    let address = worker.map_rw(handle, 2 * MIB, 0).expect("map");
-    let ticket = worker.export(handle).expect("export");
-    let imported = other.import(ticket.as_fd()).expect("import");
-    let seen = other.map_rw(imported, 2 * MIB, 0).expect("map import");
-    drop(ticket);
+    let parked = [("FAKECUDA_STREAM_SYNC_DELAY_MS", "4000"), timeout];
+    let (mut worker, mut other, address, seen) = pair(sandbox, &root, &parked, &[timeout]);
     worker.fill(address, 2 * MIB, 5).expect("fill");
     worker.synchronize_in_thread(0).expect("park a thread");
     std::thread::sleep(Duration::from_millis(300));
@@ -229,27 +272,11 @@ fn parked_call(sandbox: &Sandbox) {
 fn refused_native_step(sandbox: &Sandbox) {
     for step in ["lock", "checkpoint"] {
         let root = sandbox.fresh(step);
-        let mut creator = sandbox.worker(&root, None);
-        let mut importer =
-            sandbox.worker_with(&root, None, &[("FAKECUDA_REFUSE_CHECKPOINT", step)]);
-        let handle = creator.create(2 * MIB, 0, 1).expect("create");
-        let ticket = creator.export(handle).expect("export");
-        let va = creator.map_rw(handle, 2 * MIB, 0).expect("map");
-        let imported = importer.import(ticket.as_fd()).expect("import");
-        let vb = importer.map_rw(imported, 2 * MIB, 0).expect("map import");
-        drop(ticket);
+        let refuse = [("FAKECUDA_REFUSE_CHECKPOINT", step)];
+        let (mut creator, mut importer, va, vb) = pair(sandbox, &root, &[], &refuse);
         creator.fill(va + MIB, MIB, 41).expect("fill");
-        for (w, base, mode) in [
-            (&mut creator, va, TrafficMode::Copy),
-            (&mut importer, vb + SLOT, TrafficMode::CopyAsync),
-        ] {
-            let threads = vec![TrafficThread {
-                address: base,
-                size: SLOT,
-                mode,
-            }];
-            w.traffic_start(0, threads).expect("start traffic");
-        }
+        one_thread(&mut creator, va, TrafficMode::Copy);
+        one_thread(&mut importer, vb + SLOT, TrafficMode::CopyAsync);
         let tmp = sandbox.fresh("tmp");
         let tmp = tmp.to_str().expect("UTF-8");
         for attempt in 0..2 {
@@ -278,14 +305,8 @@ fn refused_native_step(sandbox: &Sandbox) {
             let left: Vec<_> = std::fs::read_dir(tmp).expect("TMPDIR").collect();
             assert!(left.is_empty(), "{what}: left {left:?} in TMPDIR");
         }
-        for (p, w) in [&mut creator, &mut importer].into_iter().enumerate() {
-            let reports = w.traffic_stop().expect("stop traffic");
-            for report in &reports {
-                assert!(report.errors.is_empty(), "{step}: process {p}: {report:?}");
-                assert_eq!(report.inconsistencies, 0, "{step}: process {p}: {report:?}");
-                assert!(report.iterations > 0, "{step}: process {p}: {report:?}");
-            }
-        }
+        check_traffic(&format!("{step} refused: creator"), &mut creator);
+        check_traffic(&format!("{step} refused: importer"), &mut importer);
         importer
             .verify(vb + MIB, MIB, 41)
             .expect("bytes after the abort");
@@ -315,24 +336,9 @@ fn send_and_vanish(root: &Path, pid: i32, request: &cuinterpose_protocol::Reques
 fn coordinator_vanishes(sandbox: &Sandbox) {
     let root = sandbox.fresh("vanish");
     let timeout = [("CUINTERPOSE_CONTROL_TIMEOUT_SECONDS", "2")];
-    let mut a = sandbox.worker_with(&root, None, &timeout);
-    let mut b = sandbox.worker_with(&root, None, &timeout);
-    let handle = a.create(2 * MIB, 0, 1).expect("create");
-    let ticket = a.export(handle).expect("export");
-    let va = a.map_rw(handle, 2 * MIB, 0).expect("map");
-    let imported = b.import(ticket.as_fd()).expect("import");
-    let vb = b.map_rw(imported, 2 * MIB, 0).expect("map import");
-    drop(ticket);
-    for (w, base) in [(&mut a, va), (&mut b, vb + SLOT)] {
-        let threads = vec![TrafficThread {
-            address: base,
-            size: SLOT,
-            mode: TrafficMode::Copy,
-        }];
-        w.traffic_start(0, threads).expect("start traffic");
-    }
-    let phases =
-        || cli::participant_phases(&cuinterpose(sandbox, &root, &["inspect", "--json"], &[]));
+    let (mut a, mut b, va, vb) = pair(sandbox, &root, &timeout, &timeout);
+    one_thread(&mut a, va, TrafficMode::Copy);
+    one_thread(&mut b, vb + SLOT, TrafficMode::Copy);
     for w in [&a, &b] {
         send_and_vanish(
             &root,
@@ -340,30 +346,10 @@ fn coordinator_vanishes(sandbox: &Sandbox) {
             &cuinterpose_protocol::Request::BeginCheckpoint,
         );
     }
-    let frozen_by = std::time::Instant::now() + Duration::from_millis(1500);
-    while phases() != ["frozen"; 2] {
-        assert!(
-            std::time::Instant::now() < frozen_by,
-            "never frozen: {:?}",
-            phases()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let active_by = std::time::Instant::now() + Duration::from_secs(10);
-    while phases() != ["active"; 2] {
-        assert!(
-            std::time::Instant::now() < active_by,
-            "still {:?}",
-            phases()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    for w in [&mut a, &mut b] {
-        for report in w.traffic_stop().expect("stop traffic") {
-            assert!(report.errors.is_empty(), "{report:?}");
-            assert_eq!(report.inconsistencies, 0, "{report:?}");
-        }
-    }
+    await_phases(sandbox, &root, "frozen", Duration::from_millis(1500));
+    await_phases(sandbox, &root, "active", Duration::from_secs(10));
+    check_traffic("creator", &mut a);
+    check_traffic("importer", &mut b);
     let out = cuinterpose(sandbox, &root, &["toggle", "--pid", &root_pid()], &timeout);
     check_exit(&out, 0);
     b.fill(vb + MIB, MIB, 9)
@@ -417,23 +403,10 @@ fn publication_fails(sandbox: &Sandbox) {
     let Some(disk) = FullDisk::mount(sandbox.fresh("full")) else {
         return;
     };
-    let mut a = sandbox.worker(&root, None);
-    let mut b = sandbox.worker(&root, None);
-    let handle = a.create(2 * MIB, 0, 1).expect("create");
-    let ticket = a.export(handle).expect("export");
-    let va = a.map_rw(handle, 2 * MIB, 0).expect("map");
-    let imported = b.import(ticket.as_fd()).expect("import");
-    let vb = b.map_rw(imported, 2 * MIB, 0).expect("map import");
-    drop(ticket);
+    let (mut a, mut b, va, vb) = pair(sandbox, &root, &[], &[]);
     a.fill(va + MIB, MIB, 51).expect("fill");
-    for (w, base) in [(&mut a, va), (&mut b, vb + SLOT)] {
-        let threads = vec![TrafficThread {
-            address: base,
-            size: SLOT,
-            mode: TrafficMode::MemsetAsync,
-        }];
-        w.traffic_start(0, threads).expect("start traffic");
-    }
+    one_thread(&mut a, va, TrafficMode::MemsetAsync);
+    one_thread(&mut b, vb + SLOT, TrafficMode::MemsetAsync);
     let dir = disk.0.join("checkpoint");
     let dir = dir.to_str().expect("UTF-8");
     let out = cuinterpose(
@@ -451,12 +424,8 @@ fn publication_fails(sandbox: &Sandbox) {
     );
     let left: Vec<_> = std::fs::read_dir(dir).expect("checkpoint dir").collect();
     assert!(left.is_empty(), "left {left:?} in the checkpoint directory");
-    for w in [&mut a, &mut b] {
-        for report in w.traffic_stop().expect("stop traffic") {
-            assert!(report.errors.is_empty(), "{report:?}");
-            assert_eq!(report.inconsistencies, 0, "{report:?}");
-        }
-    }
+    check_traffic("creator", &mut a);
+    check_traffic("importer", &mut b);
     b.verify(vb + MIB, MIB, 51).expect("bytes after the abort");
     b.fill(vb + MIB, MIB, 52)
         .expect("write through the importer");
