@@ -148,6 +148,19 @@ pub enum Command {
         criu: CriuArgs,
     },
     /// checkpoint, then restore, in place: the workload continues with its sharing rebuilt.
+    ///
+    /// Like `cuda-checkpoint --toggle`, for a whole process tree: inspect and validate →
+    /// begin_checkpoint (application driver calls wait at the shim's gate; calls in flight
+    /// drain) → prepare_multicast → save_allocations → prepare_unicast → publish
+    /// cuinterpose.state → native lock and checkpoint of every CUDA process → native restore
+    /// and unlock → load_allocations → restore_unicast → the four restore_multicast_* phases →
+    /// a final inspect compared record by record with the state; then the gate reopens.
+    ///
+    /// A failure after the sharing was released (the state cannot be published, a native
+    /// step refused, the CRIU dump failed) puts the workload back and exits 3. Without --dir
+    /// the state goes to a temporary directory, removed afterwards unless a fail-stop needs it.
+    /// --criu dumps the tree with CRIU between the native checkpoint and restore (which ends and
+    /// recreates the processes) and needs --dir for the images.
     Toggle {
         #[command(flatten)]
         tree: Tree,
@@ -491,6 +504,9 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             }
             let report = match (checkpoint_dir, dir) {
                 (Some(checkpoint_dir), None) => {
+                    // The state first: a missing or corrupt one is named as such, not as
+                    // "no participants" when nothing runs.
+                    state::load(&checkpoint_dir).map_err(CommandError::from)?;
                     let session = session(&Target {
                         control_dir: control,
                         pids,
@@ -692,7 +708,11 @@ fn inspect(target: &Target, json: bool) -> Result<ExitCode, Failure> {
                 topology.multicast_groups.len()
             ),
             Some(Err(errors)) => {
-                println!("topology: invalid ({} problems):", errors.len());
+                println!(
+                    "topology: invalid ({} problem{}):",
+                    errors.len(),
+                    if errors.len() == 1 { "" } else { "s" }
+                );
                 for error in errors {
                     println!("  {error}");
                 }

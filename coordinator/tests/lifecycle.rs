@@ -376,3 +376,43 @@ fn missing_participants_are_named_before_anything_changes() {
         "{stderr}"
     );
 }
+
+#[test]
+fn restore_of_a_missing_state_names_the_state_even_with_no_participant() {
+    let control = TempDir::new("ctl-empty").expect("control dir");
+    let missing = control.path().join("no-such-checkpoint");
+    let (_, stderr) = check_exit(
+        &cuinterpose(
+            &[
+                "restore",
+                "--checkpoint-dir",
+                path(&missing),
+                "--control-dir",
+                path(control.path()),
+            ],
+            &[],
+        ),
+        1,
+    );
+    assert!(
+        stderr.contains("cuinterpose.state: no checkpoint state here"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn toggle_help_lists_the_steps_and_what_criu_needs() {
+    let (stdout, _) = check_exit(&cuinterpose(&["toggle", "--help"], &[]), 0);
+    for needed in [
+        "begin_checkpoint",
+        "native lock and checkpoint",
+        "a final inspect compared record by record",
+        "exits 3",
+        "needs --dir for the images",
+    ] {
+        assert!(
+            stdout.contains(needed),
+            "`{needed}` missing from:\n{stdout}"
+        );
+    }
+}
