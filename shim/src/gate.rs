@@ -357,19 +357,24 @@ pub fn is_closed() -> bool {
     STATE.load(Ordering::SeqCst) != OPEN
 }
 
-/// Returns to open after a fork in the child (the parent's checkpoint is not the child's) and
-/// forgets the parent's other threads.
-pub fn reset_after_fork() {
+/// The slot list's lock, for the fork handlers: held across `fork` so the child never inherits
+/// it locked by a thread that does not exist there.
+pub fn slots_mutex() -> &'static Mutex<Vec<&'static Slot>> {
+    &SLOTS
+}
+
+/// In the child after a fork, with the slot list's guard the fork handlers held: back to open
+/// (the parent's checkpoint is not the child's), and the parent's other threads forgotten.
+pub fn reset_after_fork(slots: &mut Vec<&'static Slot>) {
     STATE.store(OPEN, Ordering::SeqCst);
+    HOLD.store(0, Ordering::SeqCst);
     let mine = MINE.try_with(Cell::get).ok().flatten();
-    if let Ok(slots) = SLOTS.try_lock() {
-        for slot in slots.iter() {
-            if mine.is_some_and(|m| std::ptr::eq(m, *slot)) {
-                slot.owner.store(thread_id(), Ordering::Relaxed);
-            } else {
-                slot.depth.store(0, Ordering::Relaxed);
-                slot.owner.store(0, Ordering::Relaxed);
-            }
+    for slot in slots.iter() {
+        if mine.is_some_and(|m| std::ptr::eq(m, *slot)) {
+            slot.owner.store(thread_id(), Ordering::Relaxed);
+        } else {
+            slot.depth.store(0, Ordering::Relaxed);
+            slot.owner.store(0, Ordering::Relaxed);
         }
     }
     SLOTLESS.store(0, Ordering::SeqCst);

@@ -1,5 +1,5 @@
 //! Process-wide state: the registry behind one mutex, the sticky failure flag, and the
-//! process's identity. Lock order: registry → export cache.
+//! process's identity. Lock order: registry → export cache → gate slots.
 
 use crate::error::{CuError, CuResult};
 use crate::registry::Registry;

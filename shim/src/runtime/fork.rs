@@ -1,6 +1,6 @@
 //! Fork: a child must not act on its parent's records, sockets or cached export FDs.
 //!
-//! `prepare` takes the registry and export-cache locks (in the usual order) so that no other
+//! `prepare` takes the registry, export-cache and gate-slot locks (in the usual order) so that no other
 //! thread is halfway through changing them when the address space is copied; the parent then
 //! simply releases them. The child empties both through the guards it inherited, closes the
 //! descriptors they held and the inherited listening socket, and forgets the runtime: its first
@@ -15,6 +15,7 @@ use std::sync::{MutexGuard, Once};
 type Guards = (
     MutexGuard<'static, Option<Registry>>,
     MutexGuard<'static, Option<Cache>>,
+    MutexGuard<'static, Vec<&'static crate::gate::Slot>>,
 );
 
 thread_local! {
@@ -27,7 +28,10 @@ extern "C" fn prepare() {
         .lock()
         .unwrap_or_else(|p| p.into_inner());
     let cache = cache::mutex().lock().unwrap_or_else(|p| p.into_inner());
-    HELD.with(|held| *held.borrow_mut() = Some((registry, cache)));
+    let slots = crate::gate::slots_mutex()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    HELD.with(|held| *held.borrow_mut() = Some((registry, cache, slots)));
 }
 
 extern "C" fn parent() {
@@ -36,16 +40,16 @@ extern "C" fn parent() {
 
 extern "C" fn child() {
     HELD.with(|held| {
-        if let Some((mut registry, mut cache)) = held.borrow_mut().take() {
+        if let Some((mut registry, mut cache, mut slots)) = held.borrow_mut().take() {
             // Dropping the records closes nothing of the driver's (the child cannot use the
             // parent's driver state anyway); dropping the cache closes the export FDs, and
             // dropping the arena unmaps the inherited host copy.
             *registry = None;
             *cache = None;
+            crate::gate::reset_after_fork(&mut slots);
         }
     });
     super::forget_in_child();
-    crate::gate::reset_after_fork();
     process::clear_failure();
 }
 
