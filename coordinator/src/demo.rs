@@ -524,6 +524,30 @@ pub fn run(
         std::fs::create_dir_all(work.join(sub))
             .map_err(|e| setup(format!("creating {}: {e}", work.display())))?;
     }
+    let result = prepare_and_run(options, &artifacts, &work, progress);
+    if !options.keep {
+        // Nothing the demo made outlives it unless --keep asked for it.
+        let _ = std::fs::remove_dir_all(&work);
+        if result.is_err() {
+            eprintln!(
+                "cuinterpose: demo: its work directory was removed; rerun with --keep to keep it \
+                 (logs, state, CRIU images)"
+            );
+        }
+    }
+    result.map(|mut outcome| {
+        outcome.work_dir = work;
+        outcome
+    })
+}
+
+/// Links the driver into `work`, points the coordinator's own native calls at it, and runs.
+fn prepare_and_run(
+    options: &Options,
+    artifacts: &Artifacts,
+    work: &Path,
+    progress: &mut dyn FnMut(&PhaseReport),
+) -> Result<Outcome, DemoError> {
     let driver_path = match &options.driver {
         DriverChoice::Embedded => {
             if !artifacts.fakecuda.exists() {
@@ -546,14 +570,7 @@ pub fn run(
         std::env::set_var(crate::native::DRIVER_VARIABLE, &driver_path);
         std::env::set_var("FAKECUDA_CONTROL_DIR", work.join("fakecuda"));
     }
-    let result = run_in(options, &artifacts, &work, progress);
-    if !options.keep && result.is_ok() {
-        let _ = std::fs::remove_dir_all(&work);
-    }
-    result.map(|mut outcome| {
-        outcome.work_dir = work;
-        outcome
-    })
+    run_in(options, artifacts, work, progress)
 }
 
 fn run_in(

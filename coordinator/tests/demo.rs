@@ -200,3 +200,33 @@ fn a_criu_dump_on_a_full_disk_is_aborted_and_the_workload_resumed() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A demo that fails at start-up (no such driver) leaves nothing in `$TMPDIR`, and says how
+/// to keep its work directory; with --keep the directory stays.
+#[test]
+fn a_failed_demo_leaves_no_work_directory_unless_kept() {
+    let tmp = std::env::temp_dir().join(format!("cuinterpose-demo-tmp-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let run = |keep: bool| {
+        let mut command = demo();
+        command
+            .args(["--driver", "/nonexistent/libcuda.so.1"])
+            .env("TMPDIR", &tmp);
+        if keep {
+            command.arg("--keep");
+        }
+        command.output().unwrap()
+    };
+    let (_, stderr) = check_exit(&run(false), 1);
+    assert!(
+        stderr.contains("cannot resolve /nonexistent/libcuda.so.1"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("rerun with --keep"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    assert!(left.is_empty(), "left {left:?}");
+    check_exit(&run(true), 1);
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    assert_eq!(left.len(), 1, "--keep keeps the work directory: {left:?}");
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
