@@ -221,7 +221,13 @@ fn member_json(member: &MemberRange) -> Value {
     json!({"allocation": reference_json(&member.allocation), "offset": member.offset})
 }
 
-/// A record as JSON with hex ids and enum names (not the wire's integers).
+/// Addresses read as `inspect` prints them: hex.
+fn hex(address: u64) -> String {
+    format!("{address:#x}")
+}
+
+/// A record as JSON with hex ids and addresses and enum names (not the wire's integers), for
+/// `inspect --json` and `state show`.
 pub fn record_json(record: &Record) -> Value {
     let mut object = Map::new();
     object.insert("kind".into(), Value::from(record.kind()));
@@ -239,7 +245,7 @@ pub fn record_json(record: &Record) -> Value {
         }),
         Record::Mapping(r) => json!({
             "allocation": reference_json(&r.allocation),
-            "address": r.address,
+            "address": hex(r.address),
             "size": r.size,
             "offset": r.offset,
             "access": access_json(&r.access),
@@ -266,7 +272,7 @@ pub fn record_json(record: &Record) -> Value {
                 }),
                 BindingSource::Address(source) => json!({
                     "kind": "address",
-                    "address": source.address,
+                    "address": hex(source.address),
                     "member": source.member.as_ref().map(member_json),
                 }),
             };
@@ -282,7 +288,7 @@ pub fn record_json(record: &Record) -> Value {
         }
         Record::MulticastMapping(r) => json!({
             "object": reference_json(&r.object),
-            "address": r.address,
+            "address": hex(r.address),
             "size": r.size,
             "offset": r.offset,
             "flags": r.flags,

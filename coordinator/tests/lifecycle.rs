@@ -207,6 +207,20 @@ fn prepare_then_restore_through_the_binary() {
         "{yaml}"
     );
     assert!(yaml.contains("kind: multicast_binding"), "{yaml}");
+    // Addresses in hex, as `inspect` prints them.
+    let mapping = shown["participants"]["201"]
+        .as_array()
+        .expect("records")
+        .iter()
+        .find(|r| r["kind"] == "mapping")
+        .expect("a mapping record");
+    let address = mapping["address"].as_str().expect("a hex string");
+    assert!(address.starts_with("0x"), "{mapping}");
+    assert!(
+        yaml.contains(&format!("address: {address}"))
+            || yaml.contains(&format!("address: \"{address}\"")),
+        "{yaml}"
+    );
 
     let (stdout, stderr) = scene.check(&["restore"], &[], 0);
     assert!(stdout.starts_with("restore: ok in "), "{stdout}");
