@@ -136,6 +136,16 @@ impl Criu {
     }
 }
 
+/// How many participants the coordinator phases of `report` reached.
+fn participant_count(report: &Report) -> usize {
+    report
+        .phases
+        .iter()
+        .map(|phase| phase.participants)
+        .max()
+        .unwrap_or(0)
+}
+
 fn timed(name: &str, started: Instant) -> PhaseReport {
     PhaseReport {
         name: name.to_owned(),
@@ -166,7 +176,9 @@ pub fn checkpoint(
             error,
         ));
     }
-    let phase = timed("criu_dump", started);
+    let mut phase = timed("criu_dump", started);
+    // CRIU dumped every participant of the tree (and its other processes).
+    phase.participants = participant_count(&report);
     progress(&phase);
     report.phases.push(phase);
     Ok(report)
@@ -186,6 +198,11 @@ pub fn restore(
     let mut report = Report::new("restore");
     report.phases.push(phase);
     report.absorb(compose::restore(workload, Some(root), dir, progress)?);
+    // Known once the restored participants answered.
+    let restored = participant_count(&report);
+    if let Some(criu_phase) = report.phases.first_mut() {
+        criu_phase.participants = restored;
+    }
     Ok(report)
 }
 

@@ -111,6 +111,12 @@ fn demo_survives_a_criu_dump_kill_and_restore() {
         phases.contains(&"criu_dump") && phases.contains(&"criu_restore"),
         "{phases:?}"
     );
+    // The CRIU phases count the participants they dumped and restored.
+    for phase in json["report"]["phases"].as_array().expect("phases") {
+        if phase["phase"] == "criu_dump" || phase["phase"] == "criu_restore" {
+            assert_eq!(phase["participants"], 3, "{phase}");
+        }
+    }
 }
 
 /// A tmpfs of `size` mounted at a fresh directory, unmounted on drop.
