@@ -148,9 +148,9 @@ fn bindings_are_read_with_abi_classes() {
         pub type CUmemLocation = CUmemLocation_st;
         pub type CUhostFn = Option<unsafe extern "C" fn(*mut ::core::ffi::c_void)>;
         #[cfg(any(feature = "cuda-11040"))]
-        pub unsafe fn cuOld(a: u32) -> CUresult { todo!() }
+        pub unsafe fn cuOld(a: u32) -> CUresult { CUresult::CUDA_SUCCESS }
         #[cfg(any(feature = "cuda-12000", feature = "cuda-13010"))]
-        pub unsafe fn cuOld(a: CUdeviceptr, b: CUsigned, c: CUmemLocation, d: CUhostFn, e: *const u8) -> CUresult { todo!() }
+        pub unsafe fn cuOld(a: CUdeviceptr, b: CUsigned, c: CUmemLocation, d: CUhostFn, e: *const u8) -> CUresult { CUresult::CUDA_SUCCESS }
         pub unsafe fn cuNotAResult() -> u32 { 0 }
     "#;
     let b = cuinterpose_codegen::entry_points::read_bindings("t.rs", text).unwrap();

@@ -668,9 +668,10 @@ fn run_in(
                         }
                     } else {
                         // Killing the namespace init ends the whole PID namespace.
-                        let _ = std::process::Command::new("kill")
-                            .args(["-KILL", &root.to_string()])
-                            .status();
+                        let _ = nix::sys::signal::kill(
+                            nix::unistd::Pid::from_raw(root as i32),
+                            nix::sys::signal::Signal::SIGKILL,
+                        );
                     }
                     let _ = unshare.wait();
                     return Err(error.into());

@@ -10,6 +10,7 @@ use std::process::{Command, Output};
 use cuinterpose_workload::{build_shim, build_worker, fakecuda_lib_dir};
 use serde_json::Value;
 use support::cli::{self, check_exit};
+use support::tmpfs::{Tmpfs, unavailable};
 
 /// The binary, with the worker, the shim and fakecuda built next to it (as after
 /// `cargo build --workspace`).
@@ -119,55 +120,6 @@ fn demo_survives_a_criu_dump_kill_and_restore() {
     }
 }
 
-/// A tmpfs of `size` mounted at a fresh directory, unmounted on drop.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(size: &str) -> Result<Tmpfs, String> {
-        let dir = std::env::temp_dir().join(format!("cuinterpose-full-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let out = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0700"),
-                "tmpfs",
-            ])
-            .arg(&dir)
-            .output()
-            .map_err(|e| format!("mount: {e}"))?;
-        if !out.status.success() {
-            let _ = std::fs::remove_dir(&dir);
-            return Err(format!(
-                "mount -t tmpfs: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        Ok(Tmpfs(dir))
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount")
-            .arg(&self.0)
-            .stderr(std::process::Stdio::null())
-            .status();
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
-/// Skips loudly where CRIU or a tmpfs is not available, except under `CI=true`, where that
-/// is a failure.
-fn unavailable(test: &str, why: &str) {
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{test} cannot run under CI: {why}"
-    );
-    eprintln!("\n*** SKIPPED {test}: {why} ***\n");
-}
-
 /// The demo's work directory (and with it the CRIU images) on a 2 MiB tmpfs: the state fits,
 /// the images do not, so `criu dump` fails with the disk full after the sharing was released.
 /// The workload is put back in place from the host carriers (record comparison included) and
@@ -179,7 +131,8 @@ fn a_criu_dump_on_a_full_disk_is_aborted_and_the_workload_resumed() {
         Ok(binary) => binary,
         Err(why) => return unavailable(test, &format!("CRIU is not usable here: {why}")),
     };
-    let full = match Tmpfs::mount("2m") {
+    let dir = std::env::temp_dir().join(format!("cuinterpose-full-{}", std::process::id()));
+    let full = match Tmpfs::mount(dir, "2m") {
         Ok(full) => full,
         Err(why) => return unavailable(test, &why),
     };
@@ -198,13 +151,10 @@ fn a_criu_dump_on_a_full_disk_is_aborted_and_the_workload_resumed() {
             && !stderr.contains("FAIL-STOP"),
         "{stderr}"
     );
-    // Nothing of the workload is left running (the tmpfs unmounts when dropped).
-    let out = Command::new("umount").arg(&full.0).output().unwrap();
-    assert!(
-        out.status.success(),
-        "the workload still holds its directory: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // Nothing of the workload is left running (the tmpfs unmounts).
+    if let Err(why) = full.unmount() {
+        panic!("the workload still holds its directory: {why}");
+    }
 }
 
 /// A demo that fails at start-up (no such driver) leaves nothing in `$TMPDIR`, and says how

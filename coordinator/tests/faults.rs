@@ -650,12 +650,7 @@ fn send_and_vanish(workload: &Workload, index: usize, request: &Request) {
     let socket = workload
         .control
         .join(format!("cuinterpose-{}.sock", workload.pid(index)));
-    let mut stream = std::os::unix::net::UnixStream::connect(socket).expect("connect");
-    let body = cuinterpose_protocol::encode(request).expect("encode");
-    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
-    frame.extend_from_slice(&body);
-    stream.write_all(&frame).expect("send");
-    drop(stream);
+    support::send_and_vanish(&socket, request);
 }
 
 fn lost_reply(sandbox: &Sandbox) {

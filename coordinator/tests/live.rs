@@ -21,6 +21,7 @@ use cuinterpose_workload::proto::{TrafficMode, TrafficReport, TrafficThread};
 use support::cli::{self, check_exit};
 use support::harness::Test;
 use support::sandbox::Sandbox;
+use support::tmpfs::{Tmpfs, unavailable};
 
 const MIB: u64 = 1 << 20;
 const SLOT: u64 = 64 * 1024;
@@ -317,16 +318,10 @@ fn refused_native_step(sandbox: &Sandbox) {
     }
 }
 
-/// Sends `request` to the shim of `pid` and closes the connection without reading the reply,
-/// as a coordinator killed right after sending.
+/// Sends `request` to the shim of `pid` and vanishes (see [`support::send_and_vanish`]).
 fn send_and_vanish(root: &Path, pid: i32, request: &cuinterpose_protocol::Request) {
-    use std::io::Write as _;
     let socket = Sandbox::control_dir(root).join(format!("cuinterpose-{pid}.sock"));
-    let mut stream = std::os::unix::net::UnixStream::connect(socket).expect("connect");
-    let body = cuinterpose_protocol::encode(request).expect("encode");
-    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
-    frame.extend_from_slice(&body);
-    stream.write_all(&frame).expect("send");
+    support::send_and_vanish(&socket, request);
 }
 
 /// The coordinator dies right after `begin_checkpoint` reached two sharing processes with
@@ -357,52 +352,23 @@ fn coordinator_vanishes(sandbox: &Sandbox) {
     a.verify(va + MIB, MIB, 9).expect("still shared");
 }
 
-/// A tmpfs mounted at `dir` and filled to the last byte; unmounted on drop.
-struct FullDisk(std::path::PathBuf);
-
-impl FullDisk {
-    /// `None` (with the reason) where tmpfs cannot be mounted; under `CI=true` that fails.
-    fn mount(dir: std::path::PathBuf) -> Option<FullDisk> {
-        let out = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs"])
-            .arg(&dir)
-            .output()
-            .expect("run mount");
-        if !out.status.success() {
-            let why = String::from_utf8_lossy(&out.stderr).into_owned();
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "cannot mount a tmpfs under CI: {why}"
-            );
-            eprintln!("\n*** SKIPPED a full-disk case: cannot mount a tmpfs: {why} ***\n");
-            return None;
-        }
-        let disk = FullDisk(dir);
-        std::fs::create_dir(disk.0.join("checkpoint")).expect("checkpoint dir");
-        use std::io::Write as _;
-        let mut filler = std::fs::File::create(disk.0.join("filler")).expect("filler");
-        let block = [0u8; 4096];
-        while filler.write_all(&block).is_ok() {}
-        let _ = filler.flush();
-        Some(disk)
-    }
-}
-
-impl Drop for FullDisk {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
-    }
-}
-
 /// `checkpoint --dir` into a directory whose disk is full: every participant has released
 /// its sharing when the state cannot be written. The workload is put back from the state in
 /// memory (restore phases, record comparison) and resumes: exit 3, "ABORTED: publishing the
 /// state failed", no "FAIL-STOP", nothing left in the directory, traffic unharmed.
 fn publication_fails(sandbox: &Sandbox) {
     let root = sandbox.fresh("publish");
-    let Some(disk) = FullDisk::mount(sandbox.fresh("full")) else {
-        return;
+    let disk = match Tmpfs::mount(sandbox.fresh("full"), "256k") {
+        Ok(disk) => disk,
+        Err(why) => {
+            return unavailable(
+                "a_state_that_cannot_be_published_is_aborted_and_resumed",
+                &why,
+            );
+        }
     };
+    std::fs::create_dir(disk.0.join("checkpoint")).expect("checkpoint dir");
+    disk.fill();
     let (mut a, mut b, va, vb) = pair(sandbox, &root, &[], &[]);
     a.fill(va + MIB, MIB, 51).expect("fill");
     one_thread(&mut a, va, TrafficMode::MemsetAsync);

@@ -39,6 +39,16 @@ pub fn emit(table: &Table, policy: &str) -> Result<String, syn::Error> {
         let ident = Ident::new(&e.name, Span::call_site());
         quote!(#i => #ident as *mut c_void,)
     });
+    let ids = table
+        .entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.wrapper == Wrapper::HandWritten)
+        .map(|(i, e)| {
+            let ident = Ident::new(&e.name, Span::call_site());
+            let i = proc_macro2::Literal::usize_unsuffixed(i);
+            quote!(pub const #ident: usize = #i;)
+        });
     let functions = table.entries.iter().enumerate().filter_map(|(i, e)| {
         let Wrapper::PassThrough(args) = &e.wrapper else {
             return None;
@@ -74,6 +84,13 @@ pub fn emit(table: &Table, policy: &str) -> Result<String, syn::Error> {
         /// Whether the entry point of the same index is hand-written (tracked) rather than a
         /// generated pass-through.
         pub const HAND_WRITTEN: [bool; COUNT] = [#(#hand),*];
+
+        /// The index of each hand-written entry point, so its wrapper names itself without a
+        /// lookup by name on every call.
+        #[allow(non_upper_case_globals)]
+        pub mod id {
+            #(#ids)*
+        }
 
         /// The index of the entry point named `name` (without NUL).
         pub fn index(name: &[u8]) -> Option<usize> {

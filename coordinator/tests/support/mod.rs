@@ -2,12 +2,13 @@
 //! [`FakeParticipant`]'s phase machine on a real participant socket,
 //! `protocol::transport::Listener`, with scripted misbehaviour), real workloads under the shim
 //! ([`sandbox`]), the `cuinterpose` binary ([`cli`]) and the `main` of the `harness = false`
-//! binaries ([`harness`]).
+//! binaries ([`harness`]), full disks ([`tmpfs`]).
 #![allow(dead_code)]
 
 pub mod cli;
 pub mod harness;
 pub mod sandbox;
+pub mod tmpfs;
 
 use std::collections::BTreeMap;
 use std::os::unix::net::UnixStream;
@@ -157,4 +158,15 @@ pub fn start_all(
             )
         })
         .collect()
+}
+
+/// Sends `request` to the participant socket at `socket` and closes the connection without
+/// reading the reply, as a coordinator killed right after sending.
+pub fn send_and_vanish(socket: &Path, request: &Request) {
+    use std::io::Write as _;
+    let mut stream = UnixStream::connect(socket).expect("connect");
+    let body = cuinterpose_protocol::encode(request).expect("encode");
+    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    stream.write_all(&frame).expect("send");
 }

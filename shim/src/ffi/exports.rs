@@ -3,6 +3,7 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 // The safety contract of every function here is the one cuda.h documents for it.
 
+use super::generated::id;
 use super::{entry, non_null, read, write};
 use crate::abi::{RawAccessDesc, RawAllocProp, RawMulticastProp};
 use crate::driver::call;
@@ -15,7 +16,7 @@ use std::os::fd::IntoRawFd;
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuInit(flags: c_uint) -> u32 {
-    entry("cuInit", || ops::init(flags))
+    entry(id::cuInit, || ops::init(flags))
 }
 
 /// The driver's answer, except that fabric handles are reported unsupported: the shim refuses
@@ -27,7 +28,7 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
     attribute: c_int,
     device: c_int,
 ) -> u32 {
-    entry("cuDeviceGetAttribute", || {
+    entry(id::cuDeviceGetAttribute, || {
         call!(driver()?, cuDeviceGetAttribute(value, attribute, device))?;
         if attribute == crate::abi::consts::DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED {
             // SAFETY: the driver just wrote an int there, so it is a valid output.
@@ -43,7 +44,7 @@ pub unsafe extern "C" fn cuMemGetAllocationGranularity(
     prop: *const RawAllocProp,
     option: c_uint,
 ) -> u32 {
-    entry("cuMemGetAllocationGranularity", || {
+    entry(id::cuMemGetAllocationGranularity, || {
         call!(
             driver()?,
             cuMemGetAllocationGranularity(granularity, prop, option)
@@ -58,7 +59,7 @@ pub unsafe extern "C" fn cuMemCreate(
     prop: *const RawAllocProp,
     flags: u64,
 ) -> u32 {
-    entry("cuMemCreate", || {
+    entry(id::cuMemCreate, || {
         non_null(handle)?;
         // SAFETY: `prop` points at a CUmemAllocationProp (cuda.h) or is null.
         let prop = unsafe { read(prop) }?;
@@ -70,7 +71,7 @@ pub unsafe extern "C" fn cuMemCreate(
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemRelease(handle: u64) -> u32 {
-    entry("cuMemRelease", || ops::mem_release(handle))
+    entry(id::cuMemRelease, || ops::mem_release(handle))
 }
 
 #[unsafe(no_mangle)]
@@ -78,7 +79,7 @@ pub unsafe extern "C" fn cuMemRetainAllocationHandle(
     handle: *mut u64,
     address: *mut c_void,
 ) -> u32 {
-    entry("cuMemRetainAllocationHandle", || {
+    entry(id::cuMemRetainAllocationHandle, || {
         non_null(handle)?;
         let value = ops::retain(address as usize as u64)?;
         // SAFETY: the caller's output, checked non-null.
@@ -94,14 +95,14 @@ pub extern "C" fn cuMemMap(
     handle: u64,
     flags: u64,
 ) -> u32 {
-    entry("cuMemMap", || {
+    entry(id::cuMemMap, || {
         ops::map(address, size, offset, handle, flags)
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemUnmap(address: u64, size: usize) -> u32 {
-    entry("cuMemUnmap", || ops::unmap(address, size))
+    entry(id::cuMemUnmap, || ops::unmap(address, size))
 }
 
 #[unsafe(no_mangle)]
@@ -111,7 +112,7 @@ pub unsafe extern "C" fn cuMemSetAccess(
     descriptors: *const RawAccessDesc,
     count: usize,
 ) -> u32 {
-    entry("cuMemSetAccess", || {
+    entry(id::cuMemSetAccess, || {
         if descriptors.is_null() {
             // The driver answers this one itself.
             return call!(driver()?, cuMemSetAccess(address, size, descriptors, count));
@@ -130,7 +131,7 @@ pub unsafe extern "C" fn cuMemGetAllocationPropertiesFromHandle(
     prop: *mut RawAllocProp,
     handle: u64,
 ) -> u32 {
-    entry("cuMemGetAllocationPropertiesFromHandle", || {
+    entry(id::cuMemGetAllocationPropertiesFromHandle, || {
         non_null(prop)?;
         // SAFETY: non-null output struct of the caller; the driver fills it.
         let out = unsafe { &mut *prop };
@@ -145,7 +146,7 @@ pub unsafe extern "C" fn cuMemExportToShareableHandle(
     handle_type: c_uint,
     flags: u64,
 ) -> u32 {
-    entry("cuMemExportToShareableHandle", || {
+    entry(id::cuMemExportToShareableHandle, || {
         // A tracked export publishes (marks the allocation shared, caches the driver's FD):
         // refuse a missing output before any of that.
         if crate::registry::is_logical(handle) {
@@ -167,7 +168,7 @@ pub unsafe extern "C" fn cuMemImportFromShareableHandle(
     os_handle: *mut c_void,
     handle_type: c_uint,
 ) -> u32 {
-    entry("cuMemImportFromShareableHandle", || {
+    entry(id::cuMemImportFromShareableHandle, || {
         non_null(handle)?;
         // SAFETY: the application's handle argument, forwarded (cuda.h contract).
         let value = unsafe { sharing::import(os_handle, handle_type) }?;
@@ -178,7 +179,7 @@ pub unsafe extern "C" fn cuMemImportFromShareableHandle(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMulticastCreate(handle: *mut u64, prop: *const RawMulticastProp) -> u32 {
-    entry("cuMulticastCreate", || {
+    entry(id::cuMulticastCreate, || {
         non_null(handle)?;
         // SAFETY: `prop` points at a CUmulticastObjectProp (cuda.h) or is null.
         let prop = unsafe { read(prop) }?;
@@ -190,7 +191,7 @@ pub unsafe extern "C" fn cuMulticastCreate(handle: *mut u64, prop: *const RawMul
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMulticastAddDevice(handle: u64, device: c_int) -> u32 {
-    entry("cuMulticastAddDevice", || {
+    entry(id::cuMulticastAddDevice, || {
         multicast::add_device(handle, device)
     })
 }
@@ -204,7 +205,7 @@ pub extern "C" fn cuMulticastBindMem(
     size: usize,
     flags: u64,
 ) -> u32 {
-    entry("cuMulticastBindMem", || {
+    entry(id::cuMulticastBindMem, || {
         multicast::bind_mem(
             handle,
             None,
@@ -227,7 +228,7 @@ pub extern "C" fn cuMulticastBindMem_v2(
     size: usize,
     flags: u64,
 ) -> u32 {
-    entry("cuMulticastBindMem_v2", || {
+    entry(id::cuMulticastBindMem_v2, || {
         multicast::bind_mem(
             handle,
             Some(device),
@@ -248,7 +249,7 @@ pub extern "C" fn cuMulticastBindAddr(
     size: usize,
     flags: u64,
 ) -> u32 {
-    entry("cuMulticastBindAddr", || {
+    entry(id::cuMulticastBindAddr, || {
         multicast::bind_addr(handle, None, multicast_offset, address, size, flags)
     })
 }
@@ -262,7 +263,7 @@ pub extern "C" fn cuMulticastBindAddr_v2(
     size: usize,
     flags: u64,
 ) -> u32 {
-    entry("cuMulticastBindAddr_v2", || {
+    entry(id::cuMulticastBindAddr_v2, || {
         multicast::bind_addr(handle, Some(device), multicast_offset, address, size, flags)
     })
 }
@@ -274,7 +275,7 @@ pub extern "C" fn cuMulticastUnbind(
     multicast_offset: usize,
     size: usize,
 ) -> u32 {
-    entry("cuMulticastUnbind", || {
+    entry(id::cuMulticastUnbind, || {
         multicast::unbind(handle, device, multicast_offset, size)
     })
 }
@@ -285,7 +286,7 @@ pub unsafe extern "C" fn cuMulticastGetGranularity(
     prop: *const RawMulticastProp,
     option: c_uint,
 ) -> u32 {
-    entry("cuMulticastGetGranularity", || {
+    entry(id::cuMulticastGetGranularity, || {
         call!(
             driver()?,
             cuMulticastGetGranularity(granularity, prop, option)
@@ -297,19 +298,19 @@ pub unsafe extern "C" fn cuMulticastGetGranularity(
 /// the driver does, so the records follow.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDevicePrimaryCtxReset_v2(device: c_int) -> u32 {
-    entry("cuDevicePrimaryCtxReset_v2", || {
+    entry(id::cuDevicePrimaryCtxReset_v2, || {
         crate::ipc::primary_ctx_reset(device)
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxDestroy_v2(ctx: usize) -> u32 {
-    entry("cuCtxDestroy_v2", || crate::ipc::ctx_destroy(ctx))
+    entry(id::cuCtxDestroy_v2, || crate::ipc::ctx_destroy(ctx))
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut u64, size: usize) -> u32 {
-    entry("cuMemAlloc_v2", || {
+    entry(id::cuMemAlloc_v2, || {
         non_null(dptr)?;
         let address = crate::ipc::mem_alloc(size)?;
         // SAFETY: the caller's output, checked non-null.
@@ -319,7 +320,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut u64, size: usize) -> u32 {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemFree_v2(dptr: u64) -> u32 {
-    entry("cuMemFree_v2", || crate::ipc::mem_free(dptr))
+    entry(id::cuMemFree_v2, || crate::ipc::mem_free(dptr))
 }
 
 #[unsafe(no_mangle)]
@@ -329,7 +330,7 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(
     dptr: u64,
 ) -> u32 {
     entry(
-        "cuMemGetAddressRange_v2",
+        id::cuMemGetAddressRange_v2,
         || match crate::ipc::address_range(dptr)? {
             Some((start, length)) => {
                 if !base.is_null() {
@@ -356,7 +357,7 @@ pub struct IpcMemHandleBytes {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuIpcGetMemHandle(handle: *mut IpcMemHandleBytes, dptr: u64) -> u32 {
-    entry("cuIpcGetMemHandle", || {
+    entry(id::cuIpcGetMemHandle, || {
         non_null(handle)?;
         let bytes = crate::ipc::ipc_get(dptr)?;
         // SAFETY: the caller's output, checked non-null.
@@ -370,7 +371,7 @@ pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(
     handle: IpcMemHandleBytes,
     flags: c_uint,
 ) -> u32 {
-    entry("cuIpcOpenMemHandle_v2", || {
+    entry(id::cuIpcOpenMemHandle_v2, || {
         non_null(dptr)?;
         let address = crate::ipc::ipc_open(&handle.reserved, flags)?;
         // SAFETY: the caller's output, checked non-null.
@@ -390,5 +391,5 @@ pub unsafe extern "C" fn cuIpcOpenMemHandle(
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuIpcCloseMemHandle(dptr: u64) -> u32 {
-    entry("cuIpcCloseMemHandle", || crate::ipc::ipc_close(dptr))
+    entry(id::cuIpcCloseMemHandle, || crate::ipc::ipc_close(dptr))
 }

@@ -721,6 +721,44 @@ pub const HAND_WRITTEN: [bool; COUNT] = [
     false, false, false, false, false, false, false, false, false, false, false, false,
     false, false, false, false, true, true,
 ];
+/// The index of each hand-written entry point, so its wrapper names itself without a
+/// lookup by name on every call.
+#[allow(non_upper_case_globals)]
+pub mod id {
+    pub const cuCtxDestroy_v2: usize = 20;
+    pub const cuDeviceGetAttribute: usize = 57;
+    pub const cuDevicePrimaryCtxReset_v2: usize = 81;
+    pub const cuGetProcAddress: usize = 118;
+    pub const cuGetProcAddress_v2: usize = 119;
+    pub const cuInit: usize = 236;
+    pub const cuIpcCloseMemHandle: usize = 237;
+    pub const cuIpcGetMemHandle: usize = 239;
+    pub const cuIpcOpenMemHandle: usize = 241;
+    pub const cuIpcOpenMemHandle_v2: usize = 242;
+    pub const cuMemAlloc_v2: usize = 307;
+    pub const cuMemCreate: usize = 309;
+    pub const cuMemExportToShareableHandle: usize = 312;
+    pub const cuMemFree_v2: usize = 316;
+    pub const cuMemGetAddressRange_v2: usize = 318;
+    pub const cuMemGetAllocationGranularity: usize = 319;
+    pub const cuMemGetAllocationPropertiesFromHandle: usize = 320;
+    pub const cuMemImportFromShareableHandle: usize = 331;
+    pub const cuMemMap: usize = 332;
+    pub const cuMemRelease: usize = 353;
+    pub const cuMemRetainAllocationHandle: usize = 354;
+    pub const cuMemSetAccess: usize = 355;
+    pub const cuMemUnmap: usize = 357;
+    pub const cuMulticastAddDevice: usize = 455;
+    pub const cuMulticastBindAddr: usize = 456;
+    pub const cuMulticastBindAddr_v2: usize = 457;
+    pub const cuMulticastBindMem: usize = 458;
+    pub const cuMulticastBindMem_v2: usize = 459;
+    pub const cuMulticastCreate: usize = 460;
+    pub const cuMulticastGetGranularity: usize = 461;
+    pub const cuMulticastUnbind: usize = 462;
+    pub const cudaGetDriverEntryPoint: usize = 594;
+    pub const cudaGetDriverEntryPointByVersion: usize = 595;
+}
 /// The index of the entry point named `name` (without NUL).
 pub fn index(name: &[u8]) -> Option<usize> {
     match name {

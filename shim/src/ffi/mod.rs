@@ -18,24 +18,25 @@ use crate::error::{CuError, CuResult, to_raw};
 use crate::{gate, process};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-/// Runs one hand-written entry point's logic, converting a panic into `CUDA_ERROR_UNKNOWN`.
-/// Unless the entry point is open (`schema/entry_points.ron`), it first passes the gate, so
-/// tracked calls wait out a checkpoint like every other driver call.
+/// Runs one hand-written entry point's logic (`index`: its [`generated::id`]), converting a
+/// panic into `CUDA_ERROR_UNKNOWN`. Unless the entry point is open (`schema/entry_points.ron`),
+/// it first passes the gate, so tracked calls wait out a checkpoint like every other call.
 #[inline]
-pub fn entry(name: &'static str, body: impl FnOnce() -> CuResult<()>) -> u32 {
-    let pass = match generated::index(name.as_bytes()) {
-        Some(index) if !generated::OPEN[index] => match gate::enter(index) {
+pub fn entry(index: usize, body: impl FnOnce() -> CuResult<()>) -> u32 {
+    let pass = if generated::OPEN[index] {
+        None
+    } else {
+        match gate::enter(index) {
             Ok(pass) => Some(pass),
             Err(e) => return e.0,
-        },
-        _ => None,
+        }
     };
     let result = catch_unwind(AssertUnwindSafe(body));
     drop(pass);
     match result {
         Ok(result) => to_raw(result),
         Err(_) => {
-            process::mark_failed(name);
+            process::mark_failed(entry_name(index));
             CuError::UNKNOWN.0
         }
     }

@@ -5,6 +5,7 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use super::dlsym::real_dlsym;
+use super::generated::id;
 use super::{entry, symbols};
 use crate::driver::call;
 use crate::driver::driver;
@@ -27,7 +28,7 @@ pub unsafe extern "C" fn cuGetProcAddress(
     cuda_version: c_int,
     flags: u64,
 ) -> u32 {
-    entry("cuGetProcAddress", || {
+    entry(id::cuGetProcAddress, || {
         call!(
             driver()?,
             cuGetProcAddress(symbol, pfn, cuda_version, flags)
@@ -46,7 +47,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     flags: u64,
     status: *mut c_uint,
 ) -> u32 {
-    entry("cuGetProcAddress_v2", || {
+    entry(id::cuGetProcAddress_v2, || {
         call!(
             driver()?,
             cuGetProcAddress_v2(symbol, pfn, cuda_version, flags, status)
