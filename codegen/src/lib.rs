@@ -8,8 +8,10 @@
 pub mod ast;
 pub mod compat;
 pub mod diag;
+#[cfg(feature = "markdown")]
 pub mod emit_doc;
 pub mod emit_rust;
+#[cfg(feature = "entry-points")]
 pub mod entry_points;
 pub mod ir;
 pub mod lower;
@@ -60,6 +62,7 @@ pub fn compile_file(path: &std::path::Path) -> Result<ir::Ir, Diagnostics> {
 }
 
 pub use compat::compat;
+#[cfg(feature = "markdown")]
 pub use emit_doc::markdown;
 pub use emit_rust::rust;
 
@@ -68,6 +71,7 @@ pub const ENTRY_POINTS_OUTPUT: &str = "shim/src/ffi/generated.rs";
 /// The entry-point policy, relative to the workspace.
 pub const ENTRY_POINTS_POLICY: &str = "schema/entry_points.ron";
 
+#[cfg(feature = "entry-points")]
 /// cudarc's driver bindings as this workspace locks them: `(path, version)`, found through
 /// `cargo metadata` (so the table follows `Cargo.lock`).
 pub fn locate_cudarc(workspace: &std::path::Path) -> Result<(std::path::PathBuf, String), String> {
@@ -99,6 +103,7 @@ pub fn locate_cudarc(workspace: &std::path::Path) -> Result<(std::path::PathBuf,
     Ok((root.join("src/driver/sys/mod.rs"), version))
 }
 
+#[cfg(feature = "entry-points")]
 /// Generates the entry-point table for the workspace at `workspace`.
 pub fn entry_points_for(workspace: &std::path::Path) -> Result<String, String> {
     let (bindings_path, version) = locate_cudarc(workspace)?;
