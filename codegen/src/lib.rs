@@ -66,8 +66,10 @@ pub use compat::compat;
 pub use emit_doc::markdown;
 pub use emit_rust::rust;
 
-/// The committed location of the generated entry-point table, relative to the workspace.
+/// The committed location of the generated pass-throughs, relative to the workspace.
 pub const ENTRY_POINTS_OUTPUT: &str = "shim/src/ffi/generated.rs";
+/// The committed location of the generated entry-point names, relative to the workspace.
+pub const ENTRY_NAMES_OUTPUT: &str = "shim/src/sys/entries.rs";
 /// The entry-point policy, relative to the workspace.
 pub const ENTRY_POINTS_POLICY: &str = "schema/entry_points.ron";
 
@@ -104,8 +106,11 @@ pub fn locate_cudarc(workspace: &std::path::Path) -> Result<(std::path::PathBuf,
 }
 
 #[cfg(feature = "entry-points")]
-/// Generates the entry-point table for the workspace at `workspace`.
-pub fn entry_points_for(workspace: &std::path::Path) -> Result<String, String> {
+/// Generates the entry-point table for the workspace at `workspace`: each committed file
+/// (relative path) with its contents.
+pub fn entry_points_for(
+    workspace: &std::path::Path,
+) -> Result<Vec<(&'static str, String)>, String> {
     let (bindings_path, version) = locate_cudarc(workspace)?;
     let text = std::fs::read_to_string(&bindings_path)
         .map_err(|e| format!("cannot read {}: {e}", bindings_path.display()))?;
@@ -116,6 +121,10 @@ pub fn entry_points_for(workspace: &std::path::Path) -> Result<String, String> {
         .map_err(|e| format!("cannot read {}: {e}", policy_path.display()))?;
     let table =
         entry_points::plan(ENTRY_POINTS_POLICY, &policy, &bindings).map_err(|d| d.to_string())?;
-    entry_points::emit(&table, ENTRY_POINTS_POLICY)
-        .map_err(|e| format!("emitting the table failed: {e}"))
+    let emitted = entry_points::emit(&table, ENTRY_POINTS_POLICY)
+        .map_err(|e| format!("emitting the table failed: {e}"))?;
+    Ok(vec![
+        (ENTRY_NAMES_OUTPUT, emitted.names),
+        (ENTRY_POINTS_OUTPUT, emitted.exports),
+    ])
 }

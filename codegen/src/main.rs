@@ -45,7 +45,8 @@ enum Command {
         /// The candidate schema (e.g. schema/protocol.ron).
         new: PathBuf,
     },
-    /// Generate the shim's driver entry-point table (shim/src/ffi/generated.rs) from cudarc's
+    /// Generate the shim's driver entry-point table (shim/src/sys/entries.rs and
+    /// shim/src/ffi/generated.rs) from cudarc's
     /// driver bindings and schema/entry_points.ron, and write it; with --check, only compare
     /// and exit 1 when the committed file is stale.
     EntryPoints {
@@ -106,26 +107,33 @@ fn run(cli: Cli) -> Result<(), ExitCode> {
             }
         }
         Command::EntryPoints { workspace, check } => {
-            let text = cuinterpose_codegen::entry_points_for(&workspace).map_err(|error| {
+            let files = cuinterpose_codegen::entry_points_for(&workspace).map_err(|error| {
                 eprintln!("{error}");
                 ExitCode::from(2)
             })?;
-            let output = workspace.join(cuinterpose_codegen::ENTRY_POINTS_OUTPUT);
-            let current = std::fs::read_to_string(&output).unwrap_or_default();
-            if check {
-                if current != text {
+            let mut stale = false;
+            for (path, text) in files {
+                let output = workspace.join(path);
+                let current = std::fs::read_to_string(&output).unwrap_or_default();
+                if current == text {
+                    continue;
+                }
+                if check {
                     eprintln!(
                         "{} is stale: run `cargo run -p cuinterpose-codegen -- entry-points`",
                         output.display()
                     );
-                    return Err(ExitCode::FAILURE);
+                    stale = true;
+                } else {
+                    std::fs::write(&output, text).map_err(|error| {
+                        eprintln!("cannot write {}: {error}", output.display());
+                        ExitCode::FAILURE
+                    })?;
+                    eprintln!("wrote {}", output.display());
                 }
-            } else if current != text {
-                std::fs::write(&output, text).map_err(|error| {
-                    eprintln!("cannot write {}: {error}", output.display());
-                    ExitCode::FAILURE
-                })?;
-                eprintln!("wrote {}", output.display());
+            }
+            if stale {
+                return Err(ExitCode::FAILURE);
             }
         }
     }

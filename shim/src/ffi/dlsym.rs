@@ -6,37 +6,9 @@
 //! to glibc *by jumping*, not calling: glibc resolves `RTLD_NEXT` relative to its caller's
 //! return address, which a jump keeps and a call would replace with the shim's.
 
+use crate::driver::os::{REAL_DLSYM, glibc_dlsym};
 use crate::ffi::symbols;
 use std::ffi::{CStr, c_char, c_void};
-use std::sync::atomic::{AtomicPtr, Ordering};
-
-/// glibc's `dlsym`, fetched with `dlvsym` (never through the hook). Read by the naked
-/// trampoline, so it is a plain pointer-sized static.
-static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-
-type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
-
-fn real() -> DlsymFn {
-    let mut p = REAL_DLSYM.load(Ordering::Acquire);
-    if p.is_null() {
-        // Several threads may race here; each finds the same pointer.
-        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
-            // SAFETY: dlvsym with RTLD_NEXT and NUL-terminated names has no other
-            // precondition; it is not hooked, so this cannot recurse.
-            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
-            if !p.is_null() {
-                break;
-            }
-        }
-        if p.is_null() {
-            crate::log!("cannot find glibc's dlsym (GLIBC_2.34 or GLIBC_2.2.5); aborting");
-            std::process::abort();
-        }
-        REAL_DLSYM.store(p, Ordering::Release);
-    }
-    // SAFETY: `p` is glibc's dlsym, whose prototype is `DlsymFn`.
-    unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(p) }
-}
 
 /// glibc's `dlsym`, for the shim's own lookups.
 ///
@@ -44,14 +16,14 @@ fn real() -> DlsymFn {
 /// As for `dlsym(3)`: `handle` is a handle or pseudo-handle and `name` a C string.
 pub unsafe fn real_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
     // SAFETY: forwarded contract.
-    unsafe { real()(handle, name) }
+    unsafe { glibc_dlsym()(handle, name) }
 }
 
 /// Decides whether the hook answers with a wrapper. Returns null to let glibc answer (the
 /// trampoline then jumps to it with the original arguments). Also makes sure `REAL_DLSYM` is
 /// set before the trampoline reads it.
 extern "C" fn decide(handle: *mut c_void, name: *const c_char) -> *mut c_void {
-    let real = real();
+    let real = glibc_dlsym();
     if name.is_null() {
         return std::ptr::null_mut();
     }

@@ -3,20 +3,24 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 // The safety contract of every function here is the one cuda.h documents for it.
 
-use super::generated::id;
 use super::{entry, non_null, read, write};
-use crate::abi::{RawAccessDesc, RawAllocProp, RawMulticastProp};
+use crate::calls::sharing::Exported;
+use crate::calls::{multicast, sharing, vmm as ops};
 use crate::driver::call;
 use crate::driver::driver;
-use crate::error::CuError;
-use crate::sharing::Exported;
-use crate::{multicast, ops, sharing};
+use crate::sys::abi::{RawAccessDesc, RawAllocProp, RawMulticastProp};
+use crate::sys::entries::id;
+use crate::sys::error::CuError;
 use std::ffi::{c_int, c_uint, c_void};
-use std::os::fd::IntoRawFd;
+use std::os::fd::{BorrowedFd, IntoRawFd};
 
+/// Initializes the driver, then starts the shim's runtime (its socket and threads) once.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuInit(flags: c_uint) -> u32 {
-    entry(id::cuInit, || ops::init(flags))
+    entry(id::cuInit, || {
+        driver()?.init(flags)?;
+        crate::runtime::start()
+    })
 }
 
 /// The driver's answer, except that fabric handles are reported unsupported: the shim refuses
@@ -30,7 +34,7 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
 ) -> u32 {
     entry(id::cuDeviceGetAttribute, || {
         call!(driver()?, cuDeviceGetAttribute(value, attribute, device))?;
-        if attribute == crate::abi::consts::DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED {
+        if attribute == crate::sys::abi::consts::DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED {
             // SAFETY: the driver just wrote an int there, so it is a valid output.
             unsafe { write(value, 0) }?;
         }
@@ -149,11 +153,17 @@ pub unsafe extern "C" fn cuMemExportToShareableHandle(
     entry(id::cuMemExportToShareableHandle, || {
         // A tracked export publishes (marks the allocation shared, caches the driver's FD):
         // refuse a missing output before any of that.
-        if crate::registry::is_logical(handle) {
+        if crate::state::registry::is_logical(handle) {
             non_null(shareable)?;
         }
-        // SAFETY: the application's output pointer, forwarded (cuda.h contract).
-        match unsafe { sharing::export(handle, handle_type, flags, shareable) }? {
+        let native = |raw: u64| {
+            // The application's output pointer, forwarded under its cuda.h contract.
+            call!(
+                driver()?,
+                cuMemExportToShareableHandle(shareable, raw, handle_type, flags)
+            )
+        };
+        match sharing::export(handle, handle_type, flags, native)? {
             Exported::Native => Ok(()),
             // SAFETY: for POSIX FD exports `shareable` points at an int (cuda.h); non-null
             // (checked above), so the write cannot fail and the descriptor is never lost.
@@ -170,8 +180,27 @@ pub unsafe extern "C" fn cuMemImportFromShareableHandle(
 ) -> u32 {
     entry(id::cuMemImportFromShareableHandle, || {
         non_null(handle)?;
-        // SAFETY: the application's handle argument, forwarded (cuda.h contract).
-        let value = unsafe { sharing::import(os_handle, handle_type) }?;
+        let native = || {
+            let mut raw = 0;
+            // The application's handle argument, forwarded under its cuda.h contract.
+            call!(
+                driver()?,
+                cuMemImportFromShareableHandle(&mut raw, os_handle, handle_type)
+            )?;
+            Ok(raw)
+        };
+        let value = if handle_type == crate::sys::abi::consts::HANDLE_TYPE_POSIX_FD {
+            // For POSIX FDs the handle is the descriptor number cast to a pointer.
+            let number = os_handle as usize as c_int;
+            // SAFETY: F_GETFD only asks whether the number is an open descriptor.
+            let open = number >= 0 && unsafe { libc::fcntl(number, libc::F_GETFD) } >= 0;
+            // SAFETY: the number is open (checked above) and the application lends it for the
+            // call, which the borrow does not outlive.
+            let fd = open.then(|| unsafe { BorrowedFd::borrow_raw(number) });
+            sharing::import(handle_type, fd, native)?
+        } else {
+            sharing::import(handle_type, None, native)?
+        };
         // SAFETY: the caller's output, checked non-null.
         unsafe { write(handle, value) }
     })
@@ -299,20 +328,20 @@ pub unsafe extern "C" fn cuMulticastGetGranularity(
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDevicePrimaryCtxReset_v2(device: c_int) -> u32 {
     entry(id::cuDevicePrimaryCtxReset_v2, || {
-        crate::ipc::primary_ctx_reset(device)
+        crate::calls::ipc::primary_ctx_reset(device)
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxDestroy_v2(ctx: usize) -> u32 {
-    entry(id::cuCtxDestroy_v2, || crate::ipc::ctx_destroy(ctx))
+    entry(id::cuCtxDestroy_v2, || crate::calls::ipc::ctx_destroy(ctx))
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut u64, size: usize) -> u32 {
     entry(id::cuMemAlloc_v2, || {
         non_null(dptr)?;
-        let address = crate::ipc::mem_alloc(size)?;
+        let address = crate::calls::ipc::mem_alloc(size)?;
         // SAFETY: the caller's output, checked non-null.
         unsafe { write(dptr, address) }
     })
@@ -320,7 +349,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut u64, size: usize) -> u32 {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemFree_v2(dptr: u64) -> u32 {
-    entry(id::cuMemFree_v2, || crate::ipc::mem_free(dptr))
+    entry(id::cuMemFree_v2, || crate::calls::ipc::mem_free(dptr))
 }
 
 #[unsafe(no_mangle)]
@@ -331,7 +360,7 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(
 ) -> u32 {
     entry(
         id::cuMemGetAddressRange_v2,
-        || match crate::ipc::address_range(dptr)? {
+        || match crate::calls::ipc::address_range(dptr)? {
             Some((start, length)) => {
                 if !base.is_null() {
                     // SAFETY: non-null output of the caller.
@@ -359,7 +388,7 @@ pub struct IpcMemHandleBytes {
 pub unsafe extern "C" fn cuIpcGetMemHandle(handle: *mut IpcMemHandleBytes, dptr: u64) -> u32 {
     entry(id::cuIpcGetMemHandle, || {
         non_null(handle)?;
-        let bytes = crate::ipc::ipc_get(dptr)?;
+        let bytes = crate::calls::ipc::ipc_get(dptr)?;
         // SAFETY: the caller's output, checked non-null.
         unsafe { write(handle, IpcMemHandleBytes { reserved: bytes }) }
     })
@@ -373,7 +402,7 @@ pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(
 ) -> u32 {
     entry(id::cuIpcOpenMemHandle_v2, || {
         non_null(dptr)?;
-        let address = crate::ipc::ipc_open(&handle.reserved, flags)?;
+        let address = crate::calls::ipc::ipc_open(&handle.reserved, flags)?;
         // SAFETY: the caller's output, checked non-null.
         unsafe { write(dptr, address) }
     })
@@ -391,5 +420,7 @@ pub unsafe extern "C" fn cuIpcOpenMemHandle(
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuIpcCloseMemHandle(dptr: u64) -> u32 {
-    entry(id::cuIpcCloseMemHandle, || crate::ipc::ipc_close(dptr))
+    entry(id::cuIpcCloseMemHandle, || {
+        crate::calls::ipc::ipc_close(dptr)
+    })
 }

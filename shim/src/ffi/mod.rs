@@ -1,9 +1,10 @@
-//! The C ABI edge. Every exported function is thin: it reads and checks the application's
+//! The FFI floor, the C ABI edge. Every exported function is thin: it reads and checks the application's
 //! pointers, calls safe logic, writes results, and returns a raw `CUresult`. A panic never
 //! crosses it: it becomes `CUDA_ERROR_UNKNOWN` and a sticky failure.
 
 pub mod dlsym;
 pub mod exports;
+pub mod fork;
 // Written by `cuinterpose-codegen entry-points` (prettyplease), checked for staleness: rustfmt
 // must leave it as generated.
 #[rustfmt::skip]
@@ -12,18 +13,17 @@ pub mod passthrough;
 pub mod proc_address;
 pub mod symbols;
 
-pub use passthrough::entry_name;
-
-use crate::error::{CuError, CuResult, to_raw};
-use crate::{gate, process};
+use crate::state::{gate, process};
+use crate::sys::entries::{self, name as entry_name};
+use crate::sys::error::{CuError, CuResult, to_raw};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-/// Runs one hand-written entry point's logic (`index`: its [`generated::id`]), converting a
+/// Runs one hand-written entry point's logic (`index`: its [`entries::id`]), converting a
 /// panic into `CUDA_ERROR_UNKNOWN`. Unless the entry point is open (`schema/entry_points.ron`),
 /// it first passes the gate, so tracked calls wait out a checkpoint like every other call.
 #[inline]
 pub fn entry(index: usize, body: impl FnOnce() -> CuResult<()>) -> u32 {
-    let pass = if generated::OPEN[index] {
+    let pass = if entries::OPEN[index] {
         None
     } else {
         match gate::enter(index) {

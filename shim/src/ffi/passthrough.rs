@@ -1,11 +1,11 @@
 //! The generated pass-throughs' one helper: resolve the driver's function of the entry's exact
 //! name (once), pass the gate unless the entry is open, call it.
 
-use super::generated::{COUNT, NAMES, OPEN};
 use crate::driver::driver;
-use crate::error::CuError;
-use crate::{gate, process};
-use std::ffi::c_void;
+use crate::state::{gate, process};
+use crate::sys::entries::{COUNT, NAMES, OPEN, name as entry_name};
+use crate::sys::error::CuError;
+use std::ffi::{CStr, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -17,8 +17,9 @@ const MISSING: usize = 1;
 fn resolve(index: usize) -> Result<*mut c_void, CuError> {
     let d = driver()?;
     let name = NAMES[index];
-    // SAFETY: a live dlopen handle and a NUL-terminated name (every entry of NAMES ends in NUL).
-    let p = unsafe { super::dlsym::real_dlsym(d.handle as *mut c_void, name.as_ptr().cast()) };
+    let name =
+        CStr::from_bytes_with_nul(name.as_bytes()).expect("every entry of NAMES ends in NUL");
+    let p = d.library.symbol(name);
     if p.is_null() {
         REAL[index].store(MISSING, Ordering::Relaxed);
         crate::log!(
@@ -29,14 +30,6 @@ fn resolve(index: usize) -> Result<*mut c_void, CuError> {
     }
     REAL[index].store(p as usize, Ordering::Release);
     Ok(p)
-}
-
-/// The name of entry point `index` (without its NUL).
-pub fn entry_name(index: usize) -> &'static str {
-    NAMES
-        .get(index)
-        .map(|n| n.trim_end_matches('\0'))
-        .unwrap_or("?")
 }
 
 /// Runs one generated pass-through: `call` receives the driver's function.

@@ -5,10 +5,10 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use super::dlsym::real_dlsym;
-use super::generated::id;
 use super::{entry, symbols};
 use crate::driver::call;
 use crate::driver::driver;
+use crate::sys::entries::id;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 
 /// # Safety
@@ -94,7 +94,7 @@ fn guarded(name: &'static str, body: impl FnOnce() -> c_int) -> c_int {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
         Ok(code) => code,
         Err(_) => {
-            crate::process::mark_failed(name);
+            crate::state::process::mark_failed(name);
             CUDA_ERROR_INITIALIZATION
         }
     }

@@ -6,7 +6,7 @@ use std::ffi::{CStr, c_void};
 /// The shim's wrapper for a driver symbol name, if it answers that name (every driver entry
 /// point of the generated table: hand-written tracked wrappers and gated pass-throughs).
 pub fn wrapper(name: &[u8]) -> Option<*mut c_void> {
-    super::generated::index(name).map(super::generated::wrapper)
+    crate::sys::entries::index(name).map(super::generated::wrapper)
 }
 
 fn dladdr(p: *const c_void) -> Option<libc::Dl_info> {

@@ -6,16 +6,26 @@
 //! descriptors they held and the inherited listening socket, and forgets the runtime: its first
 //! CUDA call starts afresh, under its own pid.
 
-use crate::process;
-use crate::registry::Registry;
-use crate::runtime::cache::{self, Cache};
+use crate::driver::os;
+use crate::state::cache::{self, Cache};
+use crate::state::gate::{self, Slot};
+use crate::state::process;
+use crate::state::registry::Registry;
 use std::cell::RefCell;
-use std::sync::{MutexGuard, Once};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Mutex, MutexGuard, Once};
+
+/// The pid the running runtime belongs to (0: none). A forked child sees its parent's value
+/// until the fork handler clears it.
+pub(super) static STARTED_FOR: Mutex<u32> = Mutex::new(0);
+
+/// The listening socket's descriptor, for the fork handler to close in a child.
+pub(super) static LISTENER_FD: AtomicI32 = AtomicI32::new(-1);
 
 type Guards = (
     MutexGuard<'static, Option<Registry>>,
     MutexGuard<'static, Option<Cache>>,
-    MutexGuard<'static, Vec<&'static crate::gate::Slot>>,
+    MutexGuard<'static, Vec<&'static Slot>>,
 );
 
 thread_local! {
@@ -28,7 +38,7 @@ extern "C" fn prepare() {
         .lock()
         .unwrap_or_else(|p| p.into_inner());
     let cache = cache::mutex().lock().unwrap_or_else(|p| p.into_inner());
-    let slots = crate::gate::slots_mutex()
+    let slots = gate::slots_mutex()
         .lock()
         .unwrap_or_else(|p| p.into_inner());
     HELD.with(|held| *held.borrow_mut() = Some((registry, cache, slots)));
@@ -46,19 +56,31 @@ extern "C" fn child() {
             // dropping the arena unmaps the inherited host copy.
             *registry = None;
             *cache = None;
-            crate::gate::reset_after_fork(&mut slots);
+            gate::reset_after_fork(&mut slots);
         }
     });
-    super::forget_in_child();
+    forget_runtime();
     process::clear_failure();
 }
 
-/// Installs the handlers once per process image.
+/// The parent's runtime threads do not exist in the child: its first `cuInit` starts afresh.
+fn forget_runtime() {
+    // The fork handler runs with no other thread alive; the lock cannot be held by anyone.
+    if let Ok(mut started) = STARTED_FOR.try_lock() {
+        *started = 0;
+    }
+    let fd = LISTENER_FD.swap(-1, Ordering::SeqCst);
+    if fd >= 0 {
+        // The inherited listening socket: its owner was the parent's peer thread.
+        os::close_inherited(fd);
+    }
+}
+
+/// Installs the handlers once per process image (at library load, from the FFI floor).
 pub fn install() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        // SAFETY: the three handlers are `extern "C" fn()` that live for the whole process.
-        let rc = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+        let rc = os::at_fork(prepare, parent, child);
         if rc != 0 {
             crate::log!("pthread_atfork failed ({rc}); a forked child would inherit shim state");
         }

@@ -4,67 +4,22 @@
 //! the control worker (through its bounded queue) and answered from here, so a client that
 //! does not read its reply holds up only its own thread.
 
-use super::cache;
 use super::control::{self, Job};
 use crate::lifecycle;
 use crate::log;
+use crate::state::cache;
+use crate::sys::log::refusal as log_refusal;
 use cuinterpose_protocol::transport::{
     Connection, Listener, RefusalReason, Timeouts, TransportError,
 };
 use cuinterpose_protocol::{RefusalCode, Request};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Connections served at once; more are closed at once (a flood cannot exhaust threads).
 pub const MAX_CONNECTIONS: usize = 64;
-
-/// Lines about refused peers logged per [`LOG_WINDOW`]; more are counted and summarised, so a
-/// hostile peer cannot flood the application's stderr.
-pub const LOG_BURST: u32 = 20;
-pub const LOG_WINDOW: Duration = Duration::from_secs(10);
-
-#[derive(Debug)]
-struct Throttle {
-    window: Option<Instant>,
-    logged: u32,
-    suppressed: u64,
-}
-
-static THROTTLE: Mutex<Throttle> = Mutex::new(Throttle {
-    window: None,
-    logged: 0,
-    suppressed: 0,
-});
-
-/// Logs one line about a refused peer, at most [`LOG_BURST`] per [`LOG_WINDOW`].
-pub(crate) fn log_refusal(line: std::fmt::Arguments<'_>) {
-    let mut throttle = THROTTLE.lock().unwrap_or_else(|p| p.into_inner());
-    let now = Instant::now();
-    if throttle
-        .window
-        .is_none_or(|start| now.duration_since(start) >= LOG_WINDOW)
-    {
-        if throttle.suppressed > 0 {
-            log!(
-                "{} more refusals of peers in the last {LOG_WINDOW:?} were not logged",
-                throttle.suppressed
-            );
-        }
-        *throttle = Throttle {
-            window: Some(now),
-            logged: 0,
-            suppressed: 0,
-        };
-    }
-    if throttle.logged < LOG_BURST {
-        throttle.logged += 1;
-        log!("{line}");
-    } else {
-        throttle.suppressed += 1;
-    }
-}
 
 pub fn spawn(
     listener: Listener,

@@ -5,8 +5,8 @@
 //! The registry translates them to the current driver handle, which changes across restore
 //! while the logical value stays.
 
-use crate::abi::RawAllocProp;
-use crate::error::{CuError, CuResult};
+use crate::sys::abi::RawAllocProp;
+use crate::sys::error::{CuError, CuResult};
 use cuinterpose_protocol::{
     AccessDescriptor, AllocationId, AllocationProperties, AllocationReference, BindingVersion,
     CapabilityToken, MulticastProperties, NamespacePid, Phase,
@@ -79,7 +79,7 @@ impl Allocation {
     }
 
     pub fn raw_properties(&self) -> RawAllocProp {
-        crate::convert::raw_allocation_properties(&self.properties, self.alloc_flags)
+        crate::sys::convert::raw_allocation_properties(&self.properties, self.alloc_flags)
     }
 }
 
@@ -203,7 +203,7 @@ pub struct Registry {
     /// Driver calls in flight with the registry lock dropped (multicast collectives).
     pub unlocked_calls: u64,
     /// The host carrier between `save_allocations` and `load_allocations`.
-    pub arena: Option<crate::carrier::Arena>,
+    pub arena: Option<super::arena::Arena>,
     next_handle: u64,
 }
 

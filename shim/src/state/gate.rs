@@ -13,7 +13,7 @@
 //! The shim's own driver calls (control and peer threads, lifecycle work) go straight to the
 //! driver table and never pass here.
 
-use crate::error::CuError;
+use crate::sys::error::CuError;
 use std::cell::Cell;
 use std::sync::atomic::{
     AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering, compiler_fence, fence,
@@ -68,30 +68,7 @@ impl Drop for SlotRelease {
 static ASYMMETRIC: AtomicBool = AtomicBool::new(false);
 static ASYMMETRIC_CHECKED: AtomicBool = AtomicBool::new(false);
 
-fn thread_id() -> u32 {
-    // SAFETY: gettid has no preconditions and cannot fail.
-    unsafe { libc::gettid() as u32 }
-}
-
-/// The kernel's name of the calling thread (what `pthread_setname_np` set, whichever runtime
-/// started the thread: the application's std is not the shim's).
-fn thread_name() -> String {
-    let mut buf = [0u8; 32];
-    // SAFETY: the buffer is writable for its length; glibc NUL-terminates within it.
-    let rc = unsafe {
-        libc::pthread_getname_np(libc::pthread_self(), buf.as_mut_ptr().cast(), buf.len())
-    };
-    if rc != 0 {
-        return String::new();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
-
-fn membarrier(command: libc::c_int) -> bool {
-    // SAFETY: membarrier takes a command and flags and touches no memory of ours.
-    unsafe { libc::syscall(libc::SYS_membarrier, command, 0, 0) == 0 }
-}
+use crate::driver::os::{membarrier, thread_id, thread_name};
 
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;

@@ -1,22 +1,16 @@
 //! Running driver work in a recorded context, from whichever thread does it (the control
 //! worker has no context of its own).
 
-use crate::driver::Driver;
-use crate::driver::call;
-use crate::error::CuResult;
+use super::table::Driver;
+use crate::sys::error::CuResult;
 
+/// The calling thread's current context, 0 when there is none or the driver cannot say.
 pub fn current(d: &Driver) -> usize {
-    let mut ctx = 0usize;
-    match call!(d, cuCtxGetCurrent(&mut ctx)) {
-        Ok(()) => ctx,
-        Err(_) => 0,
-    }
+    d.ctx_current().unwrap_or(0)
 }
 
 pub fn current_device(d: &Driver) -> CuResult<i32> {
-    let mut device = 0;
-    call!(d, cuCtxGetDevice(&mut device))?;
-    Ok(device)
+    d.ctx_device()
 }
 
 /// Runs `body` with `ctx` current (or, when `ctx` is 0, the primary context of `device`),
@@ -34,16 +28,14 @@ pub fn run<T>(
     let target = if ctx != 0 {
         ctx
     } else {
-        let mut primary = 0usize;
-        call!(d, cuDevicePrimaryCtxRetain(&mut primary, device))?;
-        primary
+        d.primary_ctx_retain(device)?
     };
     if target != previous {
-        call!(d, cuCtxSetCurrent(target))?;
+        d.ctx_set_current(target)?;
     }
     let result = body();
     let restored = if target != previous {
-        call!(d, cuCtxSetCurrent(previous))
+        d.ctx_set_current(previous)
     } else {
         Ok(())
     };

@@ -4,17 +4,14 @@
 //! whole team has joined), so they run with the registry lock dropped; while one is in flight
 //! `inspect` and `begin_checkpoint` are refused instead of waiting.
 
-use crate::abi::RawMulticastProp;
-use crate::context;
-use crate::convert;
-use crate::driver::call;
-use crate::driver::{Driver, driver};
-use crate::error::{CuError, CuResult};
+use super::track::{self, HANDLE_TYPES_ALLOWED, new_capability, new_id};
+use crate::driver::{Driver, context, driver};
 use crate::log;
-use crate::ops::{new_capability, new_id};
-use crate::process;
-use crate::registry::{Binding, BindingTarget, Kind, Multicast, Registry, is_logical};
-use crate::sharing;
+use crate::state::process;
+use crate::state::registry::{Binding, BindingTarget, Kind, Multicast, Registry, is_logical};
+use crate::sys::abi::RawMulticastProp;
+use crate::sys::convert;
+use crate::sys::error::{CuError, CuResult};
 use cuinterpose_protocol::{
     AllocationReference, CapabilityToken, LocationType, MulticastProperties,
 };
@@ -23,7 +20,7 @@ use std::os::fd::{AsFd, OwnedFd};
 pub fn create(prop: &RawMulticastProp) -> CuResult<u64> {
     let d = driver()?;
     let types = prop.handle_types;
-    if types & !u64::from(crate::ops::HANDLE_TYPES_ALLOWED) != 0 {
+    if types & !u64::from(HANDLE_TYPES_ALLOWED) != 0 {
         log!(
             "cuMulticastCreate: handle types {types:#x} refused with CUDA_ERROR_NOT_SUPPORTED: only \
              POSIX file descriptors (1) and FABRIC (8, never exported: refused as without IMEX) \
@@ -35,8 +32,7 @@ pub fn create(prop: &RawMulticastProp) -> CuResult<u64> {
     process::with(|r| {
         r.require_active()?;
         let context = context::current(d);
-        let mut raw = 0;
-        call!(d, cuMulticastCreate(&mut raw, prop))?;
+        let raw = d.multicast_create(prop)?;
         let id = new_id();
         let object = Multicast {
             reference: AllocationReference {
@@ -59,7 +55,7 @@ pub fn create(prop: &RawMulticastProp) -> CuResult<u64> {
 }
 
 fn adopt(d: &Driver, r: &mut Registry, object: Multicast) -> CuResult<u64> {
-    crate::ops::adopt_object(d, r, object)
+    track::adopt_object(d, r, object)
 }
 
 /// Records an imported multicast object (the FD came from its creator).
@@ -72,7 +68,7 @@ pub fn adopt_import(
     fd: OwnedFd,
 ) -> CuResult<u64> {
     let context = context::current(d);
-    let raw = sharing::import_fd(d, fd.as_fd())?;
+    let raw = track::import_fd(d, fd.as_fd())?;
     drop(fd);
     let object = Multicast {
         reference,
@@ -88,60 +84,6 @@ pub fn adopt_import(
         bindings: Vec::new(),
     };
     adopt(d, r, object)
-}
-
-/// `cuMulticastBindMem` (`device` None) or `_v2`.
-#[allow(clippy::too_many_arguments)]
-pub fn call_bind_mem(
-    d: &Driver,
-    raw: u64,
-    device: Option<i32>,
-    multicast_offset: usize,
-    member: u64,
-    member_offset: usize,
-    size: usize,
-    flags: u64,
-) -> CuResult<()> {
-    match device {
-        None => call!(
-            d,
-            cuMulticastBindMem(raw, multicast_offset, member, member_offset, size, flags)
-        ),
-        Some(dev) => call!(
-            d,
-            cuMulticastBindMem_v2(
-                raw,
-                dev,
-                multicast_offset,
-                member,
-                member_offset,
-                size,
-                flags
-            )
-        ),
-    }
-}
-
-/// `cuMulticastBindAddr` (`device` None) or `_v2`.
-pub fn call_bind_addr(
-    d: &Driver,
-    raw: u64,
-    device: Option<i32>,
-    multicast_offset: usize,
-    address: u64,
-    size: usize,
-    flags: u64,
-) -> CuResult<()> {
-    match device {
-        None => call!(
-            d,
-            cuMulticastBindAddr(raw, multicast_offset, address, size, flags)
-        ),
-        Some(dev) => call!(
-            d,
-            cuMulticastBindAddr_v2(raw, dev, multicast_offset, address, size, flags)
-        ),
-    }
 }
 
 /// Runs a driver call that may wait on other processes with the registry lock dropped.
@@ -170,14 +112,14 @@ fn object_driver(r: &Registry, handle: u64) -> CuResult<(cuinterpose_protocol::A
 pub fn add_device(handle: u64, device: i32) -> CuResult<()> {
     let d = driver()?;
     if !is_logical(handle) {
-        return call!(d, cuMulticastAddDevice(handle, device));
+        return d.multicast_add_device(handle, device);
     }
     let (id, raw) = process::with(|r| {
         r.require_active()?;
         object_driver(r, handle)
     })?;
     let current = context::current(d);
-    unlocked(|| call!(d, cuMulticastAddDevice(raw, device)))?;
+    unlocked(|| d.multicast_add_device(raw, device))?;
     process::with(|r| {
         if let Some(m) = r.multicasts.get_mut(&id) {
             if !m.devices.contains(&device) {
@@ -209,8 +151,7 @@ pub fn bind_mem(
             );
             return Err(CuError::NOT_SUPPORTED);
         }
-        return call_bind_mem(
-            d,
+        return d.multicast_bind_mem(
             handle,
             device,
             multicast_offset,
@@ -253,8 +194,7 @@ pub fn bind_mem(
     })?;
     let current = context::current(d);
     unlocked(|| {
-        call_bind_mem(
-            d,
+        d.multicast_bind_mem(
             raw,
             device,
             multicast_offset,
@@ -311,7 +251,7 @@ pub fn bind_addr(
 ) -> CuResult<()> {
     let d = driver()?;
     if !is_logical(handle) {
-        return call_bind_addr(d, handle, device, multicast_offset, address, size, flags);
+        return d.multicast_bind_addr(handle, device, multicast_offset, address, size, flags);
     }
     if size == 0 {
         return Err(CuError::INVALID_VALUE);
@@ -345,7 +285,7 @@ pub fn bind_addr(
         None => context::current_device(d)?,
     };
     let current = context::current(d);
-    unlocked(|| call_bind_addr(d, raw, device, multicast_offset, address, size, flags))?;
+    unlocked(|| d.multicast_bind_addr(raw, device, multicast_offset, address, size, flags))?;
     process::with(|r| {
         if let Some((reference, _)) = &member
             && let Some(a) = r.allocations.get_mut(&reference.id)
@@ -370,13 +310,13 @@ pub fn bind_addr(
 pub fn unbind(handle: u64, device: i32, multicast_offset: usize, size: usize) -> CuResult<()> {
     let d = driver()?;
     if !is_logical(handle) {
-        return call!(d, cuMulticastUnbind(handle, device, multicast_offset, size));
+        return d.multicast_unbind(handle, device, multicast_offset, size);
     }
     let (id, raw) = process::with(|r| {
         r.require_active()?;
         object_driver(r, handle)
     })?;
-    unlocked(|| call!(d, cuMulticastUnbind(raw, device, multicast_offset, size)))?;
+    unlocked(|| d.multicast_unbind(raw, device, multicast_offset, size))?;
     let start = multicast_offset as u64;
     let end = start.saturating_add(size as u64);
     process::with(|r| {

@@ -96,7 +96,7 @@ pub fn serve(request: &ExportRequest, peer_pid: i32) -> (Reply, Option<OwnedFd>)
     };
     let by_id = entry.id_authorizes && request.capability == id_token(&id);
     if entry.capability != request.capability && !by_id {
-        super::peer::log_refusal(format_args!(
+        crate::sys::log::refusal(format_args!(
             "refused an export of {id} to pid {peer_pid}: wrong capability token"
         ));
         return (

@@ -2,17 +2,16 @@
 //! and the `cuIpc*Mem*` calls implemented on the shim's own peer service. The native IPC
 //! functions are never called: native checkpoint refuses memory they touched.
 
-use crate::abi::{RawAllocProp, RawLocation, consts};
-use crate::context;
-use crate::driver::call;
-use crate::driver::{Driver, driver};
-use crate::error::{CuError, CuResult};
+use super::sharing;
+use super::track::{self, new_capability, new_id};
+use crate::driver::vmm::map_read_write;
+use crate::driver::{Driver, context, driver};
 use crate::log;
-use crate::ops;
-use crate::process;
-use crate::registry::{Allocation, Kind, MallocInfo, Registry};
-use crate::runtime::cache;
-use crate::sharing;
+use crate::state::cache;
+use crate::state::process;
+use crate::state::registry::{Allocation, Kind, MallocInfo, Registry};
+use crate::sys::abi::{RawAllocProp, RawLocation, consts};
+use crate::sys::error::{CuError, CuResult};
 use cuinterpose_protocol::{
     AccessDescriptor, AccessFlags, AllocationProperties, AllocationReference, AllocationType,
     HandleTypes, IpcMemHandle, Location, LocationType, ResourceKind,
@@ -60,7 +59,7 @@ fn record_region(
         .get_mut(&id)
         .expect("inserted above")
         .primary_handle = handle;
-    ops::record_mapping(r, address, (id, Kind::Unicast, 0), extent, 0, 0);
+    track::record_mapping(r, address, (id, Kind::Unicast, 0), extent, 0, 0);
     r.mappings.get_mut(&address).expect("recorded above").access = vec![read_write(device)];
     Ok(())
 }
@@ -72,30 +71,26 @@ pub fn mem_alloc(size: usize) -> CuResult<u64> {
     }
     let device = context::current_device(d)?;
     let prop = device_properties(device);
-    let mut granularity = 0usize;
-    call!(
-        d,
-        cuMemGetAllocationGranularity(&mut granularity, &prop, consts::GRANULARITY_MINIMUM)
-    )?;
-    let granularity = granularity.max(1);
+    let granularity = d
+        .allocation_granularity(&prop, consts::GRANULARITY_MINIMUM)?
+        .max(1);
     let extent = size
         .checked_next_multiple_of(granularity)
         .ok_or(CuError::OUT_OF_MEMORY)?;
     process::with(|r| {
         r.require_active()?;
         let context = context::current(d);
-        let mut raw = 0;
-        call!(d, cuMemCreate(&mut raw, extent, &prop, 0))?;
-        let address = match crate::vmm::map_read_write(d, raw, extent as u64, device) {
+        let raw = d.mem_create(extent, &prop, 0)?;
+        let address = match map_read_write(d, raw, extent as u64, device) {
             Ok(address) => address,
             Err(e) => {
-                let _ = call!(d, cuMemRelease(raw));
+                let _ = d.mem_release(raw);
                 return Err(e);
             }
         };
         let allocation = Allocation {
             reference: AllocationReference {
-                id: ops::new_id(),
+                id: new_id(),
                 creator_pid: r.pid,
             },
             driver: Some(raw),
@@ -112,7 +107,7 @@ pub fn mem_alloc(size: usize) -> CuResult<u64> {
             shared: false,
             published: false,
             context,
-            capability: ops::new_capability(),
+            capability: new_capability(),
             primary_handle: 0,
             handle_refs: 0,
             mappings: 0,
@@ -148,12 +143,12 @@ fn drop_region(
     address: u64,
 ) -> CuResult<()> {
     let extent = r.allocations[&id].size;
-    call!(d, cuMemUnmap(address, extent as usize))?;
+    d.mem_unmap(address, extent as usize)?;
     if let Some(a) = r.allocations.get_mut(&id) {
         a.malloc = None;
     }
-    ops::forget_mapping(d, r, address)?;
-    call!(d, cuMemAddressFree(address, extent as usize))
+    track::forget_mapping(d, r, address)?;
+    d.address_free(address, extent as usize)
 }
 
 pub fn mem_free(address: u64) -> CuResult<()> {
@@ -163,14 +158,14 @@ pub fn mem_free(address: u64) -> CuResult<()> {
             if r.mapping_at(address).is_some() {
                 return Err(CuError::INVALID_VALUE);
             }
-            return call!(d, cuMemFree_v2(address));
+            return d.mem_free(address);
         };
         r.require_active()?;
         if !creator || malloc.opens != 0 {
             return Err(CuError::INVALID_VALUE);
         }
         // Pending work may still use the memory; a failed synchronization keeps it mapped.
-        call!(d, cuCtxSynchronize())?;
+        d.ctx_synchronize()?;
         drop_region(d, r, id, address)
     })
 }
@@ -200,9 +195,8 @@ fn drop_context_regions(d: &Driver, r: &mut Registry, ctx: usize) -> CuResult<()
 pub fn primary_ctx_reset(device: i32) -> CuResult<()> {
     let d = driver()?;
     // The primary context's handle (retained and released again: no net reference).
-    let mut primary = 0usize;
-    call!(d, cuDevicePrimaryCtxRetain(&mut primary, device))?;
-    call!(d, cuDevicePrimaryCtxRelease_v2(device))?;
+    let primary = d.primary_ctx_retain(device)?;
+    d.primary_ctx_release(device)?;
     process::with(|r| {
         if r.allocations
             .values()
@@ -213,7 +207,7 @@ pub fn primary_ctx_reset(device: i32) -> CuResult<()> {
         }
         Ok(())
     })?;
-    call!(d, cuDevicePrimaryCtxReset_v2(device))
+    d.primary_ctx_reset(device)
 }
 
 /// `cuCtxDestroy_v2`: the context's regions go with it.
@@ -229,7 +223,7 @@ pub fn ctx_destroy(ctx: usize) -> CuResult<()> {
         }
         Ok(())
     })?;
-    call!(d, cuCtxDestroy_v2(ctx))
+    d.ctx_destroy(ctx)
 }
 
 pub fn address_range(address: u64) -> CuResult<Option<(u64, u64)>> {
@@ -338,7 +332,7 @@ pub fn ipc_open(bytes: &[u8; 64], flags: u32) -> CuResult<u64> {
     process::with(|r| {
         r.require_active()?;
         let context = context::current(d);
-        let raw = sharing::import_fd(d, fd.as_fd())?;
+        let raw = track::import_fd(d, fd.as_fd())?;
         let mut allocation = sharing::imported_allocation(
             d,
             raw,
@@ -352,10 +346,10 @@ pub fn ipc_open(bytes: &[u8; 64], flags: u32) -> CuResult<u64> {
             opens: 1,
             ipc_exported: true,
         });
-        let address = match crate::vmm::map_read_write(d, raw, handle.extent.get(), device) {
+        let address = match map_read_write(d, raw, handle.extent.get(), device) {
             Ok(address) => address,
             Err(e) => {
-                let _ = call!(d, cuMemRelease(raw));
+                let _ = d.mem_release(raw);
                 return Err(e);
             }
         };
@@ -380,7 +374,7 @@ pub fn ipc_close(address: u64) -> CuResult<()> {
             }
             return Ok(());
         }
-        call!(d, cuCtxSynchronize())?;
+        d.ctx_synchronize()?;
         drop_region(d, r, id, address)
     })
 }

@@ -1,12 +1,14 @@
 //! The records an inspection reports: the generated schema types, built from the registry,
 //! in a deterministic order.
 
-use crate::registry::{BindingTarget, Kind, Registry};
+use crate::state::cache::refused;
+use crate::state::registry::{BindingTarget, Kind, Registry};
 use cuinterpose_protocol::{
     AddressBindingSource, AllocationRecord, BindingSource, BoundedVec, MAX_RECORDS, MappingRecord,
     MemberRange, MemoryBindingSource, MulticastBindingRecord, MulticastDeviceRecord,
     MulticastMappingRecord, MulticastRecord, Record,
 };
+use cuinterpose_protocol::{InspectionReply, RefusalCode, Reply};
 
 /// Every record of this process, sorted; `Err` with the count when they exceed `MAX_RECORDS`.
 pub fn records(r: &Registry) -> Result<BoundedVec<Record, MAX_RECORDS>, usize> {
@@ -97,4 +99,33 @@ pub fn records(r: &Registry) -> Result<BoundedVec<Record, MAX_RECORDS>, usize> {
     out.sort();
     let count = out.len();
     BoundedVec::try_from(out).map_err(|_| count)
+}
+
+/// The inspection reply, or a refusal while a call that may wait on other processes is in
+/// flight or when the records exceed the protocol's limit.
+pub fn inspection(r: &Registry) -> Reply {
+    if r.unlocked_calls > 0 {
+        return refused(
+            RefusalCode::Busy,
+            format!(
+                "{} driver call(s) in flight that may wait on other processes",
+                r.unlocked_calls
+            ),
+        );
+    }
+    match records(r) {
+        Ok(records) => Reply::Inspection(InspectionReply {
+            namespace_pid: r.pid,
+            phase: r.phase,
+            raw_imports: r.raw_imports.values().sum(),
+            records,
+        }),
+        Err(count) => refused(
+            RefusalCode::Unsupported,
+            format!(
+                "{count} records exceed the protocol's limit of {}",
+                cuinterpose_protocol::MAX_RECORDS
+            ),
+        ),
+    }
 }

@@ -1,8 +1,8 @@
 //! Process-wide state: the registry behind one mutex, the sticky failure flag, and the
 //! process's identity. Lock order: registry → export cache → gate slots.
 
-use crate::error::{CuError, CuResult};
-use crate::registry::Registry;
+use crate::state::registry::Registry;
+use crate::sys::error::{CuError, CuResult};
 use cuinterpose_protocol::NamespacePid;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -38,7 +38,6 @@ pub fn lock() -> RegistryGuard {
     let mut guard = REGISTRY.lock().unwrap_or_else(|poison| poison.into_inner());
     if guard.is_none() {
         *guard = Some(Registry::new(own_pid()));
-        crate::runtime::fork::install();
     }
     guard
 }

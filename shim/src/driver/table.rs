@@ -1,14 +1,10 @@
-//! The real driver: `dlopen("libcuda.so.1")` (or `CUINTERPOSE_DRIVER`), resolved once through
-//! glibc's own `dlsym` into a table of typed function pointers.
-//!
-//! The table is loaded on the first call that needs it, so a process that never calls CUDA
-//! pays nothing but the library load.
+//! The real driver's table: loaded once, resolved through glibc's `dlsym`, and the `call!`
+//! macro the floor's safe methods (and the FFI edge) use.
 
-use crate::abi::{RawAccessDesc, RawAllocProp, RawMulticastProp};
-use crate::error::{CuError, CuResult};
-use crate::ffi::dlsym::real_dlsym;
-use crate::log;
-use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
+use super::os;
+use crate::sys::abi::{RawAccessDesc, RawAllocProp, RawMulticastProp};
+use crate::sys::error::{CuError, CuResult};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
 /// Environment variable naming the driver library to load instead of `libcuda.so.1`.
@@ -20,19 +16,21 @@ macro_rules! table {
         #[allow(non_snake_case)]
         #[derive(Debug, Clone, Copy)]
         pub struct Driver {
-            /// The `dlopen` handle, as an address (kept open for the life of the process).
-            pub handle: usize,
+            /// The driver library (kept open for the life of the process).
+            pub library: os::Library,
             $(pub $name: Option<unsafe extern "C" fn($($arg),*) -> u32>,)*
         }
 
         impl Driver {
-            fn resolve(handle: *mut c_void) -> Self {
+            fn resolve(library: os::Library) -> Self {
                 Driver {
-                    handle: handle as usize,
+                    library,
                     $($name: {
-                        let name = concat!(stringify!($name), "\0");
-                        // SAFETY: `handle` came from dlopen; the name is NUL-terminated.
-                        let p = unsafe { real_dlsym(handle, name.as_ptr().cast()) };
+                        let p = library.symbol(
+                            // The literal ends in its NUL, so the conversion cannot fail.
+                            std::ffi::CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes())
+                                .expect("NUL-terminated"),
+                        );
                         // SAFETY: a non-null result is the driver's function of that name,
                         // whose C prototype (cuda.h) is the declared one.
                         (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) -> u32>(p) })
@@ -106,32 +104,23 @@ fn load() -> Result<Driver, String> {
         .map(|v| v.into_encoded_bytes())
         .unwrap_or_else(|| b"libcuda.so.1".to_vec());
     let shown = String::from_utf8_lossy(&path).into_owned();
-    let Ok(cpath) = CString::new(path) else {
-        let message = format!("{DRIVER_VARIABLE}={shown:?} contains a NUL byte");
-        log!("cannot load the CUDA driver: {message}");
-        return Err(message);
-    };
-    // SAFETY: a NUL-terminated path; dlopen has no other precondition.
-    let handle = unsafe { libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if handle.is_null() {
-        // SAFETY: dlerror returns null or a NUL-terminated message owned by libc.
-        let reason = unsafe { libc::dlerror() };
-        let reason = if reason.is_null() {
-            "unknown error".to_owned()
-        } else {
-            // SAFETY: non-null, NUL-terminated (above).
-            unsafe { CStr::from_ptr(reason) }
-                .to_string_lossy()
-                .into_owned()
-        };
-        let message = format!("dlopen({shown}) failed: {reason}");
-        log!("cannot load the CUDA driver: {message}");
-        return Err(message);
+    let opened = os::c_path(path)
+        .map_err(|why| format!("{DRIVER_VARIABLE}={shown:?} {why}"))
+        .and_then(|path| {
+            os::Library::open(&path).map_err(|reason| format!("dlopen({shown}) failed: {reason}"))
+        });
+    match opened {
+        Ok(library) => Ok(Driver::resolve(library)),
+        Err(message) => {
+            crate::log!("cannot load the CUDA driver: {message}");
+            Err(message)
+        }
     }
-    Ok(Driver::resolve(handle))
 }
 
 /// Calls a driver entry point: `NOT_INITIALIZED` when the driver lacks it, else its result.
+/// Used by this floor's safe methods and by the FFI edge, which forwards the application's own
+/// pointers; a tidy test keeps it out of every other floor.
 ///
 /// The arguments are evaluated inside the `unsafe` block; every call site passes plain values
 /// or pointers to locals (or pointers the application handed in), never an unsafe expression.
@@ -141,8 +130,8 @@ macro_rules! call {
             // SAFETY: the pointer is the driver's own function with this prototype (see
             // `Driver::resolve`); every argument is what cuda.h asks for, and pointer
             // arguments point at live locals or application memory the caller vouched for.
-            Some(f) => $crate::error::CuError::check(unsafe { f($($arg),*) }),
-            None => Err($crate::error::CuError::NOT_INITIALIZED),
+            Some(f) => $crate::sys::error::CuError::check(unsafe { f($($arg),*) }),
+            None => Err($crate::sys::error::CuError::NOT_INITIALIZED),
         }
     }};
 }

@@ -1,8 +1,8 @@
 //! Conversions between the driver's raw structs and the schema's types. Decoding goes through
 //! the generated `TryFrom<u32>`, so a value the schema does not know is an error, not a guess.
 
-use crate::abi::{RawAccessDesc, RawAllocProp, RawLocation, RawMulticastProp};
-use crate::error::{CuError, CuResult};
+use crate::sys::abi::{RawAccessDesc, RawAllocProp, RawLocation, RawMulticastProp};
+use crate::sys::error::{CuError, CuResult};
 use cuinterpose_protocol::{
     AccessDescriptor, AccessFlags, AllocationProperties, AllocationType, HandleTypes, Location,
     LocationType, MulticastProperties,

@@ -4,25 +4,23 @@
 //! creator, the object and a capability token. Importing a ticket asks the creator's shim for
 //! the real FD (over its socket, lock dropped), imports it and closes it.
 
-use crate::abi::{RawAllocProp, consts};
-use crate::context;
-use crate::convert;
-use crate::driver::call;
-use crate::driver::{Driver, driver};
-use crate::error::{CuError, CuResult};
+use super::multicast;
+use super::track;
+use crate::driver::{Driver, context, driver};
 use crate::log;
-use crate::ops;
-use crate::process;
-use crate::registry::{Allocation, Kind, Registry, is_logical};
-use crate::runtime::cache;
+use crate::state::cache;
+use crate::state::process;
+use crate::state::registry::{Allocation, Kind, Registry, is_logical};
+use crate::sys::abi::consts;
+use crate::sys::convert;
+use crate::sys::error::{CuError, CuResult};
 use cuinterpose_protocol::ticket::{TicketError, create_ticket, read_ticket};
 use cuinterpose_protocol::transport::{Endpoint, Timeouts, call_with, control_dir};
 use cuinterpose_protocol::{
     AllocationId, AllocationReference, CapabilityToken, ExportRequest, NamespacePid, Reply,
     Request, ResourceKind, Ticket, VirtualShareableHandle,
 };
-use std::ffi::{c_int, c_void};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 /// What an export hands back to the FFI edge.
 #[derive(Debug)]
@@ -33,14 +31,13 @@ pub enum Exported {
     Ticket(OwnedFd),
 }
 
-/// # Safety
-/// `out` is what the application passed to `cuMemExportToShareableHandle`: the driver writes
-/// its own handle there on the pass-through paths.
-pub unsafe fn export(
+/// `native(raw)` is the FFI edge's driver export of handle `raw` into the application's own
+/// output (the pass-through paths: untracked handles, and handle types other than POSIX FDs).
+pub fn export(
     handle: u64,
     handle_type: u32,
     flags: u64,
-    out: *mut c_void,
+    native: impl FnOnce(u64) -> CuResult<()>,
 ) -> CuResult<Exported> {
     let d = driver()?;
     if handle_type == consts::HANDLE_TYPE_FABRIC {
@@ -48,10 +45,7 @@ pub unsafe fn export(
         return Err(CuError::NOT_SUPPORTED);
     }
     if !is_logical(handle) {
-        call!(
-            d,
-            cuMemExportToShareableHandle(out, handle, handle_type, flags)
-        )?;
+        native(handle)?;
         return Ok(Exported::Native);
     }
     let ticket = process::with(|r| {
@@ -60,11 +54,7 @@ pub unsafe fn export(
         if handle_type != consts::HANDLE_TYPE_POSIX_FD {
             // Tracked objects are shared over POSIX FDs only: the driver answers (and refuses)
             // other kinds; FABRIC was refused above.
-            let raw = driver_handle(r, entry.id, entry.kind)?;
-            call!(
-                d,
-                cuMemExportToShareableHandle(out, raw, handle_type, flags)
-            )?;
+            native(driver_handle(r, entry.id, entry.kind)?)?;
             return Ok(None);
         }
         if flags != 0 {
@@ -152,93 +142,43 @@ pub fn cache_export(
     capability: CapabilityToken,
     reply: Reply,
 ) -> CuResult<()> {
-    let fd = export_fd(d, raw)?;
+    let fd = d.export_posix_fd(raw)?;
     cache::insert(id, fd, capability, reply);
     Ok(())
 }
 
-/// The driver's POSIX export of `raw`, close-on-exec.
-pub fn export_fd(d: &Driver, raw: u64) -> CuResult<OwnedFd> {
-    let mut fd: c_int = -1;
-    call!(
-        d,
-        cuMemExportToShareableHandle(
-            (&mut fd as *mut c_int).cast(),
-            raw,
-            consts::HANDLE_TYPE_POSIX_FD,
-            0
-        )
-    )?;
-    if fd < 0 {
-        return Err(CuError::UNKNOWN);
-    }
-    // SAFETY: the driver just created this descriptor for us; nobody else owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: fcntl on a descriptor we own.
-    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
-    Ok(fd)
-}
-
-/// The driver's POSIX import of `fd`.
-pub fn import_fd(d: &Driver, fd: BorrowedFd<'_>) -> CuResult<u64> {
-    let mut raw = 0;
-    call!(
-        d,
-        cuMemImportFromShareableHandle(
-            &mut raw,
-            fd.as_raw_fd() as usize as *mut c_void,
-            consts::HANDLE_TYPE_POSIX_FD
-        )
-    )?;
-    if is_logical(raw) {
-        let _ = call!(d, cuMemRelease(raw));
-        log!("the driver returned handle {raw:#x}, which carries the shim's tag; refused");
-        return Err(CuError::UNKNOWN);
-    }
-    Ok(raw)
-}
-
-/// # Safety
-/// `os_handle` is what the application passed to `cuMemImportFromShareableHandle` (for POSIX
-/// FDs, the descriptor number cast to a pointer; the driver interprets other kinds).
-pub unsafe fn import(os_handle: *mut c_void, handle_type: u32) -> CuResult<u64> {
+/// `cuMemImportFromShareableHandle`. `fd` is the application's POSIX FD when the handle type
+/// is POSIX FD and the number is an open descriptor (the FFI edge borrows it for the call);
+/// `native()` is the driver's import of the application's own argument.
+pub fn import(
+    handle_type: u32,
+    fd: Option<BorrowedFd<'_>>,
+    native: impl FnOnce() -> CuResult<u64>,
+) -> CuResult<u64> {
     let d = driver()?;
-    let native = || {
-        let mut raw = 0;
-        call!(
-            d,
-            cuMemImportFromShareableHandle(&mut raw, os_handle, handle_type)
-        )?;
-        Ok(raw)
-    };
     if handle_type == consts::HANDLE_TYPE_FABRIC {
         refuse_fabric("cuMemImportFromShareableHandle");
         return Err(CuError::NOT_SUPPORTED);
     }
-    if handle_type != consts::HANDLE_TYPE_POSIX_FD {
+    let Some(fd) = fd.filter(|_| handle_type == consts::HANDLE_TYPE_POSIX_FD) else {
         return native();
-    }
-    let number = os_handle as usize as c_int;
-    // SAFETY: F_GETFD only asks whether the number is an open descriptor.
-    if number < 0 || unsafe { libc::fcntl(number, libc::F_GETFD) } < 0 {
-        return native();
-    }
-    // SAFETY: the number is open (checked above) and the application lends it for the call.
-    let fd = unsafe { BorrowedFd::borrow_raw(number) };
+    };
     match read_ticket(fd) {
         Ok(ticket) => import_ticket(d, &ticket),
         Err(TicketError::NotATicket(why)) => {
             let raw = native()?;
             process::note_raw_import(raw);
             log!(
-                "cuMemImportFromShareableHandle: fd {number} is not a cuinterpose ticket ({why}); \
-                 imported natively as a raw import: checkpoint is refused while it is held"
+                "cuMemImportFromShareableHandle: fd {} is not a cuinterpose ticket ({why}); \
+                 imported natively as a raw import: checkpoint is refused while it is held",
+                std::os::fd::AsRawFd::as_raw_fd(&fd)
             );
             Ok(raw)
         }
         Err(e) => {
             log!(
-                "cuMemImportFromShareableHandle: fd {number}: {e}; refused with CUDA_ERROR_INVALID_HANDLE"
+                "cuMemImportFromShareableHandle: fd {}: {e}; refused with CUDA_ERROR_INVALID_HANDLE",
+                std::os::fd::AsRawFd::as_raw_fd(&fd)
             );
             Err(CuError::INVALID_HANDLE)
         }
@@ -295,7 +235,7 @@ fn import_ticket(d: &Driver, ticket: &Ticket) -> CuResult<u64> {
         match reply {
             Reply::UnicastExport(export) => {
                 let context = context::current(d);
-                let raw = import_fd(d, fd.as_fd())?;
+                let raw = track::import_fd(d, fd.as_fd())?;
                 drop(fd);
                 let allocation = imported_allocation(
                     d,
@@ -305,16 +245,11 @@ fn import_ticket(d: &Driver, ticket: &Ticket) -> CuResult<u64> {
                     ticket.capability,
                     context,
                 )?;
-                ops::adopt(d, r, allocation)
+                track::adopt(d, r, allocation)
             }
-            Reply::MulticastExport(export) => crate::multicast::adopt_import(
-                d,
-                r,
-                reference,
-                export.properties,
-                ticket.capability,
-                fd,
-            ),
+            Reply::MulticastExport(export) => {
+                multicast::adopt_import(d, r, reference, export.properties, ticket.capability, fd)
+            }
             other => {
                 log!(
                     "import of {}: the creator answered {} instead of an export",
@@ -337,13 +272,12 @@ pub fn imported_allocation(
     capability: CapabilityToken,
     context: usize,
 ) -> CuResult<Allocation> {
-    let mut prop = RawAllocProp::new(0, 0, Default::default(), [0; 8]);
-    let properties = call!(d, cuMemGetAllocationPropertiesFromHandle(&mut prop, raw))
-        .and_then(|()| convert::allocation_properties(&prop));
-    let properties = match properties {
-        Ok(p) if ops::trackable(&p) => p,
+    let prop = d.allocation_properties(raw);
+    let properties = prop.and_then(|prop| convert::allocation_properties(&prop).map(|p| (prop, p)));
+    let (prop, properties) = match properties {
+        Ok((prop, p)) if track::trackable(&p) => (prop, p),
         _ => {
-            let _ = call!(d, cuMemRelease(raw));
+            let _ = d.mem_release(raw);
             log!(
                 "import of {}: memory of this kind cannot be checkpointed; refused",
                 reference.id

@@ -1,0 +1,108 @@
+//! Host carriers: the copy of each shared allocation this process created between its device
+//! memory and its slot of the arena ([`crate::state::arena`]).
+//!
+//! The arena is page-locked (`cuMemHostRegister`) only for the duration of each transfer.
+//! Copies go through a temporary device alias of the whole allocation (reserve, map, grant
+//! read-write), so partial or read-only application mappings do not matter, on one stream per
+//! context; the stream holds the arena's slices until its copies have finished.
+
+use crate::driver::context;
+use crate::driver::vmm::{map_read_write, unmap_and_free};
+use crate::driver::{Driver, Stream};
+use crate::state::arena::Arena;
+use crate::state::registry::Allocation;
+use crate::sys::error::{CuError, CuResult};
+use cuinterpose_protocol::LocationType;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Save,
+    Load,
+}
+
+/// The device a transfer of `a` runs on.
+pub fn device_of(a: &Allocation) -> i32 {
+    match a.properties.location.location_type {
+        LocationType::Device => a.properties.location.id,
+        _ => 0,
+    }
+}
+
+/// Copies every allocation in `jobs` between its device memory and its arena slot.
+pub fn transfer(
+    d: &Driver,
+    arena: &mut Arena,
+    jobs: &[&Allocation],
+    direction: Direction,
+) -> CuResult<()> {
+    let Some(first) = jobs.first() else {
+        return Ok(());
+    };
+    let (ctx, device) = (first.context, device_of(first));
+    let pinned = context::run(d, ctx, device, || arena.memory_mut().register(d)).is_ok();
+    // One stream per (context, device) group.
+    let mut groups: BTreeMap<(usize, i32), Vec<&Allocation>> = BTreeMap::new();
+    for a in jobs {
+        groups.entry((a.context, device_of(a))).or_default().push(a);
+    }
+    let mut result = Ok(());
+    {
+        let mut slices = arena.slices_mut();
+        for ((ctx, device), members) in groups {
+            let mut mine = Vec::with_capacity(members.len());
+            for a in &members {
+                let slice = slices
+                    .remove(&a.reference.id)
+                    .ok_or(CuError::INVALID_VALUE)?;
+                mine.push((*a, slice));
+            }
+            result = context::run(d, ctx, device, || copy_group(d, device, mine, direction));
+            if result.is_err() {
+                break;
+            }
+        }
+    }
+    if pinned {
+        let unregistered = context::run(d, ctx, device, || arena.memory_mut().unregister(d));
+        result = result.and(unregistered);
+    }
+    result
+}
+
+struct Alias {
+    address: u64,
+    size: usize,
+}
+
+fn copy_group(
+    d: &Driver,
+    device: i32,
+    members: Vec<(&Allocation, &mut [u8])>,
+    direction: Direction,
+) -> CuResult<()> {
+    let mut aliases: Vec<Alias> = Vec::new();
+    // Whatever was issued has finished when the scope returns, before the aliases go away or
+    // the arena is touched again.
+    let issued = Stream::scope(d, |stream| {
+        for (a, host) in members {
+            let size = usize::try_from(a.size).map_err(|_| CuError::INVALID_VALUE)?;
+            if host.len() != size {
+                return Err(CuError::INVALID_VALUE);
+            }
+            let raw = a.driver.ok_or(CuError::INVALID_HANDLE)?;
+            let address = map_read_write(d, raw, a.size, device)?;
+            aliases.push(Alias { address, size });
+            match direction {
+                Direction::Save => stream.copy_to_host(host, address)?,
+                Direction::Load => stream.copy_to_device(address, host)?,
+            }
+        }
+        Ok(())
+    });
+    let mut cleanup = Ok(());
+    for alias in aliases {
+        cleanup = cleanup.and(unmap_and_free(d, alias.address, alias.size));
+    }
+    issued.and(cleanup)
+}

@@ -1,0 +1,188 @@
+//! The lifecycle floor: the checkpoint lifecycle, served by the control worker. A phase
+//! machine where an operation that does not follow from the current phase is refused without
+//! mutation, and a driver error after destructive work fail-stops the process (it refuses to
+//! resume).
+//!
+//! [`begin`] closes the gate and freezes; [`unicast`] and [`multicast`] take sharing apart
+//! and rebuild it; [`carrier`] copies the shared bytes to and from the host; [`inspect`]
+//! builds the records an inspection reports.
+
+pub mod begin;
+pub mod carrier;
+pub mod inspect;
+pub mod multicast;
+mod step;
+pub mod unicast;
+
+use crate::driver::driver;
+use crate::log;
+use crate::state::cache::refused;
+use crate::state::gate;
+use crate::state::process;
+use crate::state::registry::Registry;
+use cuinterpose_protocol::transport::Timeouts;
+use cuinterpose_protocol::{CompletedReply, Operation, Phase, RefusalCode, Reply, Request};
+
+/// A reply, and what to do once it was sent.
+#[derive(Debug)]
+pub struct Outcome {
+    pub reply: Reply,
+    pub after: After,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum After {
+    Nothing,
+    /// `load_allocations` succeeded: the host copy is no longer needed once the coordinator
+    /// knows.
+    FreeArena,
+}
+
+fn reply(reply: Reply) -> Outcome {
+    Outcome {
+        reply,
+        after: After::Nothing,
+    }
+}
+
+pub fn handle(request: &Request) -> Outcome {
+    if matches!(request, Request::BeginCheckpoint | Request::Execute(_)) {
+        begin::note_lifecycle_request();
+    }
+    if let Request::BeginCheckpoint = request {
+        // Not under the registry lock: the drain waits for application threads that may
+        // need it to finish their tracked calls.
+        return reply(begin::begin());
+    }
+    let mut guard = process::lock();
+    let r = guard.as_mut().expect("created by lock()");
+    match request {
+        Request::Inspect => {
+            let answer = inspect::inspection(r);
+            if matches!(answer, Reply::Inspection(_)) {
+                // The verifying inspection of a restore: application calls continue.
+                gate::release_hold();
+            }
+            reply(answer)
+        }
+        Request::BeginCheckpoint => unreachable!("handled above"),
+        Request::Execute(execute) => run(r, execute.operation),
+        Request::Export(_) => reply(refused(
+            RefusalCode::Invalid,
+            "export requests are served by the peer thread".into(),
+        )),
+    }
+}
+
+pub fn after_reply(after: After, sent: bool) {
+    if after == After::FreeArena {
+        if !sent {
+            log!(
+                "the coordinator did not receive the load_allocations reply; the host copy is freed anyway (restore already completed here)"
+            );
+        }
+        let mut guard = process::lock();
+        if let Some(r) = guard.as_mut() {
+            r.arena = None;
+        }
+    }
+}
+
+/// The phase an operation starts from and the one it leads to.
+pub fn transition(operation: Operation) -> (Phase, Phase) {
+    use Operation as O;
+    use Phase as P;
+    match operation {
+        O::PrepareMulticast => (P::Frozen, P::MulticastPrepared),
+        O::SaveAllocations => (P::MulticastPrepared, P::Saved),
+        O::PrepareUnicast => (P::Saved, P::Released),
+        O::LoadAllocations => (P::Released, P::Loaded),
+        O::RestoreUnicast => (P::Loaded, P::UnicastRestored),
+        O::RestoreMulticastCreators => (P::UnicastRestored, P::MulticastCreatorsRestored),
+        O::RestoreMulticastImporters => {
+            (P::MulticastCreatorsRestored, P::MulticastImportersRestored)
+        }
+        O::RestoreMulticastDevices => (P::MulticastImportersRestored, P::MulticastDevicesRestored),
+        O::RestoreMulticastBindings => (P::MulticastDevicesRestored, P::Active),
+    }
+}
+
+fn run(r: &mut Registry, operation: Operation) -> Outcome {
+    if let Some(failure) = &r.failure {
+        return reply(refused(
+            RefusalCode::FailStopped,
+            format!("fail-stopped earlier: {failure}"),
+        ));
+    }
+    let (from, to) = transition(operation);
+    if r.phase != from {
+        return reply(refused(
+            RefusalCode::OutOfOrder,
+            format!(
+                "{operation} needs phase {from}; this process is in phase {}",
+                r.phase
+            ),
+        ));
+    }
+    let d = match driver() {
+        Ok(d) => d,
+        Err(e) => return reply(refused(RefusalCode::DriverError, format!("no driver: {e}"))),
+    };
+    let result = match operation {
+        Operation::PrepareMulticast => multicast::prepare_multicast(d, r),
+        Operation::SaveAllocations => unicast::save(d, r),
+        Operation::PrepareUnicast => unicast::prepare_unicast(d, r),
+        Operation::LoadAllocations => unicast::load(d, r),
+        Operation::RestoreUnicast => unicast::restore_unicast(d, r),
+        Operation::RestoreMulticastCreators => multicast::restore_multicast_creators(d, r),
+        Operation::RestoreMulticastImporters => multicast::restore_multicast_importers(d, r),
+        Operation::RestoreMulticastDevices => multicast::restore_multicast_devices(d, r),
+        Operation::RestoreMulticastBindings => multicast::restore_multicast_bindings(d, r),
+    };
+    match result {
+        Ok(bytes) => {
+            r.phase = to;
+            if to == Phase::Active {
+                // The restore is complete; blocked application threads continue once the
+                // coordinator's verifying inspection has read the records.
+                gate::hold(Timeouts::from_env().unwrap_or_default().control());
+            }
+            Outcome {
+                reply: Reply::Completed(CompletedReply { operation, bytes }),
+                after: if operation == Operation::LoadAllocations {
+                    After::FreeArena
+                } else {
+                    After::Nothing
+                },
+            }
+        }
+        Err(failure) => {
+            let message = format!(
+                "{operation} failed: {failure}; this process is fail-stopped and will not resume"
+            );
+            log!("{message}");
+            r.failure = Some(message.clone());
+            r.phase = Phase::Failed;
+            // From now on every gated call fails the same way: no half state where some
+            // calls work on released memory.
+            gate::fail();
+            reply(refused(RefusalCode::DriverError, message))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operations_chain_from_frozen_back_to_active() {
+        let mut phase = Phase::Frozen;
+        for operation in <Operation as cuinterpose_protocol::wire::WireName>::ALL {
+            let (from, to) = transition(*operation);
+            assert_eq!(from, phase, "{operation}");
+            phase = to;
+        }
+        assert_eq!(phase, Phase::Active);
+    }
+}

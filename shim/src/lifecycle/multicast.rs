@@ -1,0 +1,172 @@
+//! The multicast operations: release every multicast object before the unicast memory, and
+//! after the unicast restore recreate them in order: creators, importers, devices, bindings.
+
+use super::step::{Step, at, remap};
+use crate::calls::sharing;
+use crate::driver::{Driver, context};
+use crate::state::cache;
+use crate::state::registry::{BindingTarget, Kind, Registry};
+use crate::sys::convert;
+use crate::sys::error::CuError;
+use cuinterpose_protocol::{Reply, ResourceKind};
+
+pub fn prepare_multicast(d: &Driver, r: &mut Registry) -> Step<u64> {
+    let mapped: Vec<(u64, u64, cuinterpose_protocol::AllocationId)> = r
+        .mappings
+        .iter()
+        .filter(|(_, m)| m.kind == Kind::Multicast)
+        .map(|(&base, m)| (base, m.size, m.id))
+        .collect();
+    for (id, object) in r.multicasts.iter_mut() {
+        cache::remove(id);
+        let raw = object
+            .driver
+            .ok_or_else(|| format!("multicast object {id} has no driver handle"))?;
+        let device = object.devices.first().copied().unwrap_or(0);
+        context::run(d, object.context, device, || {
+            for (base, size, _) in mapped.iter().filter(|(_, _, owner)| owner == id) {
+                d.mem_unmap(*base, *size as usize)?;
+            }
+            for b in &object.bindings {
+                d.multicast_unbind(raw, b.device, b.multicast_offset as usize, b.size as usize)?;
+            }
+            d.mem_release(raw)
+        })
+        .map_err(at(|| format!("multicast object {id}")))?;
+        object.driver = None;
+    }
+    Ok(0)
+}
+
+fn multicast_device(r: &Registry, id: &cuinterpose_protocol::AllocationId) -> i32 {
+    let m = &r.multicasts[id];
+    m.devices
+        .first()
+        .or(m.bindings.first().map(|b| &b.device))
+        .copied()
+        .unwrap_or(0)
+}
+
+pub fn restore_multicast_creators(d: &Driver, r: &mut Registry) -> Step<u64> {
+    let me = r.pid;
+    let ids: Vec<_> = r
+        .multicasts
+        .values()
+        .filter(|m| m.reference.creator_pid == me)
+        .map(|m| m.reference.id)
+        .collect();
+    for id in ids {
+        let device = multicast_device(r, &id);
+        let m = &r.multicasts[&id];
+        let prop = convert::raw_multicast_properties(&m.properties)
+            .map_err(at(|| format!("multicast object {id}")))?;
+        let raw = context::run(d, m.context, device, || d.multicast_create(&prop))
+            .map_err(at(|| format!("recreating multicast object {id}")))?;
+        if m.shared {
+            sharing::cache_export(d, id, raw, m.capability, m.export_reply())
+                .map_err(at(|| format!("exporting multicast object {id}")))?;
+        }
+        r.multicasts.get_mut(&id).expect("listed above").driver = Some(raw);
+    }
+    Ok(0)
+}
+
+pub fn restore_multicast_importers(d: &Driver, r: &mut Registry) -> Step<u64> {
+    let me = r.pid;
+    let ids: Vec<_> = r
+        .multicasts
+        .values()
+        .filter(|m| m.reference.creator_pid != me)
+        .map(|m| m.reference.id)
+        .collect();
+    for id in ids {
+        let device = multicast_device(r, &id);
+        let m = &r.multicasts[&id];
+        let (reply, fd) =
+            sharing::request_export(&m.reference, ResourceKind::Multicast, m.capability).map_err(
+                at(|| {
+                    format!(
+                        "asking creator {} for multicast object {id}",
+                        m.reference.creator_pid
+                    )
+                }),
+            )?;
+        match reply {
+            Reply::MulticastExport(export) if export.properties == m.properties => {}
+            other => {
+                return Err(format!(
+                    "multicast object {id}: creator answered {other:?}, expected the recorded properties"
+                ));
+            }
+        }
+        let raw = context::run(d, m.context, device, || {
+            crate::calls::track::import_fd(d, std::os::fd::AsFd::as_fd(&fd))
+        })
+        .map_err(at(|| format!("importing multicast object {id}")))?;
+        r.multicasts.get_mut(&id).expect("listed above").driver = Some(raw);
+    }
+    Ok(0)
+}
+
+pub fn restore_multicast_devices(d: &Driver, r: &mut Registry) -> Step<u64> {
+    for (id, m) in &r.multicasts {
+        let raw = m
+            .driver
+            .ok_or_else(|| format!("multicast object {id} was not restored"))?;
+        let device = m.devices.first().copied().unwrap_or(0);
+        context::run(d, m.context, device, || {
+            for &dev in &m.devices {
+                d.multicast_add_device(raw, dev)?;
+            }
+            Ok(())
+        })
+        .map_err(at(|| format!("adding devices to multicast object {id}")))?;
+    }
+    Ok(0)
+}
+
+pub fn restore_multicast_bindings(d: &Driver, r: &mut Registry) -> Step<u64> {
+    for (id, m) in &r.multicasts {
+        let raw = m
+            .driver
+            .ok_or_else(|| format!("multicast object {id} was not restored"))?;
+        let device = multicast_device(r, id);
+        context::run(d, m.context, device, || {
+            for b in &m.bindings {
+                let (mc_offset, size) = (b.multicast_offset as usize, b.size as usize);
+                let v2 = b.version == cuinterpose_protocol::BindingVersion::V2;
+                match &b.target {
+                    BindingTarget::Memory { member, offset } => {
+                        let member_raw = r
+                            .allocations
+                            .get(&member.id)
+                            .and_then(|a| a.driver)
+                            .ok_or(CuError::INVALID_HANDLE)?;
+                        d.multicast_bind_mem(
+                            raw,
+                            v2.then_some(b.device),
+                            mc_offset,
+                            member_raw,
+                            *offset as usize,
+                            size,
+                            b.flags,
+                        )?;
+                    }
+                    BindingTarget::Address { address, .. } => {
+                        d.multicast_bind_addr(
+                            raw,
+                            v2.then_some(b.device),
+                            mc_offset,
+                            *address,
+                            size,
+                            b.flags,
+                        )?;
+                    }
+                }
+            }
+            remap(d, r, id, raw, Kind::Multicast)
+        })
+        .map_err(at(|| format!("rebinding multicast object {id}")))?;
+    }
+    Ok(0)
+}

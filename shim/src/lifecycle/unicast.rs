@@ -1,0 +1,159 @@
+//! The unicast operations: save the shared bytes to the host carrier, release the shared
+//! allocations, and after the native restore recreate them (creators, from the carrier) and
+//! import them again (importers), each at its recorded addresses.
+
+use super::carrier::{self, Direction};
+use super::step::{Step, at, remap};
+use crate::calls::sharing;
+use crate::driver::{Driver, context};
+use crate::state::arena::Arena;
+use crate::state::cache;
+use crate::state::registry::{Kind, Registry};
+use cuinterpose_protocol::{Reply, ResourceKind};
+
+/// The allocations this process carries, in a fixed order.
+fn carried(r: &Registry) -> Vec<cuinterpose_protocol::AllocationId> {
+    r.allocations
+        .values()
+        .filter(|a| a.host_carrier(r.pid))
+        .map(|a| a.reference.id)
+        .collect()
+}
+
+pub fn save(d: &Driver, r: &mut Registry) -> Step<u64> {
+    let ids = carried(r);
+    if ids.is_empty() {
+        r.arena = None;
+        return Ok(0);
+    }
+    let sizes: Vec<_> = ids.iter().map(|id| (*id, r.allocations[id].size)).collect();
+    let mut arena = Arena::for_sizes(&sizes)?;
+    let jobs: Vec<_> = ids.iter().map(|id| &r.allocations[id]).collect();
+    carrier::transfer(d, &mut arena, &jobs, Direction::Save).map_err(at(|| {
+        "copying shared allocations to the host carrier".to_owned()
+    }))?;
+    r.arena = Some(arena);
+    Ok(sizes.iter().map(|&(_, size)| size).sum())
+}
+
+pub fn prepare_unicast(d: &Driver, r: &mut Registry) -> Step<u64> {
+    cache::clear();
+    let mapped: Vec<(u64, u64, cuinterpose_protocol::AllocationId)> = r
+        .mappings
+        .iter()
+        .filter(|(_, m)| m.kind == Kind::Unicast)
+        .map(|(&base, m)| (base, m.size, m.id))
+        .collect();
+    for (id, a) in r.allocations.iter_mut().filter(|(_, a)| a.shared) {
+        for (base, size, _) in mapped.iter().filter(|(_, _, owner)| owner == id) {
+            d.mem_unmap(*base, *size as usize)
+                .map_err(at(|| format!("unmapping allocation {id} at {base:#x}")))?;
+        }
+        if let Some(raw) = a.driver.take() {
+            d.mem_release(raw)
+                .map_err(at(|| format!("releasing allocation {id}")))?;
+        }
+    }
+    Ok(0)
+}
+
+pub fn load(d: &Driver, r: &mut Registry) -> Step<u64> {
+    let ids = carried(r);
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let Some(mut arena) = r.arena.take() else {
+        return Err(
+            "no host carrier to load from (save_allocations did not run in this process image)"
+                .into(),
+        );
+    };
+    for id in &ids {
+        let a = &r.allocations[id];
+        if arena.size_of(id) != Some(a.size) {
+            return Err(format!(
+                "allocation {id}: the host carrier does not hold it"
+            ));
+        }
+    }
+    let result = (|| {
+        for id in &ids {
+            let a = &r.allocations[id];
+            let prop = a.raw_properties();
+            let raw = context::run(d, a.context, carrier::device_of(a), || {
+                d.mem_create(a.size as usize, &prop, 0)
+            })
+            .map_err(at(|| format!("recreating allocation {id}")))?;
+            r.allocations.get_mut(id).expect("listed above").driver = Some(raw);
+        }
+        let jobs: Vec<_> = ids.iter().map(|id| &r.allocations[id]).collect();
+        carrier::transfer(d, &mut arena, &jobs, Direction::Load)
+            .map_err(at(|| "copying the host carrier back".to_owned()))?;
+        let mut bytes = 0;
+        for id in &ids {
+            let a = &r.allocations[id];
+            let raw = a.driver.expect("recreated above");
+            context::run(d, a.context, carrier::device_of(a), || {
+                remap(d, r, id, raw, Kind::Unicast)
+            })
+            .map_err(at(|| format!("remapping allocation {id}")))?;
+            bytes += a.size;
+            if !a.published {
+                // Shared only by a multicast binding: nobody asks for its FD.
+                continue;
+            }
+            sharing::cache_export(d, *id, raw, a.capability, a.export_reply())
+                .map_err(at(|| format!("exporting allocation {id}")))?;
+            if a.malloc.is_some_and(|m| m.ipc_exported) {
+                cache::authorize_by_id(id);
+            }
+        }
+        Ok(bytes)
+    })();
+    // Keep the copy until the reply is sent (After::FreeArena), or for good on failure.
+    r.arena = Some(arena);
+    result
+}
+
+pub fn restore_unicast(d: &Driver, r: &mut Registry) -> Step<u64> {
+    let me = r.pid;
+    let ids: Vec<_> = r
+        .allocations
+        .values()
+        .filter(|a| a.shared && !a.is_creator(me))
+        .map(|a| a.reference.id)
+        .collect();
+    for id in ids {
+        let a = &r.allocations[&id];
+        let (reply, fd) =
+            sharing::request_export(&a.reference, ResourceKind::Unicast, a.capability).map_err(
+                at(|| {
+                    format!(
+                        "asking creator {} for allocation {id}",
+                        a.reference.creator_pid
+                    )
+                }),
+            )?;
+        match reply {
+            Reply::UnicastExport(export) if export.size == a.size => {}
+            other => {
+                return Err(format!(
+                    "allocation {id}: creator answered {other:?}, expected an export of {} bytes",
+                    a.size
+                ));
+            }
+        }
+        let raw = context::run(d, a.context, carrier::device_of(a), || {
+            crate::calls::track::import_fd(d, std::os::fd::AsFd::as_fd(&fd))
+        })
+        .map_err(at(|| format!("importing allocation {id}")))?;
+        drop(fd);
+        r.allocations.get_mut(&id).expect("listed above").driver = Some(raw);
+        let a = &r.allocations[&id];
+        context::run(d, a.context, carrier::device_of(a), || {
+            remap(d, r, &id, raw, Kind::Unicast)
+        })
+        .map_err(at(|| format!("remapping allocation {id}")))?;
+    }
+    Ok(0)
+}
