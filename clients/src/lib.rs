@@ -43,27 +43,17 @@ pub const MIB: u64 = 1 << 20;
 /// fakecuda's allocation granularity; every allocation of the suite is one or two of these.
 pub const GRAN: u64 = 2 * MIB;
 
-/// `CU_MEM_HANDLE_TYPE_NONE`.
-pub const NONE: u32 = 0;
-/// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`.
-pub const POSIX: u32 = 1;
-/// `CU_MEM_HANDLE_TYPE_FABRIC`.
-pub const FABRIC: u32 = 8;
-/// `CU_MEM_LOCATION_TYPE_DEVICE`.
-pub const DEVICE: u32 = 1;
-/// `CU_MEM_LOCATION_TYPE_HOST_NUMA`.
-pub const HOST_NUMA: u32 = 3;
-
-/// `CUDA_ERROR_INVALID_VALUE`.
-pub const INVALID_VALUE: u32 = 1;
-/// `CUDA_ERROR_INVALID_CONTEXT`.
-pub const INVALID_CONTEXT: u32 = 201;
-/// `CUDA_ERROR_INVALID_HANDLE`.
-pub const INVALID_HANDLE: u32 = 400;
-/// `CUDA_ERROR_NOT_FOUND`.
-pub const NOT_FOUND: u32 = 500;
-/// `CUDA_ERROR_NOT_SUPPORTED`.
-pub const NOT_SUPPORTED: u32 = 801;
+// The suite's short names for the handle types, location types and results it names most;
+// the values come from the workspace's one driver ABI.
+pub use cuinterpose_abi::consts::{
+    HANDLE_TYPE_FABRIC as FABRIC, HANDLE_TYPE_NONE as NONE, HANDLE_TYPE_POSIX_FD as POSIX,
+    LOCATION_TYPE_DEVICE as DEVICE, LOCATION_TYPE_HOST_NUMA as HOST_NUMA,
+};
+pub use cuinterpose_abi::results::{
+    CUDA_ERROR_INVALID_CONTEXT as INVALID_CONTEXT, CUDA_ERROR_INVALID_HANDLE as INVALID_HANDLE,
+    CUDA_ERROR_INVALID_VALUE as INVALID_VALUE, CUDA_ERROR_NOT_FOUND as NOT_FOUND,
+    CUDA_ERROR_NOT_SUPPORTED as NOT_SUPPORTED,
+};
 
 /// What a worker call gave, for notes that plain runs compare: `ok`, `cuda:NAME` for a
 /// driver result, `errno:NAME` for a system call, `unresolved:SYMBOL`, or the error's text.

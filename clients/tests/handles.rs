@@ -10,8 +10,8 @@ use cuinterpose_clients::{
     ANY, CUDA_11, Ctx, FABRIC, GRAN, HOST_NUMA, MIB, Mode, POSIX, outcome, scenario,
 };
 use cuinterpose_workload::cuda::{
-    ATTRIBUTE_FABRIC_SUPPORTED, ATTRIBUTE_MULTICAST_SUPPORTED, ATTRIBUTE_POSIX_FD_SUPPORTED,
-    ATTRIBUTE_VMM_SUPPORTED, HANDLE_TYPE_FABRIC,
+    DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED,
+    DEVICE_ATTRIBUTE_POSIX_FD_SUPPORTED, DEVICE_ATTRIBUTE_VMM_SUPPORTED, HANDLE_TYPE_FABRIC,
 };
 use cuinterpose_workload::{Command, Grant, Worker};
 use std::os::fd::AsFd;
@@ -86,10 +86,10 @@ fn pytorch_nccl_fabric_probe_then_posix(ctx: &mut Ctx) {
     let mut a = ctx.worker();
     let mut b = ctx.worker();
     for (name, attribute) in [
-        ("vmm", ATTRIBUTE_VMM_SUPPORTED),
-        ("posix fd", ATTRIBUTE_POSIX_FD_SUPPORTED),
-        ("fabric", ATTRIBUTE_FABRIC_SUPPORTED),
-        ("multicast", ATTRIBUTE_MULTICAST_SUPPORTED),
+        ("vmm", DEVICE_ATTRIBUTE_VMM_SUPPORTED),
+        ("posix fd", DEVICE_ATTRIBUTE_POSIX_FD_SUPPORTED),
+        ("fabric", DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED),
+        ("multicast", DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED),
     ] {
         let value = a.device_attribute(attribute, 0).map(|v| v.to_string());
         let text = value
@@ -97,7 +97,9 @@ fn pytorch_nccl_fabric_probe_then_posix(ctx: &mut Ctx) {
             .map_or_else(|_| outcome(&value), Clone::clone);
         ctx.note(format!("attribute {name}: {text}"));
     }
-    let fabric_supported = a.device_attribute(ATTRIBUTE_FABRIC_SUPPORTED, 0).unwrap();
+    let fabric_supported = a
+        .device_attribute(DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, 0)
+        .unwrap();
     assert_eq!(fabric_supported, 0, "no IMEX here");
     // PyTorch (expandable segments, UNSPECIFIED handle type): FABRIC first.
     let mut handle = None;

@@ -70,6 +70,8 @@ pub use emit_rust::rust;
 pub const ENTRY_POINTS_OUTPUT: &str = "shim/src/ffi/generated.rs";
 /// The committed location of the generated entry-point names, relative to the workspace.
 pub const ENTRY_NAMES_OUTPUT: &str = "shim/src/sys/entries.rs";
+/// The committed location of the generated `CUresult` table, relative to the workspace.
+pub const RESULTS_OUTPUT: &str = "abi/src/results.rs";
 /// The entry-point policy, relative to the workspace.
 pub const ENTRY_POINTS_POLICY: &str = "schema/entry_points.ron";
 
@@ -123,7 +125,13 @@ pub fn entry_points_for(
         entry_points::plan(ENTRY_POINTS_POLICY, &policy, &bindings).map_err(|d| d.to_string())?;
     let emitted = entry_points::emit(&table, ENTRY_POINTS_POLICY)
         .map_err(|e| format!("emitting the table failed: {e}"))?;
+    if bindings.results.is_empty() {
+        return Err(format!("{label}: no cudaError_enum (CUresult) found"));
+    }
+    let results = entry_points::emit_results(&bindings)
+        .map_err(|e| format!("emitting the results table failed: {e}"))?;
     Ok(vec![
+        (RESULTS_OUTPUT, results),
         (ENTRY_NAMES_OUTPUT, emitted.names),
         (ENTRY_POINTS_OUTPUT, emitted.exports),
     ])

@@ -46,7 +46,7 @@ enum Command {
         new: PathBuf,
     },
     /// Generate the shim's driver entry-point table (shim/src/sys/entries.rs and
-    /// shim/src/ffi/generated.rs) from cudarc's
+    /// shim/src/ffi/generated.rs) and the CUresult table (abi/src/results.rs) from cudarc's
     /// driver bindings and schema/entry_points.ron, and write it; with --check, only compare
     /// and exit 1 when the committed file is stale.
     EntryPoints {

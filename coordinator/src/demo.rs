@@ -217,7 +217,7 @@ impl Demo {
     }
 }
 
-const POSIX: u32 = 1;
+use cuinterpose_workload::cuda::HANDLE_TYPE_POSIX_FD as POSIX;
 
 fn build_topology(demo: &mut Demo) -> Result<(), DemoError> {
     let n = demo.workers.len();

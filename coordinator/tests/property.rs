@@ -71,9 +71,9 @@ use proptest::test_runner::{Config, RngSeed, TestRunner};
 use serde_json::Value;
 
 const GRAN: u64 = 2 << 20;
-const POSIX: u32 = 1;
-const READ: u32 = 1;
-const READ_WRITE: u32 = 3;
+use cuinterpose_workload::cuda::{
+    ACCESS_READ as READ, ACCESS_READWRITE as READ_WRITE, HANDLE_TYPE_POSIX_FD as POSIX,
+};
 const DEFAULT_CASES: u32 = 12;
 const DEFAULT_SEED: u64 = 0x00c0_ffee_2024_0001;
 const DEFAULT_SHRINK: u32 = 8;

@@ -106,7 +106,7 @@ impl Driver {
 
     pub fn host_register(&mut self, p: u64, size: u64, flags: u32) -> CuResult<()> {
         self.contexts.current()?;
-        if p == 0 || size == 0 || flags & !c::MEMHOSTREGISTER_ALL != 0 {
+        if p == 0 || size == 0 || flags & !c::HOST_REGISTER_ALL != 0 {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
         let end = p

@@ -6,9 +6,10 @@ use std::ffi::c_void;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use support::*;
 
-const RUNNING: u32 = 0;
-const LOCKED: u32 = 1;
-const CHECKPOINTED: u32 = 2;
+use cuinterpose_abi::consts::{
+    PROCESS_STATE_CHECKPOINTED as CHECKPOINTED, PROCESS_STATE_LOCKED as LOCKED,
+    PROCESS_STATE_RUNNING as RUNNING,
+};
 const VMM_SIZE: usize = 2 * GRAN;
 const CLASSIC_SIZE: usize = 3 << 20;
 

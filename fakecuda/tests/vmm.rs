@@ -561,6 +561,17 @@ fn proc_address_and_error_names() {
     // SAFETY: cuGetErrorName returned a static C string.
     let name = unsafe { std::ffi::CStr::from_ptr(s.cast()) };
     assert_eq!(name.to_str().unwrap(), "CUDA_ERROR_ILLEGAL_STATE");
+    // Every code of the headers has its name, not only those fakecuda returns.
+    for (code, expected) in [
+        (47, "CUDA_ERROR_MULTICAST_RESOURCE_FULL"),
+        (900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"),
+        (915, "CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION"),
+    ] {
+        ok(cu.cuGetErrorName(code, &mut s));
+        // SAFETY: as above.
+        let name = unsafe { std::ffi::CStr::from_ptr(s.cast()) };
+        assert_eq!(name.to_str().unwrap(), expected);
+    }
     ok(cu.cuGetErrorString(INVALID_VALUE, &mut s));
     // SAFETY: as above.
     let text = unsafe { std::ffi::CStr::from_ptr(s.cast()) };

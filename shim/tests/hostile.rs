@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 use support::{Sandbox, lib_dir, shim};
 
 const MIB: u64 = 1 << 20;
-const POSIX: u32 = 1;
-const INVALID_HANDLE: u32 = 400;
+use cuinterpose_abi::consts::HANDLE_TYPE_POSIX_FD as POSIX;
+use cuinterpose_abi::results::CUDA_ERROR_INVALID_HANDLE as INVALID_HANDLE;
 /// The shim's control timeout in these tests (`CUINTERPOSE_CONTROL_TIMEOUT_SECONDS`): how long
 /// a handler waits for a stalled peer's request.
 const SHIM_TIMEOUT: Duration = Duration::from_secs(2);

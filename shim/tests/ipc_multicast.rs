@@ -8,8 +8,9 @@ use std::os::fd::AsFd;
 use support::{Sandbox, inspect, toggle, worker};
 
 const MIB: u64 = 1 << 20;
-const INVALID_VALUE: u32 = 1;
-const INVALID_CONTEXT: u32 = 201;
+use cuinterpose_abi::results::{
+    CUDA_ERROR_INVALID_CONTEXT as INVALID_CONTEXT, CUDA_ERROR_INVALID_VALUE as INVALID_VALUE,
+};
 
 #[test]
 fn ipc_handles_share_cu_mem_alloc_memory_and_survive_a_toggle() {

@@ -16,8 +16,8 @@ use std::os::fd::AsFd;
 use support::{Sandbox, ask, fake_runtime, inspect, worker};
 
 const MIB: u64 = 1 << 20;
-const POSIX: u32 = 1;
-const INVALID_HANDLE: u32 = 400;
+use cuinterpose_abi::consts::HANDLE_TYPE_POSIX_FD as POSIX;
+use cuinterpose_abi::results::CUDA_ERROR_INVALID_HANDLE as INVALID_HANDLE;
 
 fn entry_paths() -> Vec<EntryPath> {
     vec![

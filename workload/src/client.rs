@@ -978,7 +978,7 @@ impl Worker {
     /// `cuIpcOpenMemHandle_v2` with `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`.
     pub fn ipc_open(&mut self, handle: &[u8; 64]) -> Result<u64, WorkloadError> {
         expect_reply!(self,
-            Command::IpcOpen { handle: handle.to_vec(), flags: crate::cuda::IPC_LAZY_ENABLE_PEER_ACCESS },
+            Command::IpcOpen { handle: handle.to_vec(), flags: crate::cuda::IPC_MEM_LAZY_ENABLE_PEER_ACCESS },
             Reply::Address { address } => address)
     }
 

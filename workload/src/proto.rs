@@ -362,7 +362,7 @@ pub struct TrafficReport {
 }
 
 fn lazy_peer_access() -> u32 {
-    crate::cuda::IPC_LAZY_ENABLE_PEER_ACCESS
+    crate::cuda::IPC_MEM_LAZY_ENABLE_PEER_ACCESS
 }
 
 impl Command {

@@ -29,6 +29,27 @@ pub struct Function {
 pub struct Bindings {
     pub source: String,
     pub functions: BTreeMap<String, Function>,
+    /// Every `CUresult` value (`cudaError_enum`) in any CUDA version: value → name (the
+    /// newest definition's name where two versions disagree).
+    pub results: BTreeMap<u32, String>,
+}
+
+/// The variants of one `cudaError_enum` definition: `(name, value)`.
+type Variants = Vec<(String, u32)>;
+
+fn result_variants(e: &syn::ItemEnum) -> Variants {
+    e.variants
+        .iter()
+        .filter_map(|v| {
+            let (_, syn::Expr::Lit(lit)) = v.discriminant.as_ref()? else {
+                return None;
+            };
+            let syn::Lit::Int(int) = &lit.lit else {
+                return None;
+            };
+            Some((v.ident.to_string(), int.base10_parse::<u32>().ok()?))
+        })
+        .collect()
 }
 
 #[derive(Default)]
@@ -151,11 +172,15 @@ pub fn read_bindings(source: &str, text: &str) -> Result<Bindings, Diagnostics> 
     })?;
     let mut items = Items::default();
     let mut functions: Vec<(String, Vec<syn::Type>, Option<u32>)> = Vec::new();
+    let mut results: Vec<(Option<u32>, Variants)> = Vec::new();
     for item in &file.items {
         match item {
             syn::Item::Enum(e) => {
                 let repr = repr_of(&e.attrs).unwrap_or_else(|| "u32".to_owned());
                 items.enums.insert(e.ident.to_string(), repr);
+                if e.ident == "cudaError_enum" {
+                    results.push((cfg_newest(&e.attrs), result_variants(e)));
+                }
             }
             syn::Item::Struct(s) => {
                 items.records.insert(s.ident.to_string(), ());
@@ -244,8 +269,18 @@ pub fn read_bindings(source: &str, text: &str) -> Result<Bindings, Diagnostics> 
             "no driver function found (is this cudarc's driver/sys/mod.rs?)".into(),
         ));
     }
+    // Oldest definitions first, so a newer one's name wins for a value both define
+    // (`None` = every version = newest).
+    results.sort_by_key(|(newest, _)| newest.map_or(u32::MAX, |v| v));
+    let mut by_value = BTreeMap::new();
+    for (_, variants) in results {
+        for (name, value) in variants {
+            by_value.insert(value, name);
+        }
+    }
     Ok(Bindings {
         source: source.to_owned(),
         functions: out,
+        results: by_value,
     })
 }

@@ -1,15 +1,19 @@
 //! The shim's driver entry-point table: every function of cudarc's driver bindings (read with
 //! syn) classified by `schema/entry_points.ron` (hand-written or generated pass-through, open
-//! or gated during a checkpoint, per-thread-stream variants), emitted as one Rust module.
+//! or gated during a checkpoint, per-thread-stream variants), emitted as two Rust modules of
+//! the shim; and cudarc's `CUresult` values, emitted as the results table of `cuinterpose-abi`.
 //!
 //! Pipeline: [`read_bindings`] (syn over cudarc's `driver/sys/mod.rs`) → [`plan`] (the policy
-//! checked against the bindings, errors at `file:line:column`) → [`emit`](emit::emit).
+//! checked against the bindings, errors at `file:line:column`) → [`emit`](emit::emit), and
+//! [`emit_results`].
 
 mod bindings;
 mod emit;
+mod results;
 
 pub use bindings::{Abi, Bindings, Function, read_bindings};
 pub use emit::emit;
+pub use results::emit_results;
 
 use crate::diag::Diagnostics;
 use crate::source::SourceMap;

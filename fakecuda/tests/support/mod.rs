@@ -7,22 +7,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-pub const SUCCESS: u32 = 0;
-pub const INVALID_VALUE: u32 = 1;
-pub const OUT_OF_MEMORY: u32 = 2;
-pub const NOT_INITIALIZED: u32 = 3;
-pub const INVALID_DEVICE: u32 = 101;
-pub const INVALID_CONTEXT: u32 = 201;
-pub const ALREADY_MAPPED: u32 = 208;
-pub const INVALID_HANDLE: u32 = 400;
-pub const ILLEGAL_STATE: u32 = 401;
-pub const NOT_FOUND: u32 = 500;
-pub const ILLEGAL_ADDRESS: u32 = 700;
-pub const NOT_PERMITTED: u32 = 800;
-pub const NOT_SUPPORTED: u32 = 801;
+#[allow(unused_imports)] // each user takes a few
+pub use cuinterpose_abi::consts::{HANDLE_TYPE_FABRIC as FABRIC, HANDLE_TYPE_POSIX_FD as POSIX_FD};
+#[allow(unused_imports)]
+pub use cuinterpose_abi::results::{
+    CUDA_ERROR_ALREADY_MAPPED as ALREADY_MAPPED, CUDA_ERROR_ILLEGAL_ADDRESS as ILLEGAL_ADDRESS,
+    CUDA_ERROR_ILLEGAL_STATE as ILLEGAL_STATE, CUDA_ERROR_INVALID_CONTEXT as INVALID_CONTEXT,
+    CUDA_ERROR_INVALID_DEVICE as INVALID_DEVICE, CUDA_ERROR_INVALID_HANDLE as INVALID_HANDLE,
+    CUDA_ERROR_INVALID_VALUE as INVALID_VALUE, CUDA_ERROR_NOT_FOUND as NOT_FOUND,
+    CUDA_ERROR_NOT_INITIALIZED as NOT_INITIALIZED, CUDA_ERROR_NOT_PERMITTED as NOT_PERMITTED,
+    CUDA_ERROR_NOT_SUPPORTED as NOT_SUPPORTED, CUDA_ERROR_OUT_OF_MEMORY as OUT_OF_MEMORY,
+    CUDA_SUCCESS as SUCCESS,
+};
 pub const GRAN: usize = 2 << 20;
-pub const POSIX_FD: u32 = 1;
-pub const FABRIC: u32 = 8;
 
 /// `target/<profile>/`: the directory above the test executable's `deps/`.
 pub fn profile_dir() -> PathBuf {

@@ -8,7 +8,7 @@ use crate::calls::sharing::Exported;
 use crate::calls::{multicast, sharing, vmm as ops};
 use crate::driver::call;
 use crate::driver::driver;
-use crate::sys::abi::{RawAccessDesc, RawAllocProp, RawMulticastProp};
+use crate::sys::abi::{RawAccessDesc, RawAllocProp, RawIpcMemHandle, RawMulticastProp};
 use crate::sys::entries::id;
 use crate::sys::error::CuError;
 use std::ffi::{c_int, c_uint, c_void};
@@ -377,27 +377,20 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(
     )
 }
 
-/// `CUipcMemHandle`: 64 opaque bytes, passed by value.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct IpcMemHandleBytes {
-    pub reserved: [u8; 64],
-}
-
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuIpcGetMemHandle(handle: *mut IpcMemHandleBytes, dptr: u64) -> u32 {
+pub unsafe extern "C" fn cuIpcGetMemHandle(handle: *mut RawIpcMemHandle, dptr: u64) -> u32 {
     entry(id::cuIpcGetMemHandle, || {
         non_null(handle)?;
         let bytes = crate::calls::ipc::ipc_get(dptr)?;
         // SAFETY: the caller's output, checked non-null.
-        unsafe { write(handle, IpcMemHandleBytes { reserved: bytes }) }
+        unsafe { write(handle, RawIpcMemHandle { reserved: bytes }) }
     })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(
     dptr: *mut u64,
-    handle: IpcMemHandleBytes,
+    handle: RawIpcMemHandle,
     flags: c_uint,
 ) -> u32 {
     entry(id::cuIpcOpenMemHandle_v2, || {
@@ -411,7 +404,7 @@ pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuIpcOpenMemHandle(
     dptr: *mut u64,
-    handle: IpcMemHandleBytes,
+    handle: RawIpcMemHandle,
     flags: c_uint,
 ) -> u32 {
     // SAFETY: same contract; the two names are one function in cuda.h.

@@ -6,39 +6,38 @@ pub struct CuError(pub u32);
 
 pub type CuResult<T> = Result<T, CuError>;
 
-pub const CUDA_SUCCESS: u32 = 0;
+use cuinterpose_abi::results as r;
+
+pub const CUDA_SUCCESS: u32 = r::CUDA_SUCCESS;
 
 macro_rules! codes {
-    ($($name:ident = $value:literal,)*) => {
+    ($($name:ident = $code:ident,)*) => {
         impl CuError {
-            $(pub const $name: CuError = CuError($value);)*
-        }
-        /// CUDA's name for a code, for log lines.
-        pub fn error_name(raw: u32) -> &'static str {
-            match raw {
-                0 => "CUDA_SUCCESS",
-                $($value => concat!("CUDA_ERROR_", stringify!($name)),)*
-                _ => "CUDA_ERROR_(unnamed)",
-            }
+            $(pub const $name: CuError = CuError(r::$code);)*
         }
     };
 }
 
 codes! {
-    INVALID_VALUE = 1,
-    OUT_OF_MEMORY = 2,
-    NOT_INITIALIZED = 3,
-    INVALID_CONTEXT = 201,
-    ALREADY_MAPPED = 208,
-    INVALID_SOURCE = 300,
-    OPERATING_SYSTEM = 304,
-    INVALID_HANDLE = 400,
-    ILLEGAL_STATE = 401,
-    NOT_FOUND = 500,
-    NOT_READY = 600,
-    NOT_PERMITTED = 800,
-    NOT_SUPPORTED = 801,
-    UNKNOWN = 999,
+    INVALID_VALUE = CUDA_ERROR_INVALID_VALUE,
+    OUT_OF_MEMORY = CUDA_ERROR_OUT_OF_MEMORY,
+    NOT_INITIALIZED = CUDA_ERROR_NOT_INITIALIZED,
+    INVALID_CONTEXT = CUDA_ERROR_INVALID_CONTEXT,
+    ALREADY_MAPPED = CUDA_ERROR_ALREADY_MAPPED,
+    INVALID_SOURCE = CUDA_ERROR_INVALID_SOURCE,
+    OPERATING_SYSTEM = CUDA_ERROR_OPERATING_SYSTEM,
+    INVALID_HANDLE = CUDA_ERROR_INVALID_HANDLE,
+    ILLEGAL_STATE = CUDA_ERROR_ILLEGAL_STATE,
+    NOT_FOUND = CUDA_ERROR_NOT_FOUND,
+    NOT_READY = CUDA_ERROR_NOT_READY,
+    NOT_PERMITTED = CUDA_ERROR_NOT_PERMITTED,
+    NOT_SUPPORTED = CUDA_ERROR_NOT_SUPPORTED,
+    UNKNOWN = CUDA_ERROR_UNKNOWN,
+}
+
+/// CUDA's name for a code, for log lines.
+pub fn error_name(raw: u32) -> &'static str {
+    r::name(raw).unwrap_or("CUDA_ERROR_(unnamed)")
 }
 
 impl CuError {

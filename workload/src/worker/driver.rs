@@ -3,9 +3,7 @@
 //! prototype with results read as raw `u32`.
 
 use super::failure;
-use crate::cuda::{
-    IpcMemHandle, MemAccessDesc, MemAllocationProp, MemLocation, MulticastObjectProp,
-};
+use crate::cuda::{RawAccessDesc, RawAllocProp, RawIpcMemHandle, RawLocation, RawMulticastProp};
 use crate::entry::EntryPath;
 use crate::proto::ErrorReply;
 use std::cell::RefCell;
@@ -340,17 +338,17 @@ driver_api! {
     fn ctx_create_v2 = "cuCtxCreate_v2" / "cuCtxCreate"(ctx: *mut *mut c_void, flags: c_uint, dev: c_int);
     fn ctx_destroy = "cuCtxDestroy_v2" / "cuCtxDestroy"(ctx: *mut c_void);
     fn ctx_synchronize = "cuCtxSynchronize" / "cuCtxSynchronize"();
-    fn mem_get_allocation_granularity = "cuMemGetAllocationGranularity" / "cuMemGetAllocationGranularity"(g: *mut usize, prop: *const MemAllocationProp, option: c_uint);
-    fn mem_create = "cuMemCreate" / "cuMemCreate"(h: *mut u64, size: usize, prop: *const MemAllocationProp, flags: u64);
+    fn mem_get_allocation_granularity = "cuMemGetAllocationGranularity" / "cuMemGetAllocationGranularity"(g: *mut usize, prop: *const RawAllocProp, option: c_uint);
+    fn mem_create = "cuMemCreate" / "cuMemCreate"(h: *mut u64, size: usize, prop: *const RawAllocProp, flags: u64);
     fn mem_release = "cuMemRelease" / "cuMemRelease"(h: u64);
     fn mem_retain_allocation_handle = "cuMemRetainAllocationHandle" / "cuMemRetainAllocationHandle"(h: *mut u64, addr: *mut c_void);
-    fn mem_get_allocation_properties = "cuMemGetAllocationPropertiesFromHandle" / "cuMemGetAllocationPropertiesFromHandle"(prop: *mut MemAllocationProp, h: u64);
+    fn mem_get_allocation_properties = "cuMemGetAllocationPropertiesFromHandle" / "cuMemGetAllocationPropertiesFromHandle"(prop: *mut RawAllocProp, h: u64);
     fn mem_address_reserve = "cuMemAddressReserve" / "cuMemAddressReserve"(p: *mut u64, size: usize, alignment: usize, addr: u64, flags: u64);
     fn mem_address_free = "cuMemAddressFree" / "cuMemAddressFree"(p: u64, size: usize);
     fn mem_map = "cuMemMap" / "cuMemMap"(p: u64, size: usize, offset: usize, h: u64, flags: u64);
     fn mem_unmap = "cuMemUnmap" / "cuMemUnmap"(p: u64, size: usize);
-    fn mem_set_access = "cuMemSetAccess" / "cuMemSetAccess"(p: u64, size: usize, desc: *const MemAccessDesc, count: usize);
-    fn mem_get_access = "cuMemGetAccess" / "cuMemGetAccess"(flags: *mut u64, location: *const MemLocation, p: u64);
+    fn mem_set_access = "cuMemSetAccess" / "cuMemSetAccess"(p: u64, size: usize, desc: *const RawAccessDesc, count: usize);
+    fn mem_get_access = "cuMemGetAccess" / "cuMemGetAccess"(flags: *mut u64, location: *const RawLocation, p: u64);
     fn mem_export = "cuMemExportToShareableHandle" / "cuMemExportToShareableHandle"(out: *mut c_void, h: u64, handle_type: c_uint, flags: u64);
     fn mem_import = "cuMemImportFromShareableHandle" / "cuMemImportFromShareableHandle"(h: *mut u64, os_handle: *mut c_void, handle_type: c_uint);
     fn memcpy_htod = "cuMemcpyHtoD_v2" / "cuMemcpyHtoD"(dst: u64, src: *const c_void, n: usize);
@@ -361,11 +359,11 @@ driver_api! {
     fn mem_get_address_range = "cuMemGetAddressRange_v2" / "cuMemGetAddressRange"(base: *mut u64, size: *mut usize, p: u64);
     fn mem_host_register = "cuMemHostRegister_v2" / "cuMemHostRegister"(p: *mut c_void, size: usize, flags: c_uint);
     fn mem_host_unregister = "cuMemHostUnregister" / "cuMemHostUnregister"(p: *mut c_void);
-    fn ipc_get_mem_handle = "cuIpcGetMemHandle" / "cuIpcGetMemHandle"(h: *mut IpcMemHandle, p: u64);
-    fn ipc_open_mem_handle = "cuIpcOpenMemHandle_v2" / "cuIpcOpenMemHandle"(p: *mut u64, h: IpcMemHandle, flags: c_uint);
+    fn ipc_get_mem_handle = "cuIpcGetMemHandle" / "cuIpcGetMemHandle"(h: *mut RawIpcMemHandle, p: u64);
+    fn ipc_open_mem_handle = "cuIpcOpenMemHandle_v2" / "cuIpcOpenMemHandle"(p: *mut u64, h: RawIpcMemHandle, flags: c_uint);
     fn ipc_close_mem_handle = "cuIpcCloseMemHandle" / "cuIpcCloseMemHandle"(p: u64);
-    fn multicast_get_granularity = "cuMulticastGetGranularity" / "cuMulticastGetGranularity"(g: *mut usize, prop: *const MulticastObjectProp, option: c_uint);
-    fn multicast_create = "cuMulticastCreate" / "cuMulticastCreate"(h: *mut u64, prop: *const MulticastObjectProp);
+    fn multicast_get_granularity = "cuMulticastGetGranularity" / "cuMulticastGetGranularity"(g: *mut usize, prop: *const RawMulticastProp, option: c_uint);
+    fn multicast_create = "cuMulticastCreate" / "cuMulticastCreate"(h: *mut u64, prop: *const RawMulticastProp);
     fn multicast_add_device = "cuMulticastAddDevice" / "cuMulticastAddDevice"(h: u64, dev: c_int);
     fn multicast_bind_mem = "cuMulticastBindMem" / "cuMulticastBindMem"(mc: u64, mc_offset: usize, mem: u64, mem_offset: usize, size: usize, flags: u64);
     fn multicast_bind_mem_v2 = "cuMulticastBindMem_v2" / "cuMulticastBindMem_v2"(mc: u64, dev: c_int, mc_offset: usize, mem: u64, mem_offset: usize, size: usize, flags: u64);

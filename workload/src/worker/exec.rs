@@ -3,7 +3,7 @@
 use super::driver::{Driver, dladdr};
 use super::failure;
 use crate::cuda::{
-    self, IpcMemHandle, MemAccessDesc, MemAllocationProp, MemLocation, MulticastObjectProp,
+    self, RawAccessDesc, RawAllocProp, RawIpcMemHandle, RawLocation, RawMulticastProp,
 };
 use crate::entry::EntryPath;
 use crate::pattern;
@@ -290,8 +290,7 @@ impl State {
                 handle_types,
                 option,
             } => {
-                let prop =
-                    MemAllocationProp::pinned(cuda::LOCATION_TYPE_DEVICE, device, handle_types);
+                let prop = RawAllocProp::pinned(cuda::LOCATION_TYPE_DEVICE, device, handle_types);
                 let mut g = 0usize;
                 // SAFETY: valid property input and out-parameter.
                 unsafe {
@@ -306,7 +305,7 @@ impl State {
                 handle_types,
                 location_type,
             } => {
-                let prop = MemAllocationProp::pinned(location_type, device, handle_types);
+                let prop = RawAllocProp::pinned(location_type, device, handle_types);
                 let size = usize_of(size, "size")?;
                 let mut h = 0u64;
                 // SAFETY: valid property input and out-parameter.
@@ -328,7 +327,7 @@ impl State {
                 reply(Reply::Handle { handle: h })
             }
             Command::Properties { handle } => {
-                let mut p = MemAllocationProp::zeroed();
+                let mut p = RawAllocProp::zeroed();
                 // SAFETY: valid out-parameter.
                 unsafe {
                     self.driver()?
@@ -390,10 +389,10 @@ impl State {
                 size,
                 grants,
             } => {
-                let descs: Vec<MemAccessDesc> = grants
+                let descs: Vec<RawAccessDesc> = grants
                     .iter()
-                    .map(|g| MemAccessDesc {
-                        location: MemLocation {
+                    .map(|g| RawAccessDesc {
+                        location: RawLocation {
                             type_: g.location_type,
                             id: g.id,
                         },
@@ -418,7 +417,7 @@ impl State {
                 device,
                 location_type,
             } => {
-                let loc = MemLocation {
+                let loc = RawLocation {
                     type_: location_type,
                     id: device,
                 };
@@ -773,7 +772,7 @@ impl State {
                 })
             }
             Command::IpcGet { dptr } => {
-                let mut h = IpcMemHandle { reserved: [0; 64] };
+                let mut h = RawIpcMemHandle { reserved: [0; 64] };
                 // SAFETY: valid out-parameter.
                 unsafe { self.driver()?.ipc_get_mem_handle(&mut h, dptr)? };
                 reply(Reply::IpcHandle {
@@ -787,8 +786,11 @@ impl State {
                 let mut p = 0u64;
                 // SAFETY: valid out-parameter; the handle is passed by value.
                 unsafe {
-                    self.driver()?
-                        .ipc_open_mem_handle(&mut p, IpcMemHandle { reserved }, flags)?
+                    self.driver()?.ipc_open_mem_handle(
+                        &mut p,
+                        RawIpcMemHandle { reserved },
+                        flags,
+                    )?
                 };
                 reply(Reply::Address { address: p })
             }
@@ -803,7 +805,7 @@ impl State {
                 handle_types,
                 option,
             } => {
-                let prop = MulticastObjectProp {
+                let prop = RawMulticastProp {
                     num_devices: device_count,
                     size: usize_of(size, "size")?,
                     handle_types,
@@ -823,7 +825,7 @@ impl State {
                 handle_types,
                 flags,
             } => {
-                let prop = MulticastObjectProp {
+                let prop = RawMulticastProp {
                     num_devices: device_count,
                     size: usize_of(size, "size")?,
                     handle_types,

@@ -1,0 +1,65 @@
+//! CUDA constants as raw integers, each taken from cudarc so it cannot drift from the headers.
+
+use cudarc::driver::sys as s;
+
+pub const ALLOCATION_TYPE_PINNED: u32 =
+    s::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED as u32;
+
+pub const LOCATION_TYPE_DEVICE: u32 = s::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE as u32;
+pub const LOCATION_TYPE_HOST: u32 = s::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST as u32;
+pub const LOCATION_TYPE_HOST_NUMA: u32 =
+    s::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA as u32;
+pub const LOCATION_TYPE_HOST_NUMA_CURRENT: u32 =
+    s::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT as u32;
+
+pub const HANDLE_TYPE_NONE: u32 = s::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE.0;
+pub const HANDLE_TYPE_POSIX_FD: u32 =
+    s::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0;
+pub const HANDLE_TYPE_WIN32: u32 = s::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_WIN32.0;
+pub const HANDLE_TYPE_WIN32_KMT: u32 = s::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_WIN32_KMT.0;
+pub const HANDLE_TYPE_FABRIC: u32 = s::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_FABRIC.0;
+pub const HANDLE_TYPES_ALL: u32 =
+    HANDLE_TYPE_POSIX_FD | HANDLE_TYPE_WIN32 | HANDLE_TYPE_WIN32_KMT | HANDLE_TYPE_FABRIC;
+
+pub const ACCESS_NONE: u32 = s::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE as u32;
+pub const ACCESS_READ: u32 = s::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ as u32;
+pub const ACCESS_READWRITE: u32 = s::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE as u32;
+
+pub const GRANULARITY_MINIMUM: u32 =
+    s::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM as u32;
+pub const GRANULARITY_RECOMMENDED: u32 =
+    s::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED as u32;
+
+pub const DEVICE_ATTRIBUTE_VMM_SUPPORTED: i32 =
+    s::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED as i32;
+pub const DEVICE_ATTRIBUTE_POSIX_FD_SUPPORTED: i32 =
+    s::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED as i32;
+pub const DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED: i32 =
+    s::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED as i32;
+pub const DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED: i32 =
+    s::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED as i32;
+
+pub const STREAM_NON_BLOCKING: u32 = s::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+
+pub const HOST_REGISTER_PORTABLE: u32 = s::CU_MEMHOSTREGISTER_PORTABLE;
+pub const HOST_REGISTER_ALL: u32 = s::CU_MEMHOSTREGISTER_PORTABLE
+    | s::CU_MEMHOSTREGISTER_DEVICEMAP
+    | s::CU_MEMHOSTREGISTER_IOMEMORY
+    | s::CU_MEMHOSTREGISTER_READ_ONLY;
+
+pub const IPC_MEM_LAZY_ENABLE_PEER_ACCESS: u32 =
+    s::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32;
+
+pub const PROC_ADDRESS_DEFAULT: u64 =
+    s::CUdriverProcAddress_flags::CU_GET_PROC_ADDRESS_DEFAULT as u64;
+pub const PROC_ADDRESS_SUCCESS: u32 =
+    s::CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SUCCESS as u32;
+pub const PROC_ADDRESS_SYMBOL_NOT_FOUND: u32 =
+    s::CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND as u32;
+pub const PROC_ADDRESS_VERSION_NOT_SUFFICIENT: u32 =
+    s::CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT as u32;
+
+pub const PROCESS_STATE_RUNNING: u32 = s::CUprocessState::CU_PROCESS_STATE_RUNNING as u32;
+pub const PROCESS_STATE_LOCKED: u32 = s::CUprocessState::CU_PROCESS_STATE_LOCKED as u32;
+pub const PROCESS_STATE_CHECKPOINTED: u32 = s::CUprocessState::CU_PROCESS_STATE_CHECKPOINTED as u32;
+pub const PROCESS_STATE_FAILED: u32 = s::CUprocessState::CU_PROCESS_STATE_FAILED as u32;

@@ -1,0 +1,111 @@
+//! C-layout mirrors of `CUmemLocation`, `CUmemAllocationProp`, `CUmemAccessDesc`,
+//! `CUmulticastObjectProp` and `CUipcMemHandle`, with plain-integer fields.
+
+use cudarc::driver::sys::{
+    CUipcMemHandle, CUmemAccessDesc, CUmemAllocationProp, CUmemLocation, CUmulticastObjectProp,
+};
+use std::ffi::c_void;
+use std::mem::{offset_of, size_of};
+
+/// `CUmemLocation`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RawLocation {
+    pub type_: u32,
+    pub id: i32,
+}
+
+/// `CUmemAllocationProp` (32 bytes). `alloc_flags` is `{compressionType: u8,
+/// gpuDirectRDMACapable: u8, usage: u16, reserved: [u8; 4]}`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RawAllocProp {
+    pub type_: u32,
+    pub requested_handle_types: u32,
+    pub location: RawLocation,
+    pub win32_handle_meta_data: *mut c_void,
+    pub alloc_flags: [u8; 8],
+}
+
+impl RawAllocProp {
+    pub fn new(type_: u32, handle_types: u32, location: RawLocation, alloc_flags: [u8; 8]) -> Self {
+        RawAllocProp {
+            type_,
+            requested_handle_types: handle_types,
+            location,
+            win32_handle_meta_data: std::ptr::null_mut(),
+            alloc_flags,
+        }
+    }
+
+    /// Pinned memory at `location_type`/`id` exportable as `handle_types`.
+    pub fn pinned(location_type: u32, id: i32, handle_types: u32) -> Self {
+        let location = RawLocation {
+            type_: location_type,
+            id,
+        };
+        RawAllocProp::new(
+            crate::consts::ALLOCATION_TYPE_PINNED,
+            handle_types,
+            location,
+            [0; 8],
+        )
+    }
+
+    /// All zero, for out-parameters.
+    pub fn zeroed() -> Self {
+        RawAllocProp::new(0, 0, RawLocation::default(), [0; 8])
+    }
+}
+
+/// `CUmemAccessDesc` (12 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RawAccessDesc {
+    pub location: RawLocation,
+    pub flags: u32,
+}
+
+/// `CUmulticastObjectProp` (32 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RawMulticastProp {
+    pub num_devices: u32,
+    pub size: usize,
+    pub handle_types: u64,
+    pub flags: u64,
+}
+
+/// `CUipcMemHandle`: 64 opaque bytes, passed by value.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawIpcMemHandle {
+    pub reserved: [u8; 64],
+}
+
+const _: () = {
+    assert!(size_of::<RawLocation>() == size_of::<CUmemLocation>());
+    assert!(size_of::<RawLocation>() == 8);
+    assert!(size_of::<RawAllocProp>() == size_of::<CUmemAllocationProp>());
+    assert!(size_of::<RawAllocProp>() == 32);
+    assert!(
+        offset_of!(RawAllocProp, requested_handle_types)
+            == offset_of!(CUmemAllocationProp, requestedHandleTypes)
+    );
+    assert!(offset_of!(RawAllocProp, location) == offset_of!(CUmemAllocationProp, location));
+    assert!(
+        offset_of!(RawAllocProp, win32_handle_meta_data)
+            == offset_of!(CUmemAllocationProp, win32HandleMetaData)
+    );
+    assert!(offset_of!(RawAllocProp, alloc_flags) == offset_of!(CUmemAllocationProp, allocFlags));
+    assert!(size_of::<RawAccessDesc>() == size_of::<CUmemAccessDesc>());
+    assert!(offset_of!(RawAccessDesc, flags) == offset_of!(CUmemAccessDesc, flags));
+    assert!(size_of::<RawMulticastProp>() == size_of::<CUmulticastObjectProp>());
+    assert!(offset_of!(RawMulticastProp, size) == offset_of!(CUmulticastObjectProp, size));
+    assert!(
+        offset_of!(RawMulticastProp, handle_types)
+            == offset_of!(CUmulticastObjectProp, handleTypes)
+    );
+    assert!(offset_of!(RawMulticastProp, flags) == offset_of!(CUmulticastObjectProp, flags));
+    assert!(size_of::<RawIpcMemHandle>() == size_of::<CUipcMemHandle>());
+};
