@@ -13,6 +13,41 @@ pub struct Schema {
     pub unions: Vec<Union>,
     pub layouts: Vec<Layout>,
     pub messages: Vec<Message>,
+    /// The lifecycle's phase chain (optional: older schemas have none).
+    #[serde(default)]
+    pub lifecycle: Option<Lifecycle>,
+}
+
+/// Which operation moves a participant from which phase to which, declared once for the
+/// shim's phase machine and the coordinator's plan.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lifecycle {
+    /// The name-encoded enum of phases.
+    pub phases: String,
+    /// The name-encoded enum of operations.
+    pub operations: String,
+    pub doc: String,
+    /// Every operation once, in the order they run: capture first, then restore; each starts
+    /// from the phase the previous one leads to.
+    pub chain: Vec<Transition>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Transition {
+    pub operation: String,
+    pub from: String,
+    pub to: String,
+    pub stage: Stage,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum Stage {
+    /// Before the native checkpoint.
+    Capture,
+    /// After the native restore.
+    Restore,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -17,6 +17,19 @@ struct Reference {
     structs: Vec<StructView>,
     unions: Vec<UnionView>,
     layouts: Vec<LayoutView>,
+    lifecycle: Option<LifecycleView>,
+}
+
+struct LifecycleView {
+    doc: String,
+    steps: Vec<StepView>,
+}
+
+struct StepView {
+    operation: String,
+    stage: String,
+    from: String,
+    to: String,
 }
 
 struct MessageView {
@@ -259,6 +272,22 @@ pub fn markdown(ir: &Ir) -> Result<String, askama::Error> {
                     .collect(),
             })
             .collect(),
+        lifecycle: ir.lifecycle.as_ref().map(|l| LifecycleView {
+            doc: cell(&l.doc),
+            steps: l
+                .chain
+                .iter()
+                .map(|t| StepView {
+                    operation: t.operation.clone(),
+                    stage: match t.stage {
+                        crate::ast::Stage::Capture => "capture".to_owned(),
+                        crate::ast::Stage::Restore => "restore".to_owned(),
+                    },
+                    from: t.from.clone(),
+                    to: t.to.clone(),
+                })
+                .collect(),
+        }),
     };
     reference.render()
 }

@@ -44,6 +44,7 @@ pub fn rust(ir: &Ir) -> Result<String, syn::Error> {
         }
     });
     let cuda_checks = ir.enums.iter().filter_map(emit_cuda_checks);
+    let lifecycle = ir.lifecycle.as_ref().map(emit_lifecycle);
     let tokens = quote! {
         /// Protocol version: written in every envelope, in byte 3 of the virtual shareable
         /// handle and as the last digit of the IPC handle magic. Any other value is rejected.
@@ -56,6 +57,7 @@ pub fn rust(ir: &Ir) -> Result<String, syn::Error> {
         #(#layouts)*
         #(#messages)*
         #(#cuda_checks)*
+        #lifecycle
     };
     // The emitter builds tokens from validated names only; a parse failure is a bug in the
     // emitter, reported to the caller rather than hidden.
@@ -78,6 +80,65 @@ fn docs(text: &str) -> TokenStream {
         quote!(#[doc = #line])
     });
     quote!(#(#lines)*)
+}
+
+/// The phase chain: each operation's phases, and the capture and restore sequences.
+fn emit_lifecycle(lifecycle: &crate::ir::Lifecycle) -> TokenStream {
+    let operations = ident(&lifecycle.operations);
+    let phases = ident(&lifecycle.phases);
+    let doc = docs(&lifecycle.doc);
+    let arms = |phase: fn(&crate::ir::Transition) -> &str| {
+        lifecycle
+            .chain
+            .iter()
+            .map(|t| {
+                let operation = ident(&t.operation);
+                let phase = ident(phase(t));
+                quote!(#operations::#operation => #phases::#phase,)
+            })
+            .collect::<Vec<_>>()
+    };
+    let from = arms(|t| &t.from);
+    let to = arms(|t| &t.to);
+    let stage = |stage: crate::ast::Stage| {
+        let list: Vec<TokenStream> = lifecycle
+            .chain
+            .iter()
+            .filter(|t| t.stage == stage)
+            .map(|t| {
+                let operation = ident(&t.operation);
+                quote!(#operations::#operation)
+            })
+            .collect();
+        let count = Literal::usize_unsuffixed(list.len());
+        (count, list)
+    };
+    let (capture_count, capture) = stage(crate::ast::Stage::Capture);
+    let (restore_count, restore) = stage(crate::ast::Stage::Restore);
+    quote! {
+        #doc
+        impl #operations {
+            /// The phase a participant must be in to execute this operation.
+            pub const fn from_phase(self) -> #phases {
+                match self {
+                    #(#from)*
+                }
+            }
+
+            /// The phase the operation leads to.
+            pub const fn to_phase(self) -> #phases {
+                match self {
+                    #(#to)*
+                }
+            }
+        }
+
+        /// The operations before the native checkpoint, in order.
+        pub const CAPTURE_OPERATIONS: [#operations; #capture_count] = [#(#capture),*];
+
+        /// The operations after the native restore, in order.
+        pub const RESTORE_OPERATIONS: [#operations; #restore_count] = [#(#restore),*];
+    }
 }
 
 fn ident(name: &str) -> proc_macro2::Ident {

@@ -106,6 +106,25 @@ pub struct Ir {
     pub unions: Vec<Union>,
     pub layouts: Vec<Layout>,
     pub messages: Vec<Message>,
+    pub lifecycle: Option<Lifecycle>,
+}
+
+/// The validated phase chain: every operation once, contiguous from its first `from` to its
+/// last `to`, capture before restore.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lifecycle {
+    pub phases: String,
+    pub operations: String,
+    pub doc: String,
+    pub chain: Vec<Transition>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition {
+    pub operation: String,
+    pub from: String,
+    pub to: String,
+    pub stage: crate::ast::Stage,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

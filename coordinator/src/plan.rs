@@ -29,51 +29,18 @@ use crate::report::{PhaseReport, Report};
 use crate::state::{self, RecordDifference};
 use crate::validate::{self, Topology, TopologyError};
 
-/// Capture's operations after `begin_checkpoint`, in order.
-pub const CAPTURE_OPERATIONS: [Operation; 3] = [
-    Operation::PrepareMulticast,
-    Operation::SaveAllocations,
-    Operation::PrepareUnicast,
-];
-
-/// Restore's operations, in order.
-pub const RESTORE_OPERATIONS: [Operation; 6] = [
-    Operation::LoadAllocations,
-    Operation::RestoreUnicast,
-    Operation::RestoreMulticastCreators,
-    Operation::RestoreMulticastImporters,
-    Operation::RestoreMulticastDevices,
-    Operation::RestoreMulticastBindings,
-];
+// The phase chain is declared once, in the schema's lifecycle section; these are its
+// generated sequences and phases.
+pub use cuinterpose_protocol::{CAPTURE_OPERATIONS, RESTORE_OPERATIONS};
 
 /// The phase each operation leaves a participant in.
 pub fn phase_after(operation: Operation) -> Phase {
-    match operation {
-        Operation::PrepareMulticast => Phase::MulticastPrepared,
-        Operation::SaveAllocations => Phase::Saved,
-        Operation::PrepareUnicast => Phase::Released,
-        Operation::LoadAllocations => Phase::Loaded,
-        Operation::RestoreUnicast => Phase::UnicastRestored,
-        Operation::RestoreMulticastCreators => Phase::MulticastCreatorsRestored,
-        Operation::RestoreMulticastImporters => Phase::MulticastImportersRestored,
-        Operation::RestoreMulticastDevices => Phase::MulticastDevicesRestored,
-        Operation::RestoreMulticastBindings => Phase::Active,
-    }
+    operation.to_phase()
 }
 
 /// The phase a participant must be in for `operation` (the phase the previous step left).
 pub fn phase_before(operation: Operation) -> Phase {
-    match operation {
-        Operation::PrepareMulticast => Phase::Frozen,
-        Operation::SaveAllocations => Phase::MulticastPrepared,
-        Operation::PrepareUnicast => Phase::Saved,
-        Operation::LoadAllocations => Phase::Released,
-        Operation::RestoreUnicast => Phase::Loaded,
-        Operation::RestoreMulticastCreators => Phase::UnicastRestored,
-        Operation::RestoreMulticastImporters => Phase::MulticastCreatorsRestored,
-        Operation::RestoreMulticastDevices => Phase::MulticastImportersRestored,
-        Operation::RestoreMulticastBindings => Phase::MulticastDevicesRestored,
-    }
+    operation.from_phase()
 }
 
 /// Capture or restore.

@@ -88,23 +88,9 @@ pub fn after_reply(after: After, sent: bool) {
     }
 }
 
-/// The phase an operation starts from and the one it leads to.
+/// The phase an operation starts from and the one it leads to (the schema's lifecycle chain).
 pub fn transition(operation: Operation) -> (Phase, Phase) {
-    use Operation as O;
-    use Phase as P;
-    match operation {
-        O::PrepareMulticast => (P::Frozen, P::MulticastPrepared),
-        O::SaveAllocations => (P::MulticastPrepared, P::Saved),
-        O::PrepareUnicast => (P::Saved, P::Released),
-        O::LoadAllocations => (P::Released, P::Loaded),
-        O::RestoreUnicast => (P::Loaded, P::UnicastRestored),
-        O::RestoreMulticastCreators => (P::UnicastRestored, P::MulticastCreatorsRestored),
-        O::RestoreMulticastImporters => {
-            (P::MulticastCreatorsRestored, P::MulticastImportersRestored)
-        }
-        O::RestoreMulticastDevices => (P::MulticastImportersRestored, P::MulticastDevicesRestored),
-        O::RestoreMulticastBindings => (P::MulticastDevicesRestored, P::Active),
-    }
+    (operation.from_phase(), operation.to_phase())
 }
 
 fn run(r: &mut Registry, operation: Operation) -> Outcome {

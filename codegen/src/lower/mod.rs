@@ -8,6 +8,8 @@ use crate::diag::{Diagnostic, Diagnostics};
 use crate::ir::{self, Bound, NamedKind, Type};
 use crate::source::SourceMap;
 
+mod lifecycle;
+
 /// Limits the generated runtime reads by name.
 const REQUIRED_LIMITS: [&str; 3] = ["MAX_MESSAGE_BYTES", "MAX_TICKET_BYTES", "MAX_DEPTH"];
 
@@ -61,7 +63,7 @@ impl Lowering<'_> {
         let version = self.version(schema.version);
         let limits = self.limits(&schema.limits);
         self.register_types(schema);
-        let enums = schema.enums.iter().map(|e| self.enumeration(e)).collect();
+        let enums: Vec<ir::Enum> = schema.enums.iter().map(|e| self.enumeration(e)).collect();
         let identities = schema
             .identities
             .iter()
@@ -97,6 +99,10 @@ impl Lowering<'_> {
             .collect();
         self.check_cycles(&structs, &unions);
         let messages = self.messages(&schema.messages, &structs, &unions);
+        let lifecycle = schema
+            .lifecycle
+            .as_ref()
+            .and_then(|l| self.lifecycle(l, &enums));
         ir::Ir {
             source: self.source.path().to_owned(),
             version,
@@ -107,6 +113,7 @@ impl Lowering<'_> {
             unions,
             layouts,
             messages,
+            lifecycle,
         }
     }
 
