@@ -1,0 +1,223 @@
+//! Contexts (primary and created) and streams.
+
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use super::*;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(
+    pctx: *mut CUcontext,
+    dev: CUdevice,
+) -> RawResult {
+    with(|d| {
+        let dev = d.config.check_device(dev)?;
+        if pctx.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = d.contexts.primary_retain(dev)?;
+        // SAFETY: CUcontext out-parameter (cuda.h).
+        unsafe { put(pctx, handle_ptr::<CUctx_st>(h)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> RawResult {
+    with(|d| {
+        let dev = d.config.check_device(dev)?;
+        d.contexts.primary_release(dev)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> RawResult {
+    with(|d| {
+        let dev = d.config.check_device(dev)?;
+        // cudaDeviceReset: everything the primary context owned goes with it.
+        d.release_context_memory(d.contexts.primary_handle(dev))?;
+        d.contexts.primary_reset(dev)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
+    dev: CUdevice,
+    flags: *mut c_uint,
+    active: *mut c_int,
+) -> RawResult {
+    with(|d| {
+        let dev = d.config.check_device(dev)?;
+        let on = d.contexts.primary_state(dev)?;
+        // SAFETY: out-parameters (cuda.h).
+        unsafe {
+            put(flags, 0)?;
+            put(active, c_int::from(on))
+        }
+    })
+}
+
+pub(super) fn ctx_create(pctx: *mut CUcontext, dev: CUdevice) -> CuResult<()> {
+    driver::with(|d| {
+        let dev = d.config.check_device(dev)?;
+        if pctx.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = d.next_handle();
+        d.contexts.create(h, dev);
+        // SAFETY: CUcontext out-parameter (cuda.h), non-null.
+        unsafe { put(pctx, handle_ptr::<CUctx_st>(h)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxCreate_v2(
+    pctx: *mut CUcontext,
+    flags: c_uint,
+    dev: CUdevice,
+) -> RawResult {
+    gated(|| {
+        // Scheduling and map-host flags (bits 0..=4, 0x80) change nothing in a synchronous model.
+        if flags & !0x9f != 0 {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        ctx_create(pctx, dev)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxCreate_v3(
+    pctx: *mut CUcontext,
+    params: *mut CUexecAffinityParam,
+    num_params: c_int,
+    flags: c_uint,
+    dev: CUdevice,
+) -> RawResult {
+    gated(|| {
+        if num_params < 0 || (num_params > 0 && params.is_null()) || flags & !0x9f != 0 {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        if num_params > 0 {
+            // Execution affinity (SM partitioning) is not modelled.
+            return Err(CuError::CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY);
+        }
+        ctx_create(pctx, dev)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxCreate_v4(
+    pctx: *mut CUcontext,
+    params: *mut CUctxCreateParams,
+    flags: c_uint,
+    dev: CUdevice,
+) -> RawResult {
+    gated(|| {
+        if flags & !0x9f != 0 {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        if !params.is_null() {
+            // SAFETY: optional CUctxCreateParams (cuda.h); plain pointers and ints.
+            let p = unsafe { params.read() };
+            if p.numExecAffinityParams != 0 || !p.cigParams.is_null() {
+                return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
+            }
+        }
+        ctx_create(pctx, dev)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> RawResult {
+    with(|d| {
+        let ctx = ctx as usize as u64;
+        d.contexts.destroy(ctx)?;
+        // What the context owned goes with it.
+        d.release_context_memory(ctx)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> RawResult {
+    with(|d| {
+        let h = d.contexts.current_handle();
+        // SAFETY: CUcontext out-parameter (cuda.h).
+        unsafe { put(pctx, handle_ptr::<CUctx_st>(h)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> RawResult {
+    with(|d| d.contexts.set_current(ctx as usize as u64))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> RawResult {
+    with(|d| d.contexts.push(ctx as usize as u64))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> RawResult {
+    with(|d| {
+        d.contexts.current()?;
+        let h = d.contexts.pop()?;
+        if !pctx.is_null() {
+            // SAFETY: optional CUcontext out-parameter (cuda.h).
+            unsafe { put(pctx, handle_ptr::<CUctx_st>(h)) }?;
+        }
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxSynchronize() -> RawResult {
+    // All work completes before its call returns: nothing to wait for.
+    with(|d| d.contexts.current().map(|_| ()))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetDevice(device: *mut CUdevice) -> RawResult {
+    with(|d| {
+        let (_, dev) = d.contexts.current()?;
+        // SAFETY: CUdevice out-parameter (cuda.h).
+        unsafe { put(device, dev as CUdevice) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamCreate(ph_stream: *mut CUstream, flags: c_uint) -> RawResult {
+    with(|d| {
+        if ph_stream.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = d.next_handle();
+        d.contexts.create_stream(h, flags)?;
+        // SAFETY: CUstream out-parameter (cuda.h), non-null.
+        unsafe { put(ph_stream, handle_ptr::<CUstream_st>(h)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamSynchronize(stream: CUstream) -> RawResult {
+    stream_sync_delay();
+    with(|d| d.contexts.check_stream(stream as usize as u64))
+}
+
+/// Test hook: `FAKECUDA_STREAM_SYNC_DELAY_MS` makes every `cuStreamSynchronize` take that
+/// long before it does anything (holding nothing), so a test can have a thread parked inside
+/// a driver call.
+pub(super) fn stream_sync_delay() {
+    static DELAY: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let ms = *DELAY.get_or_init(|| {
+        std::env::var("FAKECUDA_STREAM_SYNC_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    });
+    if ms > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> RawResult {
+    with(|d| d.contexts.destroy_stream(stream as usize as u64))
+}

@@ -1,0 +1,93 @@
+//! Devices: count, names, UUIDs, attributes, memory sizes.
+
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use super::*;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> RawResult {
+    with(|d| {
+        let dev = d.config.check_device(ordinal)?;
+        // SAFETY: CUdevice out-parameter (cuda.h).
+        unsafe { put(device, dev as CUdevice) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> RawResult {
+    // SAFETY: int out-parameter (cuda.h).
+    with(|d| unsafe { put(count, d.config.devices as c_int) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetName(
+    name: *mut c_char,
+    len: c_int,
+    dev: CUdevice,
+) -> RawResult {
+    with(|d| {
+        let dev = d.config.check_device(dev)?;
+        if name.is_null() || len <= 0 {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let s = device::name(dev);
+        let n = s.len().min(len as usize - 1);
+        // SAFETY: `name` has room for `len` bytes (cuda.h); we write `n + 1 <= len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(s.as_ptr().cast::<c_char>(), name, n);
+            name.add(n).write(0);
+        }
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetUuid(uuid: *mut CUuuid, dev: CUdevice) -> RawResult {
+    // SAFETY: same contract.
+    unsafe { cuDeviceGetUuid_v2(uuid, dev) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) -> RawResult {
+    with(|d| {
+        let dev = d.config.check_device(dev)?;
+        let bytes = device::uuid(dev).map(|b| b as c_char);
+        // SAFETY: CUuuid out-parameter (cuda.h).
+        unsafe { put(uuid, CUuuid { bytes }) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetAttribute(
+    pi: *mut c_int,
+    attrib: c_uint,
+    dev: CUdevice,
+) -> RawResult {
+    with(|d| {
+        let dev = d.config.check_device(dev)?;
+        let v = device::attribute(attrib, dev)?;
+        // SAFETY: int out-parameter (cuda.h).
+        unsafe { put(pi, v) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> RawResult {
+    with(|d| {
+        d.config.check_device(dev)?;
+        // SAFETY: size_t out-parameter (cuda.h).
+        unsafe { put(bytes, d.config.memory as usize) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> RawResult {
+    with(|d| {
+        let (f, t) = d.mem_info()?;
+        // SAFETY: size_t out-parameters (cuda.h).
+        unsafe {
+            put(free, f as usize)?;
+            put(total, t as usize)
+        }
+    })
+}

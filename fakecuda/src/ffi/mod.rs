@@ -1,0 +1,89 @@
+//! The C ABI edge: every exported CUDA entry point. Each one is thin: it passes the
+//! checkpoint gate, catches panics, reads its pointer arguments (null → invalid value) and
+//! calls safe logic; results leave as raw `CUresult` integers.
+
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+// The safety contract of every entry point is the one cuda.h documents for it.
+
+use crate::abi::{RawAccessDesc, RawAllocProp, RawLocation};
+use crate::checkpoint::{self, wire::Op};
+use crate::driver::{self, Driver};
+use crate::error::{CUDA_SUCCESS, CuError, CuResult, RawResult, to_raw};
+use crate::{device, ipc, memcpy, multicast, proc_address};
+use cudarc::driver::sys::{
+    CUcheckpointCheckpointArgs, CUcheckpointLockArgs, CUcheckpointRestoreArgs,
+    CUcheckpointUnlockArgs, CUcontext, CUctx_st, CUctxCreateParams, CUdevice, CUdeviceptr,
+    CUexecAffinityParam, CUipcMemHandle, CUmemGenericAllocationHandle, CUmulticastObjectProp,
+    CUstream, CUstream_st, CUuuid,
+};
+use std::ffi::{c_char, c_int, c_uchar, c_uint, c_ulonglong, c_void};
+use std::os::fd::{BorrowedFd, IntoRawFd};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+fn run(f: impl FnOnce() -> CuResult<()>) -> RawResult {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => to_raw(r),
+        // The panic hook already printed the message; the caller gets an error code.
+        Err(_) => CuError::CUDA_ERROR_UNKNOWN.raw(),
+    }
+}
+
+/// Entry points the application calls: they wait while the process is locked.
+fn gated(f: impl FnOnce() -> CuResult<()>) -> RawResult {
+    if driver::forked_child() {
+        return CuError::CUDA_ERROR_NOT_INITIALIZED.raw();
+    }
+    let _pass = checkpoint::enter();
+    run(f)
+}
+
+fn with(f: impl FnOnce(&mut Driver) -> CuResult<()>) -> RawResult {
+    gated(|| driver::with(f))
+}
+
+/// Writes an output argument.
+///
+/// # Safety
+/// `p` is null or valid for a write of `T`.
+unsafe fn put<T>(p: *mut T, v: T) -> CuResult<()> {
+    if p.is_null() {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null and, per the caller, valid for writes.
+    unsafe { p.write(v) };
+    Ok(())
+}
+
+/// Reads an input argument.
+///
+/// # Safety
+/// `p` is null or valid for a read of `T`, and its bytes are a valid `T`.
+unsafe fn get<T: Copy>(p: *const T) -> CuResult<T> {
+    if p.is_null() {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null and, per the caller, valid for reads.
+    Ok(unsafe { p.read() })
+}
+
+fn handle_ptr<T>(h: u64) -> *mut T {
+    std::ptr::without_provenance_mut(h as usize)
+}
+
+mod contexts;
+mod devices;
+mod init;
+mod memory;
+mod multicast_objects;
+mod native_checkpoint;
+mod native_ipc;
+mod virtual_memory;
+
+pub use contexts::*;
+pub use devices::*;
+pub use init::*;
+pub use memory::*;
+pub use multicast_objects::*;
+pub use native_checkpoint::*;
+pub use native_ipc::*;
+pub use virtual_memory::*;

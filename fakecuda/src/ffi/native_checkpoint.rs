@@ -1,0 +1,91 @@
+//! Native checkpoint: `cuCheckpointProcess*` act on another process's driver.
+
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use super::*;
+
+/// Reads an optional args struct and checks its reserved bytes are zero.
+///
+/// # Safety
+/// `args` is null or points at a readable `T`.
+unsafe fn reserved_zero<T: Copy>(args: *const T, skip: usize) -> CuResult<Option<T>> {
+    if args.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: non-null, readable per the caller; viewed as bytes of a plain C struct.
+    let bytes = unsafe { std::slice::from_raw_parts(args.cast::<u8>(), size_of::<T>()) };
+    if bytes[skip..].iter().any(|b| *b != 0) {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: as above; the struct holds only integers and pointers.
+    Ok(Some(unsafe { args.read() }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCheckpointProcessGetState(pid: c_int, state: *mut c_uint) -> RawResult {
+    run(|| {
+        if state.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let s = checkpoint::client::get_state(pid)?;
+        // SAFETY: CUprocessState out-parameter (a C enum: u32), non-null.
+        unsafe { put(state, s) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCheckpointProcessLock(
+    pid: c_int,
+    args: *mut CUcheckpointLockArgs,
+) -> RawResult {
+    run(|| {
+        // SAFETY: optional CUcheckpointLockArgs (cuda.h); only timeoutMs may be non-zero.
+        let a = unsafe { reserved_zero(args, 4) }?;
+        let timeout = a.map_or(0, |a| a.timeoutMs);
+        checkpoint::client::simple(pid, Op::Lock, u64::from(timeout))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCheckpointProcessCheckpoint(
+    pid: c_int,
+    args: *mut CUcheckpointCheckpointArgs,
+) -> RawResult {
+    run(|| {
+        // SAFETY: optional CUcheckpointCheckpointArgs (cuda.h): reserved, must be zero.
+        unsafe { reserved_zero(args, 0) }?;
+        checkpoint::client::simple(pid, Op::Checkpoint, 0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCheckpointProcessRestore(
+    pid: c_int,
+    args: *mut CUcheckpointRestoreArgs,
+) -> RawResult {
+    run(|| {
+        if !args.is_null() {
+            // SAFETY: optional CUcheckpointRestoreArgs (cuda.h).
+            let a = unsafe { args.read() };
+            if a.gpuPairsCount != 0 {
+                // GPU remapping on restore is not modelled: devices are the same ordinals.
+                return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
+            }
+        }
+        checkpoint::client::simple(pid, Op::Restore, 0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCheckpointProcessUnlock(
+    pid: c_int,
+    args: *mut CUcheckpointUnlockArgs,
+) -> RawResult {
+    run(|| {
+        // SAFETY: optional CUcheckpointUnlockArgs (cuda.h): reserved, must be zero.
+        unsafe { reserved_zero(args, 0) }?;
+        checkpoint::client::simple(pid, Op::Unlock, 0)
+    })
+}
+
+const _: () = assert!(CUDA_SUCCESS == 0);

@@ -1,0 +1,80 @@
+//! Native memory IPC (`cuIpc*`), and fakecuda's own introspection entry points.
+
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use super::*;
+
+/// What fakecuda holds for the calling process, for leak checks (not a CUDA API).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FakecudaObjects {
+    /// Physical allocations (VMM, cuMemAlloc, imported, IPC-opened) still alive.
+    pub allocations: u64,
+    /// Mappings (of allocations and multicast objects).
+    pub mappings: u64,
+    /// Address reservations (the application's and fakecuda's own).
+    pub reservations: u64,
+    /// Multicast objects still alive.
+    pub multicast_objects: u64,
+    /// Native IPC handles of peers open here.
+    pub ipc_opened: u64,
+}
+
+/// Fills `out` with what the driver holds for this process. Not a CUDA API: fakecuda's test
+/// hook (`CUDA_ERROR_NOT_INITIALIZED` before `cuInit`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fakecuda_objects(out: *mut FakecudaObjects) -> RawResult {
+    run(|| {
+        let objects = driver::with(|d| Ok(d.objects()))?;
+        // SAFETY: out-parameter of the caller.
+        unsafe { put(out, objects) }
+    })
+}
+
+/// How many times this process called cuIpcGetMemHandle, cuIpcOpenMemHandle_v2 or
+/// cuIpcCloseMemHandle (successful or not). Not a CUDA API: fakecuda's test hook.
+#[unsafe(no_mangle)]
+pub extern "C" fn fakecuda_native_ipc_calls() -> u64 {
+    ipc::calls()
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuIpcGetMemHandle(
+    handle: *mut CUipcMemHandle,
+    dptr: CUdeviceptr,
+) -> RawResult {
+    ipc::count_call();
+    with(|d| {
+        if handle.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let bytes = d.ipc_get(dptr)?;
+        let reserved = bytes.map(|b| b as c_char);
+        // SAFETY: CUipcMemHandle out-parameter (cuda.h), non-null.
+        unsafe { put(handle, CUipcMemHandle { reserved }) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(
+    pdptr: *mut CUdeviceptr,
+    handle: CUipcMemHandle,
+    flags: c_uint,
+) -> RawResult {
+    ipc::count_call();
+    gated(|| {
+        if pdptr.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let bytes = handle.reserved.map(|b| b as u8);
+        let p = ipc::open(&bytes, flags)?;
+        // SAFETY: CUdeviceptr out-parameter (cuda.h), non-null.
+        unsafe { put(pdptr, p) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuIpcCloseMemHandle(dptr: CUdeviceptr) -> RawResult {
+    ipc::count_call();
+    with(|d| d.ipc_close(dptr))
+}

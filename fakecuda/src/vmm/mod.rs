@@ -1,0 +1,241 @@
+//! Virtual memory management: physical allocations (memfds), address reservations
+//! (`PROT_NONE` mappings), mappings (`MAP_FIXED|MAP_SHARED` views of a memfd) and access
+//! (`mprotect`), with CUDA's reference rules for handles and mappings.
+
+use crate::abi::{RawAccessDesc, RawAllocProp, RawLocation, consts as c};
+use crate::driver::Driver;
+use crate::error::{CuError, CuResult};
+use crate::sys::{self, GRANULARITY};
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+mod address;
+mod alloc;
+
+/// Where an allocation's bytes live: on the "device" (a memfd) or, after a native checkpoint,
+/// in private host memory.
+#[derive(Debug)]
+pub enum Backing {
+    Device(OwnedFd),
+    Host(Vec<u8>),
+}
+
+#[derive(Debug)]
+pub struct PhysAlloc {
+    pub size: u64,
+    /// `CU_MEM_LOCATION_TYPE_DEVICE` or `CU_MEM_LOCATION_TYPE_HOST_NUMA`.
+    pub location_type: u32,
+    /// The device ordinal, or the NUMA node of host memory.
+    pub device: u32,
+    pub handle_types: u32,
+    pub backing: Backing,
+    /// Outstanding handle references (cuMemCreate/Import/Retain minus cuMemRelease).
+    pub handle_refs: u32,
+    /// Mappings and multicast bindings that keep the memory alive.
+    pub users: u32,
+    /// Ever exported to a shareable handle (an FD may still be open somewhere).
+    pub exported: bool,
+    /// Created by an import of another allocation's FD.
+    pub imported: bool,
+    /// A native IPC handle was handed out for it.
+    pub ipc_handle: bool,
+    /// A peer's allocation opened with cuIpcOpenMemHandle.
+    pub ipc_opened: bool,
+    /// Made by cuMemAlloc: has no generic handle the application may use.
+    pub legacy: bool,
+}
+
+impl PhysAlloc {
+    pub fn fd(&self) -> CuResult<BorrowedFd<'_>> {
+        match &self.backing {
+            Backing::Device(fd) => Ok(fd.as_fd()),
+            Backing::Host(_) => Err(CuError::CUDA_ERROR_ILLEGAL_STATE),
+        }
+    }
+
+    /// Sharing that NVIDIA's native checkpoint cannot handle.
+    pub fn shared(&self) -> bool {
+        self.exported || self.imported || self.ipc_handle || self.ipc_opened
+    }
+
+    /// Host (NUMA node) memory rather than device memory.
+    pub fn on_host(&self) -> bool {
+        self.location_type == c::LOCATION_TYPE_HOST_NUMA
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    Alloc(u64),
+    Multicast(u64),
+}
+
+#[derive(Debug)]
+pub struct Mapping {
+    pub size: u64,
+    pub offset: u64,
+    pub target: Target,
+    /// Granted access per device ordinal.
+    pub access: BTreeMap<u32, u32>,
+    /// Granted access per host NUMA node (host memory only).
+    pub host_access: BTreeMap<u32, u32>,
+}
+
+impl Mapping {
+    /// Host protection: the CPU stands in for every device and node, so the widest grant
+    /// applies.
+    pub fn prot(&self) -> i32 {
+        sys::prot_for(
+            self.access
+                .values()
+                .chain(self.host_access.values())
+                .copied()
+                .max()
+                .unwrap_or(c::ACCESS_NONE),
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// cuMemAddressReserve.
+    User,
+    /// Inside fakecuda: cuMemAlloc and cuIpcOpenMemHandle ranges.
+    Internal,
+}
+
+#[derive(Debug)]
+pub struct Reservation {
+    pub size: u64,
+    pub owner: Owner,
+}
+
+#[derive(Debug, Default)]
+pub struct Vmm {
+    pub allocs: HashMap<u64, PhysAlloc>,
+    pub mappings: BTreeMap<u64, Mapping>,
+    pub reservations: BTreeMap<u64, Reservation>,
+    used: HashMap<u32, u64>,
+}
+
+pub fn aligned(v: u64) -> bool {
+    v.is_multiple_of(GRANULARITY)
+}
+
+/// Memfd names carry what an importer in another process must know: the location (`d` and
+/// the device ordinal, or `n` and the host NUMA node) and the requested handle types.
+pub fn alloc_memfd_name(location_type: u32, id: u32, handle_types: u32) -> String {
+    let kind = if location_type == c::LOCATION_TYPE_HOST_NUMA {
+        'n'
+    } else {
+        'd'
+    };
+    format!("fakecuda-alloc:{kind}{id}:t{handle_types}")
+}
+
+/// (location type, id, handle types) of an allocation memfd's name.
+fn parse_alloc_memfd_name(name: &str) -> Option<(u32, u32, u32)> {
+    let rest = name.strip_prefix("fakecuda-alloc:")?;
+    let location_type = match rest.chars().next()? {
+        'd' => c::LOCATION_TYPE_DEVICE,
+        'n' => c::LOCATION_TYPE_HOST_NUMA,
+        _ => return None,
+    };
+    let (id, t) = rest[1..].split_once(":t")?;
+    Some((location_type, id.parse().ok()?, t.parse().ok()?))
+}
+
+impl Vmm {
+    pub fn mapping_at(&self, ptr: u64) -> Option<(u64, &Mapping)> {
+        let (start, m) = self.mappings.range(..=ptr).next_back()?;
+        (ptr < start + m.size).then_some((*start, m))
+    }
+
+    /// The reservation containing `[ptr, ptr+size)`, if one does entirely.
+    pub fn reservation_for(&self, ptr: u64, size: u64) -> Option<(u64, &Reservation)> {
+        let (start, r) = self.reservations.range(..=ptr).next_back()?;
+        let end = ptr.checked_add(size)?;
+        (end <= start + r.size).then_some((*start, r))
+    }
+
+    /// Starts of the mappings that exactly tile `[ptr, ptr+size)`, none cut in part.
+    pub fn tiling(&self, ptr: u64, size: u64) -> CuResult<Vec<u64>> {
+        let end = ptr
+            .checked_add(size)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let mut at = ptr;
+        let mut out = Vec::new();
+        while at < end {
+            let m = self
+                .mappings
+                .get(&at)
+                .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+            out.push(at);
+            at += m.size;
+        }
+        if at != end || out.is_empty() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        Ok(out)
+    }
+
+    pub fn used(&self, device: u32) -> u64 {
+        self.used.get(&device).copied().unwrap_or(0)
+    }
+}
+
+impl Driver {
+    /// Checks that `[ptr, ptr+len)` is mapped device memory the CPU may read (and write): what
+    /// a copy engine would touch. Unmapped memory is an invalid value; mapped memory without
+    /// the access (or a multicast range with no memory bound for the view's device) is an
+    /// illegal address, as a GPU fault would report it.
+    pub fn check_range(&self, ptr: u64, len: u64, write: bool) -> CuResult<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let end = ptr
+            .checked_add(len)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let mut at = ptr;
+        while at < end {
+            let (start, m) = self
+                .vmm
+                .mapping_at(at)
+                .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+            let need = if write {
+                libc::PROT_WRITE
+            } else {
+                libc::PROT_READ
+            };
+            if m.prot() & need == 0 {
+                return Err(CuError::CUDA_ERROR_ILLEGAL_ADDRESS);
+            }
+            let stop = end.min(start + m.size);
+            if let Target::Multicast(h) = m.target
+                && !self.mc_view_backed(h, m, at - start + m.offset, stop - start + m.offset)
+            {
+                return Err(CuError::CUDA_ERROR_ILLEGAL_ADDRESS);
+            }
+            at = stop;
+        }
+        Ok(())
+    }
+}
+
+/// Which shareable handle types an object created with `requested` may be exported as.
+pub fn check_export_type(handle_type: u32, requested: u32) -> CuResult<()> {
+    match handle_type {
+        t if t == c::HANDLE_TYPE_FABRIC => Err(CuError::CUDA_ERROR_NOT_SUPPORTED),
+        t if t == c::HANDLE_TYPE_POSIX_FD => {
+            if requested & c::HANDLE_TYPE_POSIX_FD == 0 {
+                Err(CuError::CUDA_ERROR_INVALID_VALUE)
+            } else {
+                Ok(())
+            }
+        }
+        t if t == c::HANDLE_TYPE_WIN32 || t == c::HANDLE_TYPE_WIN32_KMT => {
+            Err(CuError::CUDA_ERROR_NOT_SUPPORTED)
+        }
+        _ => Err(CuError::CUDA_ERROR_INVALID_VALUE),
+    }
+}
