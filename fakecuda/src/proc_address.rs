@@ -134,6 +134,12 @@ const VERSIONED: &[(&str, &[(i32, &str)])] = &[
         &[(11000, "cuDevicePrimaryCtxReset_v2")],
     ),
     ("cuIpcOpenMemHandle", &[(11000, "cuIpcOpenMemHandle_v2")]),
+    // CUDA 12.0 added the status out-parameter: cuda.h maps the name to the _v2 ABI from then
+    // on, so a caller built for 12.x calls what it gets with five arguments.
+    (
+        "cuGetProcAddress",
+        &[(12000, "cuGetProcAddress_v2"), (11030, "cuGetProcAddress")],
+    ),
     (
         "cuDeviceGetUuid",
         &[(11040, "cuDeviceGetUuid_v2"), (9020, "cuDeviceGetUuid")],

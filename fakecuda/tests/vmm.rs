@@ -556,6 +556,35 @@ fn proc_address_and_error_names() {
     );
     assert_eq!(status, 1);
     assert!(pfn.is_null());
+    // Asked for by its unsuffixed name, cuGetProcAddress is the 5-argument _v2 from CUDA 12.0
+    // on (cuda.h's mapping; NVIDIA's Python bindings call it so), the legacy one before.
+    let mut legacy: *mut c_void = std::ptr::null_mut();
+    let mut v2: *mut c_void = std::ptr::null_mut();
+    let mut found: *mut c_void = std::ptr::null_mut();
+    ok(cu.cuGetProcAddress_v2(
+        c"cuGetProcAddress".as_ptr(),
+        &mut legacy,
+        11030,
+        0,
+        &mut status,
+    ));
+    ok(cu.cuGetProcAddress_v2(
+        c"cuGetProcAddress_v2".as_ptr(),
+        &mut v2,
+        13000,
+        0,
+        &mut status,
+    ));
+    ok(cu.cuGetProcAddress_v2(
+        c"cuGetProcAddress".as_ptr(),
+        &mut found,
+        12000,
+        0,
+        &mut status,
+    ));
+    assert_eq!(status, 0);
+    assert_eq!(found, v2, "unsuffixed at 12.0 is the _v2 ABI");
+    assert_ne!(legacy, v2, "11.3 gets the legacy 4-argument function");
     let mut s: *const u8 = std::ptr::null();
     ok(cu.cuGetErrorName(ILLEGAL_STATE, &mut s));
     // SAFETY: cuGetErrorName returned a static C string.
