@@ -10,6 +10,27 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 /// Allocation and mapping granularity: 2 MiB, as the driver reports for current GPUs.
 pub const GRANULARITY: u64 = 2 << 20;
 
+/// Orders changes of the fake device's address space against copies into it. A copy holds a
+/// read guard from the moment its ranges were validated until its bytes have moved; every
+/// unmap, remap or protection change of a device range takes the write guard. So a copy that
+/// races an unmap either finishes first or is refused as the driver refuses a copy to an
+/// unmapped range: it never touches memory that went away (which was a SIGSEGV).
+///
+/// Lock order: the driver lock, then this (both sides take the driver lock first).
+static ADDRESS_SPACE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Held by a copy while it moves bytes (see [`ADDRESS_SPACE`]).
+pub type CopyGuard = std::sync::RwLockReadGuard<'static, ()>;
+
+/// A read guard for one copy.
+pub fn copy_guard() -> CopyGuard {
+    ADDRESS_SPACE.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn change_guard() -> std::sync::RwLockWriteGuard<'static, ()> {
+    ADDRESS_SPACE.write().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Host protection for a CUDA access flag set (0 none, 1 read, 3 read-write).
 pub fn prot_for(flags: u32) -> i32 {
     match flags {
@@ -82,6 +103,7 @@ pub fn reserve(hint: u64, size: u64, align: u64) -> CuResult<u64> {
 /// # Safety
 /// `[addr, addr+size)` must be a reservation owned by the caller, with no live references.
 pub unsafe fn unreserve(addr: u64, size: u64) {
+    let _change = change_guard();
     // SAFETY: guaranteed by the caller.
     unsafe { libc::munmap(addr as *mut libc::c_void, size as usize) };
 }
@@ -93,6 +115,7 @@ pub unsafe fn unreserve(addr: u64, size: u64) {
 /// The range must lie inside a reservation owned by the caller.
 pub unsafe fn unmap_to_reservation(addr: u64, size: u64) -> CuResult<()> {
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED;
+    let _change = change_guard();
     // SAFETY: MAP_FIXED over a range the caller owns.
     let p = unsafe {
         libc::mmap(
@@ -121,6 +144,7 @@ pub unsafe fn map_shared(
     offset: u64,
     prot: i32,
 ) -> CuResult<()> {
+    let _change = change_guard();
     // SAFETY: MAP_FIXED over a range the caller owns; the file outlives the call and the
     // kernel keeps its own reference for the mapping.
     let p = unsafe {
@@ -144,6 +168,7 @@ pub unsafe fn map_shared(
 /// # Safety
 /// The range must be mapped memory owned by the caller.
 pub unsafe fn protect(addr: u64, size: u64, prot: i32) -> CuResult<()> {
+    let _change = change_guard();
     // SAFETY: guaranteed by the caller.
     let r = unsafe { libc::mprotect(addr as *mut libc::c_void, size as usize, prot) };
     if r != 0 {
