@@ -26,7 +26,7 @@ fn copier(ctx: usize, p: u64, stop: Arc<AtomicBool>) -> Seen {
     let mut offset = 0;
     while !stop.load(Ordering::Relaxed) {
         let at = p + offset as u64;
-        let r = if offset / CHUNK % 2 == 0 {
+        let r = if (offset / CHUNK).is_multiple_of(2) {
             cu.cuMemcpyHtoD_v2(at, host.as_ptr().cast(), CHUNK)
         } else {
             cu.cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), at, CHUNK)
