@@ -3,12 +3,11 @@
 //! Handles given to the application are opaque numbers, never dereferenced.
 
 use crate::error::{CuError, CuResult};
+use crate::stream::{self, Stream};
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::Arc;
 
-/// Default stream handles that need no creation: NULL, `CU_STREAM_LEGACY`,
-/// `CU_STREAM_PER_THREAD`.
-const DEFAULT_STREAMS: [u64; 3] = [0, 1, 2];
 /// Primary context handles are `PRIMARY_BASE + ordinal`, stable for the process lifetime as in
 /// CUDA (a released and re-retained primary context has the same handle).
 const PRIMARY_BASE: u64 = 0x100;
@@ -24,7 +23,16 @@ struct Context {
 #[derive(Debug)]
 pub struct Contexts {
     table: HashMap<u64, Context>,
-    streams: HashMap<u64, u64>,
+    streams: HashMap<u64, Arc<Stream>>,
+}
+
+/// Where a stream's work runs (see [`crate::stream`]).
+#[derive(Debug)]
+pub enum Target {
+    /// A default stream: synchronously, in the caller, once `drain` has drained.
+    Now { ctx: u64, drain: Vec<Arc<Stream>> },
+    /// A created stream's worker.
+    Queue(Arc<Stream>),
 }
 
 thread_local! {
@@ -50,6 +58,11 @@ impl Contexts {
             table,
             streams: HashMap::new(),
         }
+    }
+
+    /// `CUDA_ERROR_INVALID_CONTEXT` unless `ctx` is a live context.
+    pub fn check_live(&self, ctx: u64) -> CuResult<()> {
+        self.live(ctx).map(drop)
     }
 
     fn live(&self, ctx: u64) -> CuResult<&Context> {
@@ -80,7 +93,7 @@ impl Contexts {
         }
         c.refs -= 1;
         if c.refs == 0 {
-            self.streams.retain(|_, owner| *owner != h);
+            self.close_streams(h);
         }
         Ok(())
     }
@@ -98,7 +111,7 @@ impl Contexts {
             .get_mut(&h)
             .ok_or(CuError::CUDA_ERROR_INVALID_DEVICE)?;
         c.refs = 0;
-        self.streams.retain(|_, owner| *owner != h);
+        self.close_streams(h);
         Ok(())
     }
 
@@ -132,7 +145,7 @@ impl Contexts {
             _ => return Err(CuError::CUDA_ERROR_INVALID_CONTEXT),
         }
         self.table.remove(&ctx);
-        self.streams.retain(|_, owner| *owner != ctx);
+        self.close_streams(ctx);
         // Only the calling thread's stack can be fixed up; other threads see an invalid
         // context on their next call, as with the real driver.
         STACK.with_borrow_mut(|s| s.retain(|c| *c != ctx));
@@ -177,36 +190,71 @@ impl Contexts {
         Ok((h, c.device))
     }
 
-    pub fn create_stream(&mut self, handle: u64, flags: u32) -> CuResult<u64> {
+    pub fn create_stream(&mut self, handle: u64, flags: u32, priority: i32) -> CuResult<u64> {
         // CU_STREAM_DEFAULT (0) and CU_STREAM_NON_BLOCKING (1) are the only flags.
-        if flags > 1 {
+        if flags > stream::NON_BLOCKING {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
         let (ctx, _) = self.current()?;
-        self.streams.insert(handle, ctx);
+        self.streams
+            .insert(handle, Stream::start(ctx, flags, priority)?);
         Ok(handle)
     }
 
-    /// Checks that a stream can be used by the calling thread now. Work is executed
-    /// synchronously, so a valid stream has nothing pending.
-    pub fn check_stream(&self, stream: u64) -> CuResult<()> {
-        self.current()?;
-        if DEFAULT_STREAMS.contains(&stream) {
-            return Ok(());
-        }
-        let owner = self
+    /// The created stream `stream`, owned by a live context.
+    pub fn stream(&self, stream: u64) -> CuResult<&Arc<Stream>> {
+        let s = self
             .streams
             .get(&stream)
             .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
-        self.live(*owner)
+        self.live(s.ctx)
             .map_err(|_| CuError::CUDA_ERROR_INVALID_HANDLE)?;
-        Ok(())
+        Ok(s)
+    }
+
+    /// Where work submitted to `stream` by the calling thread runs (`None`: a synchronous
+    /// call, which runs on the legacy default stream). Needs a current context.
+    pub fn target(&self, stream: Option<u64>) -> CuResult<Target> {
+        let (ctx, _) = self.current()?;
+        match stream.unwrap_or(0) {
+            0 | stream::LEGACY => Ok(Target::Now {
+                ctx,
+                drain: self.streams_of(ctx, true),
+            }),
+            stream::PER_THREAD => Ok(Target::Now {
+                ctx,
+                drain: Vec::new(),
+            }),
+            s => self.stream(s).map(|s| Target::Queue(Arc::clone(s))),
+        }
+    }
+
+    /// The created streams of `ctx` (only the blocking ones when `blocking`).
+    pub fn streams_of(&self, ctx: u64, blocking: bool) -> Vec<Arc<Stream>> {
+        self.streams
+            .values()
+            .filter(|s| s.ctx == ctx && (!blocking || s.blocking()))
+            .cloned()
+            .collect()
     }
 
     pub fn destroy_stream(&mut self, stream: u64) -> CuResult<()> {
-        self.streams
+        let s = self
+            .streams
             .remove(&stream)
-            .map(|_| ())
-            .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)
+            .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
+        s.close();
+        Ok(())
+    }
+
+    /// The streams of a context that goes away: they finish their work, then their workers
+    /// exit.
+    fn close_streams(&mut self, ctx: u64) {
+        self.streams.retain(|_, s| {
+            if s.ctx == ctx {
+                s.close();
+            }
+            s.ctx != ctx
+        });
     }
 }

@@ -17,6 +17,8 @@ pub struct Driver {
     pub ipc: Ipc,
     pub mc: Multicast,
     pub legacy: crate::legacy::Legacy,
+    /// Events by handle.
+    pub events: std::collections::HashMap<u64, std::sync::Arc<crate::stream::Event>>,
     /// Source of every handle value (allocations, multicast objects, contexts, streams):
     /// values are never reused within a process.
     next_handle: u64,
@@ -97,6 +99,7 @@ pub fn init(flags: u32) -> CuResult<()> {
         ipc: Ipc::default(),
         mc: Multicast::default(),
         legacy: crate::legacy::Legacy::default(),
+        events: std::collections::HashMap::new(),
         next_handle: 0x1000,
     });
     Ok(())

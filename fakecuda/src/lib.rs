@@ -18,5 +18,6 @@ mod legacy;
 mod memcpy;
 mod multicast;
 mod proc_address;
+mod stream;
 mod sys;
 mod vmm;

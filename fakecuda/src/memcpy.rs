@@ -1,27 +1,20 @@
-//! Copies and fills. The device side of every copy is validated against the mapping table
-//! (mapped, and with the access the copy needs); the copy itself runs without the driver lock
-//! so large transfers from several threads proceed in parallel, holding a guard that keeps
-//! the validated ranges mapped until it is done ([`sys::copy_guard`]). Streams execute work
-//! synchronously, so the `Async` variants complete before they return.
+//! Copies and fills, in stream order. The device side of every copy is validated against the
+//! mapping table (mapped, and with the access the copy needs) when the copy is issued, so bad
+//! arguments fail at the call; the copy itself runs without the driver lock (so transfers of
+//! several threads proceed in parallel) and holds a guard that keeps the validated ranges
+//! mapped until it is done ([`sys::copy_guard`]). Work on a created stream runs later on the
+//! stream's worker, which validates the ranges again: a range unmapped in between becomes the
+//! stream's `CUDA_ERROR_ILLEGAL_ADDRESS`, as a GPU fault does.
 
+use crate::checkpoint;
+use crate::context::Target;
 use crate::driver;
-use crate::error::CuResult;
+use crate::error::{CuError, CuResult};
 use crate::sys::{self, CopyGuard};
 
-/// Validates a copy's device ranges; the guard keeps them as validated until it is dropped.
-fn check(
-    stream: Option<u64>,
-    src_dev: Option<u64>,
-    dst_dev: Option<u64>,
-    n: u64,
-) -> CuResult<CopyGuard> {
+/// The device ranges of a copy, validated; the guard keeps them so until it is dropped.
+fn ranges(src_dev: Option<u64>, dst_dev: Option<u64>, n: u64) -> CuResult<CopyGuard> {
     driver::with(|d| {
-        match stream {
-            Some(s) => d.contexts.check_stream(s)?,
-            None => {
-                d.contexts.current()?;
-            }
-        }
         if let Some(s) = src_dev {
             d.check_range(s, n, false)?;
         }
@@ -33,39 +26,165 @@ fn check(
     })
 }
 
-/// # Safety
-/// `src` must be readable for `n` bytes (the caller's host buffer).
-pub unsafe fn htod(dst: u64, src: *const u8, n: usize, stream: Option<u64>) -> CuResult<()> {
-    let _mapped = check(stream, None, Some(dst), n as u64)?;
-    // SAFETY: `dst..dst+n` is mapped writable device memory (checked above, and kept so by the
-    // guard); `src` is the
-    // caller's readable buffer per this function's contract. Ranges cannot overlap: device
-    // ranges live in fakecuda reservations.
-    unsafe { std::ptr::copy_nonoverlapping(src, dst as *mut u8, n) };
+/// Where `stream`'s work runs for the calling thread, after the implicit synchronization of the
+/// legacy default stream with the blocking streams.
+pub fn target(stream: Option<u64>) -> CuResult<Target> {
+    let target = driver::with(|d| d.contexts.target(stream))?;
+    if let Target::Now { drain, .. } = &target {
+        for s in drain {
+            s.drain();
+        }
+    }
+    Ok(target)
+}
+
+/// Runs `op` on `stream` in order (now for a default stream), the device ranges validated
+/// before and, for queued work, again when it runs.
+fn transfer(
+    stream: Option<u64>,
+    src_dev: Option<u64>,
+    dst_dev: Option<u64>,
+    n: u64,
+    op: impl FnOnce() + Send + 'static,
+) -> CuResult<()> {
+    let target = target(stream)?;
+    let guard = ranges(src_dev, dst_dev, n)?;
+    match target {
+        Target::Now { .. } => {
+            op();
+            drop(guard);
+        }
+        Target::Queue(s) => {
+            drop(guard);
+            let job = move || {
+                let _mapped =
+                    ranges(src_dev, dst_dev, n).map_err(|_| CuError::CUDA_ERROR_ILLEGAL_ADDRESS)?;
+                op();
+                Ok(())
+            };
+            s.submit(Box::new(job), checkpoint::extend());
+        }
+    }
     Ok(())
 }
 
+/// A host or device address a queued copy carries to its worker thread. The caller keeps the
+/// host buffer valid until the stream has run the copy (the CUDA contract).
+#[derive(Debug, Clone, Copy)]
+struct Raw(usize);
+
+impl Raw {
+    fn read(self) -> *const u8 {
+        self.0 as *const u8
+    }
+
+    fn write(self) -> *mut u8 {
+        self.0 as *mut u8
+    }
+}
+
 /// # Safety
-/// `dst` must be writable for `n` bytes (the caller's host buffer).
+/// `src` must be readable for `n` bytes until the copy has run (the caller's host buffer).
+pub unsafe fn htod(dst: u64, src: *const u8, n: usize, stream: Option<u64>) -> CuResult<()> {
+    let (from, to) = (Raw(src as usize), Raw(dst as usize));
+    transfer(stream, None, Some(dst), n as u64, move || {
+        // SAFETY: `dst..dst+n` is mapped writable device memory (validated, and kept so by
+        // the guard); `src` is the caller's readable buffer per this function's contract.
+        // Device ranges live in fakecuda reservations, so they cannot overlap it.
+        unsafe { std::ptr::copy_nonoverlapping(from.read(), to.write(), n) }
+    })
+}
+
+/// # Safety
+/// `dst` must be writable for `n` bytes until the copy has run (the caller's host buffer).
 pub unsafe fn dtoh(dst: *mut u8, src: u64, n: usize, stream: Option<u64>) -> CuResult<()> {
-    let _mapped = check(stream, Some(src), None, n as u64)?;
-    // SAFETY: `src..src+n` is mapped readable device memory (checked above); `dst` is the
-    // caller's writable buffer per this function's contract.
-    unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst, n) };
-    Ok(())
+    let (from, to) = (Raw(src as usize), Raw(dst as usize));
+    transfer(stream, Some(src), None, n as u64, move || {
+        // SAFETY: `src..src+n` is mapped readable device memory (validated, kept by the
+        // guard); `dst` is the caller's writable buffer per this function's contract.
+        unsafe { std::ptr::copy_nonoverlapping(from.read(), to.write(), n) }
+    })
 }
 
 pub fn dtod(dst: u64, src: u64, n: usize, stream: Option<u64>) -> CuResult<()> {
-    let _mapped = check(stream, Some(src), Some(dst), n as u64)?;
-    // SAFETY: both ranges are mapped device memory with the needed access (checked above);
-    // `copy` tolerates overlap, as cuMemcpy does within one allocation.
-    unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, n) };
-    Ok(())
+    let (from, to) = (Raw(src as usize), Raw(dst as usize));
+    transfer(stream, Some(src), Some(dst), n as u64, move || {
+        // SAFETY: both ranges are mapped device memory with the needed access (validated,
+        // kept by the guard); `copy` tolerates overlap, as cuMemcpy does within one allocation.
+        unsafe { std::ptr::copy(from.read(), to.write(), n) }
+    })
 }
 
-pub fn memset_d8(dst: u64, value: u8, n: usize, stream: Option<u64>) -> CuResult<()> {
-    let _mapped = check(stream, None, Some(dst), n as u64)?;
-    // SAFETY: `dst..dst+n` is mapped writable device memory (checked above, kept by the guard).
-    unsafe { std::ptr::write_bytes(dst as *mut u8, value, n) };
+/// `cuMemcpy`/`cuMemcpyAsync` under unified addressing: each side is device memory when it
+/// lies in a mapping, host memory of the caller otherwise.
+///
+/// # Safety
+/// A side that is not device memory must be the caller's host buffer of `n` bytes (readable
+/// for `src`, writable for `dst`), valid until the copy has run.
+pub unsafe fn unified(dst: u64, src: u64, n: usize, stream: Option<u64>) -> CuResult<()> {
+    let (dst_dev, src_dev) = driver::with(|d| {
+        Ok((
+            d.vmm.mapping_at(dst).is_some(),
+            d.vmm.mapping_at(src).is_some(),
+        ))
+    })?;
+    if (!dst_dev && dst == 0) || (!src_dev && src == 0) {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    let (from, to) = (Raw(src as usize), Raw(dst as usize));
+    transfer(
+        stream,
+        src_dev.then_some(src),
+        dst_dev.then_some(dst),
+        n as u64,
+        move || {
+            // SAFETY: device sides are validated mapped ranges (kept by the guard); host sides
+            // are the caller's buffers per this function's contract. `copy` tolerates overlap.
+            unsafe { std::ptr::copy(from.read(), to.write(), n) }
+        },
+    )
+}
+
+/// `cuMemsetD8/D16/D32`: `count` elements of `value`'s width at `dst` (aligned to it).
+pub fn memset(
+    dst: u64,
+    value: u32,
+    width: usize,
+    count: usize,
+    stream: Option<u64>,
+) -> CuResult<()> {
+    if !dst.is_multiple_of(width as u64) {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    let bytes = count
+        .checked_mul(width)
+        .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+    let to = Raw(dst as usize);
+    transfer(stream, None, Some(dst), bytes as u64, move || {
+        let p = to.write();
+        // SAFETY: `dst..dst+bytes` is mapped writable device memory (validated, kept by the
+        // guard), aligned to `width` (checked above).
+        unsafe {
+            match width {
+                1 => std::ptr::write_bytes(p, value as u8, count),
+                2 => std::slice::from_raw_parts_mut(p.cast::<u16>(), count).fill(value as u16),
+                _ => std::slice::from_raw_parts_mut(p.cast::<u32>(), count).fill(value),
+            }
+        }
+    })
+}
+
+/// Runs a host function in stream order (`cuLaunchHostFunc`, `cuStreamAddCallback`).
+pub fn host_work(stream: Option<u64>, work: impl FnOnce() + Send + 'static) -> CuResult<()> {
+    match target(stream)? {
+        Target::Now { .. } => work(),
+        Target::Queue(s) => s.submit(
+            Box::new(move || {
+                work();
+                Ok(())
+            }),
+            checkpoint::extend(),
+        ),
+    }
     Ok(())
 }

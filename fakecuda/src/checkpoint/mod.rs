@@ -47,6 +47,14 @@ impl Drop for Pass {
     }
 }
 
+/// Another pass, for work that a call (which passed the gate and still holds its pass) queues
+/// on a stream: the native lock then also waits for that work to run, as the driver's lock
+/// waits for submitted work. Never waits: only called from inside a gated call.
+pub fn extend() -> Pass {
+    gate().in_flight += 1;
+    Pass(())
+}
+
 /// Waits while the process is locked or checkpointed, as driver calls block on the real
 /// driver between lock and unlock.
 pub fn enter() -> Pass {

@@ -1,4 +1,4 @@
-//! Contexts (primary and created) and streams.
+//! Contexts, primary and created.
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
@@ -169,8 +169,17 @@ pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> RawResult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxSynchronize() -> RawResult {
-    // All work completes before its call returns: nothing to wait for.
-    with(|d| d.contexts.current().map(|_| ()))
+    // Every stream of the context, non-blocking ones too; the first kept error is reported.
+    gated(|| {
+        let streams = driver::with(|d| {
+            let (ctx, _) = d.contexts.current()?;
+            Ok(d.contexts.streams_of(ctx, false))
+        })?;
+        streams
+            .iter()
+            .map(|s| s.synchronize())
+            .fold(Ok(()), CuResult::and)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -180,44 +189,4 @@ pub unsafe extern "C" fn cuCtxGetDevice(device: *mut CUdevice) -> RawResult {
         // SAFETY: CUdevice out-parameter (cuda.h).
         unsafe { put(device, dev as CUdevice) }
     })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamCreate(ph_stream: *mut CUstream, flags: c_uint) -> RawResult {
-    with(|d| {
-        if ph_stream.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let h = d.next_handle();
-        d.contexts.create_stream(h, flags)?;
-        // SAFETY: CUstream out-parameter (cuda.h), non-null.
-        unsafe { put(ph_stream, handle_ptr::<CUstream_st>(h)) }
-    })
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamSynchronize(stream: CUstream) -> RawResult {
-    stream_sync_delay();
-    with(|d| d.contexts.check_stream(stream as usize as u64))
-}
-
-/// Test hook: `FAKECUDA_STREAM_SYNC_DELAY_MS` makes every `cuStreamSynchronize` take that
-/// long before it does anything (holding nothing), so a test can have a thread parked inside
-/// a driver call.
-pub(super) fn stream_sync_delay() {
-    static DELAY: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    let ms = *DELAY.get_or_init(|| {
-        std::env::var("FAKECUDA_STREAM_SYNC_DELAY_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    });
-    if ms > 0 {
-        std::thread::sleep(std::time::Duration::from_millis(ms));
-    }
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> RawResult {
-    with(|d| d.contexts.destroy_stream(stream as usize as u64))
 }

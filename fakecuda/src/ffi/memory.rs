@@ -110,14 +110,36 @@ pub extern "C" fn cuMemcpyDtoDAsync_v2(
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> RawResult {
-    // Unified addressing: with both sides device memory this is a device-to-device copy.
-    gated(|| memcpy::dtod(dst, src, n, None))
+pub unsafe extern "C" fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> RawResult {
+    // SAFETY: forwarded with the legacy default stream.
+    unsafe { cuMemcpyAsync(dst, src, n, std::ptr::null_mut()) }
+}
+
+/// Unified addressing: each side is device memory or the caller's host memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpyAsync(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    n: usize,
+    stream: CUstream,
+) -> RawResult {
+    // SAFETY: host sides are the caller's buffers of `n` bytes (cuda.h).
+    gated(|| unsafe { memcpy::unified(dst, src, n, Some(stream as usize as u64)) })
+}
+
+fn memset(
+    dst: CUdeviceptr,
+    value: u32,
+    width: usize,
+    n: usize,
+    stream: Option<CUstream>,
+) -> RawResult {
+    gated(|| memcpy::memset(dst, value, width, n, stream.map(|s| s as usize as u64)))
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemsetD8_v2(dst: CUdeviceptr, value: c_uchar, n: usize) -> RawResult {
-    gated(|| memcpy::memset_d8(dst, value, n, None))
+    memset(dst, value.into(), 1, n, None)
 }
 
 #[unsafe(no_mangle)]
@@ -127,7 +149,37 @@ pub extern "C" fn cuMemsetD8Async(
     n: usize,
     stream: CUstream,
 ) -> RawResult {
-    gated(|| memcpy::memset_d8(dst, value, n, Some(stream as usize as u64)))
+    memset(dst, value.into(), 1, n, Some(stream))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD16_v2(dst: CUdeviceptr, value: c_ushort, n: usize) -> RawResult {
+    memset(dst, value.into(), 2, n, None)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD16Async(
+    dst: CUdeviceptr,
+    value: c_ushort,
+    n: usize,
+    stream: CUstream,
+) -> RawResult {
+    memset(dst, value.into(), 2, n, Some(stream))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD32_v2(dst: CUdeviceptr, value: c_uint, n: usize) -> RawResult {
+    memset(dst, value, 4, n, None)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD32Async(
+    dst: CUdeviceptr,
+    value: c_uint,
+    n: usize,
+    stream: CUstream,
+) -> RawResult {
+    memset(dst, value, 4, n, Some(stream))
 }
 
 #[unsafe(no_mangle)]

@@ -16,7 +16,7 @@ use cudarc::driver::sys::{
     CUexecAffinityParam, CUipcMemHandle, CUmemGenericAllocationHandle, CUmulticastObjectProp,
     CUstream, CUstream_st, CUuuid,
 };
-use std::ffi::{c_char, c_int, c_uchar, c_uint, c_ulonglong, c_void};
+use std::ffi::{c_char, c_int, c_uchar, c_uint, c_ulonglong, c_ushort, c_void};
 use std::os::fd::{BorrowedFd, IntoRawFd};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -77,6 +77,7 @@ mod memory;
 mod multicast_objects;
 mod native_checkpoint;
 mod native_ipc;
+mod streams;
 mod virtual_memory;
 
 pub use contexts::*;
@@ -86,4 +87,5 @@ pub use memory::*;
 pub use multicast_objects::*;
 pub use native_checkpoint::*;
 pub use native_ipc::*;
+pub use streams::*;
 pub use virtual_memory::*;
