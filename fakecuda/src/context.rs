@@ -60,6 +60,11 @@ impl Contexts {
         }
     }
 
+    /// The device of context `ctx`, if it is live.
+    pub fn device_of(&self, ctx: u64) -> Option<u32> {
+        self.live(ctx).ok().map(|c| c.device)
+    }
+
     /// `CUDA_ERROR_INVALID_CONTEXT` unless `ctx` is a live context.
     pub fn check_live(&self, ctx: u64) -> CuResult<()> {
         self.live(ctx).map(drop)

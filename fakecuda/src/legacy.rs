@@ -13,16 +13,41 @@ pub struct LegacyAlloc {
     pub alloc: u64,
     /// The context it was allocated in: destroying or resetting that context frees it.
     pub context: u64,
+    /// `cuMemAllocManaged` memory (device memory the host may touch, here as everywhere).
+    pub managed: bool,
+}
+
+/// Page-locked host memory from `cuMemAllocHost`/`cuMemHostAlloc`: process-private anonymous
+/// memory (not a memfd: it is never shared), with the flags it was allocated with.
+#[derive(Debug)]
+pub struct HostAlloc {
+    pub size: u64,
+    pub flags: u32,
+    pub context: u64,
 }
 
 #[derive(Debug, Default)]
 pub struct Legacy {
     pub by_base: BTreeMap<u64, LegacyAlloc>,
-    host_registered: BTreeMap<u64, u64>,
+    /// Registered host ranges: base → (size, context current at registration).
+    pub host_registered: BTreeMap<u64, (u64, u64)>,
+    pub host_allocs: BTreeMap<u64, HostAlloc>,
 }
 
 impl Driver {
     pub fn mem_alloc(&mut self, bytes: u64) -> CuResult<u64> {
+        self.device_alloc(bytes, false)
+    }
+
+    /// `cuMemAllocManaged`: flags `CU_MEM_ATTACH_GLOBAL` (1) or `CU_MEM_ATTACH_HOST` (2).
+    pub fn mem_alloc_managed(&mut self, bytes: u64, flags: u32) -> CuResult<u64> {
+        if flags != 1 && flags != 2 {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        self.device_alloc(bytes, true)
+    }
+
+    fn device_alloc(&mut self, bytes: u64, managed: bool) -> CuResult<u64> {
         let (context, device) = self.contexts.current()?;
         if bytes == 0 {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
@@ -42,6 +67,7 @@ impl Driver {
                 requested: bytes,
                 alloc: h,
                 context,
+                managed,
             },
         );
         Ok(base)
@@ -117,11 +143,12 @@ impl Driver {
             .host_registered
             .range(..end)
             .next_back()
-            .is_some_and(|(s, l)| s + l > p);
+            .is_some_and(|(s, (l, _))| s + l > p);
         if overlaps {
             return Err(CuError::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
         }
-        self.legacy.host_registered.insert(p, size);
+        let ctx = self.contexts.current_handle();
+        self.legacy.host_registered.insert(p, (size, ctx));
         Ok(())
     }
 

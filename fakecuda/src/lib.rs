@@ -17,6 +17,7 @@ mod ipc;
 mod legacy;
 mod memcpy;
 mod multicast;
+mod pointer;
 mod proc_address;
 mod stream;
 mod sys;

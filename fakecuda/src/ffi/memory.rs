@@ -195,3 +195,121 @@ pub extern "C" fn cuMemHostRegister_v2(
 pub extern "C" fn cuMemHostUnregister(p: *mut c_void) -> RawResult {
     with(|d| d.host_unregister(p as usize as u64))
 }
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> RawResult {
+    // SAFETY: same contract; cuMemAllocHost is cuMemHostAlloc without flags.
+    unsafe { cuMemHostAlloc(pp, bytesize, 0) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostAlloc(
+    pp: *mut *mut c_void,
+    bytesize: usize,
+    flags: c_uint,
+) -> RawResult {
+    with(|d| {
+        if pp.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let p = d.host_alloc(bytesize as u64, flags)?;
+        // SAFETY: pointer out-parameter (cuda.h), non-null.
+        unsafe { put(pp, p as usize as *mut c_void) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> RawResult {
+    with(|d| d.host_free(p as usize as u64))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
+    pdptr: *mut CUdeviceptr,
+    p: *mut c_void,
+    flags: c_uint,
+) -> RawResult {
+    with(|d| {
+        let dptr = d.host_device_pointer(p as usize as u64, flags)?;
+        // SAFETY: CUdeviceptr out-parameter (cuda.h).
+        unsafe { put(pdptr, dptr) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostGetFlags(pflags: *mut c_uint, p: *mut c_void) -> RawResult {
+    with(|d| {
+        let flags = d.host_flags(p as usize as u64)?;
+        // SAFETY: unsigned out-parameter (cuda.h).
+        unsafe { put(pflags, flags) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocManaged(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    flags: c_uint,
+) -> RawResult {
+    with(|d| {
+        if dptr.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let p = d.mem_alloc_managed(bytesize as u64, flags)?;
+        // SAFETY: CUdeviceptr out-parameter (cuda.h), non-null.
+        unsafe { put(dptr, p) }
+    })
+}
+
+/// Writes one attribute value into the caller's storage of the attribute's type.
+///
+/// # Safety
+/// `data` is valid for a write of the attribute's C type (cuda.h).
+unsafe fn put_value(data: *mut c_void, value: crate::pointer::Value) -> CuResult<()> {
+    match value {
+        // SAFETY: a 32-bit attribute's storage (per the caller).
+        crate::pointer::Value::U32(v) => unsafe { put(data.cast::<u32>(), v) },
+        // SAFETY: a 64-bit attribute's storage (per the caller).
+        crate::pointer::Value::U64(v) => unsafe { put(data.cast::<u64>(), v) },
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuPointerGetAttribute(
+    data: *mut c_void,
+    attribute: c_uint,
+    ptr: CUdeviceptr,
+) -> RawResult {
+    with(|d| {
+        let value = d.pointer_attribute(attribute, ptr)?;
+        // SAFETY: `data` is storage of the attribute's type (cuda.h).
+        unsafe { put_value(data, value) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuPointerGetAttributes(
+    count: c_uint,
+    attributes: *const c_uint,
+    data: *mut *mut c_void,
+    ptr: CUdeviceptr,
+) -> RawResult {
+    with(|d| {
+        if count == 0 || attributes.is_null() || data.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: cuda.h: `count` attributes and `count` storage pointers.
+        let (wanted, slots) = unsafe {
+            (
+                std::slice::from_raw_parts(attributes, count as usize),
+                std::slice::from_raw_parts(data, count as usize),
+            )
+        };
+        let values = d.pointer_attributes(wanted, ptr)?;
+        for (&slot, value) in slots.iter().zip(values) {
+            // SAFETY: each slot is storage of its attribute's type (cuda.h).
+            unsafe { put_value(slot, value) }?;
+        }
+        Ok(())
+    })
+}

@@ -228,6 +228,13 @@ api! {
     cuMemsetD32Async(dst: u64, v: u32, n: usize, s: usize);
     cuMemcpyAsync(dst: u64, src: u64, n: usize, s: usize);
     cuMemHostRegister_v2(p: *mut c_void, n: usize, flags: c_uint);
+    cuMemHostAlloc(pp: *mut *mut c_void, n: usize, flags: c_uint);
+    cuMemFreeHost(p: *mut c_void);
+    cuMemHostGetDevicePointer_v2(d: *mut u64, p: *mut c_void, flags: c_uint);
+    cuMemHostGetFlags(f: *mut c_uint, p: *mut c_void);
+    cuMemAllocManaged(d: *mut u64, n: usize, flags: c_uint);
+    cuPointerGetAttribute(data: *mut c_void, attribute: c_uint, p: u64);
+    cuPointerGetAttributes(n: c_uint, attributes: *const c_uint, data: *mut *mut c_void, p: u64);
     cuMemHostUnregister(p: *mut c_void);
     cuIpcGetMemHandle(h: *mut [u8; 64], p: u64);
     cuIpcOpenMemHandle_v2(p: *mut u64, h: [u8; 64], flags: c_uint);
