@@ -87,7 +87,7 @@ impl Driver {
     }
 
     /// Host memory the driver knows that contains `p`: (base, size, context, alloc flags).
-    fn host_range(&self, p: u64) -> Option<(u64, u64, u64, u32)> {
+    pub(crate) fn host_range(&self, p: u64) -> Option<(u64, u64, u64, u32)> {
         if let Some((&base, a)) = self.legacy.host_allocs.range(..=p).next_back()
             && p < base + a.size
         {

@@ -198,10 +198,15 @@ impl Driver {
             .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         let mut at = ptr;
         while at < end {
-            let (start, m) = self
-                .vmm
-                .mapping_at(at)
-                .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+            let Some((start, m)) = self.vmm.mapping_at(at) else {
+                // Page-locked host memory the driver knows is device-accessible under unified
+                // addressing (a GPU reaches it over the bus).
+                let (base, size, _, _) = self
+                    .host_range(at)
+                    .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+                at = end.min(base + size);
+                continue;
+            };
             let need = if write {
                 libc::PROT_WRITE
             } else {
