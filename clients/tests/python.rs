@@ -1,0 +1,82 @@
+//! NVIDIA's own Python bindings (`cuda-bindings`, `cuda-core`) drive fakecuda through the
+//! suite in `tests/python/`, once on fakecuda alone and once with the shim preloaded; both runs
+//! must pass, with the same tests passing.
+//!
+//! The interpreter is `$CUINTERPOSE_PYTHON`, else `.venv/bin/python` at the workspace root
+//! (`.ci/run` creates it from `tests/python/requirements.txt`). Without one the test says so
+//! and passes, except under `CI=true`, where a missing interpreter fails it.
+
+use cuinterpose_workload::{build_shim, fakecuda_lib_dir};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+fn python() -> Option<PathBuf> {
+    let explicit = std::env::var_os("CUINTERPOSE_PYTHON").map(PathBuf::from);
+    let found = explicit.or_else(|| Some(workspace().join(".venv/bin/python")))?;
+    found.exists().then_some(found)
+}
+
+/// One pytest run; returns the names of the tests that passed.
+fn run(python: &Path, preload: Option<&Path>) -> Vec<String> {
+    let fakecuda_control = tempfile::tempdir().expect("tempdir");
+    let shim_control = tempfile::tempdir().expect("tempdir");
+    let mut cmd = Command::new(python);
+    cmd.args(["-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA"])
+        .args(["--timeout", "120"])
+        .arg(workspace().join("tests/python"))
+        .current_dir(workspace().join("tests/python"))
+        .env("LD_LIBRARY_PATH", fakecuda_lib_dir())
+        .env("FAKECUDA_CONTROL_DIR", fakecuda_control.path())
+        .env("CUINTERPOSE_CONTROL_DIR", shim_control.path())
+        .env_remove("LD_PRELOAD");
+    if let Some(shim) = preload {
+        cmd.env("LD_PRELOAD", shim);
+    }
+    let out = cmd.output().expect("run pytest");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let label = if preload.is_some() {
+        "with the shim"
+    } else {
+        "on fakecuda alone"
+    };
+    assert!(
+        out.status.success(),
+        "the cuda-python suite failed {label}:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let passed: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("PASSED "))
+        .map(str::to_owned)
+        .collect();
+    assert!(!passed.is_empty(), "no test passed {label}:\n{text}");
+    passed
+}
+
+#[test]
+fn nvidia_bindings_run_on_fakecuda_with_and_without_the_shim() {
+    let Some(python) = python() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI=true but no Python environment for the cuda-python suite: .ci/run creates \
+             .venv from tests/python/requirements.txt (or set CUINTERPOSE_PYTHON)"
+        );
+        eprintln!(
+            "SKIPPED: no Python environment (.venv/bin/python or $CUINTERPOSE_PYTHON) for the \
+             cuda-python suite; .ci/run creates it"
+        );
+        return;
+    };
+    let alone = run(&python, None);
+    let shim = build_shim();
+    let preloaded = run(&python, Some(shim));
+    assert_eq!(alone, preloaded, "the same tests pass with the shim");
+    assert!(alone.len() >= 8, "the whole suite ran: {alone:?}");
+}

@@ -1,0 +1,100 @@
+"""cuda.bindings.driver on fakecuda: entry-point lookup, error names, streams, events,
+async copies and fills, host memory and pointer attributes."""
+
+import numpy as np
+from cuda.bindings import driver as cu
+
+from conftest import check
+
+R = cu.CUresult
+MIB = 1 << 20
+
+
+def device_buffer(size):
+    return check(cu.cuMemAlloc(size))
+
+
+def test_every_result_has_a_name(context):
+    # Names come from the driver headers' whole table, not only the codes fakecuda returns.
+    assert check(cu.cuGetErrorName(R.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)) == (
+        b"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"
+    )
+    assert check(cu.cuGetErrorString(R.CUDA_ERROR_INVALID_VALUE)) == b"invalid argument"
+
+
+def test_proc_address_reports_its_status(context):
+    # The unsuffixed name at CUDA 12+ is the five-argument _v2, which writes the status.
+    pfn, status = check(cu.cuGetProcAddress(b"cuMemCreate", 13000, 0))
+    assert pfn != 0
+    assert status == cu.CUdriverProcAddressQueryResult.CU_GET_PROC_ADDRESS_SUCCESS
+    err, *_ = cu.cuGetProcAddress(b"cuNoSuchFunction", 13000, 0)
+    assert err == R.CUDA_ERROR_NOT_FOUND
+
+
+def test_async_copies_and_fills_run_in_stream_order(context):
+    least, greatest = check(cu.cuCtxGetStreamPriorityRange())
+    assert (least, greatest) == (0, -5)
+    stream = check(cu.cuStreamCreateWithPriority(cu.CUstream_flags.CU_STREAM_NON_BLOCKING, -1))
+    assert check(cu.cuStreamGetPriority(stream)) == -1
+    dptr = device_buffer(MIB)
+    src = np.arange(MIB // 4, dtype=np.uint32)
+    out = np.zeros_like(src)
+    check(cu.cuMemcpyHtoDAsync(dptr, src.ctypes.data, MIB, stream))
+    check(cu.cuMemsetD32Async(int(dptr) + 16, 0xDEADBEEF, 4, stream))
+    check(cu.cuMemcpyDtoHAsync(out.ctypes.data, dptr, MIB, stream))
+    check(cu.cuStreamSynchronize(stream))
+    expected = src.copy()
+    expected[4:8] = 0xDEADBEEF
+    assert np.array_equal(out, expected)
+    assert cu.cuStreamQuery(stream)[0] == R.CUDA_SUCCESS
+    check(cu.cuMemFree(dptr))
+    check(cu.cuStreamDestroy(stream))
+
+
+def test_events_time_and_order_streams(context):
+    a = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING))
+    b = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING))
+    start = check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DEFAULT))
+    end = check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DEFAULT))
+    untimed = check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING))
+    dptr = device_buffer(MIB)
+    host = np.full(MIB, 3, dtype=np.uint8)
+    check(cu.cuEventRecord(start, a))
+    check(cu.cuMemcpyHtoDAsync(dptr, host.ctypes.data, MIB, a))
+    check(cu.cuEventRecord(end, a))
+    check(cu.cuEventRecord(untimed, a))
+    # b reads only after a's copy: it waits for a's event.
+    check(cu.cuStreamWaitEvent(b, end, 0))
+    back = np.zeros(MIB, dtype=np.uint8)
+    check(cu.cuMemcpyDtoHAsync(back.ctypes.data, dptr, MIB, b))
+    check(cu.cuStreamSynchronize(b))
+    assert np.array_equal(back, host)
+    check(cu.cuEventSynchronize(end))
+    assert check(cu.cuEventElapsedTime(start, end)) >= 0.0
+    assert cu.cuEventElapsedTime(start, untimed)[0] == R.CUDA_ERROR_INVALID_HANDLE
+    for e in (start, end, untimed):
+        check(cu.cuEventDestroy(e))
+    check(cu.cuMemFree(dptr))
+    for s in (a, b):
+        check(cu.cuStreamDestroy(s))
+
+
+def test_host_and_managed_memory_describe_themselves(context):
+    host = check(cu.cuMemHostAlloc(4096, cu.CU_MEMHOSTALLOC_DEVICEMAP))
+    assert int(check(cu.cuMemHostGetDevicePointer(host, 0))) == int(host)
+    kind = check(cu.cuPointerGetAttribute(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE, host))
+    assert kind == cu.CUmemorytype.CU_MEMORYTYPE_HOST
+    managed = check(cu.cuMemAllocManaged(4096, cu.CUmemAttach_flags.CU_MEM_ATTACH_GLOBAL))
+    is_managed = check(
+        cu.cuPointerGetAttribute(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_IS_MANAGED, managed)
+    )
+    assert is_managed
+    data = np.full(4096, 9, dtype=np.uint8)
+    check(cu.cuMemcpyHtoD(managed, data.ctypes.data, 4096))
+    check(cu.cuMemcpy(host, managed, 4096))
+    view = (np.ctypeslib.as_array((np.ctypeslib.ctypes.c_uint8 * 4096).from_address(int(host))))
+    assert np.array_equal(view, data)
+    check(cu.cuMemFree(managed))
+    check(cu.cuMemFreeHost(host))
+    err, _ = cu.cuPointerGetAttribute(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE, data.ctypes.data)
+    assert err == R.CUDA_ERROR_INVALID_VALUE
