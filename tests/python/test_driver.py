@@ -98,3 +98,32 @@ def test_host_and_managed_memory_describe_themselves(context):
     check(cu.cuMemFreeHost(host))
     err, _ = cu.cuPointerGetAttribute(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE, data.ctypes.data)
     assert err == R.CUDA_ERROR_INVALID_VALUE
+
+
+def test_features_without_device_code_answer_as_a_driver_does(context):
+    # Profiling has nothing to collect; coredump settings are kept and read back.
+    check(cu.cuProfilerStart())
+    check(cu.cuProfilerStop())
+    settings = cu.CUcoredumpSettings
+    check(cu.cuCoredumpSetAttributeGlobal(settings.CU_COREDUMP_LIGHTWEIGHT, True))
+    check(cu.cuCoredumpSetAttributeGlobal(settings.CU_COREDUMP_FILE, b"/tmp/fakecuda-core"))
+    assert check(cu.cuCoredumpGetAttributeGlobal(settings.CU_COREDUMP_LIGHTWEIGHT)) is True
+    assert check(cu.cuCoredumpGetAttributeGlobal(settings.CU_COREDUMP_FILE)) == b"/tmp/fakecuda-core"
+    # No device code runs here: images are refused as built for no GPU present, and no kernel
+    # or function handle can exist.
+    err, _ = cu.cuModuleLoadData(b"\x7fELF not a cubin")
+    assert err == R.CUDA_ERROR_NO_BINARY_FOR_GPU
+    assert cu.cuKernelGetName(0)[0] == R.CUDA_ERROR_INVALID_VALUE
+    assert cu.cuFuncGetName(0)[0] == R.CUDA_ERROR_INVALID_VALUE
+    # CUDA arrays: a descriptor is checked, kept and destroyed.
+    desc = cu.CUDA_ARRAY_DESCRIPTOR()
+    assert cu.cuArrayCreate(desc)[0] == R.CUDA_ERROR_INVALID_VALUE
+    desc.Format = cu.CUarray_format.CU_AD_FORMAT_FLOAT
+    desc.NumChannels = 4
+    desc.Width = 16
+    desc.Height = 2
+    array = check(cu.cuArrayCreate(desc))
+    kept = check(cu.cuArrayGetDescriptor(array))
+    assert (kept.Width, kept.Height, kept.NumChannels) == (16, 2, 4)
+    check(cu.cuArrayDestroy(array))
+    assert cu.cuArrayDestroy(array)[0] == R.CUDA_ERROR_INVALID_HANDLE

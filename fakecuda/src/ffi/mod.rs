@@ -72,6 +72,7 @@ fn handle_ptr<T>(h: u64) -> *mut T {
 
 mod contexts;
 mod devices;
+mod extras;
 mod init;
 mod memory;
 mod multicast_objects;
@@ -82,6 +83,7 @@ mod virtual_memory;
 
 pub use contexts::*;
 pub use devices::*;
+pub use extras::*;
 pub use init::*;
 pub use memory::*;
 pub use multicast_objects::*;

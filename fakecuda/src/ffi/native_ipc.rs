@@ -78,3 +78,14 @@ pub extern "C" fn cuIpcCloseMemHandle(dptr: CUdeviceptr) -> RawResult {
     ipc::count_call();
     with(|d| d.ipc_close(dptr))
 }
+
+/// The pre-11.0 name, the same ABI (the CUDA runtime asks for it at 4.1).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuIpcOpenMemHandle(
+    pdptr: *mut CUdeviceptr,
+    handle: CUipcMemHandle,
+    flags: c_uint,
+) -> RawResult {
+    // SAFETY: same contract as the _v2 entry point.
+    unsafe { cuIpcOpenMemHandle_v2(pdptr, handle, flags) }
+}

@@ -1,0 +1,336 @@
+//! The rest of the surface clients probe, answered as a driver answers for a device that lacks
+//! the feature, or modelled where it is host state: the profiler, coredump settings, kernel
+//! and function names, modules (fakecuda runs no device code), CUDA arrays, and the legacy
+//! (v1) names of entry points whose ABI did not change.
+
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use super::*;
+use cudarc::driver::sys::{CUDA_ARRAY_DESCRIPTOR, CUarray, CUarray_st, CUfunction, CUkernel};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuProfilerStart() -> RawResult {
+    // No profiler is attached: starting and stopping collection has nothing to do.
+    with(|d| d.contexts.current().map(drop))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuProfilerStop() -> RawResult {
+    with(|d| d.contexts.current().map(drop))
+}
+
+/// Coredump settings: `CUcoredumpSettings` value → the bytes last set (global and per-process
+/// context settings kept apart, as the driver keeps them).
+type Settings = [HashMap<u32, Vec<u8>>; 2];
+static COREDUMP: Mutex<Option<Settings>> = Mutex::new(None);
+/// `CU_COREDUMP_ENABLE_ON_EXCEPTION` .. `CU_COREDUMP_GENERATION_FLAGS`.
+const COREDUMP_SETTINGS: std::ops::RangeInclusive<u32> = 1..=7;
+/// `CU_COREDUMP_FILE`, `CU_COREDUMP_PIPE`: C strings; the rest are booleans (flags: an int).
+const COREDUMP_STRINGS: [u32; 2] = [5, 6];
+
+fn coredump_default(attrib: u32) -> Vec<u8> {
+    match attrib {
+        5 | 6 => vec![0],
+        7 => vec![0; 4],
+        _ => vec![0],
+    }
+}
+
+unsafe fn coredump_set(
+    scope: usize,
+    attrib: u32,
+    value: *mut c_void,
+    size: *mut usize,
+) -> RawResult {
+    run(|| {
+        if !COREDUMP_SETTINGS.contains(&attrib) || value.is_null() || size.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: `size` is the caller's in/out size (cuda.h), non-null.
+        let len = unsafe { *size };
+        let bytes = if COREDUMP_STRINGS.contains(&attrib) {
+            // SAFETY: a NUL-terminated string of at most `len` bytes (cuda.h).
+            let s = unsafe { std::ffi::CStr::from_ptr(value.cast()) };
+            // The size may or may not count the NUL (the bindings pass the string length).
+            if s.to_bytes().len() > len {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+            s.to_bytes_with_nul().to_vec()
+        } else {
+            if len == 0 {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+            // SAFETY: `len` readable bytes at `value` (cuda.h).
+            unsafe { std::slice::from_raw_parts(value.cast::<u8>(), len) }.to_vec()
+        };
+        let mut store = COREDUMP.lock().unwrap_or_else(|p| p.into_inner());
+        store.get_or_insert_with(Default::default)[scope].insert(attrib, bytes);
+        Ok(())
+    })
+}
+
+unsafe fn coredump_get(
+    scope: usize,
+    attrib: u32,
+    value: *mut c_void,
+    size: *mut usize,
+) -> RawResult {
+    run(|| {
+        if !COREDUMP_SETTINGS.contains(&attrib) || value.is_null() || size.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let store = COREDUMP.lock().unwrap_or_else(|p| p.into_inner());
+        let bytes = store
+            .as_ref()
+            .and_then(|s| s[scope].get(&attrib).cloned())
+            .unwrap_or_else(|| coredump_default(attrib));
+        // SAFETY: `size` is the caller's in/out size (cuda.h), non-null.
+        let room = unsafe { *size };
+        if room < bytes.len() && COREDUMP_STRINGS.contains(&attrib) {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let n = room.min(bytes.len());
+        // SAFETY: `value` has room for `room` bytes (cuda.h); `n` is at most that.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), value.cast::<u8>(), n) };
+        // SAFETY: as above.
+        unsafe { *size = n };
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCoredumpSetAttributeGlobal(
+    a: c_uint,
+    v: *mut c_void,
+    s: *mut usize,
+) -> RawResult {
+    // SAFETY: forwarded under cuda.h's contract.
+    unsafe { coredump_set(0, a, v, s) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCoredumpGetAttributeGlobal(
+    a: c_uint,
+    v: *mut c_void,
+    s: *mut usize,
+) -> RawResult {
+    // SAFETY: forwarded under cuda.h's contract.
+    unsafe { coredump_get(0, a, v, s) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCoredumpSetAttribute(
+    a: c_uint,
+    v: *mut c_void,
+    s: *mut usize,
+) -> RawResult {
+    if let Err(e) = driver::with(|d| d.contexts.current().map(drop)) {
+        return e.raw();
+    }
+    // SAFETY: forwarded under cuda.h's contract.
+    unsafe { coredump_set(1, a, v, s) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCoredumpGetAttribute(
+    a: c_uint,
+    v: *mut c_void,
+    s: *mut usize,
+) -> RawResult {
+    if let Err(e) = driver::with(|d| d.contexts.current().map(drop)) {
+        return e.raw();
+    }
+    // SAFETY: forwarded under cuda.h's contract.
+    unsafe { coredump_get(1, a, v, s) }
+}
+
+/// No module, library, kernel or function ever exists here: a null handle is an invalid
+/// value, any other an invalid handle.
+fn no_such_code(handle: *mut c_void, name: *mut *const c_char) -> RawResult {
+    run(|| {
+        if handle.is_null() || name.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        Err(CuError::CUDA_ERROR_INVALID_HANDLE)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuKernelGetName(name: *mut *const c_char, k: CUkernel) -> RawResult {
+    no_such_code(k.cast(), name)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuFuncGetName(name: *mut *const c_char, f: CUfunction) -> RawResult {
+    no_such_code(f.cast(), name)
+}
+
+/// fakecuda runs no device code: every image is refused as one built for no GPU present.
+fn refuse_image(what: &str) -> RawResult {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        eprintln!(
+            "fakecuda: {what}: refused with CUDA_ERROR_NO_BINARY_FOR_GPU: fakecuda runs no GPU code"
+        );
+    });
+    with(|d| {
+        d.contexts.current()?;
+        Err(CuError::CUDA_ERROR_NO_BINARY_FOR_GPU)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuModuleLoad(_m: *mut c_void, _f: *const c_char) -> RawResult {
+    refuse_image("cuModuleLoad")
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuModuleLoadData(_m: *mut c_void, _i: *const c_void) -> RawResult {
+    refuse_image("cuModuleLoadData")
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuModuleLoadDataEx(
+    _m: *mut c_void,
+    _i: *const c_void,
+    _n: c_uint,
+    _o: *mut c_void,
+    _v: *mut *mut c_void,
+) -> RawResult {
+    refuse_image("cuModuleLoadDataEx")
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuModuleLoadFatBinary(_m: *mut c_void, _i: *const c_void) -> RawResult {
+    refuse_image("cuModuleLoadFatBinary")
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuLibraryLoadData(
+    _l: *mut c_void,
+    _c: *const c_void,
+    _jo: *mut c_void,
+    _jv: *mut *mut c_void,
+    _jn: c_uint,
+    _lo: *mut c_void,
+    _lv: *mut *mut c_void,
+    _ln: c_uint,
+) -> RawResult {
+    refuse_image("cuLibraryLoadData")
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuLibraryLoadFromFile(
+    _l: *mut c_void,
+    _f: *const c_char,
+    _jo: *mut c_void,
+    _jv: *mut *mut c_void,
+    _jn: c_uint,
+    _lo: *mut c_void,
+    _lv: *mut *mut c_void,
+    _ln: c_uint,
+) -> RawResult {
+    refuse_image("cuLibraryLoadFromFile")
+}
+
+/// CUDA arrays: host memory of `Width × max(Height, 1) × NumChannels` elements.
+type Arrays = HashMap<u64, (CUDA_ARRAY_DESCRIPTOR, Vec<u8>)>;
+static ARRAYS: Mutex<Option<Arrays>> = Mutex::new(None);
+
+/// Bytes per element of a `CUarray_format`, `None` for an unknown one.
+fn element_size(format: u32) -> Option<usize> {
+    Some(match format {
+        0x01 | 0x08 => 1,        // UNSIGNED_INT8, SIGNED_INT8
+        0x02 | 0x09 | 0x10 => 2, // UNSIGNED_INT16, SIGNED_INT16, HALF
+        0x03 | 0x0a | 0x20 => 4, // UNSIGNED_INT32, SIGNED_INT32, FLOAT
+        _ => return None,
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuArrayCreate_v2(
+    handle: *mut CUarray,
+    desc: *const CUDA_ARRAY_DESCRIPTOR,
+) -> RawResult {
+    with(|d| {
+        d.contexts.current()?;
+        if handle.is_null() || desc.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        // The descriptor's format is a C enum: read it as the integer it is.
+        // SAFETY: `desc` points at a CUDA_ARRAY_DESCRIPTOR (cuda.h); the format field is a u32.
+        let (width, height, format, channels) = unsafe {
+            let p = desc.cast::<u8>();
+            (
+                (p as *const usize).read_unaligned(),
+                (p.add(8) as *const usize).read_unaligned(),
+                (p.add(16) as *const u32).read_unaligned(),
+                (p.add(20) as *const u32).read_unaligned(),
+            )
+        };
+        let size = element_size(format).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        if width == 0 || !matches!(channels, 1 | 2 | 4) {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let bytes = width
+            .checked_mul(height.max(1))
+            .and_then(|n| n.checked_mul(channels as usize * size))
+            .ok_or(CuError::CUDA_ERROR_OUT_OF_MEMORY)?;
+        let h = d.next_handle();
+        // SAFETY: validated above: every field holds a value its type allows.
+        let kept = unsafe { desc.read() };
+        ARRAYS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(HashMap::new)
+            .insert(h, (kept, vec![0; bytes]));
+        // SAFETY: CUarray out-parameter (cuda.h), non-null.
+        unsafe { put(handle, handle_ptr::<CUarray_st>(h)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuArrayGetDescriptor_v2(
+    desc: *mut CUDA_ARRAY_DESCRIPTOR,
+    array: CUarray,
+) -> RawResult {
+    with(|d| {
+        d.contexts.current()?;
+        let arrays = ARRAYS.lock().unwrap_or_else(|p| p.into_inner());
+        let (kept, _) = arrays
+            .as_ref()
+            .and_then(|a| a.get(&(array as usize as u64)))
+            .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
+        // SAFETY: CUDA_ARRAY_DESCRIPTOR out-parameter (cuda.h).
+        unsafe { put(desc, *kept) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuArrayDestroy(array: CUarray) -> RawResult {
+    with(|d| {
+        d.contexts.current()?;
+        ARRAYS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+            .and_then(|a| a.remove(&(array as usize as u64)))
+            .map(drop)
+            .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)
+    })
+}
+
+// Legacy names whose ABI is the one of their successor: what cuGetProcAddress hands out for a
+// caller built for an older CUDA (the CUDA runtime asks for these at 4.1 and 7.0).
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> RawResult {
+    cuDevicePrimaryCtxRelease_v2(dev)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDevicePrimaryCtxReset(dev: CUdevice) -> RawResult {
+    cuDevicePrimaryCtxReset_v2(dev)
+}
