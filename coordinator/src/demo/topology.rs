@@ -72,6 +72,27 @@ impl Demo {
         });
     }
 
+    /// Creates `size` bytes of `worker` on `device` with the handle `types` and maps them
+    /// read-write; returns the handle and the address. `what` names them in errors.
+    fn create_mapped(
+        &mut self,
+        worker: usize,
+        size: u64,
+        device: i32,
+        types: u32,
+        what: &str,
+    ) -> Result<(u64, u64), DemoError> {
+        let handle = self
+            .w(worker)
+            .create(size, device, types)
+            .map_err(worker_error(format!("creating {what}")))?;
+        let va = self
+            .w(worker)
+            .map_rw(handle, size, device)
+            .map_err(worker_error(format!("mapping {what}")))?;
+        Ok((handle, va))
+    }
+
     /// Creates `name`: `size` bytes of `worker` on `device`, mapped, filled from `seed` and
     /// expected there; returns the ticket that exports it.
     fn create_shared(
@@ -82,14 +103,7 @@ impl Demo {
         seed: u64,
         name: &str,
     ) -> Result<OwnedFd, DemoError> {
-        let handle = self
-            .w(worker)
-            .create(size, device, POSIX)
-            .map_err(worker_error(format!("creating {name}")))?;
-        let va = self
-            .w(worker)
-            .map_rw(handle, size, device)
-            .map_err(worker_error(format!("mapping {name}")))?;
+        let (handle, va) = self.create_mapped(worker, size, device, POSIX, name)?;
         self.fill(worker, va, size, seed, name)?;
         self.expect(worker, va, size, seed, format!("{name} in its creator"));
         self.w(worker)
@@ -194,14 +208,7 @@ pub(super) fn build_topology(demo: &mut Demo) -> Result<(), DemoError> {
     // Private memory: tracked but never shared, and untracked (not exportable) memory.
     for (i, &device) in devices.iter().enumerate() {
         for (types, name, seed) in [(POSIX, "private", 3000), (0, "native", 4000)] {
-            let h = demo
-                .w(i)
-                .create(gran, device, types)
-                .map_err(worker_error(format!("creating {name} memory")))?;
-            let va = demo
-                .w(i)
-                .map_rw(h, gran, device)
-                .map_err(worker_error(format!("mapping {name} memory")))?;
+            let (_, va) = demo.create_mapped(i, gran, device, types, &format!("{name} memory"))?;
             let seed = seed + 10 * i as u64;
             demo.fill(i, va, gran, seed, name)?;
             demo.expect(

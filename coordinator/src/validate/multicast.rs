@@ -88,13 +88,7 @@ impl Checker<'_> {
                 match record {
                     Record::MulticastDevice(r) => {
                         let object = Object::Multicast(r.object.clone());
-                        if !self.holds_multicast(pid, &r.object) {
-                            self.errors.push(TopologyError::MulticastRecordMissing {
-                                pid,
-                                object: object.clone(),
-                                what: "device",
-                            });
-                        }
+                        self.check_multicast_held(pid, &object, "device");
                         if !self.bindings.contains(&(pid, r.object.id, r.device)) {
                             self.errors.push(TopologyError::UnboundDevice {
                                 pid,
@@ -105,13 +99,7 @@ impl Checker<'_> {
                     }
                     Record::MulticastBinding(r) => {
                         let object = Object::Multicast(r.object.clone());
-                        if !self.holds_multicast(pid, &r.object) {
-                            self.errors.push(TopologyError::MulticastRecordMissing {
-                                pid,
-                                object: object.clone(),
-                                what: "binding",
-                            });
-                        }
+                        self.check_multicast_held(pid, &object, "binding");
                         let attached = self
                             .devices
                             .get(&r.object.id)
@@ -181,6 +169,17 @@ impl Checker<'_> {
         self.multicasts
             .get(&(pid, object.id))
             .is_some_and(|record| record.object == *object)
+    }
+
+    /// A `what` record of `pid` (device or binding) must name a multicast object `pid` holds.
+    fn check_multicast_held(&mut self, pid: NamespacePid, object: &Object, what: &'static str) {
+        if !self.holds_multicast(pid, object.reference()) {
+            self.errors.push(TopologyError::MulticastRecordMissing {
+                pid,
+                object: object.clone(),
+                what,
+            });
+        }
     }
 
     fn check_member(
