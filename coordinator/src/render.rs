@@ -74,7 +74,8 @@ pub fn location(location: &Location) -> String {
     }
 }
 
-fn properties(properties: &AllocationProperties) -> String {
+/// `pinned on device 0, handle types posix_file_descriptor`.
+pub fn allocation_properties(properties: &AllocationProperties) -> String {
     format!(
         "{} on {}, handle types {}",
         allocation_type_name(properties.allocation_type),
@@ -83,7 +84,8 @@ fn properties(properties: &AllocationProperties) -> String {
     )
 }
 
-fn multicast_properties(properties: &MulticastProperties) -> String {
+/// `3 devices, size 0x200000, handle types posix_file_descriptor, flags 0x0`.
+pub fn multicast_properties(properties: &MulticastProperties) -> String {
     format!(
         "{} devices, size {:#x}, handle types {}, flags {:#x}",
         properties.device_count,
@@ -124,7 +126,7 @@ pub fn record(record: &Record) -> String {
             "allocation {}: size {:#x}, {}, host carrier {}, {} handles",
             reference(&r.allocation),
             r.size,
-            properties(&r.properties),
+            allocation_properties(&r.properties),
             if r.host_carrier { "yes" } else { "no" },
             r.handle_count
         ),

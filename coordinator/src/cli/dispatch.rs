@@ -1,0 +1,302 @@
+//! Running a parsed command: [`run`] parses and reports the outcome, `execute` dispatches each
+//! command to the coordinator, `inspect` prints what the participants hold.
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::Parser;
+use serde_json::{Value, json};
+
+use super::args::{Cli, Command, Format, StateCommand, Target};
+use super::launch::launch;
+use super::output::{failure_json, print_json, print_report, progress};
+use super::settings::{EXIT_REFUSED, EXIT_USAGE, Failure, Usage, session, workload};
+use crate::commands::{self, CommandError};
+use crate::compose;
+use crate::report::Report;
+use crate::{render, session, state};
+
+/// Parses `args` and runs the command.
+pub fn run<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            return if error.use_stderr() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let json = cli.wants_json();
+    let command = cli.name();
+    match execute(cli.command) {
+        Ok(code) => code,
+        Err(Failure::Usage(Usage(message))) => {
+            eprintln!("cuinterpose: {message}");
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(Failure::Command(error)) => {
+            let code = error.exit_code();
+            for line in error.to_string().lines() {
+                eprintln!("cuinterpose: {line}");
+            }
+            if json {
+                print_json(&failure_json(command, &error));
+            }
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn execute(command: Command) -> Result<ExitCode, Failure> {
+    match command {
+        Command::Inspect { target, json } => inspect(&target, json),
+        Command::Prepare {
+            checkpoint_dir,
+            target,
+            json,
+        } => {
+            let session = session(&target)?;
+            let report = commands::prepare(&session, &checkpoint_dir, &mut progress(json))?;
+            print_report(&report, json);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Restore {
+            checkpoint_dir,
+            dir,
+            control_dir: control,
+            pids,
+            json,
+            criu,
+        } => {
+            if criu.criu && dir.is_none() {
+                return Err(Usage(
+                    "--criu restores a checkpoint taken with `checkpoint --criu`: use --dir".into(),
+                )
+                .into());
+            }
+            let report = match (checkpoint_dir, dir) {
+                (Some(checkpoint_dir), None) => {
+                    // The state first: a missing or corrupt one is named as such, not as
+                    // "no participants" when nothing runs.
+                    state::load(&checkpoint_dir).map_err(CommandError::from)?;
+                    let session = session(&Target {
+                        control_dir: control,
+                        pids,
+                    })?;
+                    commands::restore(&session, &checkpoint_dir, &mut progress(json))?
+                }
+                (None, Some(dir)) => {
+                    if pids.len() > 1 {
+                        return Err(Usage(
+                            "with --dir, --pid names the workload's root process once".into(),
+                        )
+                        .into());
+                    }
+                    let workload = workload(control, 0)?;
+                    match criu.get() {
+                        Some(criu) => {
+                            crate::criu::restore(&workload, &criu, &dir, &mut progress(json))?
+                        }
+                        None => compose::restore(
+                            &workload,
+                            pids.first().copied(),
+                            &dir,
+                            &mut progress(json),
+                        )?,
+                    }
+                }
+                _ => unreachable!("clap requires exactly one of --checkpoint-dir and --dir"),
+            };
+            print_report(&report, json);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Checkpoint { tree, dir, criu } => {
+            let workload = workload(tree.control_dir.clone(), tree.lock_timeout_ms)?;
+            let report = match criu.get() {
+                Some(criu) => crate::criu::checkpoint(
+                    &workload,
+                    &criu,
+                    tree.root,
+                    &dir,
+                    &mut progress(tree.json),
+                )?,
+                None => compose::checkpoint(&workload, tree.root, &dir, &mut progress(tree.json))?,
+            };
+            print_report(&report, tree.json);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Toggle { tree, dir, criu } => {
+            let workload = workload(tree.control_dir.clone(), tree.lock_timeout_ms)?;
+            let report = match criu.get() {
+                Some(criu) => {
+                    let dir = dir
+                        .ok_or_else(|| Usage("toggle --criu needs --dir for the images".into()))?;
+                    let mut report = Report::new("toggle");
+                    report.absorb(crate::criu::checkpoint(
+                        &workload,
+                        &criu,
+                        tree.root,
+                        &dir,
+                        &mut progress(tree.json),
+                    )?);
+                    report.absorb(crate::criu::restore(
+                        &workload,
+                        &criu,
+                        &dir,
+                        &mut progress(tree.json),
+                    )?);
+                    report
+                }
+                None => compose::toggle(
+                    &workload,
+                    tree.root,
+                    dir.as_deref(),
+                    &mut progress(tree.json),
+                )?,
+            };
+            print_report(&report, tree.json);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo {
+            processes,
+            shared_mib,
+            driver,
+            keep,
+            json,
+            criu,
+        } => {
+            let options = crate::demo::Options {
+                processes,
+                shared_mib,
+                criu: criu.get(),
+                driver: driver.map_or(
+                    crate::demo::DriverChoice::Embedded,
+                    crate::demo::DriverChoice::Path,
+                ),
+                keep,
+            };
+            match crate::demo::run(&options, &mut progress(json)) {
+                Ok(outcome) => {
+                    if json {
+                        print_json(&outcome.json());
+                    } else {
+                        print!("{}", outcome.text());
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(error) => {
+                    eprintln!("cuinterpose demo: FAILED: {error}");
+                    Ok(ExitCode::from(error.exit_code()))
+                }
+            }
+        }
+        Command::Launch {
+            shim,
+            control_dir: control,
+            command,
+        } => launch(shim, control, command),
+        Command::State(StateCommand::Show { path, format }) => {
+            let state = if path.is_dir() {
+                state::load(&path)
+            } else {
+                state::load_file(&path)
+            }
+            .map_err(CommandError::from)?;
+            let value = render::state_json(&state);
+            match format {
+                Format::Json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&value).expect("JSON values serialize")
+                ),
+                Format::Yaml => print!("{}", render::yaml(&value)),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn inspect(target: &Target, json: bool) -> Result<ExitCode, Failure> {
+    let session = session(target)?;
+    let inspection = session::inspect(&session);
+    if json {
+        let participants: serde_json::Map<String, Value> = inspection
+            .replies
+            .iter()
+            .map(|(pid, reply)| {
+                let value = match reply {
+                    Ok(reply) => json!({
+                        "phase": reply.phase.wire_name(),
+                        "raw_imports": reply.raw_imports,
+                        "records": reply.records.iter().map(render::record_json).collect::<Vec<_>>(),
+                    }),
+                    Err(error) => json!({ "error": error }),
+                };
+                (pid.to_string(), value)
+            })
+            .collect();
+        let mut value = json!({
+            "participants": participants,
+            "valid": inspection.is_valid(),
+        });
+        match &inspection.validation {
+            Some(Ok(topology)) => {
+                value["summary"] = json!({
+                    "participants": topology.participants.len(),
+                    "records": topology.records,
+                    "shared_allocations": topology.shared_allocations.len(),
+                    "importer_records": topology.importer_records,
+                    "bytes_to_save": topology.bytes_to_save,
+                    "multicast_groups": topology.multicast_groups.len(),
+                });
+            }
+            Some(Err(errors)) => {
+                value["errors"] = json!(errors.iter().map(ToString::to_string).collect::<Vec<_>>());
+            }
+            None => {
+                value["errors"] = json!(["not every participant answered"]);
+            }
+        }
+        print_json(&value);
+    } else {
+        for (pid, reply) in &inspection.replies {
+            match reply {
+                Ok(reply) => print!("{}", render::inspection_text(*pid, reply)),
+                Err(error) => println!("participant {pid}: no inspection: {error}"),
+            }
+        }
+        match &inspection.validation {
+            Some(Ok(topology)) => println!(
+                "topology: valid: {} participants, {} records, {} shared allocations ({} bytes to save), {} importer records, {} multicast groups",
+                topology.participants.len(),
+                topology.records,
+                topology.shared_allocations.len(),
+                topology.bytes_to_save,
+                topology.importer_records,
+                topology.multicast_groups.len()
+            ),
+            Some(Err(errors)) => {
+                println!(
+                    "topology: invalid ({} problem{}):",
+                    errors.len(),
+                    if errors.len() == 1 { "" } else { "s" }
+                );
+                for error in errors {
+                    println!("  {error}");
+                }
+            }
+            None => println!("topology: not validated: not every participant answered"),
+        }
+    }
+    Ok(ExitCode::from(if inspection.is_valid() {
+        0
+    } else {
+        EXIT_REFUSED
+    }))
+}

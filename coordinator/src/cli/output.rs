@@ -1,0 +1,80 @@
+//! What commands print: progress on stderr, reports and failures as text or JSON on stdout.
+
+use std::io::Write as _;
+
+use cuinterpose_protocol::NamespacePid;
+use serde_json::{Value, json};
+
+use crate::commands::CommandError;
+use crate::report::{PhaseReport, Report};
+
+/// Progress on stderr as phases complete (the report goes to stdout at the end).
+pub(super) fn progress(json: bool) -> impl FnMut(&PhaseReport) {
+    move |phase: &PhaseReport| {
+        if !json {
+            eprintln!(
+                "cuinterpose: {} done in {:.1} ms",
+                phase.name,
+                phase.duration.as_secs_f64() * 1e3
+            );
+        }
+    }
+}
+
+pub(super) fn print_json(value: &Value) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{value}");
+}
+
+pub(super) fn print_report(report: &Report, json: bool) {
+    if json {
+        print_json(&report.json());
+    } else {
+        print!("{}", report.text());
+    }
+}
+
+pub(super) fn failure_json(command: &str, error: &CommandError) -> Value {
+    let mut value = json!({
+        "command": command,
+        "status": "failed",
+        "exit_code": error.exit_code(),
+        "message": error.to_string(),
+    });
+    if let CommandError::Aborted { resumed, .. } = error {
+        value["status"] = json!("aborted");
+        value["resumed"] = resumed.json();
+    }
+    let run = match error {
+        CommandError::Run(run) => Some(run),
+        CommandError::AfterMutation { source, .. } | CommandError::Aborted { source, .. } => {
+            match source.as_ref() {
+                CommandError::Run(run) => Some(run),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    if let Some(run) = run {
+        value["phase"] = json!(run.stage.name());
+        value["mutated"] = json!(run.mutated);
+        value["fail_stopped"] = json!(
+            run.fail_stopped
+                .iter()
+                .map(|pid| pid.get())
+                .collect::<Vec<_>>()
+        );
+        value["failures"] = Value::Array(
+            run.failures
+                .iter()
+                .map(|failure| {
+                    json!({
+                        "participant": failure.participant.map(NamespacePid::get),
+                        "message": failure.to_string(),
+                    })
+                })
+                .collect(),
+        );
+    }
+    value
+}

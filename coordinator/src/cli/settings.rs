@@ -1,0 +1,80 @@
+//! Exit statuses, the usage failures found after parsing, and the settings a command reads
+//! from its flags and the environment (control directory, timeouts, PIDs, session, workload).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use cuinterpose_protocol::NamespacePid;
+use cuinterpose_protocol::transport::{CONTROL_DIR_VARIABLE, Timeouts, control_dir_from};
+
+use super::args::Target;
+use crate::commands::CommandError;
+use crate::compose::Workload;
+use crate::session::Session;
+
+/// Exit status: refused or invalid, nothing changed.
+pub const EXIT_REFUSED: u8 = 1;
+/// Exit status: failed after mutation (fail-stop).
+pub const EXIT_FAIL_STOP: u8 = 2;
+/// Exit status: aborted after mutation; the workload was put back in place and resumed.
+pub const EXIT_ABORTED: u8 = 3;
+/// Exit status: usage error (`EX_USAGE`).
+pub const EXIT_USAGE: u8 = 64;
+
+/// A usage problem found after parsing (settings from the environment, PID values).
+#[derive(Debug)]
+pub(super) struct Usage(pub(super) String);
+
+pub(super) enum Failure {
+    Usage(Usage),
+    Command(CommandError),
+}
+
+impl From<CommandError> for Failure {
+    fn from(error: CommandError) -> Self {
+        Self::Command(error)
+    }
+}
+
+impl From<Usage> for Failure {
+    fn from(error: Usage) -> Self {
+        Self::Usage(error)
+    }
+}
+
+pub(super) fn control_dir(flag: Option<PathBuf>) -> Result<PathBuf, Usage> {
+    let value = flag
+        .map(OsString::from)
+        .or_else(|| std::env::var_os(CONTROL_DIR_VARIABLE));
+    control_dir_from(value).map_err(|error| Usage(format!("control directory: {error}")))
+}
+
+fn timeouts() -> Result<Timeouts, Usage> {
+    Timeouts::from_env().map_err(|error| Usage(error.to_string()))
+}
+
+fn namespace_pids(values: &[u32]) -> Result<Vec<NamespacePid>, Usage> {
+    values
+        .iter()
+        .map(|&value| {
+            NamespacePid::new(value).ok_or_else(|| Usage("--pid 0 names no process".to_string()))
+        })
+        .collect()
+}
+
+pub(super) fn session(target: &Target) -> Result<Session, Failure> {
+    let dir = control_dir(target.control_dir.clone())?;
+    let pids = namespace_pids(&target.pids)?;
+    Ok(Session::open(&dir, &pids, timeouts()?).map_err(CommandError::from)?)
+}
+
+/// A workload to act on: its control directory (`control`, else the environment), the
+/// timeouts, and the timeout of each native lock (0: no limit).
+pub(super) fn workload(control: Option<PathBuf>, lock_timeout_ms: u32) -> Result<Workload, Usage> {
+    Ok(Workload {
+        control_dir: control_dir(control)?,
+        timeouts: timeouts()?,
+        lock_timeout_ms,
+        proc_dir: PathBuf::from("/proc"),
+    })
+}

@@ -1,0 +1,218 @@
+//! Running the demo: its work directory, the driver it points everything at, then start,
+//! build, inspect, checkpoint and restore (in place or through CRIU), and verify.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use cuinterpose_protocol::transport::Timeouts;
+use cuinterpose_workload::Worker;
+use cuinterpose_workload::cuda::HANDLE_TYPE_POSIX_FD as POSIX;
+
+use super::topology::{Demo, build_topology, check_sharing, device_count};
+use super::types::{DemoError, DriverChoice, Options, Outcome, setup, worker_error};
+use super::workers::{
+    Artifacts, artifacts, config, connect_all, entry_for, namespace_root, start_namespace,
+};
+use crate::compose::{self, Workload};
+use crate::criu;
+use crate::report::{PhaseReport, Report};
+use crate::session::{self, Session};
+
+/// Runs the demo.
+pub fn run(
+    options: &Options,
+    progress: &mut dyn FnMut(&PhaseReport),
+) -> Result<Outcome, DemoError> {
+    if options.processes < 2 {
+        return Err(setup(
+            "--processes must be at least 2 (sharing needs two processes)",
+        ));
+    }
+    let artifacts = artifacts()?;
+    let work = std::env::temp_dir().join(format!("cuinterpose-demo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    for sub in ["control", "fakecuda", "lib"] {
+        std::fs::create_dir_all(work.join(sub))
+            .map_err(|e| setup(format!("creating {}: {e}", work.display())))?;
+    }
+    let result = prepare_and_run(options, &artifacts, &work, progress);
+    if !options.keep {
+        // Nothing the demo made outlives it unless --keep asked for it.
+        let _ = std::fs::remove_dir_all(&work);
+        if result.is_err() {
+            eprintln!(
+                "cuinterpose: demo: its work directory was removed; rerun with --keep to keep it \
+                 (logs, state, CRIU images)"
+            );
+        }
+    }
+    result.map(|mut outcome| {
+        outcome.work_dir = work;
+        outcome
+    })
+}
+
+/// Links the driver into `work`, points the coordinator's own native calls at it, and runs.
+fn prepare_and_run(
+    options: &Options,
+    artifacts: &Artifacts,
+    work: &Path,
+    progress: &mut dyn FnMut(&PhaseReport),
+) -> Result<Outcome, DemoError> {
+    let driver_path = match &options.driver {
+        DriverChoice::Embedded => {
+            if !artifacts.fakecuda.exists() {
+                return Err(setup(format!(
+                    "{} not found next to cuinterpose: build the workspace first",
+                    artifacts.fakecuda.display()
+                )));
+            }
+            let link = work.join("lib/libcuda.so.1");
+            std::os::unix::fs::symlink(&artifacts.fakecuda, &link)
+                .map_err(|e| setup(format!("linking {}: {e}", link.display())))?;
+            link
+        }
+        DriverChoice::Path(p) => p.clone(),
+    };
+    // The coordinator's own native-checkpoint calls reach the same driver and, for fakecuda,
+    // the same control directory as the workers.
+    // SAFETY: the demo runs on the main thread before it starts any thread of its own.
+    unsafe {
+        std::env::set_var(crate::native::DRIVER_VARIABLE, &driver_path);
+        std::env::set_var("FAKECUDA_CONTROL_DIR", work.join("fakecuda"));
+    }
+    run_in(options, artifacts, work, progress)
+}
+
+fn run_in(
+    options: &Options,
+    artifacts: &Artifacts,
+    work: &Path,
+    progress: &mut dyn FnMut(&PhaseReport),
+) -> Result<Outcome, DemoError> {
+    let n = options.processes;
+    let mut namespace = None;
+    let workers = match &options.criu {
+        None => (0..n)
+            .map(|i| {
+                Worker::spawn(&config(artifacts, work, &options.driver, entry_for(i)))
+                    .map_err(worker_error(format!("starting worker {i}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(criu) => {
+            criu::check(criu).map_err(|e| setup(format!("CRIU cannot run here: {e}")))?;
+            let (unshare, sockets) = start_namespace(artifacts, work, &options.driver, n)?;
+            let root = namespace_root(unshare.id())?;
+            namespace = Some((unshare, sockets.clone(), root));
+            connect_all(&sockets)?
+        }
+    };
+    let mut demo = Demo::new(workers, options.shared_mib << 20);
+    for i in 0..n {
+        let device = 0;
+        demo.w(i)
+            .init(device)
+            .map_err(worker_error(format!("initialising CUDA in worker {i}")))?;
+    }
+    let count = device_count(&demo.workers[0]);
+    for i in 0..n {
+        let device = (i as i32) % count;
+        demo.w(i)
+            .set_device(device)
+            .map_err(worker_error("selecting the device"))?;
+    }
+    demo.granularity = demo
+        .w(0)
+        .granularity(0, POSIX, 0)
+        .map_err(worker_error("granularity"))?;
+    build_topology(&mut demo)?;
+
+    let workload = Workload {
+        control_dir: work.join("control"),
+        timeouts: Timeouts::from_env().map_err(|e| setup(e.to_string()))?,
+        lock_timeout_ms: 10_000,
+        proc_dir: PathBuf::from("/proc"),
+    };
+    let session = Session::open(&workload.control_dir, &[], workload.timeouts)
+        .map_err(crate::commands::CommandError::from)?;
+    let inspection = session::inspect(&session);
+    match &inspection.validation {
+        Some(Ok(topology)) => demo.topology.push(format!(
+            "inspect: {} participants, {} records, {} shared allocations ({} bytes to save)",
+            topology.participants.len(),
+            topology.records,
+            topology.shared_allocations.len(),
+            topology.bytes_to_save
+        )),
+        other => return Err(setup(format!("the topology does not validate: {other:?}"))),
+    }
+
+    let report = match (&options.criu, namespace.take()) {
+        (Some(criu), Some((mut unshare, sockets, root))) => {
+            // Nothing outside the tree may stay connected to it during the dump.
+            demo.workers.clear();
+            let dir = work.join("checkpoint");
+            let mut report = Report::new("demo --criu");
+            match criu::checkpoint(&workload, criu, root, &dir, progress) {
+                Ok(checkpointed) => report.absorb(checkpointed),
+                Err(error) => {
+                    // Aborted: the tree still runs with its sharing rebuilt; check that, then
+                    // end it. Otherwise end it as it is. Either way nothing is left running.
+                    if error.exit_code() == 3 {
+                        demo.workers = connect_all(&sockets)?;
+                        let (regions, bytes) = demo.verify_all()?;
+                        let links = check_sharing(&mut demo)?;
+                        eprintln!(
+                            "cuinterpose: demo: after the abort, {regions} regions ({bytes} bytes) \
+                             verified at their original addresses and {links} sharing links live"
+                        );
+                        demo.exit_all();
+                    } else {
+                        // Killing the namespace init ends the whole PID namespace.
+                        let _ = nix::sys::signal::kill(
+                            nix::unistd::Pid::from_raw(root as i32),
+                            nix::sys::signal::Signal::SIGKILL,
+                        );
+                    }
+                    let _ = unshare.wait();
+                    return Err(error.into());
+                }
+            }
+            let _ = unshare.wait();
+            report.absorb(criu::restore(&workload, criu, &dir, progress)?);
+            demo.workers = connect_all(&sockets)?;
+            namespace = Some((unshare, sockets, root));
+            report
+        }
+        _ => {
+            let keep = options.keep.then(|| work.join("checkpoint"));
+            compose::toggle(&workload, std::process::id(), keep.as_deref(), progress)?
+        }
+    };
+    let started = Instant::now();
+    let (regions, bytes) = demo.verify_all()?;
+    let sharing = check_sharing(&mut demo)?;
+    let mut report = report;
+    let verify = PhaseReport {
+        name: "demo_verify".into(),
+        duration: started.elapsed(),
+        bytes: 0,
+        participants: n,
+    };
+    progress(&verify);
+    report.phases.push(verify);
+    if let Some((_, sockets, _)) = namespace {
+        // Tell every restored worker to exit; the namespace then ends with them.
+        demo.exit_all();
+        drop(sockets);
+    }
+    Ok(Outcome {
+        report,
+        processes: n,
+        topology: demo.topology,
+        regions_verified: regions,
+        bytes_verified: bytes,
+        sharing_checks: sharing,
+        work_dir: PathBuf::new(),
+    })
+}

@@ -1,0 +1,105 @@
+//! The demo's public types (its options, its error, what it did) and the error helpers every
+//! stage shares.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use crate::criu::Criu;
+use crate::report::Report;
+
+/// Which driver the workers (and native checkpoint) use.
+#[derive(Debug, Clone)]
+pub enum DriverChoice {
+    /// fakecuda's `libcuda.so` next to this executable (no GPU needed).
+    Embedded,
+    /// A driver library by path, or `libcuda.so.1` from the system's search path.
+    Path(PathBuf),
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub processes: usize,
+    /// Size of the allocation every process imports (rounded up to the granularity).
+    pub shared_mib: u64,
+    pub criu: Option<Criu>,
+    pub driver: DriverChoice,
+    /// Keep the work directory (sockets, checkpoint, logs) instead of removing it.
+    pub keep: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("{0}")]
+    Setup(String),
+    #[error("{what}: {source}")]
+    Worker {
+        what: String,
+        #[source]
+        source: cuinterpose_workload::WorkloadError,
+    },
+    #[error(transparent)]
+    Command(#[from] crate::commands::CommandError),
+    #[error("verification failed: {0}")]
+    Verification(String),
+}
+
+impl DemoError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            DemoError::Command(e) => e.exit_code(),
+            _ => 1,
+        }
+    }
+}
+
+/// What the demo did, for the report.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub report: Report,
+    pub processes: usize,
+    pub topology: Vec<String>,
+    pub regions_verified: usize,
+    pub bytes_verified: u64,
+    pub sharing_checks: usize,
+    pub work_dir: PathBuf,
+}
+
+impl Outcome {
+    pub fn text(&self) -> String {
+        let mut out = String::from("cuinterpose demo\n\ntopology:\n");
+        for line in &self.topology {
+            out.push_str(&format!("  {line}\n"));
+        }
+        out.push('\n');
+        out.push_str(&self.report.text());
+        out.push_str(&format!(
+            "\nVERIFIED: {} regions, {} bytes at their original addresses in {} processes; {} sharing links live after restore\n",
+            self.regions_verified, self.bytes_verified, self.processes, self.sharing_checks
+        ));
+        out
+    }
+
+    pub fn json(&self) -> Value {
+        json!({
+            "verified": true,
+            "processes": self.processes,
+            "topology": self.topology,
+            "regions_verified": self.regions_verified,
+            "bytes_verified": self.bytes_verified,
+            "sharing_checks": self.sharing_checks,
+            "report": self.report.json(),
+        })
+    }
+}
+
+pub(super) fn setup(message: impl Into<String>) -> DemoError {
+    DemoError::Setup(message.into())
+}
+
+pub(super) fn worker_error(
+    what: impl Into<String>,
+) -> impl FnOnce(cuinterpose_workload::WorkloadError) -> DemoError {
+    let what = what.into();
+    move |source| DemoError::Worker { what, source }
+}

@@ -1,0 +1,146 @@
+//! Starting the demo's workers: the files it needs next to the executable, each worker's
+//! configuration, and (for CRIU) the workload started as its own PID namespace.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use cuinterpose_workload::{EntryPath, Output, Worker, WorkerConfig};
+
+use super::types::{DemoError, DriverChoice, setup, worker_error};
+
+/// Files the demo needs next to the `cuinterpose` executable.
+pub(super) struct Artifacts {
+    worker: PathBuf,
+    shim: PathBuf,
+    pub(super) fakecuda: PathBuf,
+}
+
+pub(super) fn artifacts() -> Result<Artifacts, DemoError> {
+    let exe =
+        std::env::current_exe().map_err(|e| setup(format!("cannot find this executable: {e}")))?;
+    let dir = exe
+        .parent()
+        .ok_or_else(|| setup("this executable has no directory"))?;
+    let found = Artifacts {
+        worker: dir.join("cuinterpose-worker"),
+        shim: dir.join("libcuinterpose.so"),
+        fakecuda: dir.join("libcuda.so"),
+    };
+    for path in [&found.worker, &found.shim] {
+        if !path.exists() {
+            return Err(setup(format!(
+                "{} not found next to cuinterpose: build the workspace first (`cargo build --workspace`)",
+                path.display()
+            )));
+        }
+    }
+    Ok(found)
+}
+
+pub(super) fn config(
+    artifacts: &Artifacts,
+    work: &Path,
+    driver: &DriverChoice,
+    entry: EntryPath,
+) -> WorkerConfig {
+    let config = WorkerConfig::new(&artifacts.worker)
+        .entry(entry)
+        .env("LD_PRELOAD", &artifacts.shim)
+        .env("CUINTERPOSE_CONTROL_DIR", work.join("control"))
+        .env("FAKECUDA_CONTROL_DIR", work.join("fakecuda"))
+        .stdout(Output::Null)
+        .stderr(Output::File(work.join("workers.log")));
+    match driver {
+        DriverChoice::Embedded => config.env("LD_LIBRARY_PATH", work.join("lib")),
+        DriverChoice::Path(p) => config.driver(p),
+    }
+}
+
+pub(super) fn entry_for(i: usize) -> EntryPath {
+    // Different processes reach the driver differently, as real programs do.
+    match i % 3 {
+        0 => EntryPath::Dlsym,
+        1 => EntryPath::ProcAddress(12030),
+        _ => EntryPath::Default,
+    }
+}
+
+/// Starts the workers as one PID namespace (`unshare -fp setsid sh`), each listening on a
+/// socket in the work directory, so that CRIU can dump the tree. Returns the spawned
+/// `unshare` and the socket paths.
+pub(super) fn start_namespace(
+    artifacts: &Artifacts,
+    work: &Path,
+    driver: &DriverChoice,
+    n: usize,
+) -> Result<(std::process::Child, Vec<PathBuf>), DemoError> {
+    let sockets: Vec<PathBuf> = (0..n)
+        .map(|i| work.join(format!("worker-{i}.sock")))
+        .collect();
+    // The tree writes its own log: a file another process (here `unshare` itself) also writes
+    // would change size between dump and restore, which CRIU refuses.
+    let mut script = format!(
+        "exec </dev/null >/dev/null 2>>'{}'; ",
+        work.join("workload.log").display()
+    );
+    let driver_flag = match driver {
+        DriverChoice::Path(p) => format!(" --driver '{}'", p.display()),
+        DriverChoice::Embedded => String::new(),
+    };
+    for (i, socket) in sockets.iter().enumerate() {
+        script.push_str(&format!(
+            "\"$0\" --listen '{}' --entry {}{driver_flag} & ",
+            socket.display(),
+            entry_for(i)
+        ));
+    }
+    script.push_str("wait");
+    let template = config(artifacts, work, driver, EntryPath::Dlsym);
+    let mut command = std::process::Command::new("unshare");
+    command
+        .args(["-fp", "setsid", "sh", "-c", &script])
+        .arg(&artifacts.worker)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(
+            std::fs::File::create(work.join("unshare.log"))
+                .map_err(|e| setup(format!("creating unshare.log: {e}")))?,
+        );
+    for (key, value) in &template.env {
+        command.env(key, value);
+    }
+    let child = command
+        .spawn()
+        .map_err(|e| setup(format!("starting `unshare -fp setsid sh`: {e}")))?;
+    Ok((child, sockets))
+}
+
+/// The namespace init (`sh`) the spawned `unshare` forked.
+pub(super) fn namespace_root(unshare: u32) -> Result<u32, DemoError> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let children = std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"))
+            .unwrap_or_default();
+        if let Some(pid) = children
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+        {
+            return Ok(pid);
+        }
+        if Instant::now() > deadline {
+            return Err(setup("the workload's namespace init did not start"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+pub(super) fn connect_all(sockets: &[PathBuf]) -> Result<Vec<Worker>, DemoError> {
+    sockets
+        .iter()
+        .map(|s| {
+            Worker::connect(s, Duration::from_secs(30))
+                .map_err(worker_error(format!("connecting to {}", s.display())))
+        })
+        .collect()
+}

@@ -1,0 +1,254 @@
+//! How a run fails: the [`Reason`] a participant (or the run) failed a stage, the
+//! [`Failure`] that scopes it, and the [`RunError`] that sums up a failed run and whether it
+//! is fail-stop.
+
+use std::fmt;
+
+use cuinterpose_protocol::{NamespacePid, Operation, Phase, RefusalCode};
+
+use super::stage::{RunKind, Stage};
+use crate::state::RecordDifference;
+use crate::validate::TopologyError;
+
+/// Why a participant (or the whole run) failed a stage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reason {
+    /// A topology rule (its message names the participant itself).
+    Topology(TopologyError),
+    /// No reply: connect, send or receive failed or timed out.
+    Transport(String),
+    /// The participant refused the request.
+    Refused {
+        code: RefusalCode,
+        message: String,
+    },
+    /// A reply of the wrong kind for the request.
+    UnexpectedReply {
+        expected: &'static str,
+        found: &'static str,
+    },
+    /// `Completed` for another operation.
+    WrongOperation {
+        expected: Operation,
+        found: Operation,
+    },
+    /// `Completed` with a byte count other than the host-carrier bytes the topology implies.
+    WrongBytes {
+        operation: Operation,
+        expected: u64,
+        found: u64,
+    },
+    /// The reply came from another namespace PID.
+    PidMismatch {
+        answered: NamespacePid,
+    },
+    WrongPhase {
+        expected: Phase,
+        found: Phase,
+    },
+    /// The caller fed no outcome for this participant.
+    NoOutcome,
+    /// The caller fed an outcome for a process that is not a participant.
+    NotAParticipant,
+    /// The live participants are not the saved ones.
+    ParticipantsDiffer {
+        missing: Vec<NamespacePid>,
+        unexpected: Vec<NamespacePid>,
+    },
+    /// Live records differ from the saved ones.
+    RecordsDiffer(Vec<RecordDifference>),
+    /// The state file could not be published.
+    Publish(String),
+    /// The state file cannot describe these participants.
+    State(String),
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Topology(error) => write!(f, "{error}"),
+            Self::Transport(error) => write!(f, "no reply: {error}"),
+            Self::Refused { code, message } => write!(f, "refused ({code}): {message}"),
+            Self::UnexpectedReply { expected, found } => {
+                write!(f, "replied `{found}`, expected `{expected}`")
+            }
+            Self::WrongOperation { expected, found } => {
+                write!(f, "completed `{found}`, expected `{expected}`")
+            }
+            Self::WrongBytes {
+                operation,
+                expected,
+                found,
+            } => write!(
+                f,
+                "{operation} moved {found} bytes, expected {expected} (its host-carrier allocations)"
+            ),
+            Self::PidMismatch { answered } => {
+                write!(f, "answered as namespace pid {answered}")
+            }
+            Self::WrongPhase { expected, found } => {
+                write!(f, "in phase {found}, expected phase {expected}")
+            }
+            Self::NoOutcome => f.write_str("no outcome was collected"),
+            Self::NotAParticipant => f.write_str("answered but is not a participant"),
+            Self::ParticipantsDiffer {
+                missing,
+                unexpected,
+            } => {
+                let list = |pids: &[NamespacePid]| {
+                    pids.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                write!(
+                    f,
+                    "the live participants are not the checkpointed ones (checkpointed but not live: [{}]; live but not checkpointed: [{}])",
+                    list(missing),
+                    list(unexpected)
+                )
+            }
+            Self::RecordsDiffer(differences) => {
+                write!(
+                    f,
+                    "records differ from the checkpoint ({} differences): ",
+                    differences.len()
+                )?;
+                for (index, difference) in differences.iter().enumerate() {
+                    if index > 0 {
+                        f.write_str("; ")?;
+                    }
+                    write!(f, "{difference}")?;
+                }
+                Ok(())
+            }
+            Self::Publish(error) => write!(f, "cannot publish the state: {error}"),
+            Self::State(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+/// One failure in a stage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// `None` for failures of the whole run (participant set, state file).
+    pub participant: Option<NamespacePid>,
+    pub reason: Reason,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.reason, self.participant) {
+            // Topology errors carry their own scope prefix.
+            (Reason::Topology(error), _) => write!(f, "{error}"),
+            (reason, Some(pid)) => write!(f, "participant {pid}: {reason}"),
+            (reason, None) => write!(f, "coordinator: {reason}"),
+        }
+    }
+}
+
+/// How a run failed: the stage, every failure in it, and whether anything had been changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct RunError {
+    pub kind: RunKind,
+    pub stage: Stage,
+    /// Sorted by participant (global failures first).
+    pub failures: Vec<Failure>,
+    /// A mutating request reached (or may have reached) a participant: the workload cannot
+    /// simply continue (fail-stop).
+    pub mutated: bool,
+    /// Participants that reported a fail-stop (`driver_error` or `fail_stopped`).
+    pub fail_stopped: Vec<NamespacePid>,
+}
+
+impl RunError {
+    /// The first participant named (the one a one-line summary names).
+    pub fn participant(&self) -> Option<NamespacePid> {
+        self.failures.iter().find_map(|failure| failure.participant)
+    }
+
+    /// Every participant named.
+    pub fn participants(&self) -> Vec<NamespacePid> {
+        self.failures
+            .iter()
+            .filter_map(|failure| failure.participant)
+            .collect()
+    }
+
+    /// 1: refused or invalid, nothing changed; 2: failed after mutation.
+    pub fn exit_code(&self) -> u8 {
+        if self.mutated { 2 } else { 1 }
+    }
+}
+
+impl RunError {
+    /// One line per failure, without the verdict (fail-stop or nothing changed).
+    pub fn failures_text(&self) -> String {
+        self.failures
+            .iter()
+            .map(|failure| {
+                format!(
+                    "{} failed in phase {}: {failure}",
+                    self.kind.command(),
+                    self.stage
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.failures_text())?;
+        if self.mutated {
+            write!(
+                f,
+                "\nFAIL-STOP: {} failed after participants were changed; nothing was rolled back. \
+                 The workload must not resume: restart it",
+                self.kind.command()
+            )?;
+            if self.kind == RunKind::Restore {
+                f.write_str(" (or restore it again from its process checkpoint)")?;
+            }
+            if !self.fail_stopped.is_empty() {
+                write!(
+                    f,
+                    ". Participants reporting fail-stop: {}",
+                    self.fail_stopped
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )?;
+            }
+        } else {
+            write!(f, "\nnothing was changed in any participant")?;
+            if self.stage == Stage::BeginCheckpoint {
+                f.write_str(
+                    " (any that froze goes back to active on its own after its control timeout)",
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether every failure is a participant's refusal that left it unchanged.
+pub(super) fn only_refusals(failures: &[Failure]) -> bool {
+    failures.iter().all(|failure| {
+        matches!(&failure.reason, Reason::Refused { code, .. }
+            if !matches!(code, RefusalCode::DriverError | RefusalCode::FailStopped))
+    })
+}
+
+/// Topology errors as failures, each scoped to the participant it names.
+pub(super) fn topology_failures(errors: Vec<TopologyError>) -> Vec<Failure> {
+    errors
+        .into_iter()
+        .map(|error| Failure {
+            participant: error.participant(),
+            reason: Reason::Topology(error),
+        })
+        .collect()
+}

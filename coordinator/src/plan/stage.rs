@@ -1,0 +1,70 @@
+//! What a run is and where it stands: capture or restore ([`RunKind`]), and the phase it is
+//! in ([`Stage`]) as reports and errors name it, with the request each phase broadcasts.
+
+use std::fmt;
+
+use cuinterpose_protocol::{ExecuteRequest, Operation, Request};
+
+/// Capture or restore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunKind {
+    Capture,
+    Restore,
+}
+
+impl RunKind {
+    /// The CLI command that runs it.
+    pub fn command(self) -> &'static str {
+        match self {
+            Self::Capture => "prepare",
+            Self::Restore => "restore",
+        }
+    }
+}
+
+/// A phase of a run, as reports and errors name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Restore's checks of the state file and the participant set, before any request.
+    CheckState,
+    Inspect,
+    BeginCheckpoint,
+    Execute(Operation),
+    PublishState,
+    /// Restore's final inspect, compared with the saved records.
+    Verify,
+}
+
+impl Stage {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::CheckState => "check_state",
+            Self::Inspect => "inspect",
+            Self::BeginCheckpoint => "begin_checkpoint",
+            Self::Execute(operation) => operation.wire_name(),
+            Self::PublishState => "publish_state",
+            Self::Verify => "verify",
+        }
+    }
+
+    /// The request this stage broadcasts; `None` for stages that send nothing.
+    pub fn request(self) -> Option<Request> {
+        match self {
+            Self::Inspect | Self::Verify => Some(Request::Inspect),
+            Self::BeginCheckpoint => Some(Request::BeginCheckpoint),
+            Self::Execute(operation) => Some(Request::Execute(ExecuteRequest { operation })),
+            Self::CheckState | Self::PublishState => None,
+        }
+    }
+
+    /// Whether the request changes the participant (a failure after it is fail-stop).
+    pub fn mutates(self) -> bool {
+        matches!(self, Self::BeginCheckpoint | Self::Execute(_))
+    }
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

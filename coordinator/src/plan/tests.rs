@@ -1,0 +1,570 @@
+//! Unit tests of the plan: capture and restore run in order against fake participants, and
+//! each way a stage can fail names its phase, participants and reasons.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cuinterpose_protocol::{
+    CompletedReply, NamespacePid, Operation, Phase, Record, RefusalCode, Reply,
+};
+
+use super::*;
+use crate::fixtures::*;
+
+mod support;
+
+use support::*;
+
+#[test]
+fn a_busy_refusal_of_begin_checkpoint_is_not_fail_stop_while_others_froze() {
+    let topology = shared_topology(101);
+    let mut fakes = fake_participants(&topology);
+    let mut run = Run::capture(fakes.keys().copied());
+    let mut busy = |stage: Stage, p: NamespacePid, outcome: Outcome| {
+        if stage == Stage::BeginCheckpoint && p == pid(102) {
+            refused(
+                RefusalCode::Busy,
+                "thread 7 (loader) is inside cuStreamSynchronize",
+            )
+        } else {
+            outcome
+        }
+    };
+    let stages = drive(&mut run, &mut fakes, &mut busy, Ok(()));
+    assert_eq!(stages, [Stage::Inspect, Stage::BeginCheckpoint]);
+    let error = check_failed(
+        &run,
+        Stage::BeginCheckpoint,
+        Some(102),
+        "inside cuStreamSynchronize",
+        false,
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("any that froze goes back to active on its own"),
+        "{error}"
+    );
+    // A refusal that means destructive work failed, or a participant that did not answer,
+    // stays fail-stop.
+    for outcome in [
+        refused(RefusalCode::DriverError, "cuCtxSynchronize failed"),
+        Err("the peer closed the connection while receiving the reply".to_owned()),
+    ] {
+        let mut fakes = fake_participants(&topology);
+        let mut run = Run::capture(fakes.keys().copied());
+        let mut once = Some(outcome);
+        let mut fault = |stage: Stage, p: NamespacePid, outcome: Outcome| {
+            if stage == Stage::BeginCheckpoint && p == pid(102) {
+                once.take().expect("one fault")
+            } else {
+                outcome
+            }
+        };
+        drive(&mut run, &mut fakes, &mut fault, Ok(()));
+        let Step::Failed(error) = run.step() else {
+            panic!("{:?}", run.step())
+        };
+        assert!(error.mutated, "{error}");
+    }
+}
+
+#[test]
+fn capture_runs_every_phase_in_order_and_publishes_the_frozen_records() {
+    let topology = shared_topology(101);
+    let mut fakes = fake_participants(&topology);
+    let mut run = Run::capture([pid(103), pid(101), pid(102), pid(101)]);
+    assert_eq!(run.participants(), [pid(101), pid(102), pid(103)]);
+    let mut published = None;
+    let mut stages = Vec::new();
+    loop {
+        match run.step().clone() {
+            Step::Broadcast {
+                stage,
+                request,
+                participants,
+            } => {
+                stages.push(stage);
+                let outcomes = participants
+                    .iter()
+                    .map(|pid| (*pid, Ok(fakes.get_mut(pid).expect("fake").handle(&request))))
+                    .collect();
+                run.feed(outcomes, Duration::from_millis(3));
+            }
+            Step::Publish(state) => {
+                stages.push(Stage::PublishState);
+                published = Some(state);
+                run.feed_publish(Ok(()), Duration::from_millis(1));
+            }
+            Step::Done(_) | Step::Failed(_) => break,
+        }
+    }
+    assert_eq!(stages, capture_stages());
+    assert_eq!(published, Some(state_file(&topology)));
+    assert!(fakes.values().all(|fake| fake.phase == Phase::Released));
+    let Step::Done(report) = run.step() else {
+        panic!("{:?}", run.step());
+    };
+    assert_eq!(report.command, "prepare");
+    let names: Vec<&str> = report
+        .phases
+        .iter()
+        .map(|phase| phase.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "inspect",
+            "begin_checkpoint",
+            "prepare_multicast",
+            "save_allocations",
+            "prepare_unicast",
+            "publish_state"
+        ]
+    );
+    assert_eq!(report.phases[3].bytes, SIZE);
+    assert_eq!(report.bytes(), SIZE);
+    assert_eq!(report.duration(), Duration::from_millis(16));
+    assert_eq!((report.shared_allocations, report.multicast_groups), (1, 1));
+    assert_eq!(run.topology().bytes_of(pid(101)), SIZE);
+}
+
+#[test]
+fn restore_runs_every_phase_and_verifies() {
+    let (mut fakes, state) = captured();
+    let mut run = Run::restore(&state, fakes.keys().copied());
+    let stages = drive(&mut run, &mut fakes, &mut untouched(), Ok(()));
+    assert_eq!(stages, restore_stages());
+    let Step::Done(report) = run.step() else {
+        panic!("{:?}", run.step());
+    };
+    assert_eq!(report.command, "restore");
+    assert_eq!(report.phases[1].name, "load_allocations");
+    assert_eq!(report.phases[1].bytes, SIZE);
+    assert_eq!(
+        report.phases.last().map(|phase| phase.name.as_str()),
+        Some("verify")
+    );
+    assert!(fakes.values().all(|fake| fake.phase == Phase::Active));
+}
+
+#[test]
+fn invalid_topology_stops_before_any_mutation() {
+    let mut topology = shared_topology(101);
+    topology
+        .get_mut(&pid(102))
+        .expect("102")
+        .push(mapping(7, 101, 0x1000, SIZE, 0).into());
+    let mut fakes = fake_participants(&topology);
+    let mut run = Run::capture(fakes.keys().copied());
+    let stages = drive(&mut run, &mut fakes, &mut untouched(), Ok(()));
+    assert_eq!(stages, [Stage::Inspect]);
+    check_failed(
+        &run,
+        Stage::Inspect,
+        Some(102),
+        "refers to no allocation record",
+        false,
+    );
+    assert!(fakes.values().all(|fake| fake.phase == Phase::Active));
+
+    let mut fakes = fake_participants(&shared_topology(101));
+    fakes.get_mut(&pid(103)).expect("103").raw_imports = 1;
+    let mut run = Run::capture(fakes.keys().copied());
+    drive(&mut run, &mut fakes, &mut untouched(), Ok(()));
+    check_failed(&run, Stage::Inspect, Some(103), "1 live imports", false);
+
+    let run = Run::capture([]);
+    check_failed(&run, Stage::Inspect, None, "no participants", false);
+}
+
+#[test]
+fn records_that_change_at_begin_checkpoint_are_validated_again() {
+    let mut fakes = fake_participants(&shared_topology(101));
+    let mut run = Run::capture(fakes.keys().copied());
+    let mut tamper = |stage: Stage, pid: NamespacePid, outcome: Outcome| match (stage, outcome) {
+        (Stage::BeginCheckpoint, Ok(Reply::Inspection(mut inspection))) if pid.get() == 103 => {
+            inspection.records = Vec::new().try_into().expect("bounded");
+            Ok(inspection.into())
+        }
+        (_, outcome) => outcome,
+    };
+    let stages = drive(&mut run, &mut fakes, &mut tamper, Ok(()));
+    assert_eq!(stages, [Stage::Inspect, Stage::BeginCheckpoint]);
+    // 103 dropped its records: the creator's allocation is no longer imported by it, and
+    // the multicast group lacks a device.
+    check_failed(
+        &run,
+        Stage::BeginCheckpoint,
+        None,
+        "2 (participant, device) pairs",
+        true,
+    );
+}
+
+#[test]
+fn refusal_in_a_phase_names_participant_and_phase() {
+    let mut fakes = fake_participants(&shared_topology(101));
+    let mut run = Run::capture(fakes.keys().copied());
+    let mut tamper = |stage: Stage, pid: NamespacePid, outcome: Outcome| {
+        if stage == Stage::Execute(Operation::SaveAllocations) && pid.get() == 102 {
+            return refused(
+                RefusalCode::DriverError,
+                "cuMemcpyDtoH failed: CUDA_ERROR_ILLEGAL_ADDRESS (700)",
+            );
+        }
+        outcome
+    };
+    let stages = drive(&mut run, &mut fakes, &mut tamper, Ok(()));
+    assert_eq!(
+        stages.last(),
+        Some(&Stage::Execute(Operation::SaveAllocations))
+    );
+    let error = check_failed(
+        &run,
+        Stage::Execute(Operation::SaveAllocations),
+        Some(102),
+        "refused (driver_error): cuMemcpyDtoH failed",
+        true,
+    );
+    assert_eq!(error.fail_stopped, [pid(102)]);
+    assert_eq!(error.participant(), Some(pid(102)));
+    assert!(
+        error
+            .to_string()
+            .contains("Participants reporting fail-stop: 102")
+    );
+}
+
+#[test]
+fn refusals_without_mutation_are_not_fail_stop() {
+    // Everyone refuses begin_checkpoint: nobody froze.
+    let mut fakes = fake_participants(&shared_topology(101));
+    for fake in fakes.values_mut() {
+        fake.phase = Phase::Frozen;
+    }
+    let mut run = Run::capture(fakes.keys().copied());
+    let stages = drive(&mut run, &mut fakes, &mut untouched(), Ok(()));
+    assert_eq!(stages, [Stage::Inspect]);
+    check_failed(
+        &run,
+        Stage::Inspect,
+        Some(101),
+        "in phase frozen, expected phase active",
+        false,
+    );
+
+    let mut fakes = fake_participants(&shared_topology(101));
+    let mut run = Run::capture(fakes.keys().copied());
+    let mut tamper = |stage: Stage, _: NamespacePid, outcome: Outcome| {
+        if stage == Stage::BeginCheckpoint {
+            return refused(RefusalCode::Busy, "control queue full");
+        }
+        outcome
+    };
+    drive(&mut run, &mut fakes, &mut tamper, Ok(()));
+    let error = check_failed(
+        &run,
+        Stage::BeginCheckpoint,
+        Some(101),
+        "refused (busy)",
+        false,
+    );
+    assert_eq!(error.participants(), [pid(101), pid(102), pid(103)]);
+
+    // One refuses, the others froze: not fail-stop either (freezing destroys nothing and
+    // the frozen ones go back to active on their own).
+    let mut fakes = fake_participants(&shared_topology(101));
+    let mut run = Run::capture(fakes.keys().copied());
+    let mut tamper = |stage: Stage, pid: NamespacePid, outcome: Outcome| {
+        if stage == Stage::BeginCheckpoint && pid.get() == 101 {
+            return refused(RefusalCode::OutOfOrder, "begin_checkpoint in phase frozen");
+        }
+        outcome
+    };
+    drive(&mut run, &mut fakes, &mut tamper, Ok(()));
+    let error = check_failed(
+        &run,
+        Stage::BeginCheckpoint,
+        Some(101),
+        "refused (out_of_order)",
+        false,
+    );
+    assert!(error.fail_stopped.is_empty());
+}
+
+#[test]
+fn transport_error_names_the_participant() {
+    let mut fakes = fake_participants(&shared_topology(101));
+    let mut run = Run::capture(fakes.keys().copied());
+    let mut tamper = |stage: Stage, pid: NamespacePid, outcome: Outcome| {
+        if stage == Stage::Execute(Operation::PrepareUnicast) && pid.get() == 103 {
+            return Err("socket /tmp/x/cuinterpose-103.sock: the peer closed the connection while receiving the reply".into());
+        }
+        outcome
+    };
+    drive(&mut run, &mut fakes, &mut tamper, Ok(()));
+    check_failed(
+        &run,
+        Stage::Execute(Operation::PrepareUnicast),
+        Some(103),
+        "no reply: socket /tmp/x/cuinterpose-103.sock: the peer closed",
+        true,
+    );
+
+    // A lost inspect changes nothing.
+    let mut fakes = fake_participants(&shared_topology(101));
+    let mut run = Run::capture(fakes.keys().copied());
+    let mut tamper = |_: Stage, pid: NamespacePid, outcome: Outcome| {
+        if pid.get() == 101 {
+            return Err("timed out".into());
+        }
+        outcome
+    };
+    drive(&mut run, &mut fakes, &mut tamper, Ok(()));
+    check_failed(
+        &run,
+        Stage::Inspect,
+        Some(101),
+        "no reply: timed out",
+        false,
+    );
+}
+
+#[test]
+fn replies_of_the_wrong_kind_fail_the_phase() {
+    let completed =
+        |operation, bytes| -> Outcome { Ok(CompletedReply { operation, bytes }.into()) };
+    let cases: Vec<(Stage, Outcome, &str)> = vec![
+        (
+            Stage::Inspect,
+            completed(Operation::PrepareMulticast, 0),
+            "replied `completed`, expected `inspection`",
+        ),
+        (
+            Stage::BeginCheckpoint,
+            completed(Operation::PrepareMulticast, 0),
+            "replied `completed`, expected `inspection`",
+        ),
+        (
+            Stage::Execute(Operation::PrepareMulticast),
+            Ok(inspection(102, Phase::Frozen, Vec::new()).into()),
+            "replied `inspection`, expected `completed`",
+        ),
+        (
+            Stage::Execute(Operation::PrepareMulticast),
+            completed(Operation::SaveAllocations, 0),
+            "completed `save_allocations`, expected `prepare_multicast`",
+        ),
+        (
+            Stage::Execute(Operation::SaveAllocations),
+            completed(Operation::SaveAllocations, 5),
+            "save_allocations moved 5 bytes, expected 0",
+        ),
+        (
+            Stage::Execute(Operation::PrepareUnicast),
+            completed(Operation::PrepareUnicast, 1),
+            "prepare_unicast moved 1 bytes, expected 0",
+        ),
+        (
+            Stage::Inspect,
+            Ok(inspection(7, Phase::Active, Vec::new()).into()),
+            "answered as namespace pid 7",
+        ),
+    ];
+    for (target, replacement, reason) in cases {
+        let mut fakes = fake_participants(&shared_topology(101));
+        let mut run = Run::capture(fakes.keys().copied());
+        let mut tamper = |stage: Stage, pid: NamespacePid, outcome: Outcome| {
+            if stage == target && pid.get() == 102 {
+                return replacement.clone();
+            }
+            outcome
+        };
+        let stages = drive(&mut run, &mut fakes, &mut tamper, Ok(()));
+        assert_eq!(stages.last(), Some(&target));
+        check_failed(&run, target, Some(102), reason, target.mutates());
+    }
+}
+
+#[test]
+fn every_participant_must_have_exactly_one_outcome() {
+    let mut run = Run::capture([pid(1), pid(2)]);
+    let mut outcomes = BTreeMap::new();
+    outcomes.insert(pid(1), Ok(inspection(1, Phase::Active, Vec::new()).into()));
+    outcomes.insert(pid(3), Ok(inspection(3, Phase::Active, Vec::new()).into()));
+    run.feed(outcomes, Duration::ZERO);
+    check_failed(
+        &run,
+        Stage::Inspect,
+        Some(2),
+        "no outcome was collected",
+        false,
+    );
+    check_failed(
+        &run,
+        Stage::Inspect,
+        Some(3),
+        "answered but is not a participant",
+        false,
+    );
+}
+
+#[test]
+fn feeding_the_wrong_step_changes_nothing() {
+    let mut run = Run::capture([pid(1)]);
+    let before = run.step().clone();
+    run.feed_publish(Ok(()), Duration::ZERO);
+    assert_eq!(run.step(), &before);
+
+    let failed = Run::capture([]);
+    let mut failed_run = failed;
+    let before = failed_run.step().clone();
+    failed_run.feed(BTreeMap::new(), Duration::ZERO);
+    assert_eq!(failed_run.step(), &before);
+    assert!(failed_run.is_finished());
+}
+
+#[test]
+fn publish_failure_is_fail_stop() {
+    let mut fakes = fake_participants(&shared_topology(101));
+    let mut run = Run::capture(fakes.keys().copied());
+    let stages = drive(
+        &mut run,
+        &mut fakes,
+        &mut untouched(),
+        Err("disk full".into()),
+    );
+    assert_eq!(stages, capture_stages());
+    check_failed(
+        &run,
+        Stage::PublishState,
+        None,
+        "coordinator: cannot publish the state: disk full",
+        true,
+    );
+}
+
+#[test]
+fn restore_checks_state_and_participants_before_any_request() {
+    let (_, state) = captured();
+    let run = Run::restore(&state, [pid(101), pid(102), pid(104)]);
+    let error = check_failed(
+        &run,
+        Stage::CheckState,
+        None,
+        "checkpointed but not live: [103]; live but not checkpointed: [104]",
+        false,
+    );
+    assert!(matches!(
+        error.failures[0].reason,
+        Reason::ParticipantsDiffer { .. }
+    ));
+
+    let mut topology = shared_topology(101);
+    topology
+        .get_mut(&pid(102))
+        .expect("102")
+        .push(allocation(5, 999, SIZE, false, 1).into());
+    let run = Run::restore(&state_file(&topology), [pid(101), pid(102), pid(103)]);
+    check_failed(
+        &run,
+        Stage::CheckState,
+        Some(102),
+        "imported from participant 999",
+        false,
+    );
+}
+
+#[test]
+fn restore_refuses_live_records_that_differ_from_the_saved_ones() {
+    let (mut fakes, state) = captured();
+    fakes
+        .get_mut(&pid(102))
+        .expect("102")
+        .records
+        .push(mapping(1, 101, 0x1000, SIZE, 0).into());
+    let mut run = Run::restore(&state, fakes.keys().copied());
+    let stages = drive(&mut run, &mut fakes, &mut untouched(), Ok(()));
+    assert_eq!(stages, [Stage::Inspect]);
+    check_failed(
+        &run,
+        Stage::Inspect,
+        Some(102),
+        "records differ from the checkpoint (1 differences): unexpected mapping",
+        false,
+    );
+    assert!(fakes.values().all(|fake| fake.phase == Phase::Released));
+
+    let (mut fakes, state) = captured();
+    fakes.get_mut(&pid(103)).expect("103").phase = Phase::Active;
+    let mut run = Run::restore(&state, fakes.keys().copied());
+    drive(&mut run, &mut fakes, &mut untouched(), Ok(()));
+    check_failed(
+        &run,
+        Stage::Inspect,
+        Some(103),
+        "in phase active, expected phase released",
+        false,
+    );
+}
+
+#[test]
+fn restore_verifies_the_final_records() {
+    let (mut fakes, state) = captured();
+    let mut run = Run::restore(&state, fakes.keys().copied());
+    let mut tamper = |stage: Stage, pid: NamespacePid, outcome: Outcome| match (stage, outcome) {
+        (Stage::Verify, Ok(Reply::Inspection(mut inspection))) if pid.get() == 101 => {
+            let mut records = inspection.records.into_vec();
+            records.retain(|record| !matches!(record, Record::MulticastMapping(_)));
+            inspection.records = records.try_into().expect("bounded");
+            Ok(inspection.into())
+        }
+        (_, outcome) => outcome,
+    };
+    let stages = drive(&mut run, &mut fakes, &mut tamper, Ok(()));
+    assert_eq!(stages, restore_stages());
+    check_failed(
+        &run,
+        Stage::Verify,
+        Some(101),
+        "missing multicast mapping of object",
+        true,
+    );
+
+    let (mut fakes, state) = captured();
+    let mut run = Run::restore(&state, fakes.keys().copied());
+    let mut tamper = |stage: Stage, pid: NamespacePid, outcome: Outcome| {
+        if stage == Stage::Execute(Operation::LoadAllocations) && pid.get() == 101 {
+            return Ok(CompletedReply {
+                operation: Operation::LoadAllocations,
+                bytes: SIZE - 1,
+            }
+            .into());
+        }
+        outcome
+    };
+    drive(&mut run, &mut fakes, &mut tamper, Ok(()));
+    check_failed(
+        &run,
+        Stage::Execute(Operation::LoadAllocations),
+        Some(101),
+        "moved 2097151 bytes, expected 2097152",
+        true,
+    );
+}
+
+#[test]
+fn phases_chain() {
+    for operations in [&CAPTURE_OPERATIONS[..], &RESTORE_OPERATIONS[..]] {
+        for pair in operations.windows(2) {
+            assert_eq!(phase_after(pair[0]), phase_before(pair[1]));
+        }
+    }
+    assert_eq!(phase_before(CAPTURE_OPERATIONS[0]), Phase::Frozen);
+    assert_eq!(
+        phase_after(CAPTURE_OPERATIONS[2]),
+        phase_before(RESTORE_OPERATIONS[0])
+    );
+    assert_eq!(phase_after(RESTORE_OPERATIONS[5]), Phase::Active);
+}

@@ -1,0 +1,123 @@
+//! What the plan's unit tests share: driving a run against fake participants, tampering with
+//! outcomes, and checking how a run failed.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cuinterpose_protocol::{BoundedString, NamespacePid, RefusalCode, RefusedReply, StateFile};
+
+use crate::fixtures::*;
+use crate::plan::*;
+
+pub(super) type Fakes = BTreeMap<NamespacePid, FakeParticipant>;
+
+/// Replaces one participant's outcome in one stage.
+pub(super) type Tamper<'a> = &'a mut dyn FnMut(Stage, NamespacePid, Outcome) -> Outcome;
+
+/// Runs `run` against `fakes` until it finishes; `tamper` may replace any outcome. Returns
+/// the stages broadcast, in order (`publish_state` included).
+pub(super) fn drive(
+    run: &mut Run,
+    fakes: &mut Fakes,
+    tamper: Tamper<'_>,
+    publish: Result<(), String>,
+) -> Vec<Stage> {
+    let mut stages = Vec::new();
+    loop {
+        match run.step().clone() {
+            Step::Broadcast {
+                stage,
+                request,
+                participants,
+            } => {
+                assert_eq!(participants, run.participants());
+                assert_eq!(Some(&request), stage.request().as_ref());
+                stages.push(stage);
+                let outcomes = participants
+                    .iter()
+                    .map(|pid| {
+                        let reply = fakes.get_mut(pid).expect("fake").handle(&request);
+                        (*pid, tamper(stage, *pid, Ok(reply)))
+                    })
+                    .collect();
+                run.feed(outcomes, Duration::from_millis(2));
+            }
+            Step::Publish(_) => {
+                stages.push(Stage::PublishState);
+                run.feed_publish(publish.clone(), Duration::from_millis(1));
+            }
+            Step::Done(_) | Step::Failed(_) => return stages,
+        }
+    }
+}
+
+pub(super) fn untouched() -> impl FnMut(Stage, NamespacePid, Outcome) -> Outcome {
+    |_, _, outcome| outcome
+}
+
+pub(super) fn capture_stages() -> Vec<Stage> {
+    let mut stages = vec![Stage::Inspect, Stage::BeginCheckpoint];
+    stages.extend(CAPTURE_OPERATIONS.map(Stage::Execute));
+    stages.push(Stage::PublishState);
+    stages
+}
+
+pub(super) fn restore_stages() -> Vec<Stage> {
+    let mut stages = vec![Stage::Inspect];
+    stages.extend(RESTORE_OPERATIONS.map(Stage::Execute));
+    stages.push(Stage::Verify);
+    stages
+}
+
+pub(super) fn refused(code: RefusalCode, message: &str) -> Outcome {
+    Ok(RefusedReply {
+        code,
+        message: BoundedString::truncating(message),
+    }
+    .into())
+}
+
+/// The run failed in `stage`, naming `participant` (None: a global failure) with a reason
+/// whose text contains `reason`; `mutated` as given. Returns the error.
+pub(super) fn check_failed(
+    run: &Run,
+    stage: Stage,
+    participant: Option<u32>,
+    reason: &str,
+    mutated: bool,
+) -> RunError {
+    let Step::Failed(error) = run.step() else {
+        panic!("expected a failure, got {:?}", run.step());
+    };
+    assert_eq!(error.stage, stage, "{error}");
+    assert_eq!(error.mutated, mutated, "{error}");
+    assert_eq!(error.exit_code(), if mutated { 2 } else { 1 });
+    let text = error.to_string();
+    let named = error.failures.iter().any(|failure| {
+        failure.participant.map(NamespacePid::get) == participant
+            && failure.to_string().contains(reason)
+    });
+    assert!(
+        named,
+        "expected {participant:?} with `{reason}` in:\n{text}"
+    );
+    let scope = match participant {
+        Some(p) => format!("participant {p}: "),
+        None => String::new(),
+    };
+    assert!(
+        text.contains(&format!("failed in phase {stage}: {scope}")),
+        "{text}"
+    );
+    assert_eq!(text.contains("FAIL-STOP"), mutated, "{text}");
+    error.clone()
+}
+
+pub(super) fn captured() -> (Fakes, StateFile) {
+    let topology = shared_topology(101);
+    let mut fakes = fake_participants(&topology);
+    let mut run = Run::capture(fakes.keys().copied());
+    drive(&mut run, &mut fakes, &mut untouched(), Ok(()));
+    assert!(matches!(run.step(), Step::Done(_)), "{:?}", run.step());
+    (fakes, state_file(&topology))
+}

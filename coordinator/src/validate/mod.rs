@@ -1,0 +1,91 @@
+//! Topology validation: every participant's records checked against each other before anything
+//! is destroyed.
+//!
+//! [`validate`] collects every problem it finds (not just the first), and record or participant
+//! order never matters: definitions are indexed in a first pass and references checked in later
+//! ones. Nothing is sent to any participant when validation fails.
+//!
+//! Layout: `errors` (the rules, as messages), `topology` (what a valid topology holds),
+//! `checker` (the index pass, the shared checks, the summary), then the `allocations` and
+//! `multicast` passes.
+
+use std::collections::BTreeMap;
+
+use cuinterpose_protocol::{InspectionReply, NamespacePid, Phase, Record};
+
+mod allocations;
+mod checker;
+mod errors;
+mod multicast;
+#[cfg(test)]
+mod tests;
+mod topology;
+
+use checker::Checker;
+pub use errors::{Object, TopologyError};
+pub use topology::{MulticastGroup, SharedAllocation, Topology};
+
+/// Validates a live inspection for prepare: every participant in phase `active`.
+pub fn validate(
+    inspections: &BTreeMap<NamespacePid, InspectionReply>,
+) -> Result<Topology, Vec<TopologyError>> {
+    validate_in_phase(inspections, Phase::Active)
+}
+
+/// Validates inspections whose participants must all be in `expected` (and hold no raw
+/// imports, and answer under their own PID).
+pub fn validate_in_phase(
+    inspections: &BTreeMap<NamespacePid, InspectionReply>,
+    expected: Phase,
+) -> Result<Topology, Vec<TopologyError>> {
+    let mut errors = Vec::new();
+    for (&pid, inspection) in inspections {
+        if inspection.namespace_pid != pid {
+            errors.push(TopologyError::PidMismatch {
+                pid,
+                answered: inspection.namespace_pid,
+            });
+        }
+        if inspection.phase != expected {
+            errors.push(TopologyError::WrongPhase {
+                pid,
+                found: inspection.phase,
+                expected,
+            });
+        }
+        if inspection.raw_imports > 0 {
+            errors.push(TopologyError::RawImports {
+                pid,
+                count: inspection.raw_imports,
+            });
+        }
+    }
+    let records = inspections
+        .iter()
+        .map(|(&pid, inspection)| (pid, &inspection.records[..]))
+        .collect();
+    match validate_records(&records) {
+        Ok(topology) if errors.is_empty() => Ok(topology),
+        Ok(_) => Err(errors),
+        Err(more) => {
+            errors.extend(more);
+            Err(errors)
+        }
+    }
+}
+
+/// Validates records alone (a state file, or inspections already checked for phase).
+pub fn validate_records(
+    participants: &BTreeMap<NamespacePid, &[Record]>,
+) -> Result<Topology, Vec<TopologyError>> {
+    let mut checker = Checker::index(participants);
+    checker.allocations();
+    checker.mappings();
+    checker.multicast();
+    let topology = checker.summary();
+    if checker.errors.is_empty() {
+        Ok(topology)
+    } else {
+        Err(checker.errors)
+    }
+}

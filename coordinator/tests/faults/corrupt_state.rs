@@ -1,0 +1,166 @@
+//! Restore refuses a corrupt, truncated or mismatched state before changing anyone, and the
+//! genuine state still restores.
+
+use std::time::Duration;
+
+use cuinterpose_coordinator::commands::{self, CommandError};
+use cuinterpose_coordinator::plan::Stage;
+use cuinterpose_coordinator::state::{self, StateError};
+use cuinterpose_protocol::{NamespacePid, Phase, StateFile};
+
+use crate::faults::workload::{A, B, C, Workload, prepare};
+use crate::support::cli::path;
+use crate::support::sandbox::Sandbox;
+
+pub(crate) fn corrupt_state(sandbox: &Sandbox) {
+    let mut workload = Workload::start(sandbox, "corrupt");
+    let good_dir = prepare(sandbox, &workload);
+    let good = std::fs::read(state::state_path(&good_dir)).expect("state bytes");
+    let session = workload.session(Duration::from_secs(5));
+    let saved = state::load(&good_dir).unwrap();
+
+    // Bytes that are not a state: each refused at loading, before any participant is asked.
+    let mut corruptions: Vec<(String, Vec<u8>, &str)> = vec![
+        ("an empty file".into(), Vec::new(), "not an envelope"),
+        (
+            "another version".into(),
+            {
+                let mut bytes = good.clone();
+                bytes[9] = 99;
+                bytes
+            },
+            "unsupported protocol version 99",
+        ),
+        (
+            "trailing garbage".into(),
+            {
+                let mut bytes = good.clone();
+                bytes.extend_from_slice(b"garbage");
+                bytes
+            },
+            "trailing bytes",
+        ),
+    ];
+    for cut in [1, 15, 16, good.len() / 2, good.len() - 1] {
+        corruptions.push((
+            format!("truncated to {cut} bytes"),
+            good[..cut].to_vec(),
+            "corrupt checkpoint state",
+        ));
+    }
+    for (what, bytes, text) in &corruptions {
+        let dir = sandbox.fresh("corrupt");
+        std::fs::write(state::state_path(&dir), bytes).unwrap();
+        let error = commands::restore(&session, &dir, &mut |_| {}).expect_err(what);
+        assert!(
+            matches!(error, CommandError::State(StateError::Corrupt { .. })),
+            "{what}: {error}"
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains(text) && message.contains(path(&dir)),
+            "{what}: {message}"
+        );
+        assert_eq!(error.exit_code(), 1);
+        assert_eq!(workload.phases(), [Phase::Released; 3], "{what}");
+    }
+    // One byte replaced, at every 5th position of the body: refused every time, either as
+    // corrupt (at loading) or as not matching (at the check of the participants or at the
+    // read-only inspect), and never with anyone changed.
+    let (mut corrupt, mut mismatched) = (0, 0);
+    for at in (15..good.len()).step_by(5) {
+        let mut bytes = good.clone();
+        // 0xc1 is never used in MessagePack; inside a random 16-byte id it may already be
+        // there, and then any other value changes the id.
+        bytes[at] = if good[at] == 0xc1 { 0x00 } else { 0xc1 };
+        let dir = sandbox.fresh("corrupt");
+        std::fs::write(state::state_path(&dir), &bytes).unwrap();
+        match commands::restore(&session, &dir, &mut |_| {}) {
+            Err(CommandError::State(StateError::Corrupt { .. })) => corrupt += 1,
+            Err(CommandError::Run(run)) if !run.mutated => {
+                assert!(
+                    matches!(run.stage, Stage::CheckState | Stage::Inspect),
+                    "byte {at}: {run}"
+                );
+                mismatched += 1;
+            }
+            other => panic!("byte {at} replaced: {other:?}"),
+        }
+    }
+    assert_eq!(workload.phases(), [Phase::Released; 3]);
+    println!("  one byte replaced: {corrupt} refused as corrupt, {mismatched} as not matching");
+
+    // Through the binary: exit 1, the file named.
+    let dir = sandbox.fresh("corrupt");
+    std::fs::write(state::state_path(&dir), &good[..good.len() / 2]).unwrap();
+    let stderr = workload.refused_by_binary("restore", &dir, &[]);
+    assert!(
+        stderr.contains("corrupt checkpoint state: StateFile: malformed body"),
+        "{stderr}"
+    );
+
+    // Well-formed states that do not match: another set of participants (refused before any
+    // request), records that differ (refused at the read-only inspect).
+    let mut map = saved.participants.clone().into_inner();
+    map.remove(&workload.pid(C));
+    let fewer = StateFile {
+        participants: map.try_into().unwrap(),
+    };
+    let mut map = saved.participants.clone().into_inner();
+    let records = map.remove(&workload.pid(A)).unwrap();
+    map.insert(
+        NamespacePid::new(workload.pid(A).get() + 100_000).unwrap(),
+        records,
+    );
+    let renamed = StateFile {
+        participants: map.try_into().unwrap(),
+    };
+    let mut map = saved.participants.clone().into_inner();
+    let b_records = map.get_mut(&workload.pid(B)).unwrap();
+    let mut records = b_records.clone().into_vec();
+    records.pop();
+    *b_records = records.try_into().unwrap();
+    let changed = StateFile {
+        participants: map.try_into().unwrap(),
+    };
+    let live_only = format!(
+        "the live participants are not the checkpointed ones (checkpointed but not live: []; \
+         live but not checkpointed: [{}])",
+        workload.pid(C)
+    );
+    for (what, state, stage, text) in [
+        (
+            "a participant fewer",
+            fewer,
+            Stage::CheckState,
+            live_only.as_str(),
+        ),
+        (
+            "the creator renamed",
+            renamed,
+            Stage::CheckState,
+            "which is not a participant of this checkpoint",
+        ),
+        (
+            "a record missing",
+            changed,
+            Stage::Inspect,
+            "records differ from the checkpoint (1 differences): unexpected ",
+        ),
+    ] {
+        let dir = sandbox.fresh("mismatch");
+        state::publish(&dir, &state).unwrap();
+        let error = commands::restore(&session, &dir, &mut |_| {}).expect_err(what);
+        let CommandError::Run(run) = &error else {
+            panic!("{what}: {error}");
+        };
+        assert_eq!(run.stage, stage, "{what}: {error}");
+        assert!(!run.mutated, "{what}");
+        assert!(error.to_string().contains(text), "{what}: {error}");
+        assert_eq!(workload.phases(), [Phase::Released; 3], "{what}");
+    }
+
+    // The genuine state still restores, with the bytes and the sharing.
+    commands::restore(&session, &good_dir, &mut |_| {}).expect("restore");
+    workload.check_shared(7);
+}

@@ -1,0 +1,251 @@
+//! The workload every fault scenario starts from (three workers sharing one allocation, A
+//! creating it, B and C importing it), and driving a run over it through a session.
+
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use cuinterpose_coordinator::commands;
+use cuinterpose_coordinator::plan::{Run, RunError, Stage, Step};
+use cuinterpose_coordinator::report::Report;
+use cuinterpose_coordinator::session::Session;
+use cuinterpose_protocol::transport::{Endpoint, Timeouts, call};
+use cuinterpose_protocol::{NamespacePid, Phase, RefusedReply, Reply, Request, StateFile};
+use cuinterpose_workload::Worker;
+
+use crate::support::cli::{cuinterpose, path, text};
+use crate::support::sandbox::{Sandbox, check_writes_cross};
+
+pub(crate) const MIB: u64 = 1 << 20;
+pub(crate) const SHARED: u64 = 4 * MIB;
+
+/// Participant indexes.
+pub(crate) const A: usize = 0;
+pub(crate) const B: usize = 1;
+pub(crate) const C: usize = 2;
+pub(crate) const NAMES: [&str; 3] = ["A (creator)", "B (importer)", "C (importer)"];
+
+pub(crate) struct Workload {
+    pub(crate) workers: Vec<Worker>,
+    pub(crate) logs: Vec<PathBuf>,
+    pub(crate) addresses: Vec<u64>,
+    pub(crate) control: PathBuf,
+}
+
+impl Workload {
+    /// Three workers sharing one allocation, in a directory of their own in `sandbox`.
+    pub(crate) fn start(sandbox: &Sandbox, label: &str) -> Self {
+        let root = sandbox.fresh(label);
+        let spawn = |name: &str| {
+            let log = root.join(format!("{name}.log"));
+            (sandbox.worker(&root, Some(&log)), log)
+        };
+        let (mut a, log_a) = spawn("a");
+        let (mut b, log_b) = spawn("b");
+        let (mut c, log_c) = spawn("c");
+        let handle = a.create(SHARED, 0, 1).expect("create");
+        let va = a.map_rw(handle, SHARED, 0).expect("map a");
+        a.fill(va, SHARED, 7).expect("fill");
+        let ticket = a
+            .export(handle)
+            .expect("export")
+            .as_fd()
+            .try_clone_to_owned()
+            .unwrap();
+        let hb = b.import(ticket.as_fd()).expect("import b");
+        let vb = b.map_rw(hb, SHARED, 0).expect("map b");
+        let hc = c.import(ticket.as_fd()).expect("import c");
+        let vc = c.map_rw(hc, SHARED, 0).expect("map c");
+        c.release(hc).expect("the mapping keeps it");
+        Workload {
+            workers: vec![a, b, c],
+            logs: vec![log_a, log_b, log_c],
+            addresses: vec![va, vb, vc],
+            control: Sandbox::control_dir(&root),
+        }
+    }
+
+    pub(crate) fn pid(&self, index: usize) -> NamespacePid {
+        NamespacePid::new(self.workers[index].worker_pid() as u32).expect("pid")
+    }
+
+    pub(crate) fn pids(&self) -> Vec<NamespacePid> {
+        (0..self.workers.len()).map(|i| self.pid(i)).collect()
+    }
+
+    pub(crate) fn session(&self, timeout: Duration) -> Session {
+        Session::open(
+            &self.control,
+            &self.pids(),
+            Timeouts::new(timeout, timeout).expect("timeouts"),
+        )
+        .expect("session")
+    }
+
+    pub(crate) fn signal(&self, index: usize, signal: libc::c_int) {
+        // SAFETY: kill(2) on our own child's pid.
+        let rc = unsafe { libc::kill(self.workers[index].pid() as i32, signal) };
+        assert_eq!(rc, 0, "kill {signal}: {}", std::io::Error::last_os_error());
+    }
+
+    /// `cuinterpose COMMAND --checkpoint-dir DIR` on this workload's control directory, with
+    /// `env`, which exits 1: its stderr.
+    pub(crate) fn refused_by_binary(
+        &self,
+        command: &str,
+        dir: &Path,
+        env: &[(&str, &str)],
+    ) -> String {
+        let output = cuinterpose(
+            &[
+                command,
+                "--checkpoint-dir",
+                path(dir),
+                "--control-dir",
+                path(&self.control),
+            ],
+            env,
+        );
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        stderr
+    }
+
+    /// Asks participant `index` directly (not through the coordinator).
+    pub(crate) fn ask(&self, index: usize, request: &Request) -> Result<Reply, String> {
+        let endpoint = Endpoint::for_pid(&self.control, self.pid(index)).expect("endpoint");
+        call(&endpoint, request, None, Duration::from_secs(5))
+            .map(|(reply, _)| reply)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Participant `index`'s refusal of `request` (anything else fails the test).
+    pub(crate) fn refusal(&self, index: usize, request: &Request) -> RefusedReply {
+        match self.ask(index, request) {
+            Ok(Reply::Refused(refusal)) => refusal,
+            other => panic!("{}: {request:?}: {other:?}", NAMES[index]),
+        }
+    }
+
+    pub(crate) fn phase(&self, index: usize) -> Phase {
+        match self.ask(index, &Request::Inspect) {
+            Ok(Reply::Inspection(i)) => i.phase,
+            other => panic!("inspect {}: {other:?}", NAMES[index]),
+        }
+    }
+
+    /// Every participant's phase, in index order.
+    pub(crate) fn phases(&self) -> Vec<Phase> {
+        (0..self.workers.len()).map(|i| self.phase(i)).collect()
+    }
+
+    /// Polls until participant `index` is in `phase` (a request it read late takes effect).
+    pub(crate) fn await_phase(&self, index: usize, phase: Phase) {
+        let started = Instant::now();
+        loop {
+            let now = self.phase(index);
+            if now == phase {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{} stays in phase {now}, expected {phase}",
+                NAMES[index]
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub(crate) fn log(&self, index: usize) -> String {
+        std::fs::read_to_string(&self.logs[index]).unwrap_or_default()
+    }
+
+    /// Polls until participant `index` logged `text` (the handler thread that failed to send a
+    /// reply logs it after the phase changed).
+    pub(crate) fn await_log(&self, index: usize, text: &str) {
+        let started = Instant::now();
+        while !self.log(index).contains(text) {
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "{}: no {text:?} in its log:\n{}",
+                NAMES[index],
+                self.log(index)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Same bytes at the same addresses, and still shared: each writes, the others read.
+    pub(crate) fn check_shared(&mut self, seed: u64) {
+        for (worker, &address) in self.workers.iter_mut().zip(&self.addresses) {
+            worker.verify(address, SHARED, seed).expect("bytes kept");
+        }
+        check_writes_cross(&mut self.workers, &self.addresses, SHARED, 1000 + seed * 10);
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        // A stopped worker cannot notice its closed control socket.
+        for worker in &self.workers {
+            // SAFETY: kill(2) on our own child's pid (possibly already dead: ignored).
+            unsafe { libc::kill(worker.pid() as i32, libc::SIGCONT) };
+        }
+        if !std::thread::panicking() {
+            return;
+        }
+        for (name, log) in NAMES.iter().zip(&self.logs) {
+            eprintln!(
+                "--- {name} log:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+    }
+}
+
+/// Runs `run` through `session`, calling `before` ahead of each broadcast; returns the outcome
+/// and the time the last step took.
+pub(crate) fn drive(
+    session: &Session,
+    run: &mut Run,
+    publish: &mut dyn FnMut(&StateFile) -> Result<(), String>,
+    before: &mut dyn FnMut(Stage),
+) -> (Result<Report, RunError>, Duration) {
+    let mut last = Duration::ZERO;
+    loop {
+        match run.step().clone() {
+            Step::Broadcast {
+                stage,
+                request,
+                participants,
+            } => {
+                before(stage);
+                let started = Instant::now();
+                let outcomes = session.broadcast(&request, &participants);
+                last = started.elapsed();
+                run.feed(outcomes, last);
+            }
+            Step::Publish(state) => {
+                let started = Instant::now();
+                let result = publish(&state);
+                last = started.elapsed();
+                run.feed_publish(result, last);
+            }
+            Step::Done(report) => return (Ok(report), last),
+            Step::Failed(error) => return (Err(error), last),
+        }
+    }
+}
+
+pub(crate) fn no_publish(_: &StateFile) -> Result<(), String> {
+    Ok(())
+}
+
+/// prepare through the library into a fresh directory; returns it.
+pub(crate) fn prepare(sandbox: &Sandbox, workload: &Workload) -> PathBuf {
+    let dir = sandbox.fresh("checkpoint");
+    commands::prepare(&workload.session(Duration::from_secs(5)), &dir, &mut |_| {})
+        .expect("prepare");
+    assert_eq!(workload.phases(), [Phase::Released; 3]);
+    dir
+}
