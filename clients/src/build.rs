@@ -3,7 +3,8 @@
 //! native checkpoint tool, two stand-in CUDA runtimes and the direct-symbol library (C, in
 //! `clients/c/`).
 
-use cuinterpose_workload::{EntryPath, fakecuda_lib_dir, target_profile_dir};
+use cuinterpose_testkit::{fakecuda_lib_dir, target_profile_dir};
+use cuinterpose_workload::EntryPath;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -70,11 +71,7 @@ pub fn direct_library() -> &'static Path {
 
 /// fakecuda's native checkpoint tool (`fakecuda-checkpoint`), built once per test process.
 pub fn checkpoint_tool() -> &'static Path {
-    static TOOL: OnceLock<PathBuf> = OnceLock::new();
-    TOOL.get_or_init(|| {
-        cuinterpose_workload::cargo_build("fakecuda", &["--bin", "fakecuda-checkpoint"]);
-        target_profile_dir().join("fakecuda-checkpoint")
-    })
+    cuinterpose_testkit::build_fakecuda_checkpoint()
 }
 
 /// Every way a client reaches the driver (clients.md §5.13), as worker entry paths:

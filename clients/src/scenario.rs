@@ -3,10 +3,8 @@
 use crate::build::{entry_name, entry_paths};
 use crate::steps::{settled, unmap_release};
 use cuinterpose_protocol::{InspectionReply, Record};
-use cuinterpose_workload::{
-    DriverObjects, EntryPath, Output, Worker, WorkerConfig, build_shim, build_worker,
-    fakecuda_lib_dir,
-};
+use cuinterpose_testkit::{build_shim, build_worker, fakecuda_lib_dir};
+use cuinterpose_workload::{DriverObjects, EntryPath, Output, Worker, WorkerConfig};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -18,7 +18,7 @@ use std::process::Command;
 pub fn native(fakecuda_dir: &Path, pid: i32, action: &str) {
     let out = Command::new(crate::build::checkpoint_tool())
         .args(["--action", action, "--pid", &pid.to_string()])
-        .env("LD_LIBRARY_PATH", cuinterpose_workload::fakecuda_lib_dir())
+        .env("LD_LIBRARY_PATH", cuinterpose_testkit::fakecuda_lib_dir())
         .env("FAKECUDA_CONTROL_DIR", fakecuda_dir)
         .env_remove("LD_PRELOAD")
         .output()

@@ -6,7 +6,7 @@
 //! (`.ci/run` creates it from `tests/python/requirements.txt`). Without one the test says so
 //! and passes, except under `CI=true`, where a missing interpreter fails it.
 
-use cuinterpose_workload::{build_shim, fakecuda_lib_dir};
+use cuinterpose_testkit::{build_shim, fakecuda_lib_dir};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

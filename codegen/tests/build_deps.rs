@@ -63,3 +63,19 @@ fn the_command_line_keeps_its_extras() {
         &["clap", "askama", "serde_json"],
     );
 }
+
+/// The test kit (which shells out to cargo and panics) is for tests only: no product crate
+/// links it.
+#[test]
+fn product_crates_do_not_link_the_test_kit() {
+    for product in [
+        "cuinterpose",
+        "cuinterpose-shim",
+        "cuinterpose-workload",
+        "fakecuda",
+        "cuinterpose-protocol",
+    ] {
+        check(product, "normal,build", &["cuinterpose-testkit"], &[]);
+    }
+    check("cuinterpose-clients", "normal", &[], &["cuinterpose-testkit"]);
+}

@@ -7,7 +7,7 @@ mod support;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use cuinterpose_workload::{build_shim, build_worker, fakecuda_lib_dir};
+use cuinterpose_testkit::{build_shim, build_worker, fakecuda_lib_dir};
 use serde_json::Value;
 use support::cli::{self, check_exit};
 use support::tmpfs::{Tmpfs, unavailable};

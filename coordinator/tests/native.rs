@@ -18,7 +18,7 @@ use cuinterpose_coordinator::process;
 use cuinterpose_protocol::{
     AllocationId, AllocationRecord, AllocationReference, NamespacePid, Record,
 };
-use cuinterpose_workload::{cargo_build, target_profile_dir};
+use cuinterpose_testkit::{cargo_build, target_profile_dir};
 use serde_json::Value;
 use support::FakeShim;
 use support::cli::{self, check_exit, path};

@@ -66,7 +66,7 @@ impl Target {
     fn new(name: &str) -> Target {
         let sandbox = Sandbox::new(name);
         let log = sandbox.root.join("worker.log");
-        let config = WorkerConfig::new(cuinterpose_workload::build_worker())
+        let config = WorkerConfig::new(cuinterpose_testkit::build_worker())
             .entry(EntryPath::Dlsym)
             .env("LD_LIBRARY_PATH", lib_dir())
             .env("LD_PRELOAD", shim())

@@ -7,26 +7,27 @@
 //! [`Worker`] spawns and drives one.
 //!
 //! ```no_run
-//! use cuinterpose_workload::{Worker, WorkerConfig, worker_program};
-//! let mut a = Worker::spawn(&WorkerConfig::new(worker_program()))?;
+//! use cuinterpose_workload::{Worker, WorkerConfig};
+//! // The worker binary next to this program (tests use `cuinterpose_testkit::build_worker`).
+//! let program = std::env::current_exe()?.with_file_name("cuinterpose-worker");
+//! let mut a = Worker::spawn(&WorkerConfig::new(&program))?;
 //! a.init(0)?;
 //! let h = a.create(2 << 20, 0, 1)?;
 //! let p = a.map_rw(h, 2 << 20, 0)?;
 //! a.fill(p, 2 << 20, 42)?;
 //! let fd = a.export(h)?;
-//! let mut b = Worker::spawn(&WorkerConfig::new(worker_program()))?;
+//! let mut b = Worker::spawn(&WorkerConfig::new(&program))?;
 //! b.init(0)?;
 //! let hb = b.import(std::os::fd::AsFd::as_fd(&fd))?;
 //! let q = b.map_rw(hb, 2 << 20, 0)?;
 //! b.verify(q, 2 << 20, 42)?;
-//! # Ok::<(), cuinterpose_workload::WorkloadError>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 pub mod client;
 pub mod cuda;
 pub mod entry;
 pub mod error;
-pub mod paths;
 pub mod pattern;
 pub mod proto;
 pub mod wire;
@@ -37,9 +38,6 @@ pub use client::{
 };
 pub use entry::EntryPath;
 pub use error::WorkloadError;
-pub use paths::{
-    build_shim, build_worker, cargo_build, fakecuda_lib_dir, target_profile_dir, worker_program,
-};
 pub use pattern::{checksum, pattern, pattern_byte, pattern_checksum, pattern_word};
 pub use proto::{
     AllocationProperties, Command, DriverObjects, ErrorKind, ErrorReply, Grant, Reply, Response,

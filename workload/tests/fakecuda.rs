@@ -197,7 +197,7 @@ fn entry_path_proc_address_v1() {
 /// Builds the stand-in runtime (`tests/c/fake_cudart.c`) with extra `cc` flags.
 fn fake_cudart(name: &str, flags: &[&str]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/fake_cudart.c");
-    let lib = cuinterpose_workload::target_profile_dir()
+    let lib = cuinterpose_testkit::target_profile_dir()
         .join(format!("workload-{name}-{}.so", std::process::id()));
     let out = std::process::Command::new("cc")
         .args(["-Wall", "-Werror", "-shared", "-fPIC", "-o"])

@@ -48,8 +48,8 @@
 use std::io::Write as _;
 use std::time::Instant;
 
+use cuinterpose_testkit::{build_shim, build_worker, fakecuda_lib_dir};
 use cuinterpose_workload::pattern::splitmix64;
-use cuinterpose_workload::{build_shim, build_worker, fakecuda_lib_dir};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngSeed, TestRunner};
 

@@ -4,9 +4,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cuinterpose_coordinator::fixtures::TempDir;
-use cuinterpose_workload::{
-    EntryPath, Output, Worker, WorkerConfig, build_shim, build_worker, fakecuda_lib_dir,
-};
+use cuinterpose_testkit::{build_shim, build_worker, fakecuda_lib_dir};
+use cuinterpose_workload::{EntryPath, Output, Worker, WorkerConfig};
 
 /// The shim, the worker, fakecuda (built for this test's profile), and a private directory.
 pub struct Sandbox {

@@ -21,63 +21,15 @@ pub use cuinterpose_abi::results::{
 };
 pub const GRAN: usize = 2 << 20;
 
-/// `target/<profile>/`: the directory above the test executable's `deps/`.
+/// `target/<profile>/` of this test executable.
 pub fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<exe>")
-        .to_path_buf()
+    cuinterpose_testkit::target_profile_dir()
 }
 
-/// Builds the cdylib (cargo does not build a cdylib-only library for integration tests) and
-/// returns a directory containing `libcuda.so.1`, for `LD_LIBRARY_PATH` or `dlopen`.
+/// fakecuda's `libcuda.so.1` directory (built for this test's profile), for `LD_LIBRARY_PATH`
+/// or `dlopen`.
 pub fn lib_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let profile = profile_dir();
-        let name = profile
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("debug")
-            .to_owned();
-        let target = profile.parent().expect("target dir").to_path_buf();
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
-        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cmd.args([
-            "build",
-            "--quiet",
-            "-p",
-            "fakecuda",
-            "--lib",
-            "--manifest-path",
-        ])
-        .arg(&manifest)
-        .env("CARGO_TARGET_DIR", &target);
-        match name.as_str() {
-            "debug" => {}
-            "release" => {
-                cmd.arg("--release");
-            }
-            other => {
-                cmd.args(["--profile", other]);
-            }
-        }
-        let out = cmd.output().expect("run cargo build for fakecuda");
-        assert!(
-            out.status.success(),
-            "building libcuda.so failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let dir = profile.join("fakecuda-lib");
-        std::fs::create_dir_all(&dir).expect("create lib dir");
-        let link = dir.join("libcuda.so.1");
-        let tmp = dir.join(format!("libcuda.so.1.{}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(profile.join("libcuda.so"), &tmp).expect("symlink");
-        std::fs::rename(&tmp, &link).expect("install symlink");
-        dir
-    })
+    cuinterpose_testkit::fakecuda_lib_dir()
 }
 
 pub fn lib_path() -> PathBuf {

@@ -9,16 +9,16 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-pub use cuinterpose_workload::target_profile_dir as profile_dir;
+pub use cuinterpose_testkit::target_profile_dir as profile_dir;
 
 /// The directory holding fakecuda's `libcuda.so.1` (built for this test's profile).
 pub fn lib_dir() -> &'static Path {
-    cuinterpose_workload::fakecuda_lib_dir()
+    cuinterpose_testkit::fakecuda_lib_dir()
 }
 
 /// `libcuinterpose.so`, built for this test's profile.
 pub fn shim() -> &'static Path {
-    cuinterpose_workload::build_shim()
+    cuinterpose_testkit::build_shim()
 }
 
 fn compile(args: &[&str], source: &str, output: &Path) {
@@ -144,7 +144,7 @@ pub fn worker(
     entry: cuinterpose_workload::EntryPath,
     shim: bool,
 ) -> cuinterpose_workload::Worker {
-    let mut config = cuinterpose_workload::WorkerConfig::new(cuinterpose_workload::build_worker())
+    let mut config = cuinterpose_workload::WorkerConfig::new(cuinterpose_testkit::build_worker())
         .entry(entry)
         .env("LD_LIBRARY_PATH", lib_dir())
         .env("CUINTERPOSE_CONTROL_DIR", sandbox.control_dir())
@@ -187,11 +187,7 @@ pub fn inspect(sandbox: &Sandbox, pid: i32) -> cuinterpose_protocol::InspectionR
 
 /// Runs fakecuda-checkpoint (the native checkpoint tool) against host pid `pid`.
 pub fn native(sandbox: &Sandbox, pid: i32, action: &str) {
-    static BUILT: std::sync::Once = std::sync::Once::new();
-    BUILT.call_once(|| {
-        cuinterpose_workload::cargo_build("fakecuda", &["--bin", "fakecuda-checkpoint"])
-    });
-    let out = Command::new(profile_dir().join("fakecuda-checkpoint"))
+    let out = Command::new(cuinterpose_testkit::build_fakecuda_checkpoint())
         .args(["--action", action, "--pid", &pid.to_string()])
         .env("LD_LIBRARY_PATH", lib_dir())
         .env("FAKECUDA_CONTROL_DIR", sandbox.root.join("fakecuda"))

@@ -37,7 +37,7 @@ impl Output {
 /// How to start a worker.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
-    /// The `cuinterpose-worker` binary (see [`crate::worker_program`]).
+    /// The `cuinterpose-worker` binary (tests build it with `cuinterpose_testkit::build_worker`).
     pub program: PathBuf,
     /// `--entry`.
     pub entry: EntryPath,

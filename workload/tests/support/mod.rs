@@ -1,7 +1,8 @@
 //! Test support: workers over fakecuda, each test with its own fakecuda control directory.
 #![allow(dead_code)]
 
-use cuinterpose_workload::{EntryPath, Worker, WorkerConfig, fakecuda_lib_dir};
+use cuinterpose_testkit::fakecuda_lib_dir;
+use cuinterpose_workload::{EntryPath, Worker, WorkerConfig};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -1,4 +1,9 @@
-//! Finding the built binaries, and building them for tests of other packages.
+//! cuinterpose's test kit (dev-only: no product crate depends on it).
+//!
+//! Tests of one package cannot rely on another package's binaries or cdylibs being built, so
+//! these helpers run `cargo build` for the running test executable's own target directory and
+//! profile (once per process) and return where the artifact is. They panic with cargo's output
+//! when a build fails: they are for tests.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -35,10 +40,7 @@ pub fn cargo_build(package: &str, what: &[&str]) {
         .unwrap_or("debug")
         .to_owned();
     let target = profile.parent().expect("target dir").to_path_buf();
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .join("Cargo.toml");
+    let manifest = workspace().join("Cargo.toml");
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.args(["build", "--quiet", "-p", package])
         .args(what)
@@ -100,5 +102,20 @@ pub fn build_shim() -> &'static Path {
     LIBRARY.get_or_init(|| {
         cargo_build("cuinterpose-shim", &["--lib"]);
         target_profile_dir().join("libcuinterpose.so")
+    })
+}
+
+/// The workspace root (for tests that read files of other packages).
+pub fn workspace() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+/// Builds `fakecuda-checkpoint` (fakecuda's stand-in for `cuda-checkpoint`) for the running
+/// executable's profile (once per process) and returns its path.
+pub fn build_fakecuda_checkpoint() -> &'static Path {
+    static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
+    PROGRAM.get_or_init(|| {
+        cargo_build("fakecuda", &["--bin", "fakecuda-checkpoint"]);
+        target_profile_dir().join("fakecuda-checkpoint")
     })
 }
