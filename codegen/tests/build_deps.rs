@@ -77,5 +77,10 @@ fn product_crates_do_not_link_the_test_kit() {
     ] {
         check(product, "normal,build", &["cuinterpose-testkit"], &[]);
     }
-    check("cuinterpose-clients", "normal", &[], &["cuinterpose-testkit"]);
+    check(
+        "cuinterpose-clients",
+        "normal",
+        &[],
+        &["cuinterpose-testkit"],
+    );
 }
