@@ -32,11 +32,12 @@ const WRAPPED: &[(&str, &str, u32)] = &[
     ),
     ("cuMemAlloc_v2", "cuMemAlloc", 3020),
     ("cuIpcGetMemHandle", "cuIpcGetMemHandle", 4010),
-    ("cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle", 11000),
+    // The unsuffixed names resolve (to the v1 ABI) before the _v2 arrived in 11.0.
+    ("cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle", 4010),
     (
         "cuDevicePrimaryCtxReset_v2",
         "cuDevicePrimaryCtxReset",
-        11000,
+        7000,
     ),
     ("cuMulticastCreate", "cuMulticastCreate", 12010),
     ("cuMulticastBindMem", "cuMulticastBindMem", 12010),

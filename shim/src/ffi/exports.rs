@@ -332,6 +332,23 @@ pub extern "C" fn cuDevicePrimaryCtxReset_v2(device: c_int) -> u32 {
     })
 }
 
+/// The pre-11.0 name of the same call (what a caller built for CUDA 7.0–10.x gets).
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDevicePrimaryCtxReset(device: c_int) -> u32 {
+    entry(id::cuDevicePrimaryCtxReset, || {
+        crate::calls::ipc::primary_ctx_reset(device)
+    })
+}
+
+/// The pre-11.0 name of `cuDevicePrimaryCtxRelease_v2`, forwarded to it (the shim wraps it so
+/// every name of a driver function lands here).
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDevicePrimaryCtxRelease(device: c_int) -> u32 {
+    entry(id::cuDevicePrimaryCtxRelease, || {
+        driver()?.primary_ctx_release(device)
+    })
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxDestroy_v2(ctx: usize) -> u32 {
     entry(id::cuCtxDestroy_v2, || crate::calls::ipc::ctx_destroy(ctx))

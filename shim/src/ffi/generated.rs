@@ -96,522 +96,524 @@ pub fn wrapper(index: usize) -> *mut c_void {
         77 => cuDeviceGetUuid_v2 as *mut c_void,
         78 => cuDeviceGraphMemTrim as *mut c_void,
         79 => cuDevicePrimaryCtxGetState as *mut c_void,
-        80 => cuDevicePrimaryCtxRelease_v2 as *mut c_void,
-        81 => cuDevicePrimaryCtxReset_v2 as *mut c_void,
-        82 => cuDevicePrimaryCtxRetain as *mut c_void,
-        83 => cuDevicePrimaryCtxSetFlags_v2 as *mut c_void,
-        84 => cuDeviceRegisterAsyncNotification as *mut c_void,
-        85 => cuDeviceSetGraphMemAttribute as *mut c_void,
-        86 => cuDeviceSetMemPool as *mut c_void,
-        87 => cuDeviceTotalMem_v2 as *mut c_void,
-        88 => cuDeviceUnregisterAsyncNotification as *mut c_void,
-        89 => cuDriverGetVersion as *mut c_void,
-        90 => cuEventCreate as *mut c_void,
-        91 => cuEventDestroy_v2 as *mut c_void,
-        92 => cuEventElapsedTime as *mut c_void,
-        93 => cuEventElapsedTime_v2 as *mut c_void,
-        94 => cuEventQuery as *mut c_void,
-        95 => cuEventRecord as *mut c_void,
-        96 => cuEventRecordWithFlags as *mut c_void,
-        97 => cuEventRecordWithFlags_ptsz as *mut c_void,
-        98 => cuEventRecord_ptsz as *mut c_void,
-        99 => cuEventSynchronize as *mut c_void,
-        100 => cuExternalMemoryGetMappedBuffer as *mut c_void,
-        101 => cuExternalMemoryGetMappedMipmappedArray as *mut c_void,
-        102 => cuFlushGPUDirectRDMAWrites as *mut c_void,
-        103 => cuFuncGetAttribute as *mut c_void,
-        104 => cuFuncGetModule as *mut c_void,
-        105 => cuFuncGetName as *mut c_void,
-        106 => cuFuncGetParamCount as *mut c_void,
-        107 => cuFuncGetParamInfo as *mut c_void,
-        108 => cuFuncIsLoaded as *mut c_void,
-        109 => cuFuncLoad as *mut c_void,
-        110 => cuFuncSetAttribute as *mut c_void,
-        111 => cuFuncSetBlockShape as *mut c_void,
-        112 => cuFuncSetCacheConfig as *mut c_void,
-        113 => cuFuncSetSharedMemConfig as *mut c_void,
-        114 => cuFuncSetSharedSize as *mut c_void,
-        115 => cuGetErrorName as *mut c_void,
-        116 => cuGetErrorString as *mut c_void,
-        117 => cuGetExportTable as *mut c_void,
-        118 => cuGetProcAddress as *mut c_void,
-        119 => cuGetProcAddress_v2 as *mut c_void,
-        120 => cuGraphAddBatchMemOpNode as *mut c_void,
-        121 => cuGraphAddChildGraphNode as *mut c_void,
-        122 => cuGraphAddDependencies as *mut c_void,
-        123 => cuGraphAddDependencies_v2 as *mut c_void,
-        124 => cuGraphAddEmptyNode as *mut c_void,
-        125 => cuGraphAddEventRecordNode as *mut c_void,
-        126 => cuGraphAddEventWaitNode as *mut c_void,
-        127 => cuGraphAddExternalSemaphoresSignalNode as *mut c_void,
-        128 => cuGraphAddExternalSemaphoresWaitNode as *mut c_void,
-        129 => cuGraphAddHostNode as *mut c_void,
-        130 => cuGraphAddKernelNode as *mut c_void,
-        131 => cuGraphAddKernelNode_v2 as *mut c_void,
-        132 => cuGraphAddMemAllocNode as *mut c_void,
-        133 => cuGraphAddMemFreeNode as *mut c_void,
-        134 => cuGraphAddMemcpyNode as *mut c_void,
-        135 => cuGraphAddMemsetNode as *mut c_void,
-        136 => cuGraphAddNode as *mut c_void,
-        137 => cuGraphAddNode_v2 as *mut c_void,
-        138 => cuGraphAddNode_v3 as *mut c_void,
-        139 => cuGraphBatchMemOpNodeGetParams as *mut c_void,
-        140 => cuGraphBatchMemOpNodeSetParams as *mut c_void,
-        141 => cuGraphChildGraphNodeGetGraph as *mut c_void,
-        142 => cuGraphClone as *mut c_void,
-        143 => cuGraphConditionalHandleCreate as *mut c_void,
-        144 => cuGraphCreate as *mut c_void,
-        145 => cuGraphDebugDotPrint as *mut c_void,
-        146 => cuGraphDestroy as *mut c_void,
-        147 => cuGraphDestroyNode as *mut c_void,
-        148 => cuGraphEventRecordNodeGetEvent as *mut c_void,
-        149 => cuGraphEventRecordNodeSetEvent as *mut c_void,
-        150 => cuGraphEventWaitNodeGetEvent as *mut c_void,
-        151 => cuGraphEventWaitNodeSetEvent as *mut c_void,
-        152 => cuGraphExecBatchMemOpNodeSetParams as *mut c_void,
-        153 => cuGraphExecChildGraphNodeSetParams as *mut c_void,
-        154 => cuGraphExecDestroy as *mut c_void,
-        155 => cuGraphExecEventRecordNodeSetEvent as *mut c_void,
-        156 => cuGraphExecEventWaitNodeSetEvent as *mut c_void,
-        157 => cuGraphExecExternalSemaphoresSignalNodeSetParams as *mut c_void,
-        158 => cuGraphExecExternalSemaphoresWaitNodeSetParams as *mut c_void,
-        159 => cuGraphExecGetFlags as *mut c_void,
-        160 => cuGraphExecGetId as *mut c_void,
-        161 => cuGraphExecHostNodeSetParams as *mut c_void,
-        162 => cuGraphExecKernelNodeSetParams as *mut c_void,
-        163 => cuGraphExecKernelNodeSetParams_v2 as *mut c_void,
-        164 => cuGraphExecMemcpyNodeSetParams as *mut c_void,
-        165 => cuGraphExecMemsetNodeSetParams as *mut c_void,
-        166 => cuGraphExecNodeSetParams as *mut c_void,
-        167 => cuGraphExecUpdate as *mut c_void,
-        168 => cuGraphExecUpdate_v2 as *mut c_void,
-        169 => cuGraphExternalSemaphoresSignalNodeGetParams as *mut c_void,
-        170 => cuGraphExternalSemaphoresSignalNodeSetParams as *mut c_void,
-        171 => cuGraphExternalSemaphoresWaitNodeGetParams as *mut c_void,
-        172 => cuGraphExternalSemaphoresWaitNodeSetParams as *mut c_void,
-        173 => cuGraphGetEdges as *mut c_void,
-        174 => cuGraphGetEdges_v2 as *mut c_void,
-        175 => cuGraphGetId as *mut c_void,
-        176 => cuGraphGetNodes as *mut c_void,
-        177 => cuGraphGetRootNodes as *mut c_void,
-        178 => cuGraphHostNodeGetParams as *mut c_void,
-        179 => cuGraphHostNodeSetParams as *mut c_void,
-        180 => cuGraphInstantiateWithFlags as *mut c_void,
-        181 => cuGraphInstantiateWithParams as *mut c_void,
-        182 => cuGraphInstantiate_v2 as *mut c_void,
-        183 => cuGraphKernelNodeCopyAttributes as *mut c_void,
-        184 => cuGraphKernelNodeGetAttribute as *mut c_void,
-        185 => cuGraphKernelNodeGetParams as *mut c_void,
-        186 => cuGraphKernelNodeGetParams_v2 as *mut c_void,
-        187 => cuGraphKernelNodeSetAttribute as *mut c_void,
-        188 => cuGraphKernelNodeSetParams as *mut c_void,
-        189 => cuGraphKernelNodeSetParams_v2 as *mut c_void,
-        190 => cuGraphLaunch as *mut c_void,
-        191 => cuGraphLaunch_ptsz as *mut c_void,
-        192 => cuGraphMemAllocNodeGetParams as *mut c_void,
-        193 => cuGraphMemFreeNodeGetParams as *mut c_void,
-        194 => cuGraphMemcpyNodeGetParams as *mut c_void,
-        195 => cuGraphMemcpyNodeSetParams as *mut c_void,
-        196 => cuGraphMemsetNodeGetParams as *mut c_void,
-        197 => cuGraphMemsetNodeSetParams as *mut c_void,
-        198 => cuGraphNodeFindInClone as *mut c_void,
-        199 => cuGraphNodeGetContainingGraph as *mut c_void,
-        200 => cuGraphNodeGetDependencies as *mut c_void,
-        201 => cuGraphNodeGetDependencies_v2 as *mut c_void,
-        202 => cuGraphNodeGetDependentNodes as *mut c_void,
-        203 => cuGraphNodeGetDependentNodes_v2 as *mut c_void,
-        204 => cuGraphNodeGetEnabled as *mut c_void,
-        205 => cuGraphNodeGetLocalId as *mut c_void,
-        206 => cuGraphNodeGetParams as *mut c_void,
-        207 => cuGraphNodeGetToolsId as *mut c_void,
-        208 => cuGraphNodeGetType as *mut c_void,
-        209 => cuGraphNodeSetEnabled as *mut c_void,
-        210 => cuGraphNodeSetParams as *mut c_void,
-        211 => cuGraphNodeSetParams_v2 as *mut c_void,
-        212 => cuGraphReleaseUserObject as *mut c_void,
-        213 => cuGraphRemoveDependencies as *mut c_void,
-        214 => cuGraphRemoveDependencies_v2 as *mut c_void,
-        215 => cuGraphRetainUserObject as *mut c_void,
-        216 => cuGraphUpload as *mut c_void,
-        217 => cuGraphUpload_ptsz as *mut c_void,
-        218 => cuGraphicsMapResources as *mut c_void,
-        219 => cuGraphicsMapResources_ptsz as *mut c_void,
-        220 => cuGraphicsResourceGetMappedMipmappedArray as *mut c_void,
-        221 => cuGraphicsResourceGetMappedPointer_v2 as *mut c_void,
-        222 => cuGraphicsResourceSetMapFlags_v2 as *mut c_void,
-        223 => cuGraphicsSubResourceGetMappedArray as *mut c_void,
-        224 => cuGraphicsUnmapResources as *mut c_void,
-        225 => cuGraphicsUnmapResources_ptsz as *mut c_void,
-        226 => cuGraphicsUnregisterResource as *mut c_void,
-        227 => cuGreenCtxCreate as *mut c_void,
-        228 => cuGreenCtxDestroy as *mut c_void,
-        229 => cuGreenCtxGetDevResource as *mut c_void,
-        230 => cuGreenCtxGetId as *mut c_void,
-        231 => cuGreenCtxRecordEvent as *mut c_void,
-        232 => cuGreenCtxStreamCreate as *mut c_void,
-        233 => cuGreenCtxWaitEvent as *mut c_void,
-        234 => cuImportExternalMemory as *mut c_void,
-        235 => cuImportExternalSemaphore as *mut c_void,
-        236 => cuInit as *mut c_void,
-        237 => cuIpcCloseMemHandle as *mut c_void,
-        238 => cuIpcGetEventHandle as *mut c_void,
-        239 => cuIpcGetMemHandle as *mut c_void,
-        240 => cuIpcOpenEventHandle as *mut c_void,
-        241 => cuIpcOpenMemHandle as *mut c_void,
-        242 => cuIpcOpenMemHandle_v2 as *mut c_void,
-        243 => cuKernelGetAttribute as *mut c_void,
-        244 => cuKernelGetFunction as *mut c_void,
-        245 => cuKernelGetLibrary as *mut c_void,
-        246 => cuKernelGetName as *mut c_void,
-        247 => cuKernelGetParamCount as *mut c_void,
-        248 => cuKernelGetParamInfo as *mut c_void,
-        249 => cuKernelSetAttribute as *mut c_void,
-        250 => cuKernelSetCacheConfig as *mut c_void,
-        251 => cuLaunch as *mut c_void,
-        252 => cuLaunchCooperativeKernel as *mut c_void,
-        253 => cuLaunchCooperativeKernelMultiDevice as *mut c_void,
-        254 => cuLaunchCooperativeKernel_ptsz as *mut c_void,
-        255 => cuLaunchGrid as *mut c_void,
-        256 => cuLaunchGridAsync as *mut c_void,
-        257 => cuLaunchHostFunc as *mut c_void,
-        258 => cuLaunchHostFunc_ptsz as *mut c_void,
-        259 => cuLaunchHostFunc_v2 as *mut c_void,
-        260 => cuLaunchKernel as *mut c_void,
-        261 => cuLaunchKernelEx as *mut c_void,
-        262 => cuLaunchKernelEx_ptsz as *mut c_void,
-        263 => cuLaunchKernel_ptsz as *mut c_void,
-        264 => cuLibraryEnumerateKernels as *mut c_void,
-        265 => cuLibraryGetGlobal as *mut c_void,
-        266 => cuLibraryGetKernel as *mut c_void,
-        267 => cuLibraryGetKernelCount as *mut c_void,
-        268 => cuLibraryGetManaged as *mut c_void,
-        269 => cuLibraryGetModule as *mut c_void,
-        270 => cuLibraryGetUnifiedFunction as *mut c_void,
-        271 => cuLibraryLoadData as *mut c_void,
-        272 => cuLibraryLoadFromFile as *mut c_void,
-        273 => cuLibraryUnload as *mut c_void,
-        274 => cuLinkAddData_v2 as *mut c_void,
-        275 => cuLinkAddFile_v2 as *mut c_void,
-        276 => cuLinkComplete as *mut c_void,
-        277 => cuLinkCreate_v2 as *mut c_void,
-        278 => cuLinkDestroy as *mut c_void,
-        279 => cuLogicalEndpointAddDevice as *mut c_void,
-        280 => cuLogicalEndpointBindAddr as *mut c_void,
-        281 => cuLogicalEndpointBindMem as *mut c_void,
-        282 => cuLogicalEndpointCreate as *mut c_void,
-        283 => cuLogicalEndpointDestroy as *mut c_void,
-        284 => cuLogicalEndpointExport as *mut c_void,
-        285 => cuLogicalEndpointGetLimits as *mut c_void,
-        286 => cuLogicalEndpointIdRelease as *mut c_void,
-        287 => cuLogicalEndpointIdReserve as *mut c_void,
-        288 => cuLogicalEndpointImport as *mut c_void,
-        289 => cuLogicalEndpointQuery as *mut c_void,
-        290 => cuLogicalEndpointUnbind as *mut c_void,
-        291 => cuLogsCurrent as *mut c_void,
-        292 => cuLogsDumpToFile as *mut c_void,
-        293 => cuLogsDumpToMemory as *mut c_void,
-        294 => cuLogsRegisterCallback as *mut c_void,
-        295 => cuLogsUnregisterCallback as *mut c_void,
-        296 => cuMemAddressFree as *mut c_void,
-        297 => cuMemAddressReserve as *mut c_void,
-        298 => cuMemAdvise as *mut c_void,
-        299 => cuMemAdvise_v2 as *mut c_void,
-        300 => cuMemAllocAsync as *mut c_void,
-        301 => cuMemAllocAsync_ptsz as *mut c_void,
-        302 => cuMemAllocFromPoolAsync as *mut c_void,
-        303 => cuMemAllocFromPoolAsync_ptsz as *mut c_void,
-        304 => cuMemAllocHost_v2 as *mut c_void,
-        305 => cuMemAllocManaged as *mut c_void,
-        306 => cuMemAllocPitch_v2 as *mut c_void,
-        307 => cuMemAlloc_v2 as *mut c_void,
-        308 => cuMemBatchDecompressAsync as *mut c_void,
-        309 => cuMemCreate as *mut c_void,
-        310 => cuMemDiscardAndPrefetchBatchAsync as *mut c_void,
-        311 => cuMemDiscardBatchAsync as *mut c_void,
-        312 => cuMemExportToShareableHandle as *mut c_void,
-        313 => cuMemFreeAsync as *mut c_void,
-        314 => cuMemFreeAsync_ptsz as *mut c_void,
-        315 => cuMemFreeHost as *mut c_void,
-        316 => cuMemFree_v2 as *mut c_void,
-        317 => cuMemGetAccess as *mut c_void,
-        318 => cuMemGetAddressRange_v2 as *mut c_void,
-        319 => cuMemGetAllocationGranularity as *mut c_void,
-        320 => cuMemGetAllocationPropertiesFromHandle as *mut c_void,
-        321 => cuMemGetDefaultMemPool as *mut c_void,
-        322 => cuMemGetHandleForAddressRange as *mut c_void,
-        323 => cuMemGetInfo_v2 as *mut c_void,
-        324 => cuMemGetLocationInfo as *mut c_void,
-        325 => cuMemGetMemPool as *mut c_void,
-        326 => cuMemHostAlloc as *mut c_void,
-        327 => cuMemHostGetDevicePointer_v2 as *mut c_void,
-        328 => cuMemHostGetFlags as *mut c_void,
-        329 => cuMemHostRegister_v2 as *mut c_void,
-        330 => cuMemHostUnregister as *mut c_void,
-        331 => cuMemImportFromShareableHandle as *mut c_void,
-        332 => cuMemMap as *mut c_void,
-        333 => cuMemMapArrayAsync as *mut c_void,
-        334 => cuMemMapArrayAsync_ptsz as *mut c_void,
-        335 => cuMemPoolCreate as *mut c_void,
-        336 => cuMemPoolDestroy as *mut c_void,
-        337 => cuMemPoolExportPointer as *mut c_void,
-        338 => cuMemPoolExportToShareableHandle as *mut c_void,
-        339 => cuMemPoolGetAccess as *mut c_void,
-        340 => cuMemPoolGetAttribute as *mut c_void,
-        341 => cuMemPoolImportFromShareableHandle as *mut c_void,
-        342 => cuMemPoolImportPointer as *mut c_void,
-        343 => cuMemPoolSetAccess as *mut c_void,
-        344 => cuMemPoolSetAttribute as *mut c_void,
-        345 => cuMemPoolTrimTo as *mut c_void,
-        346 => cuMemPrefetchAsync as *mut c_void,
-        347 => cuMemPrefetchAsync_ptsz as *mut c_void,
-        348 => cuMemPrefetchAsync_v2 as *mut c_void,
-        349 => cuMemPrefetchAsync_v2_ptsz as *mut c_void,
-        350 => cuMemPrefetchBatchAsync as *mut c_void,
-        351 => cuMemRangeGetAttribute as *mut c_void,
-        352 => cuMemRangeGetAttributes as *mut c_void,
-        353 => cuMemRelease as *mut c_void,
-        354 => cuMemRetainAllocationHandle as *mut c_void,
-        355 => cuMemSetAccess as *mut c_void,
-        356 => cuMemSetMemPool as *mut c_void,
-        357 => cuMemUnmap as *mut c_void,
-        358 => cuMemcpy as *mut c_void,
-        359 => cuMemcpy2DAsync_v2 as *mut c_void,
-        360 => cuMemcpy2DAsync_v2_ptsz as *mut c_void,
-        361 => cuMemcpy2DUnaligned_v2 as *mut c_void,
-        362 => cuMemcpy2DUnaligned_v2_ptds as *mut c_void,
-        363 => cuMemcpy2D_v2 as *mut c_void,
-        364 => cuMemcpy2D_v2_ptds as *mut c_void,
-        365 => cuMemcpy3DAsync_v2 as *mut c_void,
-        366 => cuMemcpy3DAsync_v2_ptsz as *mut c_void,
-        367 => cuMemcpy3DBatchAsync as *mut c_void,
-        368 => cuMemcpy3DBatchAsync_ptsz as *mut c_void,
-        369 => cuMemcpy3DBatchAsync_v2 as *mut c_void,
-        370 => cuMemcpy3DPeer as *mut c_void,
-        371 => cuMemcpy3DPeerAsync as *mut c_void,
-        372 => cuMemcpy3DPeerAsync_ptsz as *mut c_void,
-        373 => cuMemcpy3DPeer_ptds as *mut c_void,
-        374 => cuMemcpy3DWithAttributesAsync as *mut c_void,
-        375 => cuMemcpy3D_v2 as *mut c_void,
-        376 => cuMemcpy3D_v2_ptds as *mut c_void,
-        377 => cuMemcpyAsync as *mut c_void,
-        378 => cuMemcpyAsync_ptsz as *mut c_void,
-        379 => cuMemcpyAtoA_v2 as *mut c_void,
-        380 => cuMemcpyAtoA_v2_ptds as *mut c_void,
-        381 => cuMemcpyAtoD_v2 as *mut c_void,
-        382 => cuMemcpyAtoD_v2_ptds as *mut c_void,
-        383 => cuMemcpyAtoHAsync_v2 as *mut c_void,
-        384 => cuMemcpyAtoHAsync_v2_ptsz as *mut c_void,
-        385 => cuMemcpyAtoH_v2 as *mut c_void,
-        386 => cuMemcpyAtoH_v2_ptds as *mut c_void,
-        387 => cuMemcpyBatchAsync as *mut c_void,
-        388 => cuMemcpyBatchAsync_ptsz as *mut c_void,
-        389 => cuMemcpyBatchAsync_v2 as *mut c_void,
-        390 => cuMemcpyDtoA_v2 as *mut c_void,
-        391 => cuMemcpyDtoA_v2_ptds as *mut c_void,
-        392 => cuMemcpyDtoDAsync_v2 as *mut c_void,
-        393 => cuMemcpyDtoDAsync_v2_ptsz as *mut c_void,
-        394 => cuMemcpyDtoD_v2 as *mut c_void,
-        395 => cuMemcpyDtoD_v2_ptds as *mut c_void,
-        396 => cuMemcpyDtoHAsync_v2 as *mut c_void,
-        397 => cuMemcpyDtoHAsync_v2_ptsz as *mut c_void,
-        398 => cuMemcpyDtoH_v2 as *mut c_void,
-        399 => cuMemcpyDtoH_v2_ptds as *mut c_void,
-        400 => cuMemcpyHtoAAsync_v2 as *mut c_void,
-        401 => cuMemcpyHtoAAsync_v2_ptsz as *mut c_void,
-        402 => cuMemcpyHtoA_v2 as *mut c_void,
-        403 => cuMemcpyHtoA_v2_ptds as *mut c_void,
-        404 => cuMemcpyHtoDAsync_v2 as *mut c_void,
-        405 => cuMemcpyHtoDAsync_v2_ptsz as *mut c_void,
-        406 => cuMemcpyHtoD_v2 as *mut c_void,
-        407 => cuMemcpyHtoD_v2_ptds as *mut c_void,
-        408 => cuMemcpyPeer as *mut c_void,
-        409 => cuMemcpyPeerAsync as *mut c_void,
-        410 => cuMemcpyPeerAsync_ptsz as *mut c_void,
-        411 => cuMemcpyPeer_ptds as *mut c_void,
-        412 => cuMemcpyWithAttributesAsync as *mut c_void,
-        413 => cuMemcpy_ptds as *mut c_void,
-        414 => cuMemsetD16Async as *mut c_void,
-        415 => cuMemsetD16Async_ptsz as *mut c_void,
-        416 => cuMemsetD16_v2 as *mut c_void,
-        417 => cuMemsetD16_v2_ptds as *mut c_void,
-        418 => cuMemsetD2D16Async as *mut c_void,
-        419 => cuMemsetD2D16Async_ptsz as *mut c_void,
-        420 => cuMemsetD2D16_v2 as *mut c_void,
-        421 => cuMemsetD2D16_v2_ptds as *mut c_void,
-        422 => cuMemsetD2D32Async as *mut c_void,
-        423 => cuMemsetD2D32Async_ptsz as *mut c_void,
-        424 => cuMemsetD2D32_v2 as *mut c_void,
-        425 => cuMemsetD2D32_v2_ptds as *mut c_void,
-        426 => cuMemsetD2D8Async as *mut c_void,
-        427 => cuMemsetD2D8Async_ptsz as *mut c_void,
-        428 => cuMemsetD2D8_v2 as *mut c_void,
-        429 => cuMemsetD2D8_v2_ptds as *mut c_void,
-        430 => cuMemsetD32Async as *mut c_void,
-        431 => cuMemsetD32Async_ptsz as *mut c_void,
-        432 => cuMemsetD32_v2 as *mut c_void,
-        433 => cuMemsetD32_v2_ptds as *mut c_void,
-        434 => cuMemsetD8Async as *mut c_void,
-        435 => cuMemsetD8Async_ptsz as *mut c_void,
-        436 => cuMemsetD8_v2 as *mut c_void,
-        437 => cuMemsetD8_v2_ptds as *mut c_void,
-        438 => cuMipmappedArrayCreate as *mut c_void,
-        439 => cuMipmappedArrayDestroy as *mut c_void,
-        440 => cuMipmappedArrayGetLevel as *mut c_void,
-        441 => cuMipmappedArrayGetMemoryRequirements as *mut c_void,
-        442 => cuMipmappedArrayGetSparseProperties as *mut c_void,
-        443 => cuModuleEnumerateFunctions as *mut c_void,
-        444 => cuModuleGetFunction as *mut c_void,
-        445 => cuModuleGetFunctionCount as *mut c_void,
-        446 => cuModuleGetGlobal_v2 as *mut c_void,
-        447 => cuModuleGetLoadingMode as *mut c_void,
-        448 => cuModuleGetSurfRef as *mut c_void,
-        449 => cuModuleGetTexRef as *mut c_void,
-        450 => cuModuleLoad as *mut c_void,
-        451 => cuModuleLoadData as *mut c_void,
-        452 => cuModuleLoadDataEx as *mut c_void,
-        453 => cuModuleLoadFatBinary as *mut c_void,
-        454 => cuModuleUnload as *mut c_void,
-        455 => cuMulticastAddDevice as *mut c_void,
-        456 => cuMulticastBindAddr as *mut c_void,
-        457 => cuMulticastBindAddr_v2 as *mut c_void,
-        458 => cuMulticastBindMem as *mut c_void,
-        459 => cuMulticastBindMem_v2 as *mut c_void,
-        460 => cuMulticastCreate as *mut c_void,
-        461 => cuMulticastGetGranularity as *mut c_void,
-        462 => cuMulticastUnbind as *mut c_void,
-        463 => cuOccupancyAvailableDynamicSMemPerBlock as *mut c_void,
-        464 => cuOccupancyMaxActiveBlocksPerMultiprocessor as *mut c_void,
-        465 => cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags as *mut c_void,
-        466 => cuOccupancyMaxActiveClusters as *mut c_void,
-        467 => cuOccupancyMaxPotentialBlockSize as *mut c_void,
-        468 => cuOccupancyMaxPotentialBlockSizeWithFlags as *mut c_void,
-        469 => cuOccupancyMaxPotentialClusterSize as *mut c_void,
-        470 => cuParamSetSize as *mut c_void,
-        471 => cuParamSetTexRef as *mut c_void,
-        472 => cuParamSetf as *mut c_void,
-        473 => cuParamSeti as *mut c_void,
-        474 => cuParamSetv as *mut c_void,
-        475 => cuPointerGetAttribute as *mut c_void,
-        476 => cuPointerGetAttributes as *mut c_void,
-        477 => cuPointerSetAttribute as *mut c_void,
-        478 => cuProfilerInitialize as *mut c_void,
-        479 => cuProfilerStart as *mut c_void,
-        480 => cuProfilerStop as *mut c_void,
-        481 => cuSignalExternalSemaphoresAsync as *mut c_void,
-        482 => cuSignalExternalSemaphoresAsync_ptsz as *mut c_void,
-        483 => cuStreamAddCallback as *mut c_void,
-        484 => cuStreamAddCallback_ptsz as *mut c_void,
-        485 => cuStreamAttachMemAsync as *mut c_void,
-        486 => cuStreamAttachMemAsync_ptsz as *mut c_void,
-        487 => cuStreamBatchMemOp as *mut c_void,
-        488 => cuStreamBatchMemOp_v2 as *mut c_void,
-        489 => cuStreamBatchMemOp_v2_ptsz as *mut c_void,
-        490 => cuStreamBeginCaptureToCig as *mut c_void,
-        491 => cuStreamBeginCaptureToGraph as *mut c_void,
-        492 => cuStreamBeginCapture_v2 as *mut c_void,
-        493 => cuStreamBeginCapture_v2_ptsz as *mut c_void,
-        494 => cuStreamBeginRecaptureToGraph as *mut c_void,
-        495 => cuStreamCopyAttributes as *mut c_void,
-        496 => cuStreamCopyAttributes_ptsz as *mut c_void,
-        497 => cuStreamCreate as *mut c_void,
-        498 => cuStreamCreateWithPriority as *mut c_void,
-        499 => cuStreamDestroy_v2 as *mut c_void,
-        500 => cuStreamEndCapture as *mut c_void,
-        501 => cuStreamEndCaptureToCig as *mut c_void,
-        502 => cuStreamEndCapture_ptsz as *mut c_void,
-        503 => cuStreamGetAttribute as *mut c_void,
-        504 => cuStreamGetAttribute_ptsz as *mut c_void,
-        505 => cuStreamGetCaptureInfo as *mut c_void,
-        506 => cuStreamGetCaptureInfo_v2 as *mut c_void,
-        507 => cuStreamGetCaptureInfo_v2_ptsz as *mut c_void,
-        508 => cuStreamGetCaptureInfo_v3 as *mut c_void,
-        509 => cuStreamGetCaptureInfo_v3_ptsz as *mut c_void,
-        510 => cuStreamGetCtx as *mut c_void,
-        511 => cuStreamGetCtx_ptsz as *mut c_void,
-        512 => cuStreamGetCtx_v2 as *mut c_void,
-        513 => cuStreamGetDevResource as *mut c_void,
-        514 => cuStreamGetDevice as *mut c_void,
-        515 => cuStreamGetFlags as *mut c_void,
-        516 => cuStreamGetFlags_ptsz as *mut c_void,
-        517 => cuStreamGetGreenCtx as *mut c_void,
-        518 => cuStreamGetId as *mut c_void,
-        519 => cuStreamGetId_ptsz as *mut c_void,
-        520 => cuStreamGetPriority as *mut c_void,
-        521 => cuStreamGetPriority_ptsz as *mut c_void,
-        522 => cuStreamIsCapturing as *mut c_void,
-        523 => cuStreamIsCapturing_ptsz as *mut c_void,
-        524 => cuStreamQuery as *mut c_void,
-        525 => cuStreamQuery_ptsz as *mut c_void,
-        526 => cuStreamSetAttribute as *mut c_void,
-        527 => cuStreamSetAttribute_ptsz as *mut c_void,
-        528 => cuStreamSynchronize as *mut c_void,
-        529 => cuStreamSynchronize_ptsz as *mut c_void,
-        530 => cuStreamUpdateCaptureDependencies as *mut c_void,
-        531 => cuStreamUpdateCaptureDependencies_ptsz as *mut c_void,
-        532 => cuStreamUpdateCaptureDependencies_v2 as *mut c_void,
-        533 => cuStreamWaitEvent as *mut c_void,
-        534 => cuStreamWaitEvent_ptsz as *mut c_void,
-        535 => cuStreamWaitValue32 as *mut c_void,
-        536 => cuStreamWaitValue32_v2 as *mut c_void,
-        537 => cuStreamWaitValue32_v2_ptsz as *mut c_void,
-        538 => cuStreamWaitValue64 as *mut c_void,
-        539 => cuStreamWaitValue64_v2 as *mut c_void,
-        540 => cuStreamWaitValue64_v2_ptsz as *mut c_void,
-        541 => cuStreamWriteValue32 as *mut c_void,
-        542 => cuStreamWriteValue32_v2 as *mut c_void,
-        543 => cuStreamWriteValue32_v2_ptsz as *mut c_void,
-        544 => cuStreamWriteValue64 as *mut c_void,
-        545 => cuStreamWriteValue64_v2 as *mut c_void,
-        546 => cuStreamWriteValue64_v2_ptsz as *mut c_void,
-        547 => cuSurfObjectCreate as *mut c_void,
-        548 => cuSurfObjectDestroy as *mut c_void,
-        549 => cuSurfObjectGetResourceDesc as *mut c_void,
-        550 => cuSurfRefGetArray as *mut c_void,
-        551 => cuSurfRefSetArray as *mut c_void,
-        552 => cuTensorMapEncodeIm2col as *mut c_void,
-        553 => cuTensorMapEncodeIm2colWide as *mut c_void,
-        554 => cuTensorMapEncodeTiled as *mut c_void,
-        555 => cuTensorMapReplaceAddress as *mut c_void,
-        556 => cuTexObjectCreate as *mut c_void,
-        557 => cuTexObjectDestroy as *mut c_void,
-        558 => cuTexObjectGetResourceDesc as *mut c_void,
-        559 => cuTexObjectGetResourceViewDesc as *mut c_void,
-        560 => cuTexObjectGetTextureDesc as *mut c_void,
-        561 => cuTexRefCreate as *mut c_void,
-        562 => cuTexRefDestroy as *mut c_void,
-        563 => cuTexRefGetAddressMode as *mut c_void,
-        564 => cuTexRefGetAddress_v2 as *mut c_void,
-        565 => cuTexRefGetArray as *mut c_void,
-        566 => cuTexRefGetBorderColor as *mut c_void,
-        567 => cuTexRefGetFilterMode as *mut c_void,
-        568 => cuTexRefGetFlags as *mut c_void,
-        569 => cuTexRefGetFormat as *mut c_void,
-        570 => cuTexRefGetMaxAnisotropy as *mut c_void,
-        571 => cuTexRefGetMipmapFilterMode as *mut c_void,
-        572 => cuTexRefGetMipmapLevelBias as *mut c_void,
-        573 => cuTexRefGetMipmapLevelClamp as *mut c_void,
-        574 => cuTexRefGetMipmappedArray as *mut c_void,
-        575 => cuTexRefSetAddress2D_v3 as *mut c_void,
-        576 => cuTexRefSetAddressMode as *mut c_void,
-        577 => cuTexRefSetAddress_v2 as *mut c_void,
-        578 => cuTexRefSetArray as *mut c_void,
-        579 => cuTexRefSetBorderColor as *mut c_void,
-        580 => cuTexRefSetFilterMode as *mut c_void,
-        581 => cuTexRefSetFlags as *mut c_void,
-        582 => cuTexRefSetFormat as *mut c_void,
-        583 => cuTexRefSetMaxAnisotropy as *mut c_void,
-        584 => cuTexRefSetMipmapFilterMode as *mut c_void,
-        585 => cuTexRefSetMipmapLevelBias as *mut c_void,
-        586 => cuTexRefSetMipmapLevelClamp as *mut c_void,
-        587 => cuTexRefSetMipmappedArray as *mut c_void,
-        588 => cuThreadExchangeStreamCaptureMode as *mut c_void,
-        589 => cuUserObjectCreate as *mut c_void,
-        590 => cuUserObjectRelease as *mut c_void,
-        591 => cuUserObjectRetain as *mut c_void,
-        592 => cuWaitExternalSemaphoresAsync as *mut c_void,
-        593 => cuWaitExternalSemaphoresAsync_ptsz as *mut c_void,
-        594 => cudaGetDriverEntryPoint as *mut c_void,
-        595 => cudaGetDriverEntryPointByVersion as *mut c_void,
+        80 => cuDevicePrimaryCtxRelease as *mut c_void,
+        81 => cuDevicePrimaryCtxRelease_v2 as *mut c_void,
+        82 => cuDevicePrimaryCtxReset as *mut c_void,
+        83 => cuDevicePrimaryCtxReset_v2 as *mut c_void,
+        84 => cuDevicePrimaryCtxRetain as *mut c_void,
+        85 => cuDevicePrimaryCtxSetFlags_v2 as *mut c_void,
+        86 => cuDeviceRegisterAsyncNotification as *mut c_void,
+        87 => cuDeviceSetGraphMemAttribute as *mut c_void,
+        88 => cuDeviceSetMemPool as *mut c_void,
+        89 => cuDeviceTotalMem_v2 as *mut c_void,
+        90 => cuDeviceUnregisterAsyncNotification as *mut c_void,
+        91 => cuDriverGetVersion as *mut c_void,
+        92 => cuEventCreate as *mut c_void,
+        93 => cuEventDestroy_v2 as *mut c_void,
+        94 => cuEventElapsedTime as *mut c_void,
+        95 => cuEventElapsedTime_v2 as *mut c_void,
+        96 => cuEventQuery as *mut c_void,
+        97 => cuEventRecord as *mut c_void,
+        98 => cuEventRecordWithFlags as *mut c_void,
+        99 => cuEventRecordWithFlags_ptsz as *mut c_void,
+        100 => cuEventRecord_ptsz as *mut c_void,
+        101 => cuEventSynchronize as *mut c_void,
+        102 => cuExternalMemoryGetMappedBuffer as *mut c_void,
+        103 => cuExternalMemoryGetMappedMipmappedArray as *mut c_void,
+        104 => cuFlushGPUDirectRDMAWrites as *mut c_void,
+        105 => cuFuncGetAttribute as *mut c_void,
+        106 => cuFuncGetModule as *mut c_void,
+        107 => cuFuncGetName as *mut c_void,
+        108 => cuFuncGetParamCount as *mut c_void,
+        109 => cuFuncGetParamInfo as *mut c_void,
+        110 => cuFuncIsLoaded as *mut c_void,
+        111 => cuFuncLoad as *mut c_void,
+        112 => cuFuncSetAttribute as *mut c_void,
+        113 => cuFuncSetBlockShape as *mut c_void,
+        114 => cuFuncSetCacheConfig as *mut c_void,
+        115 => cuFuncSetSharedMemConfig as *mut c_void,
+        116 => cuFuncSetSharedSize as *mut c_void,
+        117 => cuGetErrorName as *mut c_void,
+        118 => cuGetErrorString as *mut c_void,
+        119 => cuGetExportTable as *mut c_void,
+        120 => cuGetProcAddress as *mut c_void,
+        121 => cuGetProcAddress_v2 as *mut c_void,
+        122 => cuGraphAddBatchMemOpNode as *mut c_void,
+        123 => cuGraphAddChildGraphNode as *mut c_void,
+        124 => cuGraphAddDependencies as *mut c_void,
+        125 => cuGraphAddDependencies_v2 as *mut c_void,
+        126 => cuGraphAddEmptyNode as *mut c_void,
+        127 => cuGraphAddEventRecordNode as *mut c_void,
+        128 => cuGraphAddEventWaitNode as *mut c_void,
+        129 => cuGraphAddExternalSemaphoresSignalNode as *mut c_void,
+        130 => cuGraphAddExternalSemaphoresWaitNode as *mut c_void,
+        131 => cuGraphAddHostNode as *mut c_void,
+        132 => cuGraphAddKernelNode as *mut c_void,
+        133 => cuGraphAddKernelNode_v2 as *mut c_void,
+        134 => cuGraphAddMemAllocNode as *mut c_void,
+        135 => cuGraphAddMemFreeNode as *mut c_void,
+        136 => cuGraphAddMemcpyNode as *mut c_void,
+        137 => cuGraphAddMemsetNode as *mut c_void,
+        138 => cuGraphAddNode as *mut c_void,
+        139 => cuGraphAddNode_v2 as *mut c_void,
+        140 => cuGraphAddNode_v3 as *mut c_void,
+        141 => cuGraphBatchMemOpNodeGetParams as *mut c_void,
+        142 => cuGraphBatchMemOpNodeSetParams as *mut c_void,
+        143 => cuGraphChildGraphNodeGetGraph as *mut c_void,
+        144 => cuGraphClone as *mut c_void,
+        145 => cuGraphConditionalHandleCreate as *mut c_void,
+        146 => cuGraphCreate as *mut c_void,
+        147 => cuGraphDebugDotPrint as *mut c_void,
+        148 => cuGraphDestroy as *mut c_void,
+        149 => cuGraphDestroyNode as *mut c_void,
+        150 => cuGraphEventRecordNodeGetEvent as *mut c_void,
+        151 => cuGraphEventRecordNodeSetEvent as *mut c_void,
+        152 => cuGraphEventWaitNodeGetEvent as *mut c_void,
+        153 => cuGraphEventWaitNodeSetEvent as *mut c_void,
+        154 => cuGraphExecBatchMemOpNodeSetParams as *mut c_void,
+        155 => cuGraphExecChildGraphNodeSetParams as *mut c_void,
+        156 => cuGraphExecDestroy as *mut c_void,
+        157 => cuGraphExecEventRecordNodeSetEvent as *mut c_void,
+        158 => cuGraphExecEventWaitNodeSetEvent as *mut c_void,
+        159 => cuGraphExecExternalSemaphoresSignalNodeSetParams as *mut c_void,
+        160 => cuGraphExecExternalSemaphoresWaitNodeSetParams as *mut c_void,
+        161 => cuGraphExecGetFlags as *mut c_void,
+        162 => cuGraphExecGetId as *mut c_void,
+        163 => cuGraphExecHostNodeSetParams as *mut c_void,
+        164 => cuGraphExecKernelNodeSetParams as *mut c_void,
+        165 => cuGraphExecKernelNodeSetParams_v2 as *mut c_void,
+        166 => cuGraphExecMemcpyNodeSetParams as *mut c_void,
+        167 => cuGraphExecMemsetNodeSetParams as *mut c_void,
+        168 => cuGraphExecNodeSetParams as *mut c_void,
+        169 => cuGraphExecUpdate as *mut c_void,
+        170 => cuGraphExecUpdate_v2 as *mut c_void,
+        171 => cuGraphExternalSemaphoresSignalNodeGetParams as *mut c_void,
+        172 => cuGraphExternalSemaphoresSignalNodeSetParams as *mut c_void,
+        173 => cuGraphExternalSemaphoresWaitNodeGetParams as *mut c_void,
+        174 => cuGraphExternalSemaphoresWaitNodeSetParams as *mut c_void,
+        175 => cuGraphGetEdges as *mut c_void,
+        176 => cuGraphGetEdges_v2 as *mut c_void,
+        177 => cuGraphGetId as *mut c_void,
+        178 => cuGraphGetNodes as *mut c_void,
+        179 => cuGraphGetRootNodes as *mut c_void,
+        180 => cuGraphHostNodeGetParams as *mut c_void,
+        181 => cuGraphHostNodeSetParams as *mut c_void,
+        182 => cuGraphInstantiateWithFlags as *mut c_void,
+        183 => cuGraphInstantiateWithParams as *mut c_void,
+        184 => cuGraphInstantiate_v2 as *mut c_void,
+        185 => cuGraphKernelNodeCopyAttributes as *mut c_void,
+        186 => cuGraphKernelNodeGetAttribute as *mut c_void,
+        187 => cuGraphKernelNodeGetParams as *mut c_void,
+        188 => cuGraphKernelNodeGetParams_v2 as *mut c_void,
+        189 => cuGraphKernelNodeSetAttribute as *mut c_void,
+        190 => cuGraphKernelNodeSetParams as *mut c_void,
+        191 => cuGraphKernelNodeSetParams_v2 as *mut c_void,
+        192 => cuGraphLaunch as *mut c_void,
+        193 => cuGraphLaunch_ptsz as *mut c_void,
+        194 => cuGraphMemAllocNodeGetParams as *mut c_void,
+        195 => cuGraphMemFreeNodeGetParams as *mut c_void,
+        196 => cuGraphMemcpyNodeGetParams as *mut c_void,
+        197 => cuGraphMemcpyNodeSetParams as *mut c_void,
+        198 => cuGraphMemsetNodeGetParams as *mut c_void,
+        199 => cuGraphMemsetNodeSetParams as *mut c_void,
+        200 => cuGraphNodeFindInClone as *mut c_void,
+        201 => cuGraphNodeGetContainingGraph as *mut c_void,
+        202 => cuGraphNodeGetDependencies as *mut c_void,
+        203 => cuGraphNodeGetDependencies_v2 as *mut c_void,
+        204 => cuGraphNodeGetDependentNodes as *mut c_void,
+        205 => cuGraphNodeGetDependentNodes_v2 as *mut c_void,
+        206 => cuGraphNodeGetEnabled as *mut c_void,
+        207 => cuGraphNodeGetLocalId as *mut c_void,
+        208 => cuGraphNodeGetParams as *mut c_void,
+        209 => cuGraphNodeGetToolsId as *mut c_void,
+        210 => cuGraphNodeGetType as *mut c_void,
+        211 => cuGraphNodeSetEnabled as *mut c_void,
+        212 => cuGraphNodeSetParams as *mut c_void,
+        213 => cuGraphNodeSetParams_v2 as *mut c_void,
+        214 => cuGraphReleaseUserObject as *mut c_void,
+        215 => cuGraphRemoveDependencies as *mut c_void,
+        216 => cuGraphRemoveDependencies_v2 as *mut c_void,
+        217 => cuGraphRetainUserObject as *mut c_void,
+        218 => cuGraphUpload as *mut c_void,
+        219 => cuGraphUpload_ptsz as *mut c_void,
+        220 => cuGraphicsMapResources as *mut c_void,
+        221 => cuGraphicsMapResources_ptsz as *mut c_void,
+        222 => cuGraphicsResourceGetMappedMipmappedArray as *mut c_void,
+        223 => cuGraphicsResourceGetMappedPointer_v2 as *mut c_void,
+        224 => cuGraphicsResourceSetMapFlags_v2 as *mut c_void,
+        225 => cuGraphicsSubResourceGetMappedArray as *mut c_void,
+        226 => cuGraphicsUnmapResources as *mut c_void,
+        227 => cuGraphicsUnmapResources_ptsz as *mut c_void,
+        228 => cuGraphicsUnregisterResource as *mut c_void,
+        229 => cuGreenCtxCreate as *mut c_void,
+        230 => cuGreenCtxDestroy as *mut c_void,
+        231 => cuGreenCtxGetDevResource as *mut c_void,
+        232 => cuGreenCtxGetId as *mut c_void,
+        233 => cuGreenCtxRecordEvent as *mut c_void,
+        234 => cuGreenCtxStreamCreate as *mut c_void,
+        235 => cuGreenCtxWaitEvent as *mut c_void,
+        236 => cuImportExternalMemory as *mut c_void,
+        237 => cuImportExternalSemaphore as *mut c_void,
+        238 => cuInit as *mut c_void,
+        239 => cuIpcCloseMemHandle as *mut c_void,
+        240 => cuIpcGetEventHandle as *mut c_void,
+        241 => cuIpcGetMemHandle as *mut c_void,
+        242 => cuIpcOpenEventHandle as *mut c_void,
+        243 => cuIpcOpenMemHandle as *mut c_void,
+        244 => cuIpcOpenMemHandle_v2 as *mut c_void,
+        245 => cuKernelGetAttribute as *mut c_void,
+        246 => cuKernelGetFunction as *mut c_void,
+        247 => cuKernelGetLibrary as *mut c_void,
+        248 => cuKernelGetName as *mut c_void,
+        249 => cuKernelGetParamCount as *mut c_void,
+        250 => cuKernelGetParamInfo as *mut c_void,
+        251 => cuKernelSetAttribute as *mut c_void,
+        252 => cuKernelSetCacheConfig as *mut c_void,
+        253 => cuLaunch as *mut c_void,
+        254 => cuLaunchCooperativeKernel as *mut c_void,
+        255 => cuLaunchCooperativeKernelMultiDevice as *mut c_void,
+        256 => cuLaunchCooperativeKernel_ptsz as *mut c_void,
+        257 => cuLaunchGrid as *mut c_void,
+        258 => cuLaunchGridAsync as *mut c_void,
+        259 => cuLaunchHostFunc as *mut c_void,
+        260 => cuLaunchHostFunc_ptsz as *mut c_void,
+        261 => cuLaunchHostFunc_v2 as *mut c_void,
+        262 => cuLaunchKernel as *mut c_void,
+        263 => cuLaunchKernelEx as *mut c_void,
+        264 => cuLaunchKernelEx_ptsz as *mut c_void,
+        265 => cuLaunchKernel_ptsz as *mut c_void,
+        266 => cuLibraryEnumerateKernels as *mut c_void,
+        267 => cuLibraryGetGlobal as *mut c_void,
+        268 => cuLibraryGetKernel as *mut c_void,
+        269 => cuLibraryGetKernelCount as *mut c_void,
+        270 => cuLibraryGetManaged as *mut c_void,
+        271 => cuLibraryGetModule as *mut c_void,
+        272 => cuLibraryGetUnifiedFunction as *mut c_void,
+        273 => cuLibraryLoadData as *mut c_void,
+        274 => cuLibraryLoadFromFile as *mut c_void,
+        275 => cuLibraryUnload as *mut c_void,
+        276 => cuLinkAddData_v2 as *mut c_void,
+        277 => cuLinkAddFile_v2 as *mut c_void,
+        278 => cuLinkComplete as *mut c_void,
+        279 => cuLinkCreate_v2 as *mut c_void,
+        280 => cuLinkDestroy as *mut c_void,
+        281 => cuLogicalEndpointAddDevice as *mut c_void,
+        282 => cuLogicalEndpointBindAddr as *mut c_void,
+        283 => cuLogicalEndpointBindMem as *mut c_void,
+        284 => cuLogicalEndpointCreate as *mut c_void,
+        285 => cuLogicalEndpointDestroy as *mut c_void,
+        286 => cuLogicalEndpointExport as *mut c_void,
+        287 => cuLogicalEndpointGetLimits as *mut c_void,
+        288 => cuLogicalEndpointIdRelease as *mut c_void,
+        289 => cuLogicalEndpointIdReserve as *mut c_void,
+        290 => cuLogicalEndpointImport as *mut c_void,
+        291 => cuLogicalEndpointQuery as *mut c_void,
+        292 => cuLogicalEndpointUnbind as *mut c_void,
+        293 => cuLogsCurrent as *mut c_void,
+        294 => cuLogsDumpToFile as *mut c_void,
+        295 => cuLogsDumpToMemory as *mut c_void,
+        296 => cuLogsRegisterCallback as *mut c_void,
+        297 => cuLogsUnregisterCallback as *mut c_void,
+        298 => cuMemAddressFree as *mut c_void,
+        299 => cuMemAddressReserve as *mut c_void,
+        300 => cuMemAdvise as *mut c_void,
+        301 => cuMemAdvise_v2 as *mut c_void,
+        302 => cuMemAllocAsync as *mut c_void,
+        303 => cuMemAllocAsync_ptsz as *mut c_void,
+        304 => cuMemAllocFromPoolAsync as *mut c_void,
+        305 => cuMemAllocFromPoolAsync_ptsz as *mut c_void,
+        306 => cuMemAllocHost_v2 as *mut c_void,
+        307 => cuMemAllocManaged as *mut c_void,
+        308 => cuMemAllocPitch_v2 as *mut c_void,
+        309 => cuMemAlloc_v2 as *mut c_void,
+        310 => cuMemBatchDecompressAsync as *mut c_void,
+        311 => cuMemCreate as *mut c_void,
+        312 => cuMemDiscardAndPrefetchBatchAsync as *mut c_void,
+        313 => cuMemDiscardBatchAsync as *mut c_void,
+        314 => cuMemExportToShareableHandle as *mut c_void,
+        315 => cuMemFreeAsync as *mut c_void,
+        316 => cuMemFreeAsync_ptsz as *mut c_void,
+        317 => cuMemFreeHost as *mut c_void,
+        318 => cuMemFree_v2 as *mut c_void,
+        319 => cuMemGetAccess as *mut c_void,
+        320 => cuMemGetAddressRange_v2 as *mut c_void,
+        321 => cuMemGetAllocationGranularity as *mut c_void,
+        322 => cuMemGetAllocationPropertiesFromHandle as *mut c_void,
+        323 => cuMemGetDefaultMemPool as *mut c_void,
+        324 => cuMemGetHandleForAddressRange as *mut c_void,
+        325 => cuMemGetInfo_v2 as *mut c_void,
+        326 => cuMemGetLocationInfo as *mut c_void,
+        327 => cuMemGetMemPool as *mut c_void,
+        328 => cuMemHostAlloc as *mut c_void,
+        329 => cuMemHostGetDevicePointer_v2 as *mut c_void,
+        330 => cuMemHostGetFlags as *mut c_void,
+        331 => cuMemHostRegister_v2 as *mut c_void,
+        332 => cuMemHostUnregister as *mut c_void,
+        333 => cuMemImportFromShareableHandle as *mut c_void,
+        334 => cuMemMap as *mut c_void,
+        335 => cuMemMapArrayAsync as *mut c_void,
+        336 => cuMemMapArrayAsync_ptsz as *mut c_void,
+        337 => cuMemPoolCreate as *mut c_void,
+        338 => cuMemPoolDestroy as *mut c_void,
+        339 => cuMemPoolExportPointer as *mut c_void,
+        340 => cuMemPoolExportToShareableHandle as *mut c_void,
+        341 => cuMemPoolGetAccess as *mut c_void,
+        342 => cuMemPoolGetAttribute as *mut c_void,
+        343 => cuMemPoolImportFromShareableHandle as *mut c_void,
+        344 => cuMemPoolImportPointer as *mut c_void,
+        345 => cuMemPoolSetAccess as *mut c_void,
+        346 => cuMemPoolSetAttribute as *mut c_void,
+        347 => cuMemPoolTrimTo as *mut c_void,
+        348 => cuMemPrefetchAsync as *mut c_void,
+        349 => cuMemPrefetchAsync_ptsz as *mut c_void,
+        350 => cuMemPrefetchAsync_v2 as *mut c_void,
+        351 => cuMemPrefetchAsync_v2_ptsz as *mut c_void,
+        352 => cuMemPrefetchBatchAsync as *mut c_void,
+        353 => cuMemRangeGetAttribute as *mut c_void,
+        354 => cuMemRangeGetAttributes as *mut c_void,
+        355 => cuMemRelease as *mut c_void,
+        356 => cuMemRetainAllocationHandle as *mut c_void,
+        357 => cuMemSetAccess as *mut c_void,
+        358 => cuMemSetMemPool as *mut c_void,
+        359 => cuMemUnmap as *mut c_void,
+        360 => cuMemcpy as *mut c_void,
+        361 => cuMemcpy2DAsync_v2 as *mut c_void,
+        362 => cuMemcpy2DAsync_v2_ptsz as *mut c_void,
+        363 => cuMemcpy2DUnaligned_v2 as *mut c_void,
+        364 => cuMemcpy2DUnaligned_v2_ptds as *mut c_void,
+        365 => cuMemcpy2D_v2 as *mut c_void,
+        366 => cuMemcpy2D_v2_ptds as *mut c_void,
+        367 => cuMemcpy3DAsync_v2 as *mut c_void,
+        368 => cuMemcpy3DAsync_v2_ptsz as *mut c_void,
+        369 => cuMemcpy3DBatchAsync as *mut c_void,
+        370 => cuMemcpy3DBatchAsync_ptsz as *mut c_void,
+        371 => cuMemcpy3DBatchAsync_v2 as *mut c_void,
+        372 => cuMemcpy3DPeer as *mut c_void,
+        373 => cuMemcpy3DPeerAsync as *mut c_void,
+        374 => cuMemcpy3DPeerAsync_ptsz as *mut c_void,
+        375 => cuMemcpy3DPeer_ptds as *mut c_void,
+        376 => cuMemcpy3DWithAttributesAsync as *mut c_void,
+        377 => cuMemcpy3D_v2 as *mut c_void,
+        378 => cuMemcpy3D_v2_ptds as *mut c_void,
+        379 => cuMemcpyAsync as *mut c_void,
+        380 => cuMemcpyAsync_ptsz as *mut c_void,
+        381 => cuMemcpyAtoA_v2 as *mut c_void,
+        382 => cuMemcpyAtoA_v2_ptds as *mut c_void,
+        383 => cuMemcpyAtoD_v2 as *mut c_void,
+        384 => cuMemcpyAtoD_v2_ptds as *mut c_void,
+        385 => cuMemcpyAtoHAsync_v2 as *mut c_void,
+        386 => cuMemcpyAtoHAsync_v2_ptsz as *mut c_void,
+        387 => cuMemcpyAtoH_v2 as *mut c_void,
+        388 => cuMemcpyAtoH_v2_ptds as *mut c_void,
+        389 => cuMemcpyBatchAsync as *mut c_void,
+        390 => cuMemcpyBatchAsync_ptsz as *mut c_void,
+        391 => cuMemcpyBatchAsync_v2 as *mut c_void,
+        392 => cuMemcpyDtoA_v2 as *mut c_void,
+        393 => cuMemcpyDtoA_v2_ptds as *mut c_void,
+        394 => cuMemcpyDtoDAsync_v2 as *mut c_void,
+        395 => cuMemcpyDtoDAsync_v2_ptsz as *mut c_void,
+        396 => cuMemcpyDtoD_v2 as *mut c_void,
+        397 => cuMemcpyDtoD_v2_ptds as *mut c_void,
+        398 => cuMemcpyDtoHAsync_v2 as *mut c_void,
+        399 => cuMemcpyDtoHAsync_v2_ptsz as *mut c_void,
+        400 => cuMemcpyDtoH_v2 as *mut c_void,
+        401 => cuMemcpyDtoH_v2_ptds as *mut c_void,
+        402 => cuMemcpyHtoAAsync_v2 as *mut c_void,
+        403 => cuMemcpyHtoAAsync_v2_ptsz as *mut c_void,
+        404 => cuMemcpyHtoA_v2 as *mut c_void,
+        405 => cuMemcpyHtoA_v2_ptds as *mut c_void,
+        406 => cuMemcpyHtoDAsync_v2 as *mut c_void,
+        407 => cuMemcpyHtoDAsync_v2_ptsz as *mut c_void,
+        408 => cuMemcpyHtoD_v2 as *mut c_void,
+        409 => cuMemcpyHtoD_v2_ptds as *mut c_void,
+        410 => cuMemcpyPeer as *mut c_void,
+        411 => cuMemcpyPeerAsync as *mut c_void,
+        412 => cuMemcpyPeerAsync_ptsz as *mut c_void,
+        413 => cuMemcpyPeer_ptds as *mut c_void,
+        414 => cuMemcpyWithAttributesAsync as *mut c_void,
+        415 => cuMemcpy_ptds as *mut c_void,
+        416 => cuMemsetD16Async as *mut c_void,
+        417 => cuMemsetD16Async_ptsz as *mut c_void,
+        418 => cuMemsetD16_v2 as *mut c_void,
+        419 => cuMemsetD16_v2_ptds as *mut c_void,
+        420 => cuMemsetD2D16Async as *mut c_void,
+        421 => cuMemsetD2D16Async_ptsz as *mut c_void,
+        422 => cuMemsetD2D16_v2 as *mut c_void,
+        423 => cuMemsetD2D16_v2_ptds as *mut c_void,
+        424 => cuMemsetD2D32Async as *mut c_void,
+        425 => cuMemsetD2D32Async_ptsz as *mut c_void,
+        426 => cuMemsetD2D32_v2 as *mut c_void,
+        427 => cuMemsetD2D32_v2_ptds as *mut c_void,
+        428 => cuMemsetD2D8Async as *mut c_void,
+        429 => cuMemsetD2D8Async_ptsz as *mut c_void,
+        430 => cuMemsetD2D8_v2 as *mut c_void,
+        431 => cuMemsetD2D8_v2_ptds as *mut c_void,
+        432 => cuMemsetD32Async as *mut c_void,
+        433 => cuMemsetD32Async_ptsz as *mut c_void,
+        434 => cuMemsetD32_v2 as *mut c_void,
+        435 => cuMemsetD32_v2_ptds as *mut c_void,
+        436 => cuMemsetD8Async as *mut c_void,
+        437 => cuMemsetD8Async_ptsz as *mut c_void,
+        438 => cuMemsetD8_v2 as *mut c_void,
+        439 => cuMemsetD8_v2_ptds as *mut c_void,
+        440 => cuMipmappedArrayCreate as *mut c_void,
+        441 => cuMipmappedArrayDestroy as *mut c_void,
+        442 => cuMipmappedArrayGetLevel as *mut c_void,
+        443 => cuMipmappedArrayGetMemoryRequirements as *mut c_void,
+        444 => cuMipmappedArrayGetSparseProperties as *mut c_void,
+        445 => cuModuleEnumerateFunctions as *mut c_void,
+        446 => cuModuleGetFunction as *mut c_void,
+        447 => cuModuleGetFunctionCount as *mut c_void,
+        448 => cuModuleGetGlobal_v2 as *mut c_void,
+        449 => cuModuleGetLoadingMode as *mut c_void,
+        450 => cuModuleGetSurfRef as *mut c_void,
+        451 => cuModuleGetTexRef as *mut c_void,
+        452 => cuModuleLoad as *mut c_void,
+        453 => cuModuleLoadData as *mut c_void,
+        454 => cuModuleLoadDataEx as *mut c_void,
+        455 => cuModuleLoadFatBinary as *mut c_void,
+        456 => cuModuleUnload as *mut c_void,
+        457 => cuMulticastAddDevice as *mut c_void,
+        458 => cuMulticastBindAddr as *mut c_void,
+        459 => cuMulticastBindAddr_v2 as *mut c_void,
+        460 => cuMulticastBindMem as *mut c_void,
+        461 => cuMulticastBindMem_v2 as *mut c_void,
+        462 => cuMulticastCreate as *mut c_void,
+        463 => cuMulticastGetGranularity as *mut c_void,
+        464 => cuMulticastUnbind as *mut c_void,
+        465 => cuOccupancyAvailableDynamicSMemPerBlock as *mut c_void,
+        466 => cuOccupancyMaxActiveBlocksPerMultiprocessor as *mut c_void,
+        467 => cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags as *mut c_void,
+        468 => cuOccupancyMaxActiveClusters as *mut c_void,
+        469 => cuOccupancyMaxPotentialBlockSize as *mut c_void,
+        470 => cuOccupancyMaxPotentialBlockSizeWithFlags as *mut c_void,
+        471 => cuOccupancyMaxPotentialClusterSize as *mut c_void,
+        472 => cuParamSetSize as *mut c_void,
+        473 => cuParamSetTexRef as *mut c_void,
+        474 => cuParamSetf as *mut c_void,
+        475 => cuParamSeti as *mut c_void,
+        476 => cuParamSetv as *mut c_void,
+        477 => cuPointerGetAttribute as *mut c_void,
+        478 => cuPointerGetAttributes as *mut c_void,
+        479 => cuPointerSetAttribute as *mut c_void,
+        480 => cuProfilerInitialize as *mut c_void,
+        481 => cuProfilerStart as *mut c_void,
+        482 => cuProfilerStop as *mut c_void,
+        483 => cuSignalExternalSemaphoresAsync as *mut c_void,
+        484 => cuSignalExternalSemaphoresAsync_ptsz as *mut c_void,
+        485 => cuStreamAddCallback as *mut c_void,
+        486 => cuStreamAddCallback_ptsz as *mut c_void,
+        487 => cuStreamAttachMemAsync as *mut c_void,
+        488 => cuStreamAttachMemAsync_ptsz as *mut c_void,
+        489 => cuStreamBatchMemOp as *mut c_void,
+        490 => cuStreamBatchMemOp_v2 as *mut c_void,
+        491 => cuStreamBatchMemOp_v2_ptsz as *mut c_void,
+        492 => cuStreamBeginCaptureToCig as *mut c_void,
+        493 => cuStreamBeginCaptureToGraph as *mut c_void,
+        494 => cuStreamBeginCapture_v2 as *mut c_void,
+        495 => cuStreamBeginCapture_v2_ptsz as *mut c_void,
+        496 => cuStreamBeginRecaptureToGraph as *mut c_void,
+        497 => cuStreamCopyAttributes as *mut c_void,
+        498 => cuStreamCopyAttributes_ptsz as *mut c_void,
+        499 => cuStreamCreate as *mut c_void,
+        500 => cuStreamCreateWithPriority as *mut c_void,
+        501 => cuStreamDestroy_v2 as *mut c_void,
+        502 => cuStreamEndCapture as *mut c_void,
+        503 => cuStreamEndCaptureToCig as *mut c_void,
+        504 => cuStreamEndCapture_ptsz as *mut c_void,
+        505 => cuStreamGetAttribute as *mut c_void,
+        506 => cuStreamGetAttribute_ptsz as *mut c_void,
+        507 => cuStreamGetCaptureInfo as *mut c_void,
+        508 => cuStreamGetCaptureInfo_v2 as *mut c_void,
+        509 => cuStreamGetCaptureInfo_v2_ptsz as *mut c_void,
+        510 => cuStreamGetCaptureInfo_v3 as *mut c_void,
+        511 => cuStreamGetCaptureInfo_v3_ptsz as *mut c_void,
+        512 => cuStreamGetCtx as *mut c_void,
+        513 => cuStreamGetCtx_ptsz as *mut c_void,
+        514 => cuStreamGetCtx_v2 as *mut c_void,
+        515 => cuStreamGetDevResource as *mut c_void,
+        516 => cuStreamGetDevice as *mut c_void,
+        517 => cuStreamGetFlags as *mut c_void,
+        518 => cuStreamGetFlags_ptsz as *mut c_void,
+        519 => cuStreamGetGreenCtx as *mut c_void,
+        520 => cuStreamGetId as *mut c_void,
+        521 => cuStreamGetId_ptsz as *mut c_void,
+        522 => cuStreamGetPriority as *mut c_void,
+        523 => cuStreamGetPriority_ptsz as *mut c_void,
+        524 => cuStreamIsCapturing as *mut c_void,
+        525 => cuStreamIsCapturing_ptsz as *mut c_void,
+        526 => cuStreamQuery as *mut c_void,
+        527 => cuStreamQuery_ptsz as *mut c_void,
+        528 => cuStreamSetAttribute as *mut c_void,
+        529 => cuStreamSetAttribute_ptsz as *mut c_void,
+        530 => cuStreamSynchronize as *mut c_void,
+        531 => cuStreamSynchronize_ptsz as *mut c_void,
+        532 => cuStreamUpdateCaptureDependencies as *mut c_void,
+        533 => cuStreamUpdateCaptureDependencies_ptsz as *mut c_void,
+        534 => cuStreamUpdateCaptureDependencies_v2 as *mut c_void,
+        535 => cuStreamWaitEvent as *mut c_void,
+        536 => cuStreamWaitEvent_ptsz as *mut c_void,
+        537 => cuStreamWaitValue32 as *mut c_void,
+        538 => cuStreamWaitValue32_v2 as *mut c_void,
+        539 => cuStreamWaitValue32_v2_ptsz as *mut c_void,
+        540 => cuStreamWaitValue64 as *mut c_void,
+        541 => cuStreamWaitValue64_v2 as *mut c_void,
+        542 => cuStreamWaitValue64_v2_ptsz as *mut c_void,
+        543 => cuStreamWriteValue32 as *mut c_void,
+        544 => cuStreamWriteValue32_v2 as *mut c_void,
+        545 => cuStreamWriteValue32_v2_ptsz as *mut c_void,
+        546 => cuStreamWriteValue64 as *mut c_void,
+        547 => cuStreamWriteValue64_v2 as *mut c_void,
+        548 => cuStreamWriteValue64_v2_ptsz as *mut c_void,
+        549 => cuSurfObjectCreate as *mut c_void,
+        550 => cuSurfObjectDestroy as *mut c_void,
+        551 => cuSurfObjectGetResourceDesc as *mut c_void,
+        552 => cuSurfRefGetArray as *mut c_void,
+        553 => cuSurfRefSetArray as *mut c_void,
+        554 => cuTensorMapEncodeIm2col as *mut c_void,
+        555 => cuTensorMapEncodeIm2colWide as *mut c_void,
+        556 => cuTensorMapEncodeTiled as *mut c_void,
+        557 => cuTensorMapReplaceAddress as *mut c_void,
+        558 => cuTexObjectCreate as *mut c_void,
+        559 => cuTexObjectDestroy as *mut c_void,
+        560 => cuTexObjectGetResourceDesc as *mut c_void,
+        561 => cuTexObjectGetResourceViewDesc as *mut c_void,
+        562 => cuTexObjectGetTextureDesc as *mut c_void,
+        563 => cuTexRefCreate as *mut c_void,
+        564 => cuTexRefDestroy as *mut c_void,
+        565 => cuTexRefGetAddressMode as *mut c_void,
+        566 => cuTexRefGetAddress_v2 as *mut c_void,
+        567 => cuTexRefGetArray as *mut c_void,
+        568 => cuTexRefGetBorderColor as *mut c_void,
+        569 => cuTexRefGetFilterMode as *mut c_void,
+        570 => cuTexRefGetFlags as *mut c_void,
+        571 => cuTexRefGetFormat as *mut c_void,
+        572 => cuTexRefGetMaxAnisotropy as *mut c_void,
+        573 => cuTexRefGetMipmapFilterMode as *mut c_void,
+        574 => cuTexRefGetMipmapLevelBias as *mut c_void,
+        575 => cuTexRefGetMipmapLevelClamp as *mut c_void,
+        576 => cuTexRefGetMipmappedArray as *mut c_void,
+        577 => cuTexRefSetAddress2D_v3 as *mut c_void,
+        578 => cuTexRefSetAddressMode as *mut c_void,
+        579 => cuTexRefSetAddress_v2 as *mut c_void,
+        580 => cuTexRefSetArray as *mut c_void,
+        581 => cuTexRefSetBorderColor as *mut c_void,
+        582 => cuTexRefSetFilterMode as *mut c_void,
+        583 => cuTexRefSetFlags as *mut c_void,
+        584 => cuTexRefSetFormat as *mut c_void,
+        585 => cuTexRefSetMaxAnisotropy as *mut c_void,
+        586 => cuTexRefSetMipmapFilterMode as *mut c_void,
+        587 => cuTexRefSetMipmapLevelBias as *mut c_void,
+        588 => cuTexRefSetMipmapLevelClamp as *mut c_void,
+        589 => cuTexRefSetMipmappedArray as *mut c_void,
+        590 => cuThreadExchangeStreamCaptureMode as *mut c_void,
+        591 => cuUserObjectCreate as *mut c_void,
+        592 => cuUserObjectRelease as *mut c_void,
+        593 => cuUserObjectRetain as *mut c_void,
+        594 => cuWaitExternalSemaphoresAsync as *mut c_void,
+        595 => cuWaitExternalSemaphoresAsync_ptsz as *mut c_void,
+        596 => cudaGetDriverEntryPoint as *mut c_void,
+        597 => cudaGetDriverEntryPointByVersion as *mut c_void,
         _ => std::ptr::null_mut(),
     }
 }
@@ -1683,7 +1685,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(a0: i32) -> u32 {
     forward(
-        80,
+        81,
         |f| unsafe {
             std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32) -> u32>(f)(a0)
         },
@@ -1692,7 +1694,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(a0: i32) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(a0: *mut c_void, a1: i32) -> u32 {
     forward(
-        82,
+        84,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1704,7 +1706,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(a0: *mut c_void, a1: i32) -> u
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevicePrimaryCtxSetFlags_v2(a0: i32, a1: u32) -> u32 {
     forward(
-        83,
+        85,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1721,7 +1723,7 @@ pub unsafe extern "C" fn cuDeviceRegisterAsyncNotification(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        84,
+        86,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1737,7 +1739,7 @@ pub unsafe extern "C" fn cuDeviceSetGraphMemAttribute(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        85,
+        87,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1749,7 +1751,7 @@ pub unsafe extern "C" fn cuDeviceSetGraphMemAttribute(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceSetMemPool(a0: i32, a1: *mut c_void) -> u32 {
     forward(
-        86,
+        88,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1761,7 +1763,7 @@ pub unsafe extern "C" fn cuDeviceSetMemPool(a0: i32, a1: *mut c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceTotalMem_v2(a0: *mut c_void, a1: i32) -> u32 {
     forward(
-        87,
+        89,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1776,7 +1778,7 @@ pub unsafe extern "C" fn cuDeviceUnregisterAsyncNotification(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        88,
+        90,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1788,7 +1790,7 @@ pub unsafe extern "C" fn cuDeviceUnregisterAsyncNotification(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDriverGetVersion(a0: *mut c_void) -> u32 {
     forward(
-        89,
+        91,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1800,7 +1802,7 @@ pub unsafe extern "C" fn cuDriverGetVersion(a0: *mut c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventCreate(a0: *mut c_void, a1: u32) -> u32 {
     forward(
-        90,
+        92,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1812,7 +1814,7 @@ pub unsafe extern "C" fn cuEventCreate(a0: *mut c_void, a1: u32) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventDestroy_v2(a0: *mut c_void) -> u32 {
     forward(
-        91,
+        93,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1828,7 +1830,7 @@ pub unsafe extern "C" fn cuEventElapsedTime(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        92,
+        94,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1844,7 +1846,7 @@ pub unsafe extern "C" fn cuEventElapsedTime_v2(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        93,
+        95,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1856,7 +1858,7 @@ pub unsafe extern "C" fn cuEventElapsedTime_v2(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventQuery(a0: *mut c_void) -> u32 {
     forward(
-        94,
+        96,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1868,7 +1870,7 @@ pub unsafe extern "C" fn cuEventQuery(a0: *mut c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventRecord(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        95,
+        97,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1884,7 +1886,7 @@ pub unsafe extern "C" fn cuEventRecordWithFlags(
     a2: u32,
 ) -> u32 {
     forward(
-        96,
+        98,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1900,7 +1902,7 @@ pub unsafe extern "C" fn cuEventRecordWithFlags_ptsz(
     a2: u32,
 ) -> u32 {
     forward(
-        97,
+        99,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1912,7 +1914,7 @@ pub unsafe extern "C" fn cuEventRecordWithFlags_ptsz(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventRecord_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        98,
+        100,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1924,7 +1926,7 @@ pub unsafe extern "C" fn cuEventRecord_ptsz(a0: *mut c_void, a1: *mut c_void) ->
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventSynchronize(a0: *mut c_void) -> u32 {
     forward(
-        99,
+        101,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1940,7 +1942,7 @@ pub unsafe extern "C" fn cuExternalMemoryGetMappedBuffer(
     a2: *const c_void,
 ) -> u32 {
     forward(
-        100,
+        102,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1956,7 +1958,7 @@ pub unsafe extern "C" fn cuExternalMemoryGetMappedMipmappedArray(
     a2: *const c_void,
 ) -> u32 {
     forward(
-        101,
+        103,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1968,7 +1970,7 @@ pub unsafe extern "C" fn cuExternalMemoryGetMappedMipmappedArray(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFlushGPUDirectRDMAWrites(a0: u32, a1: u32) -> u32 {
     forward(
-        102,
+        104,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1984,7 +1986,7 @@ pub unsafe extern "C" fn cuFuncGetAttribute(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        103,
+        105,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -1996,7 +1998,7 @@ pub unsafe extern "C" fn cuFuncGetAttribute(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncGetModule(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        104,
+        106,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2008,7 +2010,7 @@ pub unsafe extern "C" fn cuFuncGetModule(a0: *mut c_void, a1: *mut c_void) -> u3
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncGetName(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        105,
+        107,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2020,7 +2022,7 @@ pub unsafe extern "C" fn cuFuncGetName(a0: *mut c_void, a1: *mut c_void) -> u32 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncGetParamCount(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        106,
+        108,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2037,7 +2039,7 @@ pub unsafe extern "C" fn cuFuncGetParamInfo(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        107,
+        109,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2049,7 +2051,7 @@ pub unsafe extern "C" fn cuFuncGetParamInfo(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncIsLoaded(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        108,
+        110,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2061,7 +2063,7 @@ pub unsafe extern "C" fn cuFuncIsLoaded(a0: *mut c_void, a1: *mut c_void) -> u32
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncLoad(a0: *mut c_void) -> u32 {
     forward(
-        109,
+        111,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2073,7 +2075,7 @@ pub unsafe extern "C" fn cuFuncLoad(a0: *mut c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncSetAttribute(a0: *mut c_void, a1: u32, a2: i32) -> u32 {
     forward(
-        110,
+        112,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2090,7 +2092,7 @@ pub unsafe extern "C" fn cuFuncSetBlockShape(
     a3: i32,
 ) -> u32 {
     forward(
-        111,
+        113,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2102,7 +2104,7 @@ pub unsafe extern "C" fn cuFuncSetBlockShape(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncSetCacheConfig(a0: *mut c_void, a1: u32) -> u32 {
     forward(
-        112,
+        114,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2114,7 +2116,7 @@ pub unsafe extern "C" fn cuFuncSetCacheConfig(a0: *mut c_void, a1: u32) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncSetSharedMemConfig(a0: *mut c_void, a1: u32) -> u32 {
     forward(
-        113,
+        115,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2126,7 +2128,7 @@ pub unsafe extern "C" fn cuFuncSetSharedMemConfig(a0: *mut c_void, a1: u32) -> u
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncSetSharedSize(a0: *mut c_void, a1: u32) -> u32 {
     forward(
-        114,
+        116,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2138,7 +2140,7 @@ pub unsafe extern "C" fn cuFuncSetSharedSize(a0: *mut c_void, a1: u32) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGetErrorName(a0: u32, a1: *mut c_void) -> u32 {
     forward(
-        115,
+        117,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2150,7 +2152,7 @@ pub unsafe extern "C" fn cuGetErrorName(a0: u32, a1: *mut c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGetErrorString(a0: u32, a1: *mut c_void) -> u32 {
     forward(
-        116,
+        118,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2162,7 +2164,7 @@ pub unsafe extern "C" fn cuGetErrorString(a0: u32, a1: *mut c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGetExportTable(a0: *mut c_void, a1: *const c_void) -> u32 {
     forward(
-        117,
+        119,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2180,7 +2182,7 @@ pub unsafe extern "C" fn cuGraphAddBatchMemOpNode(
     a4: *const c_void,
 ) -> u32 {
     forward(
-        120,
+        122,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2204,7 +2206,7 @@ pub unsafe extern "C" fn cuGraphAddChildGraphNode(
     a4: *mut c_void,
 ) -> u32 {
     forward(
-        121,
+        123,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2227,7 +2229,7 @@ pub unsafe extern "C" fn cuGraphAddDependencies(
     a3: usize,
 ) -> u32 {
     forward(
-        122,
+        124,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2250,7 +2252,7 @@ pub unsafe extern "C" fn cuGraphAddDependencies_v2(
     a4: usize,
 ) -> u32 {
     forward(
-        123,
+        125,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2273,7 +2275,7 @@ pub unsafe extern "C" fn cuGraphAddEmptyNode(
     a3: usize,
 ) -> u32 {
     forward(
-        124,
+        126,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2296,7 +2298,7 @@ pub unsafe extern "C" fn cuGraphAddEventRecordNode(
     a4: *mut c_void,
 ) -> u32 {
     forward(
-        125,
+        127,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2320,7 +2322,7 @@ pub unsafe extern "C" fn cuGraphAddEventWaitNode(
     a4: *mut c_void,
 ) -> u32 {
     forward(
-        126,
+        128,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2344,7 +2346,7 @@ pub unsafe extern "C" fn cuGraphAddExternalSemaphoresSignalNode(
     a4: *const c_void,
 ) -> u32 {
     forward(
-        127,
+        129,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2368,7 +2370,7 @@ pub unsafe extern "C" fn cuGraphAddExternalSemaphoresWaitNode(
     a4: *const c_void,
 ) -> u32 {
     forward(
-        128,
+        130,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2392,7 +2394,7 @@ pub unsafe extern "C" fn cuGraphAddHostNode(
     a4: *const c_void,
 ) -> u32 {
     forward(
-        129,
+        131,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2416,7 +2418,7 @@ pub unsafe extern "C" fn cuGraphAddKernelNode(
     a4: *const c_void,
 ) -> u32 {
     forward(
-        130,
+        132,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2440,7 +2442,7 @@ pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
     a4: *const c_void,
 ) -> u32 {
     forward(
-        131,
+        133,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2464,7 +2466,7 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
     a4: *mut c_void,
 ) -> u32 {
     forward(
-        132,
+        134,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2488,7 +2490,7 @@ pub unsafe extern "C" fn cuGraphAddMemFreeNode(
     a4: u64,
 ) -> u32 {
     forward(
-        133,
+        135,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2513,7 +2515,7 @@ pub unsafe extern "C" fn cuGraphAddMemcpyNode(
     a5: *mut c_void,
 ) -> u32 {
     forward(
-        134,
+        136,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2539,7 +2541,7 @@ pub unsafe extern "C" fn cuGraphAddMemsetNode(
     a5: *mut c_void,
 ) -> u32 {
     forward(
-        135,
+        137,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2564,7 +2566,7 @@ pub unsafe extern "C" fn cuGraphAddNode(
     a4: *mut c_void,
 ) -> u32 {
     forward(
-        136,
+        138,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2589,7 +2591,7 @@ pub unsafe extern "C" fn cuGraphAddNode_v2(
     a5: *mut c_void,
 ) -> u32 {
     forward(
-        137,
+        139,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2615,7 +2617,7 @@ pub unsafe extern "C" fn cuGraphAddNode_v3(
     a5: *mut c_void,
 ) -> u32 {
     forward(
-        138,
+        140,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2637,7 +2639,7 @@ pub unsafe extern "C" fn cuGraphBatchMemOpNodeGetParams(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        139,
+        141,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2652,7 +2654,7 @@ pub unsafe extern "C" fn cuGraphBatchMemOpNodeSetParams(
     a1: *const c_void,
 ) -> u32 {
     forward(
-        140,
+        142,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2667,7 +2669,7 @@ pub unsafe extern "C" fn cuGraphChildGraphNodeGetGraph(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        141,
+        143,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2679,7 +2681,7 @@ pub unsafe extern "C" fn cuGraphChildGraphNodeGetGraph(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphClone(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        142,
+        144,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2697,7 +2699,7 @@ pub unsafe extern "C" fn cuGraphConditionalHandleCreate(
     a4: u32,
 ) -> u32 {
     forward(
-        143,
+        145,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2715,7 +2717,7 @@ pub unsafe extern "C" fn cuGraphConditionalHandleCreate(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphCreate(a0: *mut c_void, a1: u32) -> u32 {
     forward(
-        144,
+        146,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2731,7 +2733,7 @@ pub unsafe extern "C" fn cuGraphDebugDotPrint(
     a2: u32,
 ) -> u32 {
     forward(
-        145,
+        147,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2743,7 +2745,7 @@ pub unsafe extern "C" fn cuGraphDebugDotPrint(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphDestroy(a0: *mut c_void) -> u32 {
     forward(
-        146,
+        148,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2755,7 +2757,7 @@ pub unsafe extern "C" fn cuGraphDestroy(a0: *mut c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphDestroyNode(a0: *mut c_void) -> u32 {
     forward(
-        147,
+        149,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2770,7 +2772,7 @@ pub unsafe extern "C" fn cuGraphEventRecordNodeGetEvent(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        148,
+        150,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2785,7 +2787,7 @@ pub unsafe extern "C" fn cuGraphEventRecordNodeSetEvent(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        149,
+        151,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2800,7 +2802,7 @@ pub unsafe extern "C" fn cuGraphEventWaitNodeGetEvent(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        150,
+        152,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2815,7 +2817,7 @@ pub unsafe extern "C" fn cuGraphEventWaitNodeSetEvent(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        151,
+        153,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2831,7 +2833,7 @@ pub unsafe extern "C" fn cuGraphExecBatchMemOpNodeSetParams(
     a2: *const c_void,
 ) -> u32 {
     forward(
-        152,
+        154,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2847,7 +2849,7 @@ pub unsafe extern "C" fn cuGraphExecChildGraphNodeSetParams(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        153,
+        155,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2859,7 +2861,7 @@ pub unsafe extern "C" fn cuGraphExecChildGraphNodeSetParams(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecDestroy(a0: *mut c_void) -> u32 {
     forward(
-        154,
+        156,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2875,7 +2877,7 @@ pub unsafe extern "C" fn cuGraphExecEventRecordNodeSetEvent(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        155,
+        157,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2891,7 +2893,7 @@ pub unsafe extern "C" fn cuGraphExecEventWaitNodeSetEvent(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        156,
+        158,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2907,7 +2909,7 @@ pub unsafe extern "C" fn cuGraphExecExternalSemaphoresSignalNodeSetParams(
     a2: *const c_void,
 ) -> u32 {
     forward(
-        157,
+        159,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2923,7 +2925,7 @@ pub unsafe extern "C" fn cuGraphExecExternalSemaphoresWaitNodeSetParams(
     a2: *const c_void,
 ) -> u32 {
     forward(
-        158,
+        160,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2935,7 +2937,7 @@ pub unsafe extern "C" fn cuGraphExecExternalSemaphoresWaitNodeSetParams(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecGetFlags(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        159,
+        161,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2947,7 +2949,7 @@ pub unsafe extern "C" fn cuGraphExecGetFlags(a0: *mut c_void, a1: *mut c_void) -
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecGetId(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        160,
+        162,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2963,7 +2965,7 @@ pub unsafe extern "C" fn cuGraphExecHostNodeSetParams(
     a2: *const c_void,
 ) -> u32 {
     forward(
-        161,
+        163,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2979,7 +2981,7 @@ pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams(
     a2: *const c_void,
 ) -> u32 {
     forward(
-        162,
+        164,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -2995,7 +2997,7 @@ pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(
     a2: *const c_void,
 ) -> u32 {
     forward(
-        163,
+        165,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3012,7 +3014,7 @@ pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        164,
+        166,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3034,7 +3036,7 @@ pub unsafe extern "C" fn cuGraphExecMemsetNodeSetParams(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        165,
+        167,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3055,7 +3057,7 @@ pub unsafe extern "C" fn cuGraphExecNodeSetParams(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        166,
+        168,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3072,7 +3074,7 @@ pub unsafe extern "C" fn cuGraphExecUpdate(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        167,
+        169,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3093,7 +3095,7 @@ pub unsafe extern "C" fn cuGraphExecUpdate_v2(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        168,
+        170,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3108,7 +3110,7 @@ pub unsafe extern "C" fn cuGraphExternalSemaphoresSignalNodeGetParams(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        169,
+        171,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3123,7 +3125,7 @@ pub unsafe extern "C" fn cuGraphExternalSemaphoresSignalNodeSetParams(
     a1: *const c_void,
 ) -> u32 {
     forward(
-        170,
+        172,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3138,7 +3140,7 @@ pub unsafe extern "C" fn cuGraphExternalSemaphoresWaitNodeGetParams(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        171,
+        173,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3153,7 +3155,7 @@ pub unsafe extern "C" fn cuGraphExternalSemaphoresWaitNodeSetParams(
     a1: *const c_void,
 ) -> u32 {
     forward(
-        172,
+        174,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3170,7 +3172,7 @@ pub unsafe extern "C" fn cuGraphGetEdges(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        173,
+        175,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3193,7 +3195,7 @@ pub unsafe extern "C" fn cuGraphGetEdges_v2(
     a4: *mut c_void,
 ) -> u32 {
     forward(
-        174,
+        176,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3211,7 +3213,7 @@ pub unsafe extern "C" fn cuGraphGetEdges_v2(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphGetId(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        175,
+        177,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3227,7 +3229,7 @@ pub unsafe extern "C" fn cuGraphGetNodes(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        176,
+        178,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3243,7 +3245,7 @@ pub unsafe extern "C" fn cuGraphGetRootNodes(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        177,
+        179,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3258,7 +3260,7 @@ pub unsafe extern "C" fn cuGraphHostNodeGetParams(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        178,
+        180,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3273,7 +3275,7 @@ pub unsafe extern "C" fn cuGraphHostNodeSetParams(
     a1: *const c_void,
 ) -> u32 {
     forward(
-        179,
+        181,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3289,7 +3291,7 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
     a2: u64,
 ) -> u32 {
     forward(
-        180,
+        182,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3305,7 +3307,7 @@ pub unsafe extern "C" fn cuGraphInstantiateWithParams(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        181,
+        183,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3323,7 +3325,7 @@ pub unsafe extern "C" fn cuGraphInstantiate_v2(
     a4: usize,
 ) -> u32 {
     forward(
-        182,
+        184,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3344,7 +3346,7 @@ pub unsafe extern "C" fn cuGraphKernelNodeCopyAttributes(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        183,
+        185,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3360,7 +3362,7 @@ pub unsafe extern "C" fn cuGraphKernelNodeGetAttribute(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        184,
+        186,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3375,7 +3377,7 @@ pub unsafe extern "C" fn cuGraphKernelNodeGetParams(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        185,
+        187,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3390,7 +3392,7 @@ pub unsafe extern "C" fn cuGraphKernelNodeGetParams_v2(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        186,
+        188,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3406,7 +3408,7 @@ pub unsafe extern "C" fn cuGraphKernelNodeSetAttribute(
     a2: *const c_void,
 ) -> u32 {
     forward(
-        187,
+        189,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3421,7 +3423,7 @@ pub unsafe extern "C" fn cuGraphKernelNodeSetParams(
     a1: *const c_void,
 ) -> u32 {
     forward(
-        188,
+        190,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3436,7 +3438,7 @@ pub unsafe extern "C" fn cuGraphKernelNodeSetParams_v2(
     a1: *const c_void,
 ) -> u32 {
     forward(
-        189,
+        191,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3448,7 +3450,7 @@ pub unsafe extern "C" fn cuGraphKernelNodeSetParams_v2(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphLaunch(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        190,
+        192,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3460,7 +3462,7 @@ pub unsafe extern "C" fn cuGraphLaunch(a0: *mut c_void, a1: *mut c_void) -> u32 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphLaunch_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        191,
+        193,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3475,7 +3477,7 @@ pub unsafe extern "C" fn cuGraphMemAllocNodeGetParams(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        192,
+        194,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3490,7 +3492,7 @@ pub unsafe extern "C" fn cuGraphMemFreeNodeGetParams(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        193,
+        195,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3505,7 +3507,7 @@ pub unsafe extern "C" fn cuGraphMemcpyNodeGetParams(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        194,
+        196,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3520,7 +3522,7 @@ pub unsafe extern "C" fn cuGraphMemcpyNodeSetParams(
     a1: *const c_void,
 ) -> u32 {
     forward(
-        195,
+        197,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3535,7 +3537,7 @@ pub unsafe extern "C" fn cuGraphMemsetNodeGetParams(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        196,
+        198,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3550,7 +3552,7 @@ pub unsafe extern "C" fn cuGraphMemsetNodeSetParams(
     a1: *const c_void,
 ) -> u32 {
     forward(
-        197,
+        199,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3566,7 +3568,7 @@ pub unsafe extern "C" fn cuGraphNodeFindInClone(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        198,
+        200,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3581,7 +3583,7 @@ pub unsafe extern "C" fn cuGraphNodeGetContainingGraph(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        199,
+        201,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3597,44 +3599,6 @@ pub unsafe extern "C" fn cuGraphNodeGetDependencies(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        200,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-            >(f)(a0, a1, a2)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeGetDependencies_v2(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: *mut c_void,
-    a3: *mut c_void,
-) -> u32 {
-    forward(
-        201,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(
-                    *mut c_void,
-                    *mut c_void,
-                    *mut c_void,
-                    *mut c_void,
-                ) -> u32,
-            >(f)(a0, a1, a2, a3)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeGetDependentNodes(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
         202,
         |f| unsafe {
             std::mem::transmute::<
@@ -3645,7 +3609,7 @@ pub unsafe extern "C" fn cuGraphNodeGetDependentNodes(
     )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeGetDependentNodes_v2(
+pub unsafe extern "C" fn cuGraphNodeGetDependencies_v2(
     a0: *mut c_void,
     a1: *mut c_void,
     a2: *mut c_void,
@@ -3667,7 +3631,7 @@ pub unsafe extern "C" fn cuGraphNodeGetDependentNodes_v2(
     )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeGetEnabled(
+pub unsafe extern "C" fn cuGraphNodeGetDependentNodes(
     a0: *mut c_void,
     a1: *mut c_void,
     a2: *mut c_void,
@@ -3683,31 +3647,45 @@ pub unsafe extern "C" fn cuGraphNodeGetEnabled(
     )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeGetLocalId(a0: *mut c_void, a1: *mut c_void) -> u32 {
+pub unsafe extern "C" fn cuGraphNodeGetDependentNodes_v2(
+    a0: *mut c_void,
+    a1: *mut c_void,
+    a2: *mut c_void,
+    a3: *mut c_void,
+) -> u32 {
     forward(
         205,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
-                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-            >(f)(a0, a1)
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3)
         },
     )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeGetParams(a0: *mut c_void, a1: *mut c_void) -> u32 {
+pub unsafe extern "C" fn cuGraphNodeGetEnabled(
+    a0: *mut c_void,
+    a1: *mut c_void,
+    a2: *mut c_void,
+) -> u32 {
     forward(
         206,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
-                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
-            >(f)(a0, a1)
+                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1, a2)
         },
     )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeGetToolsId(a0: *mut c_void, a1: *mut c_void) -> u32 {
+pub unsafe extern "C" fn cuGraphNodeGetLocalId(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
         207,
         |f| unsafe {
@@ -3719,9 +3697,33 @@ pub unsafe extern "C" fn cuGraphNodeGetToolsId(a0: *mut c_void, a1: *mut c_void)
     )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeGetType(a0: *mut c_void, a1: *mut c_void) -> u32 {
+pub unsafe extern "C" fn cuGraphNodeGetParams(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
         208,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
+}
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphNodeGetToolsId(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(
+        209,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+            >(f)(a0, a1)
+        },
+    )
+}
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphNodeGetType(a0: *mut c_void, a1: *mut c_void) -> u32 {
+    forward(
+        210,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3737,7 +3739,7 @@ pub unsafe extern "C" fn cuGraphNodeSetEnabled(
     a2: u32,
 ) -> u32 {
     forward(
-        209,
+        211,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3749,7 +3751,7 @@ pub unsafe extern "C" fn cuGraphNodeSetEnabled(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeSetParams(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        210,
+        212,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3764,7 +3766,7 @@ pub unsafe extern "C" fn cuGraphNodeSetParams_v2(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        211,
+        213,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3780,7 +3782,7 @@ pub unsafe extern "C" fn cuGraphReleaseUserObject(
     a2: u32,
 ) -> u32 {
     forward(
-        212,
+        214,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3797,7 +3799,7 @@ pub unsafe extern "C" fn cuGraphRemoveDependencies(
     a3: usize,
 ) -> u32 {
     forward(
-        213,
+        215,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3820,7 +3822,7 @@ pub unsafe extern "C" fn cuGraphRemoveDependencies_v2(
     a4: usize,
 ) -> u32 {
     forward(
-        214,
+        216,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3843,7 +3845,7 @@ pub unsafe extern "C" fn cuGraphRetainUserObject(
     a3: u32,
 ) -> u32 {
     forward(
-        215,
+        217,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3855,7 +3857,7 @@ pub unsafe extern "C" fn cuGraphRetainUserObject(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphUpload(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        216,
+        218,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3867,7 +3869,7 @@ pub unsafe extern "C" fn cuGraphUpload(a0: *mut c_void, a1: *mut c_void) -> u32 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphUpload_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        217,
+        219,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3883,7 +3885,7 @@ pub unsafe extern "C" fn cuGraphicsMapResources(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        218,
+        220,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3899,7 +3901,7 @@ pub unsafe extern "C" fn cuGraphicsMapResources_ptsz(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        219,
+        221,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3914,7 +3916,7 @@ pub unsafe extern "C" fn cuGraphicsResourceGetMappedMipmappedArray(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        220,
+        222,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3930,7 +3932,7 @@ pub unsafe extern "C" fn cuGraphicsResourceGetMappedPointer_v2(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        221,
+        223,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3945,7 +3947,7 @@ pub unsafe extern "C" fn cuGraphicsResourceSetMapFlags_v2(
     a1: u32,
 ) -> u32 {
     forward(
-        222,
+        224,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3962,7 +3964,7 @@ pub unsafe extern "C" fn cuGraphicsSubResourceGetMappedArray(
     a3: u32,
 ) -> u32 {
     forward(
-        223,
+        225,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3978,7 +3980,7 @@ pub unsafe extern "C" fn cuGraphicsUnmapResources(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        224,
+        226,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -3994,7 +3996,7 @@ pub unsafe extern "C" fn cuGraphicsUnmapResources_ptsz(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        225,
+        227,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4006,7 +4008,7 @@ pub unsafe extern "C" fn cuGraphicsUnmapResources_ptsz(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphicsUnregisterResource(a0: *mut c_void) -> u32 {
     forward(
-        226,
+        228,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4023,7 +4025,7 @@ pub unsafe extern "C" fn cuGreenCtxCreate(
     a3: u32,
 ) -> u32 {
     forward(
-        227,
+        229,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4035,7 +4037,7 @@ pub unsafe extern "C" fn cuGreenCtxCreate(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGreenCtxDestroy(a0: *mut c_void) -> u32 {
     forward(
-        228,
+        230,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4051,7 +4053,7 @@ pub unsafe extern "C" fn cuGreenCtxGetDevResource(
     a2: u32,
 ) -> u32 {
     forward(
-        229,
+        231,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4063,7 +4065,7 @@ pub unsafe extern "C" fn cuGreenCtxGetDevResource(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGreenCtxGetId(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        230,
+        232,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4075,7 +4077,7 @@ pub unsafe extern "C" fn cuGreenCtxGetId(a0: *mut c_void, a1: *mut c_void) -> u3
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGreenCtxRecordEvent(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        231,
+        233,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4092,7 +4094,7 @@ pub unsafe extern "C" fn cuGreenCtxStreamCreate(
     a3: i32,
 ) -> u32 {
     forward(
-        232,
+        234,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4104,7 +4106,7 @@ pub unsafe extern "C" fn cuGreenCtxStreamCreate(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGreenCtxWaitEvent(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        233,
+        235,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4119,7 +4121,7 @@ pub unsafe extern "C" fn cuImportExternalMemory(
     a1: *const c_void,
 ) -> u32 {
     forward(
-        234,
+        236,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4134,7 +4136,7 @@ pub unsafe extern "C" fn cuImportExternalSemaphore(
     a1: *const c_void,
 ) -> u32 {
     forward(
-        235,
+        237,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4146,7 +4148,7 @@ pub unsafe extern "C" fn cuImportExternalSemaphore(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuIpcGetEventHandle(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        238,
+        240,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4161,7 +4163,7 @@ pub unsafe extern "C" fn cuIpcOpenEventHandle(
     a1: cudarc::driver::sys::CUipcEventHandle_st,
 ) -> u32 {
     forward(
-        240,
+        242,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4181,7 +4183,7 @@ pub unsafe extern "C" fn cuKernelGetAttribute(
     a3: i32,
 ) -> u32 {
     forward(
-        243,
+        245,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4193,7 +4195,7 @@ pub unsafe extern "C" fn cuKernelGetAttribute(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuKernelGetFunction(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        244,
+        246,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4205,7 +4207,7 @@ pub unsafe extern "C" fn cuKernelGetFunction(a0: *mut c_void, a1: *mut c_void) -
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuKernelGetLibrary(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        245,
+        247,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4217,7 +4219,7 @@ pub unsafe extern "C" fn cuKernelGetLibrary(a0: *mut c_void, a1: *mut c_void) ->
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuKernelGetName(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        246,
+        248,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4229,7 +4231,7 @@ pub unsafe extern "C" fn cuKernelGetName(a0: *mut c_void, a1: *mut c_void) -> u3
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuKernelGetParamCount(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        247,
+        249,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4246,7 +4248,7 @@ pub unsafe extern "C" fn cuKernelGetParamInfo(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        248,
+        250,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4263,7 +4265,7 @@ pub unsafe extern "C" fn cuKernelSetAttribute(
     a3: i32,
 ) -> u32 {
     forward(
-        249,
+        251,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4279,7 +4281,7 @@ pub unsafe extern "C" fn cuKernelSetCacheConfig(
     a2: i32,
 ) -> u32 {
     forward(
-        250,
+        252,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4291,7 +4293,7 @@ pub unsafe extern "C" fn cuKernelSetCacheConfig(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunch(a0: *mut c_void) -> u32 {
     forward(
-        251,
+        253,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4302,56 +4304,6 @@ pub unsafe extern "C" fn cuLaunch(a0: *mut c_void) -> u32 {
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchCooperativeKernel(
-    a0: *mut c_void,
-    a1: u32,
-    a2: u32,
-    a3: u32,
-    a4: u32,
-    a5: u32,
-    a6: u32,
-    a7: u32,
-    a8: *mut c_void,
-    a9: *mut c_void,
-) -> u32 {
-    forward(
-        252,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(
-                    *mut c_void,
-                    u32,
-                    u32,
-                    u32,
-                    u32,
-                    u32,
-                    u32,
-                    u32,
-                    *mut c_void,
-                    *mut c_void,
-                ) -> u32,
-            >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice(
-    a0: *mut c_void,
-    a1: u32,
-    a2: u32,
-) -> u32 {
-    forward(
-        253,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*mut c_void, u32, u32) -> u32,
-            >(f)(a0, a1, a2)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz(
     a0: *mut c_void,
     a1: u32,
     a2: u32,
@@ -4385,9 +4337,59 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz(
     )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchGrid(a0: *mut c_void, a1: i32, a2: i32) -> u32 {
+pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice(
+    a0: *mut c_void,
+    a1: u32,
+    a2: u32,
+) -> u32 {
     forward(
         255,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, u32, u32) -> u32,
+            >(f)(a0, a1, a2)
+        },
+    )
+}
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz(
+    a0: *mut c_void,
+    a1: u32,
+    a2: u32,
+    a3: u32,
+    a4: u32,
+    a5: u32,
+    a6: u32,
+    a7: u32,
+    a8: *mut c_void,
+    a9: *mut c_void,
+) -> u32 {
+    forward(
+        256,
+        |f| unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(
+                    *mut c_void,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                    u32,
+                    *mut c_void,
+                    *mut c_void,
+                ) -> u32,
+            >(f)(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9)
+        },
+    )
+}
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchGrid(a0: *mut c_void, a1: i32, a2: i32) -> u32 {
+    forward(
+        257,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4404,7 +4406,7 @@ pub unsafe extern "C" fn cuLaunchGridAsync(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        256,
+        258,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4420,7 +4422,7 @@ pub unsafe extern "C" fn cuLaunchHostFunc(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        257,
+        259,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4436,7 +4438,7 @@ pub unsafe extern "C" fn cuLaunchHostFunc_ptsz(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        258,
+        260,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4453,7 +4455,7 @@ pub unsafe extern "C" fn cuLaunchHostFunc_v2(
     a3: u32,
 ) -> u32 {
     forward(
-        259,
+        261,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4477,7 +4479,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
     a10: *mut c_void,
 ) -> u32 {
     forward(
-        260,
+        262,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4506,7 +4508,7 @@ pub unsafe extern "C" fn cuLaunchKernelEx(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        261,
+        263,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4528,7 +4530,7 @@ pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        262,
+        264,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4557,7 +4559,7 @@ pub unsafe extern "C" fn cuLaunchKernel_ptsz(
     a10: *mut c_void,
 ) -> u32 {
     forward(
-        263,
+        265,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4585,7 +4587,7 @@ pub unsafe extern "C" fn cuLibraryEnumerateKernels(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        264,
+        266,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4602,7 +4604,7 @@ pub unsafe extern "C" fn cuLibraryGetGlobal(
     a3: *const c_void,
 ) -> u32 {
     forward(
-        265,
+        267,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4623,7 +4625,7 @@ pub unsafe extern "C" fn cuLibraryGetKernel(
     a2: *const c_void,
 ) -> u32 {
     forward(
-        266,
+        268,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4638,7 +4640,7 @@ pub unsafe extern "C" fn cuLibraryGetKernelCount(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        267,
+        269,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4655,7 +4657,7 @@ pub unsafe extern "C" fn cuLibraryGetManaged(
     a3: *const c_void,
 ) -> u32 {
     forward(
-        268,
+        270,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4672,7 +4674,7 @@ pub unsafe extern "C" fn cuLibraryGetManaged(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLibraryGetModule(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        269,
+        271,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4688,7 +4690,7 @@ pub unsafe extern "C" fn cuLibraryGetUnifiedFunction(
     a2: *const c_void,
 ) -> u32 {
     forward(
-        270,
+        272,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4709,7 +4711,7 @@ pub unsafe extern "C" fn cuLibraryLoadData(
     a7: u32,
 ) -> u32 {
     forward(
-        271,
+        273,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4739,7 +4741,7 @@ pub unsafe extern "C" fn cuLibraryLoadFromFile(
     a7: u32,
 ) -> u32 {
     forward(
-        272,
+        274,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4760,7 +4762,7 @@ pub unsafe extern "C" fn cuLibraryLoadFromFile(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLibraryUnload(a0: *mut c_void) -> u32 {
     forward(
-        273,
+        275,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4781,7 +4783,7 @@ pub unsafe extern "C" fn cuLinkAddData_v2(
     a7: *mut c_void,
 ) -> u32 {
     forward(
-        274,
+        276,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4809,7 +4811,7 @@ pub unsafe extern "C" fn cuLinkAddFile_v2(
     a5: *mut c_void,
 ) -> u32 {
     forward(
-        275,
+        277,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4832,7 +4834,7 @@ pub unsafe extern "C" fn cuLinkComplete(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        276,
+        278,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4849,7 +4851,7 @@ pub unsafe extern "C" fn cuLinkCreate_v2(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        277,
+        279,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4861,7 +4863,7 @@ pub unsafe extern "C" fn cuLinkCreate_v2(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLinkDestroy(a0: *mut c_void) -> u32 {
     forward(
-        278,
+        280,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4873,7 +4875,7 @@ pub unsafe extern "C" fn cuLinkDestroy(a0: *mut c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogicalEndpointAddDevice(a0: u32, a1: i32) -> u32 {
     forward(
-        279,
+        281,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4892,7 +4894,7 @@ pub unsafe extern "C" fn cuLogicalEndpointBindAddr(
     a5: u64,
 ) -> u32 {
     forward(
-        280,
+        282,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4912,7 +4914,7 @@ pub unsafe extern "C" fn cuLogicalEndpointBindMem(
     a6: u64,
 ) -> u32 {
     forward(
-        281,
+        283,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4924,7 +4926,7 @@ pub unsafe extern "C" fn cuLogicalEndpointBindMem(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogicalEndpointCreate(a0: u32, a1: *const c_void) -> u32 {
     forward(
-        282,
+        284,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4936,7 +4938,7 @@ pub unsafe extern "C" fn cuLogicalEndpointCreate(a0: u32, a1: *const c_void) -> 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogicalEndpointDestroy(a0: u32) -> u32 {
     forward(
-        283,
+        285,
         |f| unsafe {
             std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u32) -> u32>(f)(a0)
         },
@@ -4949,7 +4951,7 @@ pub unsafe extern "C" fn cuLogicalEndpointExport(
     a2: u32,
 ) -> u32 {
     forward(
-        284,
+        286,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4965,7 +4967,7 @@ pub unsafe extern "C" fn cuLogicalEndpointGetLimits(
     a2: *const c_void,
 ) -> u32 {
     forward(
-        285,
+        287,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4977,7 +4979,7 @@ pub unsafe extern "C" fn cuLogicalEndpointGetLimits(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogicalEndpointIdRelease(a0: u32, a1: u32) -> u32 {
     forward(
-        286,
+        288,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -4989,7 +4991,7 @@ pub unsafe extern "C" fn cuLogicalEndpointIdRelease(a0: u32, a1: u32) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogicalEndpointIdReserve(a0: *mut c_void, a1: u32) -> u32 {
     forward(
-        287,
+        289,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5005,7 +5007,7 @@ pub unsafe extern "C" fn cuLogicalEndpointImport(
     a2: u32,
 ) -> u32 {
     forward(
-        288,
+        290,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5021,7 +5023,7 @@ pub unsafe extern "C" fn cuLogicalEndpointQuery(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        289,
+        291,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5038,7 +5040,7 @@ pub unsafe extern "C" fn cuLogicalEndpointUnbind(
     a3: u64,
 ) -> u32 {
     forward(
-        290,
+        292,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5050,7 +5052,7 @@ pub unsafe extern "C" fn cuLogicalEndpointUnbind(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogsCurrent(a0: *mut c_void, a1: u32) -> u32 {
     forward(
-        291,
+        293,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5066,7 +5068,7 @@ pub unsafe extern "C" fn cuLogsDumpToFile(
     a2: u32,
 ) -> u32 {
     forward(
-        292,
+        294,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5083,7 +5085,7 @@ pub unsafe extern "C" fn cuLogsDumpToMemory(
     a3: u32,
 ) -> u32 {
     forward(
-        293,
+        295,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5099,7 +5101,7 @@ pub unsafe extern "C" fn cuLogsRegisterCallback(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        294,
+        296,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5111,7 +5113,7 @@ pub unsafe extern "C" fn cuLogsRegisterCallback(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLogsUnregisterCallback(a0: *mut c_void) -> u32 {
     forward(
-        295,
+        297,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5123,7 +5125,7 @@ pub unsafe extern "C" fn cuLogsUnregisterCallback(a0: *mut c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAddressFree(a0: u64, a1: usize) -> u32 {
     forward(
-        296,
+        298,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5141,7 +5143,7 @@ pub unsafe extern "C" fn cuMemAddressReserve(
     a4: u64,
 ) -> u32 {
     forward(
-        297,
+        299,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5153,7 +5155,7 @@ pub unsafe extern "C" fn cuMemAddressReserve(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAdvise(a0: u64, a1: usize, a2: u32, a3: i32) -> u32 {
     forward(
-        298,
+        300,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5170,7 +5172,7 @@ pub unsafe extern "C" fn cuMemAdvise_v2(
     a3: cudarc::driver::sys::CUmemLocation_st,
 ) -> u32 {
     forward(
-        299,
+        301,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5191,7 +5193,7 @@ pub unsafe extern "C" fn cuMemAllocAsync(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        300,
+        302,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5207,7 +5209,7 @@ pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        301,
+        303,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5224,7 +5226,7 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        302,
+        304,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5241,7 +5243,7 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        303,
+        305,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5253,7 +5255,7 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocHost_v2(a0: *mut c_void, a1: usize) -> u32 {
     forward(
-        304,
+        306,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5265,7 +5267,7 @@ pub unsafe extern "C" fn cuMemAllocHost_v2(a0: *mut c_void, a1: usize) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocManaged(a0: *mut c_void, a1: usize, a2: u32) -> u32 {
     forward(
-        305,
+        307,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5283,7 +5285,7 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     a4: u32,
 ) -> u32 {
     forward(
-        306,
+        308,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5301,7 +5303,7 @@ pub unsafe extern "C" fn cuMemBatchDecompressAsync(
     a4: *mut c_void,
 ) -> u32 {
     forward(
-        308,
+        310,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5328,7 +5330,7 @@ pub unsafe extern "C" fn cuMemDiscardAndPrefetchBatchAsync(
     a7: *mut c_void,
 ) -> u32 {
     forward(
-        310,
+        312,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5355,7 +5357,7 @@ pub unsafe extern "C" fn cuMemDiscardBatchAsync(
     a4: *mut c_void,
 ) -> u32 {
     forward(
-        311,
+        313,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5373,7 +5375,7 @@ pub unsafe extern "C" fn cuMemDiscardBatchAsync(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemFreeAsync(a0: u64, a1: *mut c_void) -> u32 {
     forward(
-        313,
+        315,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5385,7 +5387,7 @@ pub unsafe extern "C" fn cuMemFreeAsync(a0: u64, a1: *mut c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemFreeAsync_ptsz(a0: u64, a1: *mut c_void) -> u32 {
     forward(
-        314,
+        316,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5397,7 +5399,7 @@ pub unsafe extern "C" fn cuMemFreeAsync_ptsz(a0: u64, a1: *mut c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemFreeHost(a0: *mut c_void) -> u32 {
     forward(
-        315,
+        317,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5413,7 +5415,7 @@ pub unsafe extern "C" fn cuMemGetAccess(
     a2: u64,
 ) -> u32 {
     forward(
-        317,
+        319,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5429,7 +5431,7 @@ pub unsafe extern "C" fn cuMemGetDefaultMemPool(
     a2: u32,
 ) -> u32 {
     forward(
-        321,
+        323,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5447,7 +5449,7 @@ pub unsafe extern "C" fn cuMemGetHandleForAddressRange(
     a4: u64,
 ) -> u32 {
     forward(
-        322,
+        324,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5459,7 +5461,7 @@ pub unsafe extern "C" fn cuMemGetHandleForAddressRange(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemGetInfo_v2(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        323,
+        325,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5477,7 +5479,7 @@ pub unsafe extern "C" fn cuMemGetLocationInfo(
     a4: *mut c_void,
 ) -> u32 {
     forward(
-        324,
+        326,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5493,7 +5495,7 @@ pub unsafe extern "C" fn cuMemGetMemPool(
     a2: u32,
 ) -> u32 {
     forward(
-        325,
+        327,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5505,7 +5507,7 @@ pub unsafe extern "C" fn cuMemGetMemPool(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemHostAlloc(a0: *mut c_void, a1: usize, a2: u32) -> u32 {
     forward(
-        326,
+        328,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5521,7 +5523,7 @@ pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
     a2: u32,
 ) -> u32 {
     forward(
-        327,
+        329,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5533,7 +5535,7 @@ pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemHostGetFlags(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        328,
+        330,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5549,7 +5551,7 @@ pub unsafe extern "C" fn cuMemHostRegister_v2(
     a2: u32,
 ) -> u32 {
     forward(
-        329,
+        331,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5561,7 +5563,7 @@ pub unsafe extern "C" fn cuMemHostRegister_v2(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemHostUnregister(a0: *mut c_void) -> u32 {
     forward(
-        330,
+        332,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5577,7 +5579,7 @@ pub unsafe extern "C" fn cuMemMapArrayAsync(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        333,
+        335,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5593,7 +5595,7 @@ pub unsafe extern "C" fn cuMemMapArrayAsync_ptsz(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        334,
+        336,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5605,7 +5607,7 @@ pub unsafe extern "C" fn cuMemMapArrayAsync_ptsz(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolCreate(a0: *mut c_void, a1: *const c_void) -> u32 {
     forward(
-        335,
+        337,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5617,7 +5619,7 @@ pub unsafe extern "C" fn cuMemPoolCreate(a0: *mut c_void, a1: *const c_void) -> 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolDestroy(a0: *mut c_void) -> u32 {
     forward(
-        336,
+        338,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5629,7 +5631,7 @@ pub unsafe extern "C" fn cuMemPoolDestroy(a0: *mut c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolExportPointer(a0: *mut c_void, a1: u64) -> u32 {
     forward(
-        337,
+        339,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5646,7 +5648,7 @@ pub unsafe extern "C" fn cuMemPoolExportToShareableHandle(
     a3: u64,
 ) -> u32 {
     forward(
-        338,
+        340,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5667,7 +5669,7 @@ pub unsafe extern "C" fn cuMemPoolGetAccess(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        339,
+        341,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5683,7 +5685,7 @@ pub unsafe extern "C" fn cuMemPoolGetAttribute(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        340,
+        342,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5700,7 +5702,7 @@ pub unsafe extern "C" fn cuMemPoolImportFromShareableHandle(
     a3: u64,
 ) -> u32 {
     forward(
-        341,
+        343,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5721,7 +5723,7 @@ pub unsafe extern "C" fn cuMemPoolImportPointer(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        342,
+        344,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5737,7 +5739,7 @@ pub unsafe extern "C" fn cuMemPoolSetAccess(
     a2: usize,
 ) -> u32 {
     forward(
-        343,
+        345,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5753,7 +5755,7 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        344,
+        346,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5765,7 +5767,7 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolTrimTo(a0: *mut c_void, a1: usize) -> u32 {
     forward(
-        345,
+        347,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5782,7 +5784,7 @@ pub unsafe extern "C" fn cuMemPrefetchAsync(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        346,
+        348,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5799,7 +5801,7 @@ pub unsafe extern "C" fn cuMemPrefetchAsync_ptsz(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        347,
+        349,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5817,7 +5819,7 @@ pub unsafe extern "C" fn cuMemPrefetchAsync_v2(
     a4: *mut c_void,
 ) -> u32 {
     forward(
-        348,
+        350,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5841,7 +5843,7 @@ pub unsafe extern "C" fn cuMemPrefetchAsync_v2_ptsz(
     a4: *mut c_void,
 ) -> u32 {
     forward(
-        349,
+        351,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5868,7 +5870,7 @@ pub unsafe extern "C" fn cuMemPrefetchBatchAsync(
     a7: *mut c_void,
 ) -> u32 {
     forward(
-        350,
+        352,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5895,7 +5897,7 @@ pub unsafe extern "C" fn cuMemRangeGetAttribute(
     a4: usize,
 ) -> u32 {
     forward(
-        351,
+        353,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5914,7 +5916,7 @@ pub unsafe extern "C" fn cuMemRangeGetAttributes(
     a5: usize,
 ) -> u32 {
     forward(
-        352,
+        354,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5937,7 +5939,7 @@ pub unsafe extern "C" fn cuMemSetMemPool(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        356,
+        358,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5949,7 +5951,7 @@ pub unsafe extern "C" fn cuMemSetMemPool(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy(a0: u64, a1: u64, a2: usize) -> u32 {
     forward(
-        358,
+        360,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5961,7 +5963,7 @@ pub unsafe extern "C" fn cuMemcpy(a0: u64, a1: u64, a2: usize) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy2DAsync_v2(a0: *const c_void, a1: *mut c_void) -> u32 {
     forward(
-        359,
+        361,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5976,7 +5978,7 @@ pub unsafe extern "C" fn cuMemcpy2DAsync_v2_ptsz(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        360,
+        362,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -5988,7 +5990,7 @@ pub unsafe extern "C" fn cuMemcpy2DAsync_v2_ptsz(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2(a0: *const c_void) -> u32 {
     forward(
-        361,
+        363,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6000,7 +6002,7 @@ pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2(a0: *const c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2_ptds(a0: *const c_void) -> u32 {
     forward(
-        362,
+        364,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6012,7 +6014,7 @@ pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2_ptds(a0: *const c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy2D_v2(a0: *const c_void) -> u32 {
     forward(
-        363,
+        365,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6024,7 +6026,7 @@ pub unsafe extern "C" fn cuMemcpy2D_v2(a0: *const c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy2D_v2_ptds(a0: *const c_void) -> u32 {
     forward(
-        364,
+        366,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6036,7 +6038,7 @@ pub unsafe extern "C" fn cuMemcpy2D_v2_ptds(a0: *const c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3DAsync_v2(a0: *const c_void, a1: *mut c_void) -> u32 {
     forward(
-        365,
+        367,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6051,7 +6053,7 @@ pub unsafe extern "C" fn cuMemcpy3DAsync_v2_ptsz(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        366,
+        368,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6069,7 +6071,7 @@ pub unsafe extern "C" fn cuMemcpy3DBatchAsync(
     a4: *mut c_void,
 ) -> u32 {
     forward(
-        367,
+        369,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6093,7 +6095,7 @@ pub unsafe extern "C" fn cuMemcpy3DBatchAsync_ptsz(
     a4: *mut c_void,
 ) -> u32 {
     forward(
-        368,
+        370,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6116,7 +6118,7 @@ pub unsafe extern "C" fn cuMemcpy3DBatchAsync_v2(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        369,
+        371,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6128,7 +6130,7 @@ pub unsafe extern "C" fn cuMemcpy3DBatchAsync_v2(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3DPeer(a0: *const c_void) -> u32 {
     forward(
-        370,
+        372,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6140,7 +6142,7 @@ pub unsafe extern "C" fn cuMemcpy3DPeer(a0: *const c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3DPeerAsync(a0: *const c_void, a1: *mut c_void) -> u32 {
     forward(
-        371,
+        373,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6155,7 +6157,7 @@ pub unsafe extern "C" fn cuMemcpy3DPeerAsync_ptsz(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        372,
+        374,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6167,7 +6169,7 @@ pub unsafe extern "C" fn cuMemcpy3DPeerAsync_ptsz(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3DPeer_ptds(a0: *const c_void) -> u32 {
     forward(
-        373,
+        375,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6183,7 +6185,7 @@ pub unsafe extern "C" fn cuMemcpy3DWithAttributesAsync(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        374,
+        376,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6195,7 +6197,7 @@ pub unsafe extern "C" fn cuMemcpy3DWithAttributesAsync(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3D_v2(a0: *const c_void) -> u32 {
     forward(
-        375,
+        377,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6207,7 +6209,7 @@ pub unsafe extern "C" fn cuMemcpy3D_v2(a0: *const c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy3D_v2_ptds(a0: *const c_void) -> u32 {
     forward(
-        376,
+        378,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6224,7 +6226,7 @@ pub unsafe extern "C" fn cuMemcpyAsync(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        377,
+        379,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6241,7 +6243,7 @@ pub unsafe extern "C" fn cuMemcpyAsync_ptsz(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        378,
+        380,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6259,7 +6261,7 @@ pub unsafe extern "C" fn cuMemcpyAtoA_v2(
     a4: usize,
 ) -> u32 {
     forward(
-        379,
+        381,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6283,7 +6285,7 @@ pub unsafe extern "C" fn cuMemcpyAtoA_v2_ptds(
     a4: usize,
 ) -> u32 {
     forward(
-        380,
+        382,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6306,7 +6308,7 @@ pub unsafe extern "C" fn cuMemcpyAtoD_v2(
     a3: usize,
 ) -> u32 {
     forward(
-        381,
+        383,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6323,7 +6325,7 @@ pub unsafe extern "C" fn cuMemcpyAtoD_v2_ptds(
     a3: usize,
 ) -> u32 {
     forward(
-        382,
+        384,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6341,7 +6343,7 @@ pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2(
     a4: *mut c_void,
 ) -> u32 {
     forward(
-        383,
+        385,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6365,7 +6367,7 @@ pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2_ptsz(
     a4: *mut c_void,
 ) -> u32 {
     forward(
-        384,
+        386,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6388,7 +6390,7 @@ pub unsafe extern "C" fn cuMemcpyAtoH_v2(
     a3: usize,
 ) -> u32 {
     forward(
-        385,
+        387,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6405,7 +6407,7 @@ pub unsafe extern "C" fn cuMemcpyAtoH_v2_ptds(
     a3: usize,
 ) -> u32 {
     forward(
-        386,
+        388,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6427,7 +6429,7 @@ pub unsafe extern "C" fn cuMemcpyBatchAsync(
     a8: *mut c_void,
 ) -> u32 {
     forward(
-        387,
+        389,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6459,7 +6461,7 @@ pub unsafe extern "C" fn cuMemcpyBatchAsync_ptsz(
     a8: *mut c_void,
 ) -> u32 {
     forward(
-        388,
+        390,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6490,7 +6492,7 @@ pub unsafe extern "C" fn cuMemcpyBatchAsync_v2(
     a7: *mut c_void,
 ) -> u32 {
     forward(
-        389,
+        391,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6516,7 +6518,7 @@ pub unsafe extern "C" fn cuMemcpyDtoA_v2(
     a3: usize,
 ) -> u32 {
     forward(
-        390,
+        392,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6533,7 +6535,7 @@ pub unsafe extern "C" fn cuMemcpyDtoA_v2_ptds(
     a3: usize,
 ) -> u32 {
     forward(
-        391,
+        393,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6550,7 +6552,7 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        392,
+        394,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6567,7 +6569,7 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2_ptsz(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        393,
+        395,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6579,7 +6581,7 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2_ptsz(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoD_v2(a0: u64, a1: u64, a2: usize) -> u32 {
     forward(
-        394,
+        396,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6591,7 +6593,7 @@ pub unsafe extern "C" fn cuMemcpyDtoD_v2(a0: u64, a1: u64, a2: usize) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoD_v2_ptds(a0: u64, a1: u64, a2: usize) -> u32 {
     forward(
-        395,
+        397,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6608,7 +6610,7 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        396,
+        398,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6625,7 +6627,7 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2_ptsz(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        397,
+        399,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6637,7 +6639,7 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2_ptsz(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoH_v2(a0: *mut c_void, a1: u64, a2: usize) -> u32 {
     forward(
-        398,
+        400,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6653,7 +6655,7 @@ pub unsafe extern "C" fn cuMemcpyDtoH_v2_ptds(
     a2: usize,
 ) -> u32 {
     forward(
-        399,
+        401,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6671,7 +6673,7 @@ pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2(
     a4: *mut c_void,
 ) -> u32 {
     forward(
-        400,
+        402,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6695,7 +6697,7 @@ pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2_ptsz(
     a4: *mut c_void,
 ) -> u32 {
     forward(
-        401,
+        403,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6718,7 +6720,7 @@ pub unsafe extern "C" fn cuMemcpyHtoA_v2(
     a3: usize,
 ) -> u32 {
     forward(
-        402,
+        404,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6735,7 +6737,7 @@ pub unsafe extern "C" fn cuMemcpyHtoA_v2_ptds(
     a3: usize,
 ) -> u32 {
     forward(
-        403,
+        405,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6752,7 +6754,7 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        404,
+        406,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6769,7 +6771,7 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptsz(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        405,
+        407,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6781,7 +6783,7 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptsz(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyHtoD_v2(a0: u64, a1: *const c_void, a2: usize) -> u32 {
     forward(
-        406,
+        408,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6797,7 +6799,7 @@ pub unsafe extern "C" fn cuMemcpyHtoD_v2_ptds(
     a2: usize,
 ) -> u32 {
     forward(
-        407,
+        409,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6815,7 +6817,7 @@ pub unsafe extern "C" fn cuMemcpyPeer(
     a4: usize,
 ) -> u32 {
     forward(
-        408,
+        410,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6834,7 +6836,7 @@ pub unsafe extern "C" fn cuMemcpyPeerAsync(
     a5: *mut c_void,
 ) -> u32 {
     forward(
-        409,
+        411,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6860,7 +6862,7 @@ pub unsafe extern "C" fn cuMemcpyPeerAsync_ptsz(
     a5: *mut c_void,
 ) -> u32 {
     forward(
-        410,
+        412,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6885,7 +6887,7 @@ pub unsafe extern "C" fn cuMemcpyPeer_ptds(
     a4: usize,
 ) -> u32 {
     forward(
-        411,
+        413,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6903,7 +6905,7 @@ pub unsafe extern "C" fn cuMemcpyWithAttributesAsync(
     a4: *mut c_void,
 ) -> u32 {
     forward(
-        412,
+        414,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6915,7 +6917,7 @@ pub unsafe extern "C" fn cuMemcpyWithAttributesAsync(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy_ptds(a0: u64, a1: u64, a2: usize) -> u32 {
     forward(
-        413,
+        415,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6932,7 +6934,7 @@ pub unsafe extern "C" fn cuMemsetD16Async(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        414,
+        416,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6949,7 +6951,7 @@ pub unsafe extern "C" fn cuMemsetD16Async_ptsz(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        415,
+        417,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6961,7 +6963,7 @@ pub unsafe extern "C" fn cuMemsetD16Async_ptsz(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD16_v2(a0: u64, a1: u16, a2: usize) -> u32 {
     forward(
-        416,
+        418,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6973,7 +6975,7 @@ pub unsafe extern "C" fn cuMemsetD16_v2(a0: u64, a1: u16, a2: usize) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD16_v2_ptds(a0: u64, a1: u16, a2: usize) -> u32 {
     forward(
-        417,
+        419,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -6992,7 +6994,7 @@ pub unsafe extern "C" fn cuMemsetD2D16Async(
     a5: *mut c_void,
 ) -> u32 {
     forward(
-        418,
+        420,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7011,7 +7013,7 @@ pub unsafe extern "C" fn cuMemsetD2D16Async_ptsz(
     a5: *mut c_void,
 ) -> u32 {
     forward(
-        419,
+        421,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7029,7 +7031,7 @@ pub unsafe extern "C" fn cuMemsetD2D16_v2(
     a4: usize,
 ) -> u32 {
     forward(
-        420,
+        422,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7047,7 +7049,7 @@ pub unsafe extern "C" fn cuMemsetD2D16_v2_ptds(
     a4: usize,
 ) -> u32 {
     forward(
-        421,
+        423,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7066,7 +7068,7 @@ pub unsafe extern "C" fn cuMemsetD2D32Async(
     a5: *mut c_void,
 ) -> u32 {
     forward(
-        422,
+        424,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7085,7 +7087,7 @@ pub unsafe extern "C" fn cuMemsetD2D32Async_ptsz(
     a5: *mut c_void,
 ) -> u32 {
     forward(
-        423,
+        425,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7103,7 +7105,7 @@ pub unsafe extern "C" fn cuMemsetD2D32_v2(
     a4: usize,
 ) -> u32 {
     forward(
-        424,
+        426,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7121,7 +7123,7 @@ pub unsafe extern "C" fn cuMemsetD2D32_v2_ptds(
     a4: usize,
 ) -> u32 {
     forward(
-        425,
+        427,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7140,7 +7142,7 @@ pub unsafe extern "C" fn cuMemsetD2D8Async(
     a5: *mut c_void,
 ) -> u32 {
     forward(
-        426,
+        428,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7159,7 +7161,7 @@ pub unsafe extern "C" fn cuMemsetD2D8Async_ptsz(
     a5: *mut c_void,
 ) -> u32 {
     forward(
-        427,
+        429,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7177,7 +7179,7 @@ pub unsafe extern "C" fn cuMemsetD2D8_v2(
     a4: usize,
 ) -> u32 {
     forward(
-        428,
+        430,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7195,7 +7197,7 @@ pub unsafe extern "C" fn cuMemsetD2D8_v2_ptds(
     a4: usize,
 ) -> u32 {
     forward(
-        429,
+        431,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7212,7 +7214,7 @@ pub unsafe extern "C" fn cuMemsetD32Async(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        430,
+        432,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7229,7 +7231,7 @@ pub unsafe extern "C" fn cuMemsetD32Async_ptsz(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        431,
+        433,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7241,7 +7243,7 @@ pub unsafe extern "C" fn cuMemsetD32Async_ptsz(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD32_v2(a0: u64, a1: u32, a2: usize) -> u32 {
     forward(
-        432,
+        434,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7253,7 +7255,7 @@ pub unsafe extern "C" fn cuMemsetD32_v2(a0: u64, a1: u32, a2: usize) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD32_v2_ptds(a0: u64, a1: u32, a2: usize) -> u32 {
     forward(
-        433,
+        435,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7270,7 +7272,7 @@ pub unsafe extern "C" fn cuMemsetD8Async(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        434,
+        436,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7287,7 +7289,7 @@ pub unsafe extern "C" fn cuMemsetD8Async_ptsz(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        435,
+        437,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7299,7 +7301,7 @@ pub unsafe extern "C" fn cuMemsetD8Async_ptsz(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD8_v2(a0: u64, a1: u8, a2: usize) -> u32 {
     forward(
-        436,
+        438,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7311,7 +7313,7 @@ pub unsafe extern "C" fn cuMemsetD8_v2(a0: u64, a1: u8, a2: usize) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD8_v2_ptds(a0: u64, a1: u8, a2: usize) -> u32 {
     forward(
-        437,
+        439,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7327,7 +7329,7 @@ pub unsafe extern "C" fn cuMipmappedArrayCreate(
     a2: u32,
 ) -> u32 {
     forward(
-        438,
+        440,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7339,7 +7341,7 @@ pub unsafe extern "C" fn cuMipmappedArrayCreate(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMipmappedArrayDestroy(a0: *mut c_void) -> u32 {
     forward(
-        439,
+        441,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7355,7 +7357,7 @@ pub unsafe extern "C" fn cuMipmappedArrayGetLevel(
     a2: u32,
 ) -> u32 {
     forward(
-        440,
+        442,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7371,7 +7373,7 @@ pub unsafe extern "C" fn cuMipmappedArrayGetMemoryRequirements(
     a2: i32,
 ) -> u32 {
     forward(
-        441,
+        443,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7386,7 +7388,7 @@ pub unsafe extern "C" fn cuMipmappedArrayGetSparseProperties(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        442,
+        444,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7402,7 +7404,7 @@ pub unsafe extern "C" fn cuModuleEnumerateFunctions(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        443,
+        445,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7418,7 +7420,7 @@ pub unsafe extern "C" fn cuModuleGetFunction(
     a2: *const c_void,
 ) -> u32 {
     forward(
-        444,
+        446,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7433,7 +7435,7 @@ pub unsafe extern "C" fn cuModuleGetFunctionCount(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        445,
+        447,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7450,7 +7452,7 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(
     a3: *const c_void,
 ) -> u32 {
     forward(
-        446,
+        448,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7467,7 +7469,7 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleGetLoadingMode(a0: *mut c_void) -> u32 {
     forward(
-        447,
+        449,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7483,7 +7485,7 @@ pub unsafe extern "C" fn cuModuleGetSurfRef(
     a2: *const c_void,
 ) -> u32 {
     forward(
-        448,
+        450,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7499,7 +7501,7 @@ pub unsafe extern "C" fn cuModuleGetTexRef(
     a2: *const c_void,
 ) -> u32 {
     forward(
-        449,
+        451,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7511,7 +7513,7 @@ pub unsafe extern "C" fn cuModuleGetTexRef(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleLoad(a0: *mut c_void, a1: *const c_void) -> u32 {
     forward(
-        450,
+        452,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7523,7 +7525,7 @@ pub unsafe extern "C" fn cuModuleLoad(a0: *mut c_void, a1: *const c_void) -> u32
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleLoadData(a0: *mut c_void, a1: *const c_void) -> u32 {
     forward(
-        451,
+        453,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7541,7 +7543,7 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
     a4: *mut c_void,
 ) -> u32 {
     forward(
-        452,
+        454,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7562,7 +7564,7 @@ pub unsafe extern "C" fn cuModuleLoadFatBinary(
     a1: *const c_void,
 ) -> u32 {
     forward(
-        453,
+        455,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7574,7 +7576,7 @@ pub unsafe extern "C" fn cuModuleLoadFatBinary(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleUnload(a0: *mut c_void) -> u32 {
     forward(
-        454,
+        456,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7591,7 +7593,7 @@ pub unsafe extern "C" fn cuOccupancyAvailableDynamicSMemPerBlock(
     a3: i32,
 ) -> u32 {
     forward(
-        463,
+        465,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7608,7 +7610,7 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
     a3: usize,
 ) -> u32 {
     forward(
-        464,
+        466,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7626,7 +7628,7 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     a4: u32,
 ) -> u32 {
     forward(
-        465,
+        467,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7642,7 +7644,7 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveClusters(
     a2: *const c_void,
 ) -> u32 {
     forward(
-        466,
+        468,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7661,7 +7663,7 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSize(
     a5: i32,
 ) -> u32 {
     forward(
-        467,
+        469,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7688,7 +7690,7 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSizeWithFlags(
     a6: u32,
 ) -> u32 {
     forward(
-        468,
+        470,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7712,7 +7714,7 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialClusterSize(
     a2: *const c_void,
 ) -> u32 {
     forward(
-        469,
+        471,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7724,7 +7726,7 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialClusterSize(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuParamSetSize(a0: *mut c_void, a1: u32) -> u32 {
     forward(
-        470,
+        472,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7740,7 +7742,7 @@ pub unsafe extern "C" fn cuParamSetTexRef(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        471,
+        473,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7752,7 +7754,7 @@ pub unsafe extern "C" fn cuParamSetTexRef(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuParamSetf(a0: *mut c_void, a1: i32, a2: f32) -> u32 {
     forward(
-        472,
+        474,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7764,7 +7766,7 @@ pub unsafe extern "C" fn cuParamSetf(a0: *mut c_void, a1: i32, a2: f32) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuParamSeti(a0: *mut c_void, a1: i32, a2: u32) -> u32 {
     forward(
-        473,
+        475,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7781,7 +7783,7 @@ pub unsafe extern "C" fn cuParamSetv(
     a3: u32,
 ) -> u32 {
     forward(
-        474,
+        476,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7797,7 +7799,7 @@ pub unsafe extern "C" fn cuPointerGetAttribute(
     a2: u64,
 ) -> u32 {
     forward(
-        475,
+        477,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7814,7 +7816,7 @@ pub unsafe extern "C" fn cuPointerGetAttributes(
     a3: u64,
 ) -> u32 {
     forward(
-        476,
+        478,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7830,7 +7832,7 @@ pub unsafe extern "C" fn cuPointerSetAttribute(
     a2: u64,
 ) -> u32 {
     forward(
-        477,
+        479,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7846,7 +7848,7 @@ pub unsafe extern "C" fn cuProfilerInitialize(
     a2: u32,
 ) -> u32 {
     forward(
-        478,
+        480,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7858,7 +7860,7 @@ pub unsafe extern "C" fn cuProfilerInitialize(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuProfilerStart() -> u32 {
     forward(
-        479,
+        481,
         |f| unsafe {
             std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(f)()
         },
@@ -7867,7 +7869,7 @@ pub unsafe extern "C" fn cuProfilerStart() -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuProfilerStop() -> u32 {
     forward(
-        480,
+        482,
         |f| unsafe {
             std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(f)()
         },
@@ -7881,7 +7883,7 @@ pub unsafe extern "C" fn cuSignalExternalSemaphoresAsync(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        481,
+        483,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7903,7 +7905,7 @@ pub unsafe extern "C" fn cuSignalExternalSemaphoresAsync_ptsz(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        482,
+        484,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7925,7 +7927,7 @@ pub unsafe extern "C" fn cuStreamAddCallback(
     a3: u32,
 ) -> u32 {
     forward(
-        483,
+        485,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7942,7 +7944,7 @@ pub unsafe extern "C" fn cuStreamAddCallback_ptsz(
     a3: u32,
 ) -> u32 {
     forward(
-        484,
+        486,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7959,7 +7961,7 @@ pub unsafe extern "C" fn cuStreamAttachMemAsync(
     a3: u32,
 ) -> u32 {
     forward(
-        485,
+        487,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7976,7 +7978,7 @@ pub unsafe extern "C" fn cuStreamAttachMemAsync_ptsz(
     a3: u32,
 ) -> u32 {
     forward(
-        486,
+        488,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -7993,7 +7995,7 @@ pub unsafe extern "C" fn cuStreamBatchMemOp(
     a3: u32,
 ) -> u32 {
     forward(
-        487,
+        489,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8010,7 +8012,7 @@ pub unsafe extern "C" fn cuStreamBatchMemOp_v2(
     a3: u32,
 ) -> u32 {
     forward(
-        488,
+        490,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8027,7 +8029,7 @@ pub unsafe extern "C" fn cuStreamBatchMemOp_v2_ptsz(
     a3: u32,
 ) -> u32 {
     forward(
-        489,
+        491,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8042,7 +8044,7 @@ pub unsafe extern "C" fn cuStreamBeginCaptureToCig(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        490,
+        492,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8061,7 +8063,7 @@ pub unsafe extern "C" fn cuStreamBeginCaptureToGraph(
     a5: u32,
 ) -> u32 {
     forward(
-        491,
+        493,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8080,7 +8082,7 @@ pub unsafe extern "C" fn cuStreamBeginCaptureToGraph(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamBeginCapture_v2(a0: *mut c_void, a1: u32) -> u32 {
     forward(
-        492,
+        494,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8092,7 +8094,7 @@ pub unsafe extern "C" fn cuStreamBeginCapture_v2(a0: *mut c_void, a1: u32) -> u3
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamBeginCapture_v2_ptsz(a0: *mut c_void, a1: u32) -> u32 {
     forward(
-        493,
+        495,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8110,7 +8112,7 @@ pub unsafe extern "C" fn cuStreamBeginRecaptureToGraph(
     a4: *mut c_void,
 ) -> u32 {
     forward(
-        494,
+        496,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8131,7 +8133,7 @@ pub unsafe extern "C" fn cuStreamCopyAttributes(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        495,
+        497,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8146,7 +8148,7 @@ pub unsafe extern "C" fn cuStreamCopyAttributes_ptsz(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        496,
+        498,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8158,7 +8160,7 @@ pub unsafe extern "C" fn cuStreamCopyAttributes_ptsz(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamCreate(a0: *mut c_void, a1: u32) -> u32 {
     forward(
-        497,
+        499,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8174,7 +8176,7 @@ pub unsafe extern "C" fn cuStreamCreateWithPriority(
     a2: i32,
 ) -> u32 {
     forward(
-        498,
+        500,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8186,7 +8188,7 @@ pub unsafe extern "C" fn cuStreamCreateWithPriority(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamDestroy_v2(a0: *mut c_void) -> u32 {
     forward(
-        499,
+        501,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8198,7 +8200,7 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(a0: *mut c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamEndCapture(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        500,
+        502,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8210,7 +8212,7 @@ pub unsafe extern "C" fn cuStreamEndCapture(a0: *mut c_void, a1: *mut c_void) ->
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamEndCaptureToCig(a0: *mut c_void) -> u32 {
     forward(
-        501,
+        503,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8225,7 +8227,7 @@ pub unsafe extern "C" fn cuStreamEndCapture_ptsz(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        502,
+        504,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8241,7 +8243,7 @@ pub unsafe extern "C" fn cuStreamGetAttribute(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        503,
+        505,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8257,7 +8259,7 @@ pub unsafe extern "C" fn cuStreamGetAttribute_ptsz(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        504,
+        506,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8273,7 +8275,7 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        505,
+        507,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8292,7 +8294,7 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
     a5: *mut c_void,
 ) -> u32 {
     forward(
-        506,
+        508,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8318,7 +8320,7 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2_ptsz(
     a5: *mut c_void,
 ) -> u32 {
     forward(
-        507,
+        509,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8345,7 +8347,7 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
     a6: *mut c_void,
 ) -> u32 {
     forward(
-        508,
+        510,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8373,7 +8375,7 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3_ptsz(
     a6: *mut c_void,
 ) -> u32 {
     forward(
-        509,
+        511,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8393,7 +8395,7 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3_ptsz(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCtx(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        510,
+        512,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8405,7 +8407,7 @@ pub unsafe extern "C" fn cuStreamGetCtx(a0: *mut c_void, a1: *mut c_void) -> u32
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCtx_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        511,
+        513,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8421,7 +8423,7 @@ pub unsafe extern "C" fn cuStreamGetCtx_v2(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        512,
+        514,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8437,7 +8439,7 @@ pub unsafe extern "C" fn cuStreamGetDevResource(
     a2: u32,
 ) -> u32 {
     forward(
-        513,
+        515,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8449,7 +8451,7 @@ pub unsafe extern "C" fn cuStreamGetDevResource(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetDevice(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        514,
+        516,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8461,7 +8463,7 @@ pub unsafe extern "C" fn cuStreamGetDevice(a0: *mut c_void, a1: *mut c_void) -> 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetFlags(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        515,
+        517,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8473,7 +8475,7 @@ pub unsafe extern "C" fn cuStreamGetFlags(a0: *mut c_void, a1: *mut c_void) -> u
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetFlags_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        516,
+        518,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8485,7 +8487,7 @@ pub unsafe extern "C" fn cuStreamGetFlags_ptsz(a0: *mut c_void, a1: *mut c_void)
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetGreenCtx(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        517,
+        519,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8497,7 +8499,7 @@ pub unsafe extern "C" fn cuStreamGetGreenCtx(a0: *mut c_void, a1: *mut c_void) -
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetId(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        518,
+        520,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8509,7 +8511,7 @@ pub unsafe extern "C" fn cuStreamGetId(a0: *mut c_void, a1: *mut c_void) -> u32 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetId_ptsz(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        519,
+        521,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8521,7 +8523,7 @@ pub unsafe extern "C" fn cuStreamGetId_ptsz(a0: *mut c_void, a1: *mut c_void) ->
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetPriority(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        520,
+        522,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8536,7 +8538,7 @@ pub unsafe extern "C" fn cuStreamGetPriority_ptsz(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        521,
+        523,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8548,7 +8550,7 @@ pub unsafe extern "C" fn cuStreamGetPriority_ptsz(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamIsCapturing(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        522,
+        524,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8563,7 +8565,7 @@ pub unsafe extern "C" fn cuStreamIsCapturing_ptsz(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        523,
+        525,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8575,7 +8577,7 @@ pub unsafe extern "C" fn cuStreamIsCapturing_ptsz(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamQuery(a0: *mut c_void) -> u32 {
     forward(
-        524,
+        526,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8587,7 +8589,7 @@ pub unsafe extern "C" fn cuStreamQuery(a0: *mut c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamQuery_ptsz(a0: *mut c_void) -> u32 {
     forward(
-        525,
+        527,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8603,7 +8605,7 @@ pub unsafe extern "C" fn cuStreamSetAttribute(
     a2: *const c_void,
 ) -> u32 {
     forward(
-        526,
+        528,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8619,7 +8621,7 @@ pub unsafe extern "C" fn cuStreamSetAttribute_ptsz(
     a2: *const c_void,
 ) -> u32 {
     forward(
-        527,
+        529,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8631,7 +8633,7 @@ pub unsafe extern "C" fn cuStreamSetAttribute_ptsz(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamSynchronize(a0: *mut c_void) -> u32 {
     forward(
-        528,
+        530,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8643,7 +8645,7 @@ pub unsafe extern "C" fn cuStreamSynchronize(a0: *mut c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamSynchronize_ptsz(a0: *mut c_void) -> u32 {
     forward(
-        529,
+        531,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8660,7 +8662,7 @@ pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies(
     a3: u32,
 ) -> u32 {
     forward(
-        530,
+        532,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8677,7 +8679,7 @@ pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_ptsz(
     a3: u32,
 ) -> u32 {
     forward(
-        531,
+        533,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8695,7 +8697,7 @@ pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_v2(
     a4: u32,
 ) -> u32 {
     forward(
-        532,
+        534,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8717,7 +8719,7 @@ pub unsafe extern "C" fn cuStreamWaitEvent(
     a2: u32,
 ) -> u32 {
     forward(
-        533,
+        535,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8733,7 +8735,7 @@ pub unsafe extern "C" fn cuStreamWaitEvent_ptsz(
     a2: u32,
 ) -> u32 {
     forward(
-        534,
+        536,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8750,7 +8752,7 @@ pub unsafe extern "C" fn cuStreamWaitValue32(
     a3: u32,
 ) -> u32 {
     forward(
-        535,
+        537,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8767,7 +8769,7 @@ pub unsafe extern "C" fn cuStreamWaitValue32_v2(
     a3: u32,
 ) -> u32 {
     forward(
-        536,
+        538,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8784,7 +8786,7 @@ pub unsafe extern "C" fn cuStreamWaitValue32_v2_ptsz(
     a3: u32,
 ) -> u32 {
     forward(
-        537,
+        539,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8801,7 +8803,7 @@ pub unsafe extern "C" fn cuStreamWaitValue64(
     a3: u32,
 ) -> u32 {
     forward(
-        538,
+        540,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8818,7 +8820,7 @@ pub unsafe extern "C" fn cuStreamWaitValue64_v2(
     a3: u32,
 ) -> u32 {
     forward(
-        539,
+        541,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8835,7 +8837,7 @@ pub unsafe extern "C" fn cuStreamWaitValue64_v2_ptsz(
     a3: u32,
 ) -> u32 {
     forward(
-        540,
+        542,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8852,7 +8854,7 @@ pub unsafe extern "C" fn cuStreamWriteValue32(
     a3: u32,
 ) -> u32 {
     forward(
-        541,
+        543,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8869,7 +8871,7 @@ pub unsafe extern "C" fn cuStreamWriteValue32_v2(
     a3: u32,
 ) -> u32 {
     forward(
-        542,
+        544,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8886,7 +8888,7 @@ pub unsafe extern "C" fn cuStreamWriteValue32_v2_ptsz(
     a3: u32,
 ) -> u32 {
     forward(
-        543,
+        545,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8903,7 +8905,7 @@ pub unsafe extern "C" fn cuStreamWriteValue64(
     a3: u32,
 ) -> u32 {
     forward(
-        544,
+        546,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8920,7 +8922,7 @@ pub unsafe extern "C" fn cuStreamWriteValue64_v2(
     a3: u32,
 ) -> u32 {
     forward(
-        545,
+        547,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8937,7 +8939,7 @@ pub unsafe extern "C" fn cuStreamWriteValue64_v2_ptsz(
     a3: u32,
 ) -> u32 {
     forward(
-        546,
+        548,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8949,7 +8951,7 @@ pub unsafe extern "C" fn cuStreamWriteValue64_v2_ptsz(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuSurfObjectCreate(a0: *mut c_void, a1: *const c_void) -> u32 {
     forward(
-        547,
+        549,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8961,7 +8963,7 @@ pub unsafe extern "C" fn cuSurfObjectCreate(a0: *mut c_void, a1: *const c_void) 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuSurfObjectDestroy(a0: u64) -> u32 {
     forward(
-        548,
+        550,
         |f| unsafe {
             std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64) -> u32>(f)(a0)
         },
@@ -8970,7 +8972,7 @@ pub unsafe extern "C" fn cuSurfObjectDestroy(a0: u64) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuSurfObjectGetResourceDesc(a0: *mut c_void, a1: u64) -> u32 {
     forward(
-        549,
+        551,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8982,7 +8984,7 @@ pub unsafe extern "C" fn cuSurfObjectGetResourceDesc(a0: *mut c_void, a1: u64) -
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuSurfRefGetArray(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        550,
+        552,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -8998,7 +9000,7 @@ pub unsafe extern "C" fn cuSurfRefSetArray(
     a2: u32,
 ) -> u32 {
     forward(
-        551,
+        553,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9026,7 +9028,7 @@ pub unsafe extern "C" fn cuTensorMapEncodeIm2col(
     a14: u32,
 ) -> u32 {
     forward(
-        552,
+        554,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9071,7 +9073,7 @@ pub unsafe extern "C" fn cuTensorMapEncodeIm2colWide(
     a15: u32,
 ) -> u32 {
     forward(
-        553,
+        555,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9113,7 +9115,7 @@ pub unsafe extern "C" fn cuTensorMapEncodeTiled(
     a11: u32,
 ) -> u32 {
     forward(
-        554,
+        556,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9141,7 +9143,7 @@ pub unsafe extern "C" fn cuTensorMapReplaceAddress(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        555,
+        557,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9158,7 +9160,7 @@ pub unsafe extern "C" fn cuTexObjectCreate(
     a3: *const c_void,
 ) -> u32 {
     forward(
-        556,
+        558,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9175,7 +9177,7 @@ pub unsafe extern "C" fn cuTexObjectCreate(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexObjectDestroy(a0: u64) -> u32 {
     forward(
-        557,
+        559,
         |f| unsafe {
             std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64) -> u32>(f)(a0)
         },
@@ -9184,7 +9186,7 @@ pub unsafe extern "C" fn cuTexObjectDestroy(a0: u64) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexObjectGetResourceDesc(a0: *mut c_void, a1: u64) -> u32 {
     forward(
-        558,
+        560,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9199,7 +9201,7 @@ pub unsafe extern "C" fn cuTexObjectGetResourceViewDesc(
     a1: u64,
 ) -> u32 {
     forward(
-        559,
+        561,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9211,7 +9213,7 @@ pub unsafe extern "C" fn cuTexObjectGetResourceViewDesc(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexObjectGetTextureDesc(a0: *mut c_void, a1: u64) -> u32 {
     forward(
-        560,
+        562,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9223,7 +9225,7 @@ pub unsafe extern "C" fn cuTexObjectGetTextureDesc(a0: *mut c_void, a1: u64) -> 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefCreate(a0: *mut c_void) -> u32 {
     forward(
-        561,
+        563,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9235,7 +9237,7 @@ pub unsafe extern "C" fn cuTexRefCreate(a0: *mut c_void) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefDestroy(a0: *mut c_void) -> u32 {
     forward(
-        562,
+        564,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9251,7 +9253,7 @@ pub unsafe extern "C" fn cuTexRefGetAddressMode(
     a2: i32,
 ) -> u32 {
     forward(
-        563,
+        565,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9263,7 +9265,7 @@ pub unsafe extern "C" fn cuTexRefGetAddressMode(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefGetAddress_v2(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        564,
+        566,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9275,7 +9277,7 @@ pub unsafe extern "C" fn cuTexRefGetAddress_v2(a0: *mut c_void, a1: *mut c_void)
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefGetArray(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        565,
+        567,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9290,7 +9292,7 @@ pub unsafe extern "C" fn cuTexRefGetBorderColor(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        566,
+        568,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9302,7 +9304,7 @@ pub unsafe extern "C" fn cuTexRefGetBorderColor(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefGetFilterMode(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        567,
+        569,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9314,7 +9316,7 @@ pub unsafe extern "C" fn cuTexRefGetFilterMode(a0: *mut c_void, a1: *mut c_void)
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefGetFlags(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
-        568,
+        570,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9330,7 +9332,7 @@ pub unsafe extern "C" fn cuTexRefGetFormat(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        569,
+        571,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9345,7 +9347,7 @@ pub unsafe extern "C" fn cuTexRefGetMaxAnisotropy(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        570,
+        572,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9360,7 +9362,7 @@ pub unsafe extern "C" fn cuTexRefGetMipmapFilterMode(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        571,
+        573,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9375,7 +9377,7 @@ pub unsafe extern "C" fn cuTexRefGetMipmapLevelBias(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        572,
+        574,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9391,7 +9393,7 @@ pub unsafe extern "C" fn cuTexRefGetMipmapLevelClamp(
     a2: *mut c_void,
 ) -> u32 {
     forward(
-        573,
+        575,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9406,7 +9408,7 @@ pub unsafe extern "C" fn cuTexRefGetMipmappedArray(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        574,
+        576,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9423,7 +9425,7 @@ pub unsafe extern "C" fn cuTexRefSetAddress2D_v3(
     a3: usize,
 ) -> u32 {
     forward(
-        575,
+        577,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9439,7 +9441,7 @@ pub unsafe extern "C" fn cuTexRefSetAddressMode(
     a2: u32,
 ) -> u32 {
     forward(
-        576,
+        578,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9456,7 +9458,7 @@ pub unsafe extern "C" fn cuTexRefSetAddress_v2(
     a3: usize,
 ) -> u32 {
     forward(
-        577,
+        579,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9472,7 +9474,7 @@ pub unsafe extern "C" fn cuTexRefSetArray(
     a2: u32,
 ) -> u32 {
     forward(
-        578,
+        580,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9487,7 +9489,7 @@ pub unsafe extern "C" fn cuTexRefSetBorderColor(
     a1: *mut c_void,
 ) -> u32 {
     forward(
-        579,
+        581,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9499,7 +9501,7 @@ pub unsafe extern "C" fn cuTexRefSetBorderColor(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetFilterMode(a0: *mut c_void, a1: u32) -> u32 {
     forward(
-        580,
+        582,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9511,7 +9513,7 @@ pub unsafe extern "C" fn cuTexRefSetFilterMode(a0: *mut c_void, a1: u32) -> u32 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetFlags(a0: *mut c_void, a1: u32) -> u32 {
     forward(
-        581,
+        583,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9523,7 +9525,7 @@ pub unsafe extern "C" fn cuTexRefSetFlags(a0: *mut c_void, a1: u32) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetFormat(a0: *mut c_void, a1: u32, a2: i32) -> u32 {
     forward(
-        582,
+        584,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9535,7 +9537,7 @@ pub unsafe extern "C" fn cuTexRefSetFormat(a0: *mut c_void, a1: u32, a2: i32) ->
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetMaxAnisotropy(a0: *mut c_void, a1: u32) -> u32 {
     forward(
-        583,
+        585,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9547,7 +9549,7 @@ pub unsafe extern "C" fn cuTexRefSetMaxAnisotropy(a0: *mut c_void, a1: u32) -> u
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetMipmapFilterMode(a0: *mut c_void, a1: u32) -> u32 {
     forward(
-        584,
+        586,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9559,7 +9561,7 @@ pub unsafe extern "C" fn cuTexRefSetMipmapFilterMode(a0: *mut c_void, a1: u32) -
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuTexRefSetMipmapLevelBias(a0: *mut c_void, a1: f32) -> u32 {
     forward(
-        585,
+        587,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9575,7 +9577,7 @@ pub unsafe extern "C" fn cuTexRefSetMipmapLevelClamp(
     a2: f32,
 ) -> u32 {
     forward(
-        586,
+        588,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9591,7 +9593,7 @@ pub unsafe extern "C" fn cuTexRefSetMipmappedArray(
     a2: u32,
 ) -> u32 {
     forward(
-        587,
+        589,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9603,7 +9605,7 @@ pub unsafe extern "C" fn cuTexRefSetMipmappedArray(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuThreadExchangeStreamCaptureMode(a0: *mut c_void) -> u32 {
     forward(
-        588,
+        590,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9621,7 +9623,7 @@ pub unsafe extern "C" fn cuUserObjectCreate(
     a4: u32,
 ) -> u32 {
     forward(
-        589,
+        591,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9639,7 +9641,7 @@ pub unsafe extern "C" fn cuUserObjectCreate(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuUserObjectRelease(a0: *mut c_void, a1: u32) -> u32 {
     forward(
-        590,
+        592,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9651,7 +9653,7 @@ pub unsafe extern "C" fn cuUserObjectRelease(a0: *mut c_void, a1: u32) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuUserObjectRetain(a0: *mut c_void, a1: u32) -> u32 {
     forward(
-        591,
+        593,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9668,7 +9670,7 @@ pub unsafe extern "C" fn cuWaitExternalSemaphoresAsync(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        592,
+        594,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -9690,7 +9692,7 @@ pub unsafe extern "C" fn cuWaitExternalSemaphoresAsync_ptsz(
     a3: *mut c_void,
 ) -> u32 {
     forward(
-        593,
+        595,
         |f| unsafe {
             std::mem::transmute::<
                 *mut c_void,
