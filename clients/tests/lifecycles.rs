@@ -80,8 +80,9 @@ scenario!(
     pytorch_vllm_legacy_ipc,
     pytorch_vllm_legacy_ipc_plain,
     pytorch_vllm_legacy_ipc_across_toggle,
+    // The pre-11.0 name (the v1 ABI, the same as _v2) resolves from CUDA 4.1 on.
     cuinterpose_clients::Needs {
-        version: 11000,
+        version: 4010,
         probe: "cuIpcOpenMemHandle",
     }
 );
@@ -150,8 +151,9 @@ scenario!(
     vllm_p2p_probe_device_reset,
     vllm_p2p_probe_device_reset_plain,
     vllm_p2p_probe_device_reset_across_toggle,
+    // The pre-11.0 name (the v1 ABI, the same as _v2) resolves from CUDA 7.0 on.
     cuinterpose_clients::Needs {
-        version: 11000,
+        version: 7000,
         probe: "cuDevicePrimaryCtxReset",
     }
 );
