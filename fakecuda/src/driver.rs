@@ -17,6 +17,8 @@ pub struct Driver {
     pub ipc: Ipc,
     pub mc: Multicast,
     pub legacy: crate::legacy::Legacy,
+    /// Stream-ordered memory pools and their allocations.
+    pub pools: crate::pool::Pools,
     /// Events by handle.
     pub events: std::collections::HashMap<u64, std::sync::Arc<crate::stream::Event>>,
     /// Source of every handle value (allocations, multicast objects, contexts, streams):
@@ -100,6 +102,7 @@ pub fn init(flags: u32) -> CuResult<()> {
         mc: Multicast::default(),
         legacy: crate::legacy::Legacy::default(),
         events: std::collections::HashMap::new(),
+        pools: crate::pool::Pools::default(),
         next_handle: 0x1000,
     });
     Ok(())

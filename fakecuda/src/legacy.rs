@@ -75,6 +75,10 @@ impl Driver {
 
     pub fn mem_free(&mut self, ptr: u64) -> CuResult<()> {
         self.contexts.current()?;
+        if self.pools.allocations.contains_key(&ptr) {
+            // cuMemFree of stream-ordered memory frees it at once.
+            return self.pool_free(ptr);
+        }
         if !self.legacy.by_base.contains_key(&ptr) {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }

@@ -18,6 +18,7 @@ mod legacy;
 mod memcpy;
 mod multicast;
 mod pointer;
+mod pool;
 mod proc_address;
 mod stream;
 mod sys;

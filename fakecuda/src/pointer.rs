@@ -36,6 +36,7 @@ struct Facts {
     handle_types: u64,
     buffer_id: u64,
     access: u32,
+    pool: u64,
 }
 
 impl Driver {
@@ -132,6 +133,7 @@ impl Driver {
                 handle_types: 0,
                 buffer_id: base,
                 access: crate::abi::consts::ACCESS_READWRITE,
+                pool: 0,
             });
         }
         if let Some((&base, l)) = self.legacy.by_base.range(..=p).next_back()
@@ -149,6 +151,22 @@ impl Driver {
                 handle_types: 0,
                 buffer_id: l.alloc,
                 access: crate::abi::consts::ACCESS_READWRITE,
+                pool: 0,
+            });
+        }
+        if let Some((base, pool, alloc, size)) = self.pools.allocation_at(p) {
+            return Some(Facts {
+                memory_type: MEMORY_DEVICE,
+                context: 0,
+                device: self.pools.device_of(pool).unwrap_or(0),
+                host_pointer: None,
+                range: (base, size),
+                managed: false,
+                ipc_capable: false,
+                handle_types: 0,
+                buffer_id: alloc,
+                access: crate::abi::consts::ACCESS_READWRITE,
+                pool,
             });
         }
         let (start, m) = self.vmm.mapping_at(p)?;
@@ -168,6 +186,7 @@ impl Driver {
             handle_types: u64::from(a.handle_types),
             buffer_id: h,
             access: m.access.get(&device).copied().unwrap_or(0),
+            pool: 0,
         })
     }
 
@@ -228,7 +247,7 @@ fn value(f: &Facts, attribute: u32, p: u64) -> CuResult<Value> {
         14 => U64(f.handle_types),
         15 | 21 => U32(0),
         16 => U32(f.access),
-        17 => U64(0),
+        17 => U64(f.pool),
         22 => U32(0),
         _ => return Err(CuError::CUDA_ERROR_INVALID_VALUE),
     })

@@ -78,6 +78,7 @@ mod memory;
 mod multicast_objects;
 mod native_checkpoint;
 mod native_ipc;
+mod pools;
 mod streams;
 mod virtual_memory;
 
@@ -89,5 +90,6 @@ pub use memory::*;
 pub use multicast_objects::*;
 pub use native_checkpoint::*;
 pub use native_ipc::*;
+pub use pools::*;
 pub use streams::*;
 pub use virtual_memory::*;

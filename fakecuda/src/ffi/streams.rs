@@ -332,3 +332,13 @@ pub unsafe extern "C" fn cuCtxGetApiVersion(ctx: CUcontext, version: *mut c_uint
         unsafe { put(version, 3020) }
     })
 }
+
+/// Stream capture (graphs) is not modelled: no stream is ever capturing.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamIsCapturing(s: CUstream, status: *mut c_uint) -> RawResult {
+    with(|d| {
+        describe(d, s)?;
+        // SAFETY: CUstreamCaptureStatus out-parameter (a C enum: u32); NONE is 0.
+        unsafe { put(status, 0) }
+    })
+}

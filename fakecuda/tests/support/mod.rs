@@ -186,6 +186,18 @@ api! {
     cuMemHostGetFlags(f: *mut c_uint, p: *mut c_void);
     cuMemAllocManaged(d: *mut u64, n: usize, flags: c_uint);
     cuPointerGetAttribute(data: *mut c_void, attribute: c_uint, p: u64);
+    cuDeviceGetDefaultMemPool(pool: *mut usize, dev: c_int);
+    cuDeviceGetMemPool(pool: *mut usize, dev: c_int);
+    cuDeviceSetMemPool(dev: c_int, pool: usize);
+    cuMemPoolCreate(pool: *mut usize, props: *const [u64; 11]);
+    cuMemPoolDestroy(pool: usize);
+    cuMemPoolGetAttribute(pool: usize, attr: c_uint, value: *mut c_void);
+    cuMemPoolSetAttribute(pool: usize, attr: c_uint, value: *mut c_void);
+    cuMemPoolSetAccess(pool: usize, desc: *const AccessDesc, count: usize);
+    cuMemPoolGetAccess(flags: *mut c_uint, pool: usize, loc: *mut Location);
+    cuMemAllocFromPoolAsync(p: *mut u64, n: usize, pool: usize, s: usize);
+    cuMemAllocAsync(p: *mut u64, n: usize, s: usize);
+    cuMemFreeAsync(p: u64, s: usize);
     cuPointerGetAttributes(n: c_uint, attributes: *const c_uint, data: *mut *mut c_void, p: u64);
     cuMemHostUnregister(p: *mut c_void);
     cuIpcGetMemHandle(h: *mut [u8; 64], p: u64);

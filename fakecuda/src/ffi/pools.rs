@@ -1,0 +1,268 @@
+//! Stream-ordered memory pools (see [`crate::pool`]).
+
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use super::*;
+use crate::context::Target;
+use cudarc::driver::sys::{CUmemPoolHandle_st, CUmemoryPool};
+
+fn pool_of(p: CUmemoryPool) -> u64 {
+    p as usize as u64
+}
+
+/// Reads a `CUmemLocation` (two plain integers).
+///
+/// # Safety
+/// `p` is null or points at a `CUmemLocation` (cuda.h).
+unsafe fn location(p: *const RawLocation) -> CuResult<(u32, i32)> {
+    // SAFETY: forwarded contract.
+    let l = unsafe { get(p) }?;
+    Ok((l.type_, l.id))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(
+    out: *mut CUmemoryPool,
+    dev: CUdevice,
+) -> RawResult {
+    with(|d| {
+        let dev = d.config.check_device(dev)?;
+        let h = d.pool_default(dev);
+        // SAFETY: CUmemoryPool out-parameter (cuda.h).
+        unsafe { put(out, handle_ptr::<CUmemPoolHandle_st>(h)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetMemPool(out: *mut CUmemoryPool, dev: CUdevice) -> RawResult {
+    with(|d| {
+        let dev = d.config.check_device(dev)?;
+        let h = d.pool_current(dev);
+        // SAFETY: CUmemoryPool out-parameter (cuda.h).
+        unsafe { put(out, handle_ptr::<CUmemPoolHandle_st>(h)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) -> RawResult {
+    with(|d| {
+        let dev = d.config.check_device(dev)?;
+        d.pool_set_current(dev, pool_of(pool))
+    })
+}
+
+/// `cuMemGetMemPool` (CUDA 13): the current pool of a device location for pinned memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetMemPool(
+    out: *mut CUmemoryPool,
+    loc: *mut RawLocation,
+    alloc_type: c_uint,
+) -> RawResult {
+    with(|d| {
+        // SAFETY: CUmemLocation input (cuda.h).
+        let (kind, id) = unsafe { location(loc) }?;
+        if kind != crate::abi::consts::LOCATION_TYPE_DEVICE
+            || alloc_type != crate::abi::consts::ALLOCATION_TYPE_PINNED
+        {
+            // Host and managed pools are not modelled.
+            return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
+        }
+        let dev = d.config.check_device(id)?;
+        let h = d.pool_current(dev);
+        // SAFETY: CUmemoryPool out-parameter (cuda.h).
+        unsafe { put(out, handle_ptr::<CUmemPoolHandle_st>(h)) }
+    })
+}
+
+/// `CUmemPoolProps`: allocType, handleTypes, location, win32 attributes, maxSize, usage, ...
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct RawPoolProps {
+    alloc_type: u32,
+    handle_types: u32,
+    location: RawLocation,
+    win32: *mut c_void,
+    max_size: usize,
+    rest: [u8; 56],
+}
+
+const _: () = assert!(
+    std::mem::size_of::<RawPoolProps>()
+        == std::mem::size_of::<cudarc::driver::sys::CUmemPoolProps>()
+);
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolCreate(
+    out: *mut CUmemoryPool,
+    props: *const c_void,
+) -> RawResult {
+    with(|d| {
+        if out.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: `props` points at a CUmemPoolProps (cuda.h), read as plain integers.
+        let p = unsafe { get(props.cast::<RawPoolProps>()) }?;
+        let h = d.pool_create(
+            p.alloc_type,
+            p.handle_types,
+            (p.location.type_, p.location.id),
+            p.max_size as u64,
+        )?;
+        // SAFETY: CUmemoryPool out-parameter (cuda.h), non-null.
+        unsafe { put(out, handle_ptr::<CUmemPoolHandle_st>(h)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> RawResult {
+    with(|d| d.pool_destroy(pool_of(pool)))
+}
+
+/// The attributes that are 32-bit ints (the reuse flags); the rest are 64-bit (cuda.h).
+fn narrow(attr: u32) -> bool {
+    (crate::pool::ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES
+        ..=crate::pool::ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES)
+        .contains(&attr)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolGetAttribute(
+    pool: CUmemoryPool,
+    attr: c_uint,
+    value: *mut c_void,
+) -> RawResult {
+    with(|d| {
+        let v = d.pool_get_attribute(pool_of(pool), attr)?;
+        if narrow(attr) {
+            // SAFETY: an int out-parameter for this attribute (cuda.h).
+            unsafe { put(value.cast::<i32>(), v as i32) }
+        } else {
+            // SAFETY: a cuuint64_t out-parameter for this attribute (cuda.h).
+            unsafe { put(value.cast::<u64>(), v) }
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolSetAttribute(
+    pool: CUmemoryPool,
+    attr: c_uint,
+    value: *mut c_void,
+) -> RawResult {
+    with(|d| {
+        let v = if narrow(attr) {
+            // SAFETY: an int input for this attribute (cuda.h).
+            u64::from(unsafe { get(value.cast::<i32>().cast_const()) }? != 0)
+        } else {
+            // SAFETY: a cuuint64_t input for this attribute (cuda.h).
+            unsafe { get(value.cast::<u64>().cast_const()) }?
+        };
+        d.pool_set_attribute(pool_of(pool), attr, v)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolSetAccess(
+    pool: CUmemoryPool,
+    descs: *const RawAccessDesc,
+    count: usize,
+) -> RawResult {
+    with(|d| {
+        if descs.is_null() && count > 0 {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let list = if count == 0 {
+            &[][..]
+        } else {
+            // SAFETY: `count` CUmemAccessDesc (cuda.h), plain integers.
+            unsafe { std::slice::from_raw_parts(descs, count) }
+        };
+        let grants: Vec<(u32, i32, u32)> = list
+            .iter()
+            .map(|g| (g.location.type_, g.location.id, g.flags))
+            .collect();
+        d.pool_set_access(pool_of(pool), &grants)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolGetAccess(
+    flags: *mut c_uint,
+    pool: CUmemoryPool,
+    loc: *mut RawLocation,
+) -> RawResult {
+    with(|d| {
+        // SAFETY: CUmemLocation input (cuda.h).
+        let l = unsafe { location(loc) }?;
+        let f = d.pool_get_access(pool_of(pool), l)?;
+        // SAFETY: CUmemAccess_flags out-parameter (a C enum: u32).
+        unsafe { put(flags, f) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, _keep: usize) -> RawResult {
+    // Freed memory is returned at once: nothing is kept to trim.
+    with(|d| {
+        d.pool_get_attribute(pool_of(pool), crate::pool::ATTR_USED_MEM_CURRENT)
+            .map(drop)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> RawResult {
+    gated(|| {
+        if dptr.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        memcpy::target(Some(stream as usize as u64))?;
+        let p = driver::with(|d| d.pool_alloc(pool_of(pool), bytesize as u64))?;
+        // SAFETY: CUdeviceptr out-parameter (cuda.h), non-null.
+        unsafe { put(dptr, p) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocAsync(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    stream: CUstream,
+) -> RawResult {
+    gated(|| {
+        if dptr.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let ctx = match memcpy::target(Some(stream as usize as u64))? {
+            Target::Now { ctx, .. } => ctx,
+            Target::Queue(s) => s.ctx,
+        };
+        let p = driver::with(|d| {
+            let device = d
+                .contexts
+                .device_of(ctx)
+                .ok_or(CuError::CUDA_ERROR_INVALID_CONTEXT)?;
+            let pool = d.pool_current(device);
+            d.pool_alloc(pool, bytesize as u64)
+        })?;
+        // SAFETY: CUdeviceptr out-parameter (cuda.h), non-null.
+        unsafe { put(dptr, p) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> RawResult {
+    gated(|| {
+        driver::with(|d| d.pool_check_free(dptr))?;
+        // The memory goes back when the stream reaches the free.
+        memcpy::host_work(Some(stream as usize as u64), move || {
+            if let Err(e) = driver::with(|d| d.pool_free(dptr)) {
+                eprintln!("fakecuda: cuMemFreeAsync of {dptr:#x} failed when it ran: {e}");
+            }
+        })
+    })
+}
