@@ -109,9 +109,9 @@ pub fn attribute(attr: u32, dev: u32) -> CuResult<i32> {
         x if x == A::CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED as u32 => 1,
         x if x == A::CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED as u32 => 0,
         x if x == A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED as u32 => 0,
-        // Stream-ordered pools of device memory, not shareable between processes (yet).
+        // Stream-ordered pools of device memory, shareable as POSIX FDs.
         x if x == A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED as u32 => 1,
-        x if x == A::CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES as u32 => 0,
+        x if x == A::CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES as u32 => 1,
         x if x < A::CU_DEVICE_ATTRIBUTE_MAX as u32 && x > 0 => 0,
         _ => return Err(CuError::CUDA_ERROR_INVALID_VALUE),
     };

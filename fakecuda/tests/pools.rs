@@ -4,7 +4,19 @@
 
 mod support;
 
+use std::ffi::c_void;
+use std::os::fd::{FromRawFd, OwnedFd};
 use support::*;
+
+#[test]
+fn child_role_dispatch() {
+    let Some(role) = child_role() else { return };
+    match role.as_str() {
+        "pool-importer" => pool_importer(),
+        other => panic!("unknown role {other}"),
+    }
+    std::process::exit(0);
+}
 
 /// `CU_MEMPOOL_ATTR_*`.
 const REUSE_FOLLOW_EVENT_DEPENDENCIES: u32 = 1;
@@ -42,9 +54,9 @@ fn pools_allocate_in_stream_order_and_count_their_memory() {
         "the current pool starts as the default one"
     );
     assert_eq!(
-        cu.cuMemPoolCreate(&mut 0, &props(0, 1)),
+        cu.cuMemPoolCreate(&mut 0, &props(0, 8)),
         NOT_SUPPORTED,
-        "shareable pools are not modelled yet"
+        "fabric pools need IMEX"
     );
     let mut pool = 0;
     ok(cu.cuMemPoolCreate(&mut pool, &props(0, 0)));
@@ -127,6 +139,110 @@ fn pool_access_extends_to_its_allocations() {
     ok(cu.cuCtxSetCurrent(ctx1));
     cu.write(p, &[9u8; 8]);
     assert_eq!(cu.read(p, 8), [9u8; 8]);
+    ok(cu.cuMemFreeAsync(p, 0));
+    ok(cu.cuMemPoolDestroy(pool));
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> [u8; 64] {
+    let mut out = [0u8; 64];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).expect("hex");
+    }
+    out
+}
+
+/// Child: imports the pool (its FD inherited, the number in the environment) and the pointer
+/// (its 64 bytes on stdin), checks the creator's bytes, writes its own, frees the import.
+fn pool_importer() {
+    let cu = cuda();
+    cu.setup(1);
+    let number: i32 = std::env::var("FAKECUDA_TEST_POOL_FD")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut pool = 0;
+    ok(cu.cuMemPoolImportFromShareableHandle(&mut pool, number as usize as *mut c_void, 1, 0));
+    let data = unhex(&hear());
+    let mut p = 0;
+    ok(cu.cuMemPoolImportPointer(&mut p, pool, &data));
+    let mut again = 0;
+    ok(cu.cuMemPoolImportPointer(&mut again, pool, &data));
+    say("SAME", u8::from(again == p));
+    say("SAW", u8::from(cu.read(p, GRAN) == pattern(3, GRAN)));
+    cu.write(p, &pattern(4, 64));
+    say("WROTE", p);
+    hear();
+    ok(cu.cuMemFree_v2(p));
+    ok(cu.cuMemPoolDestroy(pool));
+}
+
+#[test]
+fn a_shared_pool_shares_bytes_between_processes_and_refuses_checkpoint() {
+    let _serial = serial();
+    let cu = cuda();
+    cu.setup(0);
+    let mut pool = 0;
+    ok(cu.cuMemPoolCreate(&mut pool, &props(0, 1)));
+    let access = AccessDesc {
+        location: Location { type_: 1, id: 1 },
+        flags: 3,
+    };
+    ok(cu.cuMemPoolSetAccess(pool, &access, 1));
+    let mut p = 0;
+    ok(cu.cuMemAllocFromPoolAsync(&mut p, GRAN, pool, 0));
+    cu.write(p, &pattern(3, GRAN));
+    let mut fd: i32 = -1;
+    assert_eq!(
+        cu.cuMemPoolExportToShareableHandle((&mut fd as *mut i32).cast(), pool, 8, 0),
+        INVALID_VALUE,
+        "only the pool's own handle type"
+    );
+    ok(cu.cuMemPoolExportToShareableHandle((&mut fd as *mut i32).cast(), pool, 1, 0));
+    // SAFETY: the export returned a descriptor this test owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut data = [0u8; 64];
+    ok(cu.cuMemPoolExportPointer(&mut data, p));
+    // The child inherits a duplicate (dup clears close-on-exec).
+    // SAFETY: dup of a descriptor this test owns; the duplicate is owned below.
+    let inherited =
+        unsafe { OwnedFd::from_raw_fd(libc::dup(std::os::fd::AsRawFd::as_raw_fd(&fd))) };
+    let mut cmd = role_command("pool-importer");
+    cmd.env(
+        "FAKECUDA_TEST_POOL_FD",
+        std::os::fd::AsRawFd::as_raw_fd(&inherited).to_string(),
+    );
+    let mut child = Child::spawn(cmd);
+    drop(inherited);
+    child.send(&hex(&data));
+    assert_eq!(child.expect("SAME", 30), "1", "one import per pointer");
+    assert_eq!(
+        child.expect("SAW", 30),
+        "1",
+        "the importer saw the creator's bytes"
+    );
+    child.expect("WROTE", 30);
+    assert_eq!(
+        cu.read(p, 64),
+        pattern(4, 64),
+        "the creator sees the importer's write"
+    );
+    // Native checkpoint refuses while the pool is shared, changing nothing.
+    let pid = std::process::id() as i32;
+    let mut args = [0u64; 8];
+    ok(cu.cuCheckpointProcessLock(pid, &mut args));
+    assert_eq!(
+        cu.cuCheckpointProcessCheckpoint(pid, &mut [0u64; 8]),
+        NOT_SUPPORTED
+    );
+    ok(cu.cuCheckpointProcessUnlock(pid, &mut [0u64; 8]));
+    assert_eq!(cu.read(p, 64), pattern(4, 64));
+    child.send("done");
+    assert!(child.wait().success());
+    drop(fd);
     ok(cu.cuMemFreeAsync(p, 0));
     ok(cu.cuMemPoolDestroy(pool));
 }

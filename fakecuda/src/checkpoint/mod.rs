@@ -186,6 +186,9 @@ impl Driver {
         if let Some(h) = self.mc.objects.keys().next() {
             return Some(format!("multicast object {h:#x} is alive"));
         }
+        if let Some(why) = self.pools.shared() {
+            return Some(why);
+        }
         None
     }
 

@@ -266,3 +266,75 @@ pub extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> RawResu
         })
     })
 }
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolExportToShareableHandle(
+    out: *mut c_void,
+    pool: CUmemoryPool,
+    handle_type: c_uint,
+    flags: u64,
+) -> RawResult {
+    with(|d| {
+        if out.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let fd = d.pool_export(pool_of(pool), handle_type, flags)?;
+        // SAFETY: for POSIX FDs `out` points at an int (cuda.h), non-null.
+        unsafe { put(out.cast::<c_int>(), fd.into_raw_fd()) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolImportFromShareableHandle(
+    out: *mut CUmemoryPool,
+    handle: *mut c_void,
+    handle_type: c_uint,
+    flags: u64,
+) -> RawResult {
+    with(|d| {
+        if out.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let number = handle as usize as c_int;
+        // SAFETY: F_GETFD only asks whether the number is an open descriptor.
+        if number < 0 || unsafe { libc::fcntl(number, libc::F_GETFD) } < 0 {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: open (checked above); the caller lends it for the call (cuda.h).
+        let fd = unsafe { BorrowedFd::borrow_raw(number) };
+        let h = d.pool_import(fd, handle_type, flags)?;
+        // SAFETY: CUmemoryPool out-parameter (cuda.h), non-null.
+        unsafe { put(out, handle_ptr::<CUmemPoolHandle_st>(h)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolExportPointer(
+    data: *mut [u8; crate::pool::POINTER_BYTES],
+    ptr: CUdeviceptr,
+) -> RawResult {
+    with(|d| {
+        let bytes = d.pool_export_pointer(ptr)?;
+        // SAFETY: CUmemPoolPtrExportData out-parameter (64 bytes, cuda.h).
+        unsafe { put(data, bytes) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolImportPointer(
+    out: *mut CUdeviceptr,
+    pool: CUmemoryPool,
+    data: *const [u8; crate::pool::POINTER_BYTES],
+) -> RawResult {
+    gated(|| {
+        if out.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: CUmemPoolPtrExportData input (64 bytes, cuda.h).
+        let bytes = unsafe { get(data) }?;
+        driver::with(|d| d.contexts.current().map(drop))?;
+        let p = crate::pool::import_pointer(pool_of(pool), &bytes)?;
+        // SAFETY: CUdeviceptr out-parameter (cuda.h), non-null.
+        unsafe { put(out, p) }
+    })
+}

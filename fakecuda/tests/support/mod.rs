@@ -198,6 +198,10 @@ api! {
     cuMemAllocFromPoolAsync(p: *mut u64, n: usize, pool: usize, s: usize);
     cuMemAllocAsync(p: *mut u64, n: usize, s: usize);
     cuMemFreeAsync(p: u64, s: usize);
+    cuMemPoolExportToShareableHandle(out: *mut c_void, pool: usize, t: c_uint, flags: u64);
+    cuMemPoolImportFromShareableHandle(pool: *mut usize, handle: *mut c_void, t: c_uint, flags: u64);
+    cuMemPoolExportPointer(data: *mut [u8; 64], p: u64);
+    cuMemPoolImportPointer(p: *mut u64, pool: usize, data: *const [u8; 64]);
     cuPointerGetAttributes(n: c_uint, attributes: *const c_uint, data: *mut *mut c_void, p: u64);
     cuMemHostUnregister(p: *mut c_void);
     cuIpcGetMemHandle(h: *mut [u8; 64], p: u64);
