@@ -87,7 +87,7 @@ def test_a_plain_process_checkpoints_and_restores(device):
 
 
 def test_device_memory_pools_allocate_in_stream_order(device):
-    from cuda.core import DeviceMemoryResource, DeviceMemoryResourceOptions
+    from cuda.core import DeviceMemoryResource
 
     stream = device.create_stream()
     resource = DeviceMemoryResource(device)
@@ -103,7 +103,37 @@ def test_device_memory_pools_allocate_in_stream_order(device):
     stream.sync()
     assert resource.attributes.used_mem_current == 0
     pinned.close()
-    # Pools shareable between processes are not modelled yet: refused, as a driver that
-    # cannot share them refuses.
-    with pytest.raises(Exception, match="CUDA_ERROR_NOT_SUPPORTED"):
-        DeviceMemoryResource(device, options=DeviceMemoryResourceOptions(ipc_enabled=True))
+
+
+def test_pool_ipc_shares_bytes_between_processes(device):
+    import multiprocessing
+
+    from cuda.core import DeviceMemoryResource, DeviceMemoryResourceOptions
+
+    import pool_ipc_child
+
+    size = 1 << 20
+    stream = device.create_stream()
+    options = DeviceMemoryResourceOptions(ipc_enabled=True, max_size=1 << 24)
+    resource = DeviceMemoryResource(device, options=options)
+    buffer = resource.allocate(size, stream=stream)
+    buffer.fill(7, stream=stream)
+    stream.sync()
+    # CUDA processes must not fork (cuda.core checks the global start method).
+    multiprocessing.set_start_method("spawn", force=True)
+    results = multiprocessing.Queue()
+    child = multiprocessing.Process(
+        target=pool_ipc_child.run,
+        args=(resource.allocation_handle, buffer.ipc_descriptor, size, results),
+    )
+    child.start()
+    assert results.get(timeout=60) == ("saw", True), "the importer saw the creator's bytes"
+    assert results.get(timeout=60) == ("wrote", True)
+    child.join(60)
+    assert child.exitcode == 0
+    pinned = LegacyPinnedMemoryResource().allocate(size)
+    pinned.copy_from(buffer, stream=stream)
+    stream.sync()
+    assert (np.from_dlpack(pinned).view(np.uint8) == 9).all(), "the creator sees the write"
+    buffer.close(stream)
+    pinned.close()
