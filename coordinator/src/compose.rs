@@ -98,6 +98,7 @@ pub fn find_members(
         return Err(CommandError::Session(
             crate::session::SessionError::NoParticipants {
                 path: workload.control_dir.clone(),
+                gone: Vec::new(),
             },
         ));
     }

@@ -19,5 +19,6 @@ pub mod process;
 pub mod render;
 pub mod report;
 pub mod session;
+pub mod stale;
 pub mod state;
 pub mod validate;

@@ -18,6 +18,8 @@ use cuinterpose_protocol::{InspectionReply, NamespacePid, Reply, Request, StateF
 
 use crate::plan::{Outcome, Run, Step};
 use crate::report::{PhaseReport, Report};
+pub use crate::stale::StaleSocket;
+use crate::stale::{self, Probe};
 use crate::validate::{self, Topology, TopologyError};
 
 #[derive(Debug, thiserror::Error)]
@@ -25,11 +27,16 @@ pub enum SessionError {
     #[error("control directory {}: {source}", path.display())]
     ControlDirectory { path: PathBuf, source: io::Error },
     #[error(
-        "no participants: no cuinterpose-<pid>.sock socket in {} (is the shim loaded, and is \
-         this the control directory it uses?)",
-        path.display()
+        "no participants: no cuinterpose-<pid>.sock socket in {} answers (is the shim loaded, \
+         and is this the control directory it uses?){}",
+        path.display(),
+        gone.iter().map(|s| format!("; {s}")).collect::<String>()
     )]
-    NoParticipants { path: PathBuf },
+    NoParticipants {
+        path: PathBuf,
+        /// Sockets of processes that are gone, found on the way.
+        gone: Vec<StaleSocket>,
+    },
     #[error("namespace pid {0} is given twice")]
     DuplicatePid(NamespacePid),
     #[error(transparent)]
@@ -59,6 +66,32 @@ pub fn discover(control_dir: &Path) -> Result<Vec<NamespacePid>, SessionError> {
     Ok(pids)
 }
 
+/// The sockets of [`discover`] that answer, and those of processes that are gone (removed
+/// where no process has them bound; see [`crate::stale`]).
+pub fn discover_live(
+    control_dir: &Path,
+) -> Result<(Vec<NamespacePid>, Vec<StaleSocket>), SessionError> {
+    let mut live = Vec::new();
+    let mut gone = Vec::new();
+    let mut bound = None;
+    for pid in discover(control_dir)? {
+        let path = control_dir.join(format!("cuinterpose-{pid}.sock"));
+        if stale::probe(&path) == Probe::Alive {
+            live.push(pid);
+            continue;
+        }
+        let bound = bound.get_or_insert_with(stale::bound_paths);
+        if bound.as_ref().is_some_and(|b| b.contains(&path)) {
+            // Bound but not listening yet: a shim starting up. It answers in a moment.
+            live.push(pid);
+            continue;
+        }
+        let removed = stale::removable(&path, bound.as_ref()) && fs::remove_file(&path).is_ok();
+        gone.push(StaleSocket { pid, path, removed });
+    }
+    Ok((live, gone))
+}
+
 /// `cuinterpose-<pid>.sock` → the pid (decimal, no sign, no leading zero, non-zero).
 pub fn parse_socket_name(name: &str) -> Option<NamespacePid> {
     let digits = name.strip_prefix("cuinterpose-")?.strip_suffix(".sock")?;
@@ -74,9 +107,16 @@ pub struct Session {
     control_dir: PathBuf,
     endpoints: BTreeMap<NamespacePid, Endpoint>,
     timeouts: Timeouts,
+    /// Sockets of processes that are gone, left out of the session.
+    gone: Vec<StaleSocket>,
 }
 
 impl Session {
+    /// The stale sockets discovery found and left out (each also said on stderr).
+    pub fn gone(&self) -> &[StaleSocket] {
+        &self.gone
+    }
+
     /// The participants `pids` (their namespace PIDs), or every socket in `control_dir` when
     /// `pids` is empty.
     pub fn open(
@@ -84,13 +124,19 @@ impl Session {
         pids: &[NamespacePid],
         timeouts: Timeouts,
     ) -> Result<Self, SessionError> {
+        let mut gone = Vec::new();
         let pids = if pids.is_empty() {
-            let found = discover(control_dir)?;
+            let (found, stale) = discover_live(control_dir)?;
             if found.is_empty() {
                 return Err(SessionError::NoParticipants {
                     path: control_dir.to_path_buf(),
+                    gone: stale,
                 });
             }
+            for s in &stale {
+                eprintln!("cuinterpose: {s}");
+            }
+            gone = stale;
             found
         } else {
             pids.to_vec()
@@ -106,6 +152,7 @@ impl Session {
             control_dir: control_dir.to_path_buf(),
             endpoints,
             timeouts,
+            gone,
         })
     }
 

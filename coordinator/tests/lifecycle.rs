@@ -430,3 +430,83 @@ fn toggle_help_lists_the_steps_and_what_criu_needs() {
         );
     }
 }
+
+/// A socket nothing listens on and no process has bound: the file a killed participant left.
+fn stale_socket(dir: &std::path::Path, pid: u32) -> std::path::PathBuf {
+    let path = dir.join(format!("cuinterpose-{pid}.sock"));
+    drop(std::os::unix::net::UnixListener::bind(&path).expect("bind"));
+    assert!(path.exists(), "the file outlives its listener");
+    path
+}
+
+#[test]
+fn a_stale_socket_is_named_removed_and_left_out() {
+    let scene = Scene::start(701, None);
+    let stale = stale_socket(scene.control.path(), 799);
+    // A session leaves the gone process out and removes its socket.
+    let session = scene.session(5);
+    assert_eq!(session.participants(), [pid(701), pid(702), pid(703)]);
+    assert_eq!(session.gone().len(), 1);
+    assert_eq!(session.gone()[0].pid, pid(799));
+    assert!(session.gone()[0].removed);
+    assert!(!stale.exists(), "removed: no process had it bound");
+    // Through the binary: inspect still succeeds and says what it left out.
+    let stale = stale_socket(scene.control.path(), 798);
+    let (stdout, stderr) = check_exit(
+        &cuinterpose(&["inspect", "--control-dir", scene.ctl()], &[]),
+        0,
+    );
+    assert!(
+        stderr.contains("process 798 is gone (stale socket")
+            && stderr.contains("cuinterpose-798.sock, removed)"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("topology: valid: 3 participants"),
+        "{stdout}"
+    );
+    assert!(!stale.exists());
+}
+
+#[test]
+fn only_stale_sockets_are_no_participants_naming_them() {
+    let control = TempDir::new("ctl-stale").expect("control dir");
+    let stale = stale_socket(control.path(), 4242);
+    let (_, stderr) = check_exit(
+        &cuinterpose(&["inspect", "--control-dir", path(control.path())], &[]),
+        1,
+    );
+    assert!(
+        stderr.contains("no participants: no cuinterpose-<pid>.sock socket in")
+            && stderr.contains("process 4242 is gone (stale socket"),
+        "{stderr}"
+    );
+    assert!(!stale.exists(), "removed");
+}
+
+#[test]
+fn a_socket_bound_but_not_yet_listening_is_kept() {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, bind, socket};
+    let scene = Scene::start(801, None);
+    // A shim between its bind and its listen: connections are refused, but the path is bound.
+    let path = scene.control.path().join("cuinterpose-899.sock");
+    let starting = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .expect("socket");
+    bind(
+        std::os::fd::AsRawFd::as_raw_fd(&starting),
+        &UnixAddr::new(&path).expect("address"),
+    )
+    .expect("bind");
+    let (live, gone) =
+        cuinterpose_coordinator::session::discover_live(scene.control.path()).expect("discover");
+    assert!(gone.is_empty(), "{gone:?}");
+    assert!(live.contains(&pid(899)), "kept as a participant: {live:?}");
+    assert!(path.exists(), "not removed");
+    drop(starting);
+    let _ = std::fs::remove_file(&path);
+}
