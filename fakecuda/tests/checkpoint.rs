@@ -329,3 +329,38 @@ fn cli_toggle_round_trips_a_two_allocation_process() {
     child.send("exit");
     assert!(child.wait().success());
 }
+
+/// A refused checkpoint in `--toggle` leaves the target running, not locked (its next driver
+/// call would hang); the target's control socket goes away when it exits.
+#[test]
+fn a_refused_toggle_unlocks_and_sockets_go_at_exit() {
+    lib_dir();
+    let mut cmd = role_command("target");
+    cmd.env("FAKECUDA_REFUSE_CHECKPOINT", "checkpoint");
+    let mut child = Child::spawn(cmd);
+    let pid = child.pid().to_string();
+    addrs(&child);
+    let dir = std::env::var_os("FAKECUDA_CONTROL_DIR").unwrap_or_else(|| "/tmp/fakecuda".into());
+    let socket = std::path::Path::new(&dir).join(format!("fakecuda-{pid}.sock"));
+    assert!(
+        socket.exists(),
+        "{} while the target runs",
+        socket.display()
+    );
+    let out = cli(&["--toggle", "--pid", &pid, "--timeout", "5000"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("checkpoint failed")
+            && err.contains("CUDA_ERROR_NOT_SUPPORTED")
+            && err.contains("the process was unlocked again"),
+        "{err}"
+    );
+    let state = cli(&["--get-state", "--pid", &pid]);
+    assert_eq!(String::from_utf8_lossy(&state.stdout).trim(), "running");
+    child.send("verify");
+    assert_eq!(child.expect("VERIFY", 30), "1", "the target still works");
+    child.send("exit");
+    assert!(child.wait().success());
+    assert!(!socket.exists(), "{} removed at exit", socket.display());
+}

@@ -147,7 +147,18 @@ fn run(args: Args) -> Result<(), String> {
     match driver.state(pid)? {
         "running" => {
             driver.step(pid, Action::Lock, args.timeout)?;
-            driver.step(pid, Action::Checkpoint, args.timeout)
+            // A refused checkpoint must not leave the process locked (every later driver call
+            // of it would hang): unlock it again, then report the refusal.
+            driver
+                .step(pid, Action::Checkpoint, args.timeout)
+                .map_err(
+                    |refused| match driver.step(pid, Action::Unlock, args.timeout) {
+                        Ok(()) => format!("{refused}; the process was unlocked again"),
+                        Err(unlock) => {
+                            format!("{refused}; unlocking it again failed too: {unlock}")
+                        }
+                    },
+                )
         }
         "checkpointed" => {
             driver.step(pid, Action::Restore, args.timeout)?;

@@ -9,6 +9,29 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::Duration;
 
+/// The socket this process serves, removed at normal exit so the control directory lists
+/// live processes (a killed process leaves its file; the next process with its pid replaces
+/// it).
+static SOCKET: std::sync::Mutex<Option<(u32, std::path::PathBuf)>> = std::sync::Mutex::new(None);
+
+extern "C" fn remove_socket() {
+    if let Ok(guard) = SOCKET.try_lock()
+        && let Some((owner, path)) = guard.as_ref()
+        && *owner == std::process::id()
+    {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+fn remove_at_exit(path: std::path::PathBuf) {
+    *SOCKET.lock().unwrap_or_else(|p| p.into_inner()) = Some((std::process::id(), path));
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a plain `extern "C" fn()` that lives as long as the process.
+        unsafe { libc::atexit(remove_socket) };
+    });
+}
+
 pub fn start() -> std::io::Result<()> {
     let path = socket_path(std::process::id());
     if let Some(dir) = path.parent() {
@@ -17,6 +40,7 @@ pub fn start() -> std::io::Result<()> {
     // A file left by an earlier process with the same pid is stale: that process is gone.
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path)?;
+    remove_at_exit(path);
     std::thread::Builder::new()
         .name("fakecuda-control".into())
         .spawn(move || {
