@@ -19,6 +19,7 @@ use cuinterpose_protocol::{
     AllocationReference, CapabilityToken, ExportRequest, NamespacePid, Phase, RefusalCode, Reply,
     Request, ResourceKind, Ticket, VirtualShareableHandle,
 };
+use cuinterpose_testkit::slack;
 use cuinterpose_workload::{EntryPath, Output, Worker, WorkerConfig};
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -36,6 +37,7 @@ use cuinterpose_abi::results::CUDA_ERROR_INVALID_HANDLE as INVALID_HANDLE;
 /// a handler waits for a stalled peer's request.
 const SHIM_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the shim may take to answer a valid request while (or after) it is attacked.
+/// (Upper bounds like this one go through `slack`: `CUINTERPOSE_TEST_TIME_FACTOR` scales them.)
 const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 /// How long handler threads may take to finish once their peers are gone.
 const SETTLE: Duration = Duration::from_secs(2);
@@ -108,7 +110,10 @@ impl Target {
         let mut last = (self.fds(), self.threads());
         let mut steady = Instant::now();
         while steady.elapsed() < Duration::from_millis(300) {
-            assert!(started.elapsed() < Duration::from_secs(5), "never steady");
+            assert!(
+                started.elapsed() < slack(Duration::from_secs(5)),
+                "never steady"
+            );
             std::thread::sleep(Duration::from_millis(20));
             let now = (self.fds(), self.threads());
             if now != last {
@@ -154,7 +159,12 @@ impl Target {
     /// A valid `inspect` from a fresh client is answered within [`ANSWER_WITHIN`].
     fn inspect_within(&self, what: &str) -> Duration {
         let started = Instant::now();
-        let reply = call(&self.endpoint(), &Request::Inspect, None, ANSWER_WITHIN);
+        let reply = call(
+            &self.endpoint(),
+            &Request::Inspect,
+            None,
+            slack(ANSWER_WITHIN),
+        );
         let elapsed = started.elapsed();
         match reply {
             Ok((Reply::Inspection(i), None)) => {
@@ -163,7 +173,10 @@ impl Target {
             }
             other => panic!("{what}: inspect after {elapsed:?}: {other:?}"),
         }
-        assert!(elapsed < ANSWER_WITHIN, "{what}: inspect took {elapsed:?}");
+        assert!(
+            elapsed < slack(ANSWER_WITHIN),
+            "{what}: inspect took {elapsed:?}"
+        );
         elapsed
     }
 
@@ -204,18 +217,18 @@ impl Target {
     /// After an attack: answers within a second, no descriptor kept, alive, CUDA works.
     fn check_healthy(&mut self, what: &str) {
         self.inspect_within(what);
-        self.fds_settle(what, SETTLE);
+        self.fds_settle(what, slack(SETTLE));
         match self.worker.try_status() {
             Ok(None) => {}
             other => panic!("{what}: the worker is gone: {other:?}\n{}", self.log()),
         }
         self.cuda_works(what);
-        self.fds_settle(what, SETTLE);
+        self.fds_settle(what, slack(SETTLE));
         // Handler threads are short-lived: none is left behind either.
         let started = Instant::now();
         while self.threads() > self.baseline_threads {
             assert!(
-                started.elapsed() < SETTLE,
+                started.elapsed() < slack(SETTLE),
                 "{what}: {} threads, {} before",
                 self.threads(),
                 self.baseline_threads
@@ -538,7 +551,7 @@ fn stalled_and_slow_senders_hold_up_nobody() {
     let started = Instant::now();
     while target.fds() != target.baseline_fds + 2 {
         assert!(
-            started.elapsed() < SETTLE,
+            started.elapsed() < slack(SETTLE),
             "{} descriptors with two half frames open, {} before: {:?}",
             target.fds(),
             target.baseline_fds,
@@ -553,7 +566,7 @@ fn stalled_and_slow_senders_hold_up_nobody() {
         expect_invalid(stream, what, "timed out after 2s while receiving a request");
         let waited = opened.elapsed();
         assert!(
-            waited >= SHIM_TIMEOUT && waited < SHIM_TIMEOUT + Duration::from_secs(2),
+            waited >= SHIM_TIMEOUT && waited < SHIM_TIMEOUT + slack(Duration::from_secs(2)),
             "{what}: closed after {waited:?}"
         );
     }
@@ -564,7 +577,7 @@ fn stalled_and_slow_senders_hold_up_nobody() {
     let mut silent = target.connect();
     let opened = Instant::now();
     expect_invalid(&mut silent, "a silent peer", "timed out after 2s");
-    assert!(opened.elapsed() < SHIM_TIMEOUT + Duration::from_secs(2));
+    assert!(opened.elapsed() < SHIM_TIMEOUT + slack(Duration::from_secs(2)));
     drop(silent);
     target.check_healthy("a silent peer");
 
@@ -574,8 +587,11 @@ fn stalled_and_slow_senders_hold_up_nobody() {
     std::thread::sleep(Duration::from_millis(100));
     drop(gone);
     let started = Instant::now();
-    target.fds_settle("half a frame, then closed", Duration::from_millis(500));
-    assert!(started.elapsed() < Duration::from_millis(500));
+    target.fds_settle(
+        "half a frame, then closed",
+        slack(Duration::from_millis(500)),
+    );
+    assert!(started.elapsed() < slack(Duration::from_millis(500)));
     target.check_healthy("half a frame, then closed");
 
     // A valid request one byte at a time (20 ms apart) is answered, and a valid request from
@@ -622,7 +638,7 @@ fn stalled_and_slow_senders_hold_up_nobody() {
     expect_invalid(&mut loris, "slowloris", "timed out after 2s");
     let cut = started.elapsed();
     assert!(
-        cut >= SHIM_TIMEOUT && cut < SHIM_TIMEOUT + Duration::from_secs(1),
+        cut >= SHIM_TIMEOUT && cut < SHIM_TIMEOUT + slack(Duration::from_secs(1)),
         "slowloris cut after {cut:?}"
     );
     let sent = dripping.join().unwrap();
@@ -685,7 +701,7 @@ fn expect_write_ends_closed(reads: Vec<OwnedFd>, what: &str) {
             revents: 0,
         };
         // SAFETY: one live pollfd.
-        let ready = unsafe { libc::poll(&raw mut poll, 1, SETTLE.as_millis() as i32) };
+        let ready = unsafe { libc::poll(&raw mut poll, 1, slack(SETTLE).as_millis() as i32) };
         assert!(
             ready == 1 && poll.revents & (libc::POLLHUP | libc::POLLIN) != 0,
             "{what}: the shim still holds a descriptor it was sent"
@@ -789,7 +805,7 @@ fn a_flood_of_connections_is_bounded_and_passes() {
                 .collect::<Vec<_>>()
         }
     });
-    let mut flood = join_within(flood, Duration::from_secs(5), "300 connects");
+    let mut flood = join_within(flood, slack(Duration::from_secs(5)), "300 connects");
     let connected = started.elapsed();
     std::thread::sleep(Duration::from_millis(300));
     let (fds, threads) = (target.fds(), target.threads());
@@ -823,7 +839,7 @@ fn a_flood_of_connections_is_bounded_and_passes() {
             stream.set_nonblocking(false).unwrap();
         }
         let closed = is_closed.iter().filter(|c| **c).count();
-        if closed >= 300 - MAX_CONNECTIONS || polling.elapsed() > Duration::from_secs(2) {
+        if closed >= 300 - MAX_CONNECTIONS || polling.elapsed() > slack(Duration::from_secs(2)) {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -858,7 +874,7 @@ fn a_flood_of_connections_is_bounded_and_passes() {
     }
     assert_eq!(answered, MAX_CONNECTIONS, "handled flood connections");
     assert!(
-        held.elapsed() < SHIM_TIMEOUT + Duration::from_secs(1),
+        held.elapsed() < SHIM_TIMEOUT + slack(Duration::from_secs(1)),
         "{:?}",
         held.elapsed()
     );
@@ -874,13 +890,15 @@ fn a_flood_of_connections_is_bounded_and_passes() {
                 .collect::<Vec<_>>()
         }
     });
-    let flood = join_within(flood, Duration::from_secs(5), "300 connects");
+    let flood = join_within(flood, slack(Duration::from_secs(5)), "300 connects");
     std::thread::sleep(Duration::from_millis(200));
     drop(flood);
     let started = Instant::now();
     // The handlers notice the closed peers at once; give their threads a moment to end (a
     // client arriving before they have is turned away, as during the flood).
-    while target.threads() > target.baseline_threads && started.elapsed() < Duration::from_secs(1) {
+    while target.threads() > target.baseline_threads
+        && started.elapsed() < slack(Duration::from_secs(1))
+    {
         std::thread::sleep(Duration::from_millis(5));
     }
     target.check_healthy("a flood of 300, closed");
@@ -1092,7 +1110,7 @@ fn another_user_is_kept_out_by_modes_and_by_credentials() {
     let started = Instant::now();
     while !target.log().contains("refused a connection from uid 65534") {
         assert!(
-            started.elapsed() < SETTLE,
+            started.elapsed() < slack(SETTLE),
             "the refusal was not logged:\n{}",
             target.log()
         );
@@ -1137,7 +1155,7 @@ fn check_unauthorized(target: &mut Target, what: &str, request: &Request) {
     let started = Instant::now();
     while target.log().matches("wrong capability token").count() <= before {
         assert!(
-            started.elapsed() < SETTLE,
+            started.elapsed() < slack(SETTLE),
             "{what}: not logged:\n{}",
             target.log()
         );

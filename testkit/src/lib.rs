@@ -119,3 +119,27 @@ pub fn build_fakecuda_checkpoint() -> &'static Path {
         target_profile_dir().join("fakecuda-checkpoint")
     })
 }
+
+/// Environment variable scaling every upper time bound tests assert
+/// ([`slack`]): a decimal factor, default 1. Set it above 1 on a slow or loaded machine (a
+/// debugger, sanitizers, a busy CI runner); lower bounds (a timeout must not fire early) are
+/// never scaled.
+pub const TIME_FACTOR_VARIABLE: &str = "CUINTERPOSE_TEST_TIME_FACTOR";
+
+/// The time factor of [`TIME_FACTOR_VARIABLE`]; panics on a value that is not a positive
+/// number, naming it.
+pub fn time_factor() -> f64 {
+    static FACTOR: OnceLock<f64> = OnceLock::new();
+    *FACTOR.get_or_init(|| match std::env::var(TIME_FACTOR_VARIABLE) {
+        Err(_) => 1.0,
+        Ok(text) => match text.trim().parse::<f64>() {
+            Ok(f) if f.is_finite() && f > 0.0 => f,
+            _ => panic!("{TIME_FACTOR_VARIABLE}={text:?} is not a positive number"),
+        },
+    })
+}
+
+/// An upper time bound a test asserts, scaled by [`time_factor`].
+pub fn slack(bound: std::time::Duration) -> std::time::Duration {
+    bound.mul_f64(time_factor())
+}

@@ -148,7 +148,7 @@ impl Workload {
                 return;
             }
             assert!(
-                started.elapsed() < Duration::from_secs(5),
+                started.elapsed() < cuinterpose_testkit::slack(Duration::from_secs(5)),
                 "{} stays in phase {now}, expected {phase}",
                 NAMES[index]
             );
@@ -166,7 +166,7 @@ impl Workload {
         let started = Instant::now();
         while !self.log(index).contains(text) {
             assert!(
-                started.elapsed() < Duration::from_secs(2),
+                started.elapsed() < cuinterpose_testkit::slack(Duration::from_secs(2)),
                 "{}: no {text:?} in its log:\n{}",
                 NAMES[index],
                 self.log(index)
