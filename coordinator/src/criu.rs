@@ -203,6 +203,14 @@ pub fn restore(
     if let Some(criu_phase) = report.phases.first_mut() {
         criu_phase.participants = restored;
     }
+    // The host PIDs the restored tree got (namespace PIDs are kept, host PIDs are new).
+    if let Ok(tree) = crate::process::tree(Path::new("/proc"), root) {
+        report.host_pids = tree
+            .into_iter()
+            .filter(|p| report.participants.contains(&p.namespace_pid))
+            .map(|p| (p.namespace_pid, p.host_pid))
+            .collect();
+    }
     Ok(report)
 }
 

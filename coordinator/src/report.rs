@@ -31,6 +31,9 @@ pub struct Report {
     pub shared_allocations: usize,
     pub multicast_groups: usize,
     pub checkpoint_dir: Option<PathBuf>,
+    /// After a CRIU restore: each participant's host PID (its namespace PID stays; the host
+    /// PID is what the user signals).
+    pub host_pids: std::collections::BTreeMap<NamespacePid, u32>,
 }
 
 impl Report {
@@ -64,6 +67,9 @@ impl Report {
         if self.checkpoint_dir.is_none() {
             self.checkpoint_dir = other.checkpoint_dir;
         }
+        if self.host_pids.is_empty() {
+            self.host_pids = other.host_pids;
+        }
         self.phases.extend(other.phases);
     }
 
@@ -87,6 +93,14 @@ impl Report {
         );
         if let Some(dir) = &self.checkpoint_dir {
             let _ = writeln!(out, "  checkpoint directory: {}", dir.display());
+        }
+        if !self.host_pids.is_empty() {
+            let pairs: Vec<String> = self
+                .host_pids
+                .iter()
+                .map(|(ns, host)| format!("{ns} is host pid {host}"))
+                .collect();
+            let _ = writeln!(out, "  restored processes: {}", pairs.join(", "));
         }
         for phase in &self.phases {
             let _ = write!(
@@ -119,6 +133,11 @@ impl Report {
             "multicast_groups": self.multicast_groups,
             "bytes": self.bytes(),
             "checkpoint_dir": self.checkpoint_dir.as_ref().map(|dir| dir.display().to_string()),
+            "host_pids": self
+                .host_pids
+                .iter()
+                .map(|(ns, host)| (ns.to_string(), json!(host)))
+                .collect::<serde_json::Map<_, _>>(),
             "phases": self.phases.iter().map(|phase| json!({
                 "phase": phase.name,
                 "elapsed_ms": phase.duration.as_secs_f64() * 1e3,
@@ -169,7 +188,24 @@ mod tests {
             shared_allocations: 3,
             multicast_groups: 1,
             checkpoint_dir: Some("/ckpt".into()),
+            host_pids: Default::default(),
         }
+    }
+
+    #[test]
+    fn a_restore_names_the_host_pids() {
+        let mut report = sample();
+        report.host_pids.insert(NamespacePid::new(1).unwrap(), 4711);
+        report.host_pids.insert(NamespacePid::new(2).unwrap(), 4712);
+        assert!(
+            report
+                .text()
+                .contains("  restored processes: 1 is host pid 4711, 2 is host pid 4712\n"),
+            "{}",
+            report.text()
+        );
+        assert_eq!(report.json()["host_pids"], json!({"1": 4711, "2": 4712}));
+        assert_eq!(sample().json()["host_pids"], json!({}));
     }
 
     #[test]

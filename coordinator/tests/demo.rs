@@ -118,6 +118,15 @@ fn demo_survives_a_criu_dump_kill_and_restore() {
             assert_eq!(phase["participants"], 3, "{phase}");
         }
     }
+    // The restored processes' new host PIDs, by namespace PID (what the user signals).
+    let host_pids = json["report"]["host_pids"].as_object().expect("host_pids");
+    assert_eq!(host_pids.len(), 3, "{host_pids:?}");
+    assert!(
+        host_pids
+            .values()
+            .all(|p| p.as_u64().is_some_and(|p| p > 1)),
+        "{host_pids:?}"
+    );
 }
 
 /// The demo's work directory (and with it the CRIU images) on a 2 MiB tmpfs: the state fits,

@@ -427,6 +427,7 @@ impl Run {
             shared_allocations: self.topology.shared_allocations.len(),
             multicast_groups: self.topology.multicast_groups.len(),
             checkpoint_dir: None,
+            host_pids: Default::default(),
         }
     }
 
