@@ -13,7 +13,8 @@ use cuinterpose_protocol::{
 };
 use cuinterpose_workload::{EntryPath, Grant, Worker};
 use std::os::fd::AsFd;
-use support::{Sandbox, ask, fake_runtime, inspect, worker};
+use std::process::Stdio;
+use support::{Sandbox, ask, fake_runtime, inspect, share_program, worker};
 
 const MIB: u64 = 1 << 20;
 use cuinterpose_abi::consts::HANDLE_TYPE_POSIX_FD as POSIX;
@@ -382,4 +383,47 @@ fn sharing_cycles_leak_no_descriptors() {
     );
     assert!(inspect(&sandbox, pid(&a)).records.is_empty());
     assert!(inspect(&sandbox, pid(&b)).records.is_empty());
+}
+
+/// Memory-pool sharing is not checkpointed yet, so it is never silent: while a pool of the
+/// process is exported, inspection refuses naming the pool and the count; once the pool is
+/// destroyed, inspection answers again.
+#[test]
+fn a_shared_memory_pool_makes_inspection_refuse_until_destroyed() {
+    use std::io::{BufRead, Write};
+    let sandbox = Sandbox::new("pool");
+    let mut child = sandbox
+        .command(share_program(), true)
+        .args(["pool", "dlsym"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("exported"), "{line}");
+    match ask(&sandbox, pid, &cuinterpose_protocol::Request::Inspect) {
+        cuinterpose_protocol::Reply::Refused(r) => {
+            assert_eq!(r.code, cuinterpose_protocol::RefusalCode::Unsupported);
+            let message = r.message.as_str();
+            assert!(
+                message.contains("memory-pool sharing cannot be checkpointed yet")
+                    && message.contains("was exported 1 time"),
+                "{message}"
+            );
+        }
+        other => panic!("inspection while a pool is exported: {other:?}"),
+    }
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "destroy").unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "destroyed");
+    let inspection = inspect(&sandbox, pid);
+    assert!(inspection.records.is_empty());
+    writeln!(stdin, "exit").unwrap();
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
 }

@@ -84,6 +84,9 @@ table! {
     cuMulticastBindAddr_v2: fn(u64, c_int, usize, u64, usize, u64);
     cuMulticastUnbind: fn(u64, c_int, usize, usize);
     cuMulticastGetGranularity: fn(*mut usize, *const RawMulticastProp, c_uint);
+    cuMemPoolExportToShareableHandle: fn(*mut c_void, usize, c_uint, u64);
+    cuMemPoolImportFromShareableHandle: fn(*mut usize, *mut c_void, c_uint, u64);
+    cuMemPoolDestroy: fn(usize);
 }
 
 static DRIVER: OnceLock<Result<Driver, String>> = OnceLock::new();

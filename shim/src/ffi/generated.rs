@@ -5617,18 +5617,6 @@ pub unsafe extern "C" fn cuMemPoolCreate(a0: *mut c_void, a1: *const c_void) -> 
     )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolDestroy(a0: *mut c_void) -> u32 {
-    forward(
-        338,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*mut c_void) -> u32,
-            >(f)(a0)
-        },
-    )
-}
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolExportPointer(a0: *mut c_void, a1: u64) -> u32 {
     forward(
         339,
@@ -5637,28 +5625,6 @@ pub unsafe extern "C" fn cuMemPoolExportPointer(a0: *mut c_void, a1: u64) -> u32
                 *mut c_void,
                 unsafe extern "C" fn(*mut c_void, u64) -> u32,
             >(f)(a0, a1)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolExportToShareableHandle(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: cudarc::driver::sys::CUmemAllocationHandleType_enum,
-    a3: u64,
-) -> u32 {
-    forward(
-        340,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(
-                    *mut c_void,
-                    *mut c_void,
-                    cudarc::driver::sys::CUmemAllocationHandleType_enum,
-                    u64,
-                ) -> u32,
-            >(f)(a0, a1, a2, a3)
         },
     )
 }
@@ -5691,28 +5657,6 @@ pub unsafe extern "C" fn cuMemPoolGetAttribute(
                 *mut c_void,
                 unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
             >(f)(a0, a1, a2)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolImportFromShareableHandle(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: cudarc::driver::sys::CUmemAllocationHandleType_enum,
-    a3: u64,
-) -> u32 {
-    forward(
-        343,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(
-                    *mut c_void,
-                    *mut c_void,
-                    cudarc::driver::sys::CUmemAllocationHandleType_enum,
-                    u64,
-                ) -> u32,
-            >(f)(a0, a1, a2, a3)
         },
     )
 }

@@ -104,6 +104,27 @@ pub fn records(r: &Registry) -> Result<BoundedVec<Record, MAX_RECORDS>, usize> {
 /// The inspection reply, or a refusal while a call that may wait on other processes is in
 /// flight or when the records exceed the protocol's limit.
 pub fn inspection(r: &Registry) -> Reply {
+    if !r.pool_shares.is_empty() {
+        let pools: Vec<String> = r
+            .pool_shares
+            .iter()
+            .map(|(pool, share)| match (share.imported, share.exports) {
+                (true, _) => format!("pool {pool:#x} was imported from another process"),
+                (false, n) => format!(
+                    "pool {pool:#x} was exported {n} time{}",
+                    if n == 1 { "" } else { "s" }
+                ),
+            })
+            .collect();
+        return refused(
+            RefusalCode::Unsupported,
+            format!(
+                "memory-pool sharing cannot be checkpointed yet: {} (the shim does not rebuild \
+                 shared pools; destroy them before a checkpoint)",
+                pools.join("; ")
+            ),
+        );
+    }
     if r.unlocked_calls > 0 {
         return refused(
             RefusalCode::Busy,

@@ -79,6 +79,27 @@ pub fn note_native_release(raw: u64) {
     }
 }
 
+/// Records a pool export (`imported`: false) or import. Never fails: the sharing exists whether
+/// or not the shim is healthy, and a checkpoint must see it.
+pub fn note_pool_share(pool: usize, imported: bool) {
+    let mut guard = lock();
+    let r = guard.as_mut().expect("created by lock()");
+    let share = r.pool_shares.entry(pool).or_default();
+    if imported {
+        share.imported = true;
+    } else {
+        share.exports += 1;
+    }
+}
+
+/// Forgets a destroyed pool's sharing.
+pub fn forget_pool(pool: usize) {
+    let mut guard = lock();
+    if let Some(r) = guard.as_mut() {
+        r.pool_shares.remove(&pool);
+    }
+}
+
 /// For the fork handlers: the raw mutex.
 pub(crate) fn registry_mutex() -> &'static Mutex<Option<Registry>> {
     &REGISTRY

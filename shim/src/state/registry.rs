@@ -22,6 +22,15 @@ pub fn is_logical(handle: u64) -> bool {
     handle & TAG_MASK == HANDLE_TAG
 }
 
+/// How a memory pool of this process is shared.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolShare {
+    /// `cuMemPoolExportToShareableHandle` calls on it.
+    pub exports: u64,
+    /// It came from another process (`cuMemPoolImportFromShareableHandle`).
+    pub imported: bool,
+}
+
 /// A unicast VMM allocation this process created or imported.
 #[derive(Debug)]
 pub struct Allocation {
@@ -200,6 +209,9 @@ pub struct Registry {
     pub mappings: BTreeMap<u64, Mapping>,
     /// Driver handles of imports that were not tickets, with their live counts.
     pub raw_imports: HashMap<u64, u64>,
+    /// Memory pools shared with other processes (driver pool handle → exports, imported):
+    /// not checkpointed yet, so inspection refuses while any is alive.
+    pub pool_shares: std::collections::BTreeMap<usize, PoolShare>,
     /// Driver calls in flight with the registry lock dropped (multicast collectives).
     pub unlocked_calls: u64,
     /// The host carrier between `save_allocations` and `load_allocations`.
@@ -218,6 +230,7 @@ impl Registry {
             handles: HashMap::new(),
             mappings: BTreeMap::new(),
             raw_imports: HashMap::new(),
+            pool_shares: std::collections::BTreeMap::new(),
             unlocked_calls: 0,
             arena: None,
             next_handle: 0,

@@ -692,7 +692,7 @@ pub const HAND_WRITTEN: [bool; COUNT] = [
     false, false, false, false, false, false, false, false, false, true, false, true,
     false, false, true, false, false, false, true, false, true, true, true, false, false,
     false, false, false, false, false, false, false, false, true, true, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, true, false, true, false, false, true, false, false, false, false, false,
     false, false, false, false, false, false, true, true, true, false, true, false,
     false, false, false, false, false, false, false, false, false, false, false, false,
     false, false, false, false, false, false, false, false, false, false, false, false,
@@ -740,6 +740,9 @@ pub mod id {
     pub const cuMemGetAllocationPropertiesFromHandle: usize = 322;
     pub const cuMemImportFromShareableHandle: usize = 333;
     pub const cuMemMap: usize = 334;
+    pub const cuMemPoolDestroy: usize = 338;
+    pub const cuMemPoolExportToShareableHandle: usize = 340;
+    pub const cuMemPoolImportFromShareableHandle: usize = 343;
     pub const cuMemRelease: usize = 355;
     pub const cuMemRetainAllocationHandle: usize = 356;
     pub const cuMemSetAccess: usize = 357;

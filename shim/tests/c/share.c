@@ -6,6 +6,8 @@
  *   share importer SOCKET PATH  receive the FD, import, map at another address, verify, write
  *   share resolve PATH          print, for wrapped and pass-through names, which library the entry
  *                               path resolves them to
+ *   share pool PATH             create a POSIX-shareable memory pool, export it, say so, wait for
+ *                               a line on stdin, destroy it, say so, wait for another line
  * PATH selects how driver functions are found: direct, dlsym, default, next, proc:VERSION,
  * procv1:VERSION, runtime:LIBRARY. */
 #define _GNU_SOURCE
@@ -44,6 +46,13 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
 CUresult cuMemcpyDtoH_v2(void *, CUdeviceptr, size_t);
 CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
 CUresult cuGetProcAddress(const char *, void **, int, unsigned long long);
+typedef struct {
+    int allocType; int handleTypes; CUmemLocation location; void *win32; size_t maxSize;
+    unsigned char rest[56];
+} CUmemPoolProps;
+CUresult cuMemPoolCreate(void **, const CUmemPoolProps *);
+CUresult cuMemPoolExportToShareableHandle(void *, void *, int, unsigned long long);
+CUresult cuMemPoolDestroy(void *);
 
 #define SIZE (2u << 20)
 static const char *path;
@@ -298,6 +307,23 @@ int main(int argc, char **argv) {
         int status;
         waitpid(child, &status, 0);
         describe_fds("parent");
+        return 0;
+    }
+    if (!strcmp(argv[1], "pool")) {
+        CUmemPoolProps props = {1, 1, {1, 0}, 0, 0, {0}};
+        void *pool;
+        int fd;
+        char line[16];
+        if ((r = R(cuMemPoolCreate)(&pool, &props))) die("pool create", r);
+        if ((r = R(cuMemPoolExportToShareableHandle)(&fd, pool, 1, 0))) die("pool export", r);
+        printf("exported %p\n", pool);
+        fflush(stdout);
+        if (!fgets(line, sizeof line, stdin)) die("stdin", 0);
+        close(fd);
+        if ((r = R(cuMemPoolDestroy)(pool))) die("pool destroy", r);
+        printf("destroyed\n");
+        fflush(stdout);
+        if (!fgets(line, sizeof line, stdin)) die("stdin", 0);
         return 0;
     }
     if (!strcmp(argv[1], "creator")) {
