@@ -17,6 +17,8 @@ pub struct Driver {
     pub ipc: Ipc,
     pub mc: Multicast,
     pub legacy: crate::legacy::Legacy,
+    /// CUDA graphs and their executable instances.
+    pub graphs: crate::graph::Graphs,
     /// Stream-ordered memory pools and their allocations.
     pub pools: crate::pool::Pools,
     /// Events by handle.
@@ -103,6 +105,7 @@ pub fn init(flags: u32) -> CuResult<()> {
         legacy: crate::legacy::Legacy::default(),
         events: std::collections::HashMap::new(),
         pools: crate::pool::Pools::default(),
+        graphs: crate::graph::Graphs::default(),
         next_handle: 0x1000,
     });
     Ok(())

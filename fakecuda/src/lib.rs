@@ -13,6 +13,7 @@ mod device;
 mod driver;
 mod error;
 mod ffi;
+mod graph;
 mod ipc;
 mod legacy;
 mod memcpy;

@@ -174,6 +174,29 @@ pub fn memset(
     })
 }
 
+/// Fills device memory now, from whichever thread (a graph launch running on a stream's
+/// worker): the range validated and kept mapped while it is written.
+pub fn fill_now(dst: u64, value: u32, width: usize, count: usize) -> CuResult<()> {
+    if !dst.is_multiple_of(width as u64) {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    let bytes = count
+        .checked_mul(width)
+        .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+    let _mapped = ranges(None, Some(dst), bytes as u64)?;
+    let p = dst as usize as *mut u8;
+    // SAFETY: `dst..dst+bytes` is mapped writable device memory (validated, kept by the
+    // guard), aligned to `width` (checked above).
+    unsafe {
+        match width {
+            1 => std::ptr::write_bytes(p, value as u8, count),
+            2 => std::slice::from_raw_parts_mut(p.cast::<u16>(), count).fill(value as u16),
+            _ => std::slice::from_raw_parts_mut(p.cast::<u32>(), count).fill(value),
+        }
+    }
+    Ok(())
+}
+
 /// Runs a host function in stream order (`cuLaunchHostFunc`, `cuStreamAddCallback`).
 pub fn host_work(stream: Option<u64>, work: impl FnOnce() + Send + 'static) -> CuResult<()> {
     match target(stream)? {

@@ -73,6 +73,7 @@ fn handle_ptr<T>(h: u64) -> *mut T {
 mod contexts;
 mod devices;
 mod extras;
+mod graphs;
 mod init;
 mod memory;
 mod multicast_objects;
@@ -85,6 +86,7 @@ mod virtual_memory;
 pub use contexts::*;
 pub use devices::*;
 pub use extras::*;
+pub use graphs::*;
 pub use init::*;
 pub use memory::*;
 pub use multicast_objects::*;

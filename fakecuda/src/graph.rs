@@ -1,0 +1,180 @@
+//! CUDA graphs, for the node kinds that run without device code: empty nodes, host nodes and
+//! memset nodes, with their dependencies, instantiated into executable graphs that a launch
+//! runs on a stream in dependency order (one unit of the stream's work). Kernel, memcpy,
+//! conditional and child-graph nodes are not modelled (`CUDA_ERROR_NOT_SUPPORTED`).
+
+use crate::error::{CuError, CuResult};
+use std::collections::{BTreeMap, HashMap};
+
+/// What a node does when its graph runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    Empty,
+    /// A host function and its argument (the application's).
+    Host {
+        function: usize,
+        user: usize,
+    },
+    /// `count` elements of `width` bytes (1, 2, 4) of `value`, `height` rows `pitch` apart.
+    Memset {
+        dst: u64,
+        pitch: u64,
+        value: u32,
+        width: usize,
+        count: usize,
+        height: usize,
+    },
+}
+
+#[derive(Debug)]
+struct Node {
+    graph: u64,
+    work: Work,
+    deps: Vec<u64>,
+    local_id: u32,
+    tools_id: u64,
+}
+
+#[derive(Debug)]
+struct Graph {
+    id: u32,
+    nodes: Vec<u64>,
+    next_local: u32,
+}
+
+#[derive(Debug)]
+struct Exec {
+    id: u32,
+    /// The nodes' work in an order that respects every dependency.
+    order: Vec<Work>,
+}
+
+#[derive(Debug, Default)]
+pub struct Graphs {
+    graphs: HashMap<u64, Graph>,
+    nodes: HashMap<u64, Node>,
+    execs: HashMap<u64, Exec>,
+    next_id: u32,
+}
+
+impl Graphs {
+    fn id(&mut self) -> u32 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    pub fn create(&mut self, handle: u64) -> u32 {
+        let id = self.id();
+        self.graphs.insert(
+            handle,
+            Graph {
+                id,
+                nodes: Vec::new(),
+                next_local: 0,
+            },
+        );
+        id
+    }
+
+    /// Destroys a graph and its nodes; executable graphs made from it stay.
+    pub fn destroy(&mut self, graph: u64) -> CuResult<()> {
+        let g = self
+            .graphs
+            .remove(&graph)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        for n in g.nodes {
+            self.nodes.remove(&n);
+        }
+        Ok(())
+    }
+
+    /// Adds a node depending on `deps` (nodes of the same graph).
+    pub fn add(&mut self, handle: u64, graph: u64, deps: &[u64], work: Work) -> CuResult<()> {
+        if !self.graphs.contains_key(&graph) {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        for d in deps {
+            match self.nodes.get(d) {
+                Some(n) if n.graph == graph => {}
+                _ => return Err(CuError::CUDA_ERROR_INVALID_VALUE),
+            }
+        }
+        let mut unique = deps.to_vec();
+        unique.sort_unstable();
+        unique.dedup();
+        if unique.len() != deps.len() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let g = self.graphs.get_mut(&graph).expect("checked above");
+        let local_id = g.next_local;
+        g.next_local += 1;
+        g.nodes.push(handle);
+        self.nodes.insert(
+            handle,
+            Node {
+                graph,
+                work,
+                deps: deps.to_vec(),
+                local_id,
+                tools_id: (u64::from(g.id) << 32) | u64::from(local_id),
+            },
+        );
+        Ok(())
+    }
+
+    pub fn graph_id(&self, graph: u64) -> CuResult<u32> {
+        self.graphs
+            .get(&graph)
+            .map(|g| g.id)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
+    }
+
+    pub fn exec_id(&self, exec: u64) -> CuResult<u32> {
+        self.execs
+            .get(&exec)
+            .map(|e| e.id)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
+    }
+
+    /// A node's (local id, tools id, graph).
+    pub fn node(&self, node: u64) -> CuResult<(u32, u64, u64)> {
+        self.nodes
+            .get(&node)
+            .map(|n| (n.local_id, n.tools_id, n.graph))
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
+    }
+
+    /// Instantiates `graph`: its nodes in dependency order (nodes are added after their
+    /// dependencies, so insertion order already is one).
+    pub fn instantiate(&mut self, handle: u64, graph: u64) -> CuResult<()> {
+        let g = self
+            .graphs
+            .get(&graph)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let position: BTreeMap<u64, usize> =
+            g.nodes.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+        for (i, n) in g.nodes.iter().enumerate() {
+            if self.nodes[n].deps.iter().any(|d| position[d] >= i) {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+        }
+        let order = g.nodes.iter().map(|n| self.nodes[n].work).collect();
+        let id = self.id();
+        self.execs.insert(handle, Exec { id, order });
+        Ok(())
+    }
+
+    pub fn exec_order(&self, exec: u64) -> CuResult<Vec<Work>> {
+        self.execs
+            .get(&exec)
+            .map(|e| e.order.clone())
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
+    }
+
+    pub fn exec_destroy(&mut self, exec: u64) -> CuResult<()> {
+        self.execs
+            .remove(&exec)
+            .map(drop)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
+    }
+}
