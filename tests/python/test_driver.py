@@ -166,3 +166,19 @@ def test_graphs_of_memset_nodes_run_in_dependency_order(context):
     check(cu.cuGraphDestroy(graph))
     check(cu.cuMemFree(dptr))
     check(cu.cuStreamDestroy(stream))
+
+
+def test_sm_resources_split_into_groups(context):
+    sm = cu.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM
+    device = check(cu.cuDeviceGet(0))
+    whole = check(cu.cuDeviceGetDevResource(device, sm))
+    assert whole.sm.smCount > 0
+    err, groups, count, remaining = cu.cuDevSmResourceSplitByCount(0, whole, 0, 8)
+    assert err == R.CUDA_SUCCESS and count == whole.sm.smCount // 8 and len(groups) == 0
+    err, groups, made, remaining = cu.cuDevSmResourceSplitByCount(3, whole, 0, 8)
+    assert err == R.CUDA_SUCCESS and made == 3
+    assert [g.sm.smCount for g in groups] == [8, 8, 8]
+    assert remaining.sm.smCount == whole.sm.smCount - 24
+    stream = check(cu.cuStreamCreate(0))
+    assert check(cu.cuStreamGetDevResource(stream, sm)).sm.smCount == whole.sm.smCount
+    check(cu.cuStreamDestroy(stream))

@@ -80,6 +80,7 @@ mod multicast_objects;
 mod native_checkpoint;
 mod native_ipc;
 mod pools;
+mod resources;
 mod streams;
 mod virtual_memory;
 
@@ -93,5 +94,6 @@ pub use multicast_objects::*;
 pub use native_checkpoint::*;
 pub use native_ipc::*;
 pub use pools::*;
+pub use resources::*;
 pub use streams::*;
 pub use virtual_memory::*;
