@@ -103,6 +103,7 @@ pub struct Rejected {
 pub enum IdentityRepr {
     U32,
     Bytes16,
+    Bytes32,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -208,10 +208,11 @@ pub fn markdown(ir: &Ir) -> Result<String, askama::Error> {
                 doc: identity.doc.clone(),
                 wire: match identity.repr {
                     IdentityRepr::U32 => "an unsigned integer, never 0".to_owned(),
-                    IdentityRepr::Bytes16 => {
-                        "`bin 8` of 16 bytes, never all zero (32 lowercase hex digits in text)"
-                            .to_owned()
-                    }
+                    IdentityRepr::Bytes16 | IdentityRepr::Bytes32 => format!(
+                        "`bin 8` of {} bytes, never all zero ({} lowercase hex digits in text)",
+                        identity.repr.size(),
+                        2 * identity.repr.size()
+                    ),
                 },
             })
             .collect(),

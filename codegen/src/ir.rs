@@ -86,8 +86,7 @@ impl Type {
                 .iter()
                 .find(|identity| &identity.name == name)
                 .map(|identity| match identity.repr {
-                    IdentityRepr::U32 => 4,
-                    IdentityRepr::Bytes16 => 16,
+                    repr => repr.size() as u64,
                 }),
             _ => None,
         }
@@ -173,6 +172,18 @@ pub struct Rejected {
 pub enum IdentityRepr {
     U32,
     Bytes16,
+    Bytes32,
+}
+
+impl IdentityRepr {
+    /// Bytes of the value (in layouts, and of the `bin` on the wire for byte identities).
+    pub fn size(self) -> usize {
+        match self {
+            Self::U32 => 4,
+            Self::Bytes16 => 16,
+            Self::Bytes32 => 32,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,6 +10,15 @@ fn released() -> String {
     .expect("schema/released/v1.ron is readable")
 }
 
+/// The newest released schema, which the current one must match until the next bump.
+fn latest_released() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../schema/released/v2.ron"
+    ))
+    .expect("schema/released/v2.ron is readable")
+}
+
 fn current() -> String {
     std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -42,10 +51,31 @@ fn check(edits: &[(&str, &str)]) -> (Vec<String>, bool) {
 
 #[test]
 fn current_schema_matches_the_released_one() {
-    let old = compile("old.ron", &released()).expect("valid");
+    let old = compile("old.ron", &latest_released()).expect("valid");
     let new = compile("new.ron", &current()).expect("valid");
     let report = compat(&old, &new);
     assert!(report.changes.is_empty(), "{report}");
+}
+
+/// Version 2 (the state digest and progress requests) against version 1: exactly these
+/// changes, accepted because of the bump.
+#[test]
+fn version_2_lists_its_changes() {
+    let old = compile("v1.ron", &released()).expect("valid");
+    let new = compile("v2.ron", &latest_released()).expect("valid");
+    let report = compat(&old, &new);
+    let changes: Vec<String> = report.changes.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        changes,
+        [
+            "identity StateDigest: added",
+            "struct StateFile field digest: added",
+            "union Reply variant Progress: added",
+            "union Request variant Progress: added",
+        ],
+        "{report}"
+    );
+    assert!(report.is_compatible());
 }
 
 #[test]

@@ -194,9 +194,7 @@ pub fn state_file(participants: &BTreeMap<NamespacePid, Vec<Record>>) -> StateFi
             BoundedVec::try_from(records).expect("within MAX_RECORDS"),
         );
     }
-    StateFile {
-        participants: map.try_into().expect("within MAX_PARTICIPANTS"),
-    }
+    StateFile::seal(map.try_into().expect("within MAX_PARTICIPANTS"))
 }
 
 /// Address where participant `p` maps allocation `n`.
@@ -271,6 +269,8 @@ pub struct FakeParticipant {
     pub phase: Phase,
     pub raw_imports: u64,
     pub records: Vec<Record>,
+    /// The last host-carrier copy it ran (reported, complete, to `progress`).
+    pub last_copy: Option<cuinterpose_protocol::Operation>,
 }
 
 impl FakeParticipant {
@@ -280,6 +280,7 @@ impl FakeParticipant {
             phase: Phase::Active,
             raw_imports: 0,
             records,
+            last_copy: None,
         }
     }
 
@@ -321,6 +322,17 @@ impl FakeParticipant {
         use cuinterpose_protocol::{CompletedReply, Operation, RefusalCode, Request};
         match request {
             Request::Inspect => self.inspection().into(),
+            Request::Progress => {
+                let bytes = self.last_copy.map_or(0, |_| self.carried_bytes());
+                cuinterpose_protocol::ProgressReply {
+                    namespace_pid: self.pid,
+                    operation: self.last_copy,
+                    running: false,
+                    done: bytes,
+                    total: bytes,
+                }
+                .into()
+            }
             Request::BeginCheckpoint if self.phase == Phase::Active => {
                 self.phase = Phase::Frozen;
                 self.inspection().into()
@@ -339,7 +351,10 @@ impl FakeParticipant {
                 }
                 self.phase = crate::plan::phase_after(operation);
                 let bytes = match operation {
-                    Operation::SaveAllocations | Operation::LoadAllocations => self.carried_bytes(),
+                    Operation::SaveAllocations | Operation::LoadAllocations => {
+                        self.last_copy = Some(operation);
+                        self.carried_bytes()
+                    }
                     _ => 0,
                 };
                 CompletedReply { operation, bytes }.into()

@@ -271,7 +271,7 @@ pub fn fmt_flags(
     f.write_str(")")
 }
 
-pub const fn all_zero(bytes: &[u8; 16]) -> bool {
+pub const fn all_zero<const N: usize>(bytes: &[u8; N]) -> bool {
     let mut index = 0;
     while index < bytes.len() {
         if bytes[index] != 0 {
@@ -316,9 +316,12 @@ fn parse_hex(identity: &'static str, text: &str, out: &mut [u8]) -> Result<(), I
     Ok(())
 }
 
-/// 32 lowercase hex digits → 16 bytes.
-pub fn parse_hex16(identity: &'static str, text: &str) -> Result<[u8; 16], IdentityError> {
-    let mut bytes = [0u8; 16];
+/// `2 * N` lowercase hex digits → `N` bytes.
+pub fn parse_hex_fixed<const N: usize>(
+    identity: &'static str,
+    text: &str,
+) -> Result<[u8; N], IdentityError> {
+    let mut bytes = [0u8; N];
     parse_hex(identity, text, &mut bytes)?;
     Ok(bytes)
 }
@@ -338,10 +341,11 @@ pub fn parse_u32_identity(identity: &'static str, text: &str) -> Result<u32, Ide
     }
 }
 
-/// 16-byte identities: MessagePack `bin`; hex text in human-readable formats (JSON, YAML).
-pub fn serialize_bytes16<S: Serializer>(
+/// Fixed-size byte identities: MessagePack `bin`; hex text in human-readable formats (JSON,
+/// YAML).
+pub fn serialize_fixed_bytes<S: Serializer, const N: usize>(
     serializer: S,
-    bytes: &[u8; 16],
+    bytes: &[u8; N],
 ) -> Result<S::Ok, S::Error> {
     if serializer.is_human_readable() {
         serializer.serialize_str(&hex_string(bytes))
@@ -350,12 +354,15 @@ pub fn serialize_bytes16<S: Serializer>(
     }
 }
 
-pub fn deserialize_bytes16<'de, T, D>(deserializer: D) -> Result<T, D::Error>
+pub fn deserialize_fixed_identity<'de, T, D, const N: usize>(
+    deserializer: D,
+    what: &'static str,
+) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
-    T: TryFrom<[u8; 16], Error = IdentityError>,
+    T: TryFrom<[u8; N], Error = IdentityError>,
 {
-    let bytes = deserialize_fixed_bytes::<D, 16>(deserializer, "16 bytes")?;
+    let bytes = deserialize_fixed_bytes::<D, N>(deserializer, what)?;
     T::try_from(bytes).map_err(de::Error::custom)
 }
 

@@ -65,6 +65,41 @@ fn state_file() {
     check("wire_state_file", &examples::state_file());
 }
 
+/// The digest covers every record: one changed address is caught, resealing accepts it, and
+/// the mismatch names both digests.
+#[test]
+fn state_file_digest_covers_the_records() {
+    let state = examples::state_file();
+    assert_eq!(state.check_digest(), Ok(()));
+    let mut shifted = state.clone();
+    let mut map = shifted.participants.clone().into_inner();
+    let records = map.get_mut(&examples::pid(101)).expect("participant 101");
+    let mut list = records.clone().into_vec();
+    let p::Record::Mapping(mapping) = &mut list[0] else {
+        panic!("a mapping record");
+    };
+    mapping.address += 2 << 20;
+    *records = list.try_into().expect("one record");
+    shifted.participants = map.clone().try_into().expect("bounded");
+    let error = shifted.check_digest().expect_err("shifted address");
+    assert_eq!(error.recorded, state.digest);
+    assert_ne!(error.computed, state.digest);
+    let message = error.to_string();
+    assert!(
+        message.starts_with("integrity check failed: the file's digest is ")
+            && message.contains(&state.digest.to_string())
+            && message.contains(&error.computed.to_string()),
+        "{message}"
+    );
+    // Decoding does not check the digest (the loader does): the edited file still decodes.
+    let bytes = p::encode(&shifted).expect("encodes");
+    let decoded: p::StateFile = p::decode(&bytes).expect("decodes");
+    assert!(decoded.check_digest().is_err());
+    let resealed = p::StateFile::seal(map.try_into().expect("bounded"));
+    assert_eq!(resealed.check_digest(), Ok(()));
+    assert_ne!(resealed.digest, state.digest);
+}
+
 #[test]
 fn ticket() {
     let ticket = examples::ticket();
@@ -107,11 +142,17 @@ fn ipc_mem_handle_layout() {
 
 #[test]
 fn human_readable_forms_use_hex_identities() {
-    let text = serde_json::to_string(&examples::requests()[3].1).expect("json");
+    let requests = examples::requests();
+    let export = &requests
+        .iter()
+        .find(|(name, _)| *name == "export")
+        .expect("an export example")
+        .1;
+    let text = serde_json::to_string(export).expect("json");
     assert_eq!(
         text,
         r#"{"kind":"export","allocation":{"id":"11111111111111111111111111111111","creator_pid":100},"resource":"unicast","capability":"c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5"}"#
     );
     let back: p::Request = serde_json::from_str(&text).expect("json decodes");
-    assert_eq!(back, examples::requests()[3].1);
+    assert_eq!(&back, export);
 }

@@ -1,4 +1,5 @@
-//! Identities: never-zero pids and 16-byte ids with their strict wire forms.
+//! Identities: never-zero pids and fixed-size byte ids (16 or 32 bytes) with their strict wire
+//! forms.
 
 use super::*;
 
@@ -70,31 +71,34 @@ pub(super) fn emit_identity(identity: &Identity) -> TokenStream {
                 }
             }
         },
-        IdentityRepr::Bytes16 => quote! {
+        IdentityRepr::Bytes16 | IdentityRepr::Bytes32 => {
+        let n = proc_macro2::Literal::usize_unsuffixed(identity.repr.size());
+        let what = format!("{} bytes", identity.repr.size());
+        quote! {
             #doc
             #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-            pub struct #name([u8; 16]);
+            pub struct #name([u8; #n]);
             impl #name {
                 /// `None` for all-zero bytes, which never name anything.
-                pub const fn new(bytes: [u8; 16]) -> Option<Self> {
+                pub const fn new(bytes: [u8; #n]) -> Option<Self> {
                     if crate::wire::all_zero(&bytes) { None } else { Some(Self(bytes)) }
                 }
-                pub const fn as_bytes(&self) -> &[u8; 16] {
+                pub const fn as_bytes(&self) -> &[u8; #n] {
                     &self.0
                 }
             }
-            impl TryFrom<[u8; 16]> for #name {
+            impl TryFrom<[u8; #n]> for #name {
                 type Error = crate::error::IdentityError;
-                fn try_from(bytes: [u8; 16]) -> Result<Self, Self::Error> {
+                fn try_from(bytes: [u8; #n]) -> Result<Self, Self::Error> {
                     Self::new(bytes).ok_or(crate::error::IdentityError::Zero { identity: #name_str })
                 }
             }
             impl TryFrom<&[u8]> for #name {
                 type Error = crate::error::IdentityError;
                 fn try_from(bytes: &[u8]) -> Result<Self, Self::Error> {
-                    let array: [u8; 16] = bytes.try_into().map_err(|_| crate::error::IdentityError::Length {
+                    let array: [u8; #n] = bytes.try_into().map_err(|_| crate::error::IdentityError::Length {
                         identity: #name_str,
-                        expected: 16,
+                        expected: #n,
                         found: bytes.len(),
                     })?;
                     Self::try_from(array)
@@ -113,11 +117,11 @@ pub(super) fn emit_identity(identity: &Identity) -> TokenStream {
             impl core::str::FromStr for #name {
                 type Err = crate::error::IdentityError;
                 fn from_str(text: &str) -> Result<Self, Self::Err> {
-                    crate::wire::parse_hex16(#name_str, text).and_then(Self::try_from)
+                    crate::wire::parse_hex_fixed::<#n>(#name_str, text).and_then(Self::try_from)
                 }
             }
             impl crate::layout::FixedField for #name {
-                const SIZE: usize = 16;
+                const SIZE: usize = #n;
                 fn read(bytes: &[u8]) -> Result<Self, crate::error::IdentityError> {
                     Self::try_from(bytes)
                 }
@@ -127,14 +131,15 @@ pub(super) fn emit_identity(identity: &Identity) -> TokenStream {
             }
             impl serde::Serialize for #name {
                 fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                    crate::wire::serialize_bytes16(serializer, &self.0)
+                    crate::wire::serialize_fixed_bytes(serializer, &self.0)
                 }
             }
             impl<'de> serde::Deserialize<'de> for #name {
                 fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                    crate::wire::deserialize_bytes16(deserializer)
+                    crate::wire::deserialize_fixed_identity::<Self, D, #n>(deserializer, #what)
                 }
             }
-        },
+        }
+        }
     }
 }

@@ -85,6 +85,7 @@ impl Lowering<'_> {
                     repr: match identity.repr {
                         ast::IdentityRepr::U32 => ir::IdentityRepr::U32,
                         ast::IdentityRepr::Bytes16 => ir::IdentityRepr::Bytes16,
+                        ast::IdentityRepr::Bytes32 => ir::IdentityRepr::Bytes32,
                     },
                 }
             })

@@ -1,7 +1,8 @@
 //! The durable checkpoint state: `cuinterpose.state` in the checkpoint directory.
 //!
 //! Its content is `protocol::encode(&StateFile)`: every participant's records as
-//! `begin_checkpoint` reported them, sorted. [`publish`] makes it appear atomically and never
+//! `begin_checkpoint` reported them, sorted, sealed with a SHA-256 digest that [`load`]
+//! checks, so a file that decodes but was edited or damaged is refused before it is used. [`publish`] makes it appear atomically and never
 //! replaces an existing one: a temp file in the same directory (created exclusively, mode
 //! 0600) is written in full and fsynced, then linked to the final name (or renamed with
 //! `RENAME_NOREPLACE` where the file system has no hard links), and the directory is fsynced.
@@ -93,6 +94,13 @@ pub enum StateError {
     },
     #[error("{}: corrupt checkpoint state: {source}", path.display())]
     Corrupt { path: PathBuf, source: DecodeError },
+    /// It decodes, but its digest does not match its records: refused before anything uses
+    /// them.
+    #[error("{}: corrupt checkpoint state: {source}", path.display())]
+    Tampered {
+        path: PathBuf,
+        source: cuinterpose_protocol::DigestMismatch,
+    },
     #[error("cannot encode the checkpoint state: {0}")]
     Encode(#[from] EncodeError),
     #[error("the checkpoint state cannot hold these participants: {0}")]
@@ -121,7 +129,7 @@ pub fn state_from_inspections(
         records.sort();
         participants.insert(pid, records)?;
     }
-    Ok(StateFile { participants })
+    Ok(StateFile::seal(participants))
 }
 
 /// Refuses a directory that already holds a state (prepare checks this before freezing anyone).
@@ -318,6 +326,14 @@ pub fn load_file(path: &Path) -> Result<StateFile, StateError> {
     if bytes.len() > MAX_MESSAGE_BYTES {
         return Err(oversized(bytes.len() as u64));
     }
-    cuinterpose_protocol::decode::<StateFile>(&bytes)
-        .map_err(|source| StateError::Corrupt { path, source })
+    let state = cuinterpose_protocol::decode::<StateFile>(&bytes).map_err(|source| {
+        StateError::Corrupt {
+            path: path.clone(),
+            source,
+        }
+    })?;
+    state
+        .check_digest()
+        .map_err(|source| StateError::Tampered { path, source })?;
+    Ok(state)
 }

@@ -334,6 +334,16 @@ fn reply(dir: &Path, pid: &str, scenario: &str, kind: &str) -> Result<()> {
 fn answer(pid: p::NamespacePid, request: &p::Request) -> Result<(p::Reply, Option<OwnedFd>)> {
     Ok(match request {
         p::Request::Inspect => (inspection(pid), None),
+        p::Request::Progress => (
+            p::Reply::Progress(p::ProgressReply {
+                namespace_pid: pid,
+                operation: None,
+                running: false,
+                done: 0,
+                total: 0,
+            }),
+            None,
+        ),
         p::Request::Export(export) => match export.resource {
             p::ResourceKind::Unicast => {
                 let bytes = export_bytes();

@@ -78,7 +78,7 @@ impl Timeouts {
         match request {
             Request::Execute(execute) => self.for_operation(execute.operation),
             Request::BeginCheckpoint => self.begin_checkpoint(),
-            Request::Inspect | Request::Export(_) => self.control,
+            Request::Inspect | Request::Progress | Request::Export(_) => self.control,
         }
     }
 

@@ -148,6 +148,7 @@ pub fn requests() -> Vec<(&'static str, p::Request)> {
     vec![
         ("inspect", p::Request::Inspect),
         ("begin_checkpoint", p::Request::BeginCheckpoint),
+        ("progress", p::Request::Progress),
         (
             "execute",
             p::Request::Execute(p::ExecuteRequest {
@@ -182,6 +183,26 @@ pub fn replies() -> Vec<(&'static str, p::Reply)> {
             p::Reply::Completed(p::CompletedReply {
                 operation: p::Operation::SaveAllocations,
                 bytes: 4 << 20,
+            }),
+        ),
+        (
+            "progress",
+            p::Reply::Progress(p::ProgressReply {
+                namespace_pid: pid(100),
+                operation: Some(p::Operation::SaveAllocations),
+                running: true,
+                done: 1 << 30,
+                total: 3 << 30,
+            }),
+        ),
+        (
+            "progress_idle",
+            p::Reply::Progress(p::ProgressReply {
+                namespace_pid: pid(100),
+                operation: None,
+                running: false,
+                done: 0,
+                total: 0,
             }),
         ),
         (
@@ -226,7 +247,7 @@ pub fn state_file() -> p::StateFile {
             .expect("one record"),
         )
         .expect("within MAX_PARTICIPANTS");
-    p::StateFile { participants }
+    p::StateFile::seal(participants)
 }
 
 pub fn ticket() -> p::Ticket {

@@ -42,6 +42,13 @@ impl<'env> Stream<'env> {
         result
     }
 
+    /// Waits for every copy queued so far. The buffers stay borrowed until the scope ends, so
+    /// this only tells the caller how far the copies got.
+    pub fn synchronize(&self) -> CuResult<()> {
+        let d = self.d;
+        call!(d, cuStreamSynchronize(self.raw))
+    }
+
     /// Queues a copy of `host.len()` bytes from device address `device` into `host`. The
     /// driver checks the device range (an unmapped one is its error, not a fault here).
     pub fn copy_to_host(&self, host: &'env mut [u8], device: u64) -> CuResult<()> {

@@ -4,15 +4,19 @@
 //! The arena is page-locked (`cuMemHostRegister`) only for the duration of each transfer.
 //! Copies go through a temporary device alias of the whole allocation (reserve, map, grant
 //! read-write), so partial or read-only application mappings do not matter, on one stream per
-//! context; the stream holds the arena's slices until its copies have finished.
+//! context; the stream holds the arena's slices until its copies have finished. Copies are
+//! queued in chunks of at most [`CHUNK`] bytes, and the stream is synchronized every
+//! [`PROGRESS_STEP`] bytes so `progress` requests see the copy advance (one wait per 256 MiB
+//! costs microseconds against the copy itself).
 
 use crate::driver::context;
 use crate::driver::vmm::{map_read_write, unmap_and_free};
 use crate::driver::{Driver, Stream};
 use crate::state::arena::Arena;
+use crate::state::progress;
 use crate::state::registry::Allocation;
 use crate::sys::error::{CuError, CuResult};
-use cuinterpose_protocol::LocationType;
+use cuinterpose_protocol::{LocationType, Operation};
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +24,20 @@ pub enum Direction {
     Save,
     Load,
 }
+
+impl Direction {
+    fn operation(self) -> Operation {
+        match self {
+            Self::Save => Operation::SaveAllocations,
+            Self::Load => Operation::LoadAllocations,
+        }
+    }
+}
+
+/// Largest single queued copy.
+pub const CHUNK: usize = 64 << 20;
+/// Bytes queued between two progress updates (stream synchronizations).
+pub const PROGRESS_STEP: usize = 256 << 20;
 
 /// The device a transfer of `a` runs on.
 pub fn device_of(a: &Allocation) -> i32 {
@@ -31,6 +49,19 @@ pub fn device_of(a: &Allocation) -> i32 {
 
 /// Copies every allocation in `jobs` between its device memory and its arena slot.
 pub fn transfer(
+    d: &Driver,
+    arena: &mut Arena,
+    jobs: &[&Allocation],
+    direction: Direction,
+) -> CuResult<()> {
+    let total = jobs.iter().map(|a| a.size).fold(0u64, u64::saturating_add);
+    progress::start(direction.operation(), total);
+    let result = transfer_all(d, arena, jobs, direction);
+    progress::finish();
+    result
+}
+
+fn transfer_all(
     d: &Driver,
     arena: &mut Arena,
     jobs: &[&Allocation],
@@ -84,6 +115,7 @@ fn copy_group(
     let mut aliases: Vec<Alias> = Vec::new();
     // Whatever was issued has finished when the scope returns, before the aliases go away or
     // the arena is touched again.
+    let mut unreported = 0usize;
     let issued = Stream::scope(d, |stream| {
         for (a, host) in members {
             let size = usize::try_from(a.size).map_err(|_| CuError::INVALID_VALUE)?;
@@ -93,13 +125,28 @@ fn copy_group(
             let raw = a.driver.ok_or(CuError::INVALID_HANDLE)?;
             let address = map_read_write(d, raw, a.size, device)?;
             aliases.push(Alias { address, size });
-            match direction {
-                Direction::Save => stream.copy_to_host(host, address)?,
-                Direction::Load => stream.copy_to_device(address, host)?,
+            let mut device_address = address;
+            for chunk in host.chunks_mut(CHUNK) {
+                let len = chunk.len();
+                match direction {
+                    Direction::Save => stream.copy_to_host(chunk, device_address)?,
+                    Direction::Load => stream.copy_to_device(device_address, chunk)?,
+                }
+                device_address += len as u64;
+                unreported += len;
+                if unreported >= PROGRESS_STEP {
+                    stream.synchronize()?;
+                    progress::advance(unreported as u64);
+                    unreported = 0;
+                }
             }
         }
         Ok(())
     });
+    if issued.is_ok() {
+        // The scope synchronized: the rest has been copied too.
+        progress::advance(unreported as u64);
+    }
     let mut cleanup = Ok(());
     for alias in aliases {
         cleanup = cleanup.and(unmap_and_free(d, alias.address, alias.size));

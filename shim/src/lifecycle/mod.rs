@@ -19,6 +19,7 @@ use crate::log;
 use crate::state::cache::refused;
 use crate::state::gate;
 use crate::state::process;
+use crate::state::progress;
 use crate::state::registry::Registry;
 use cuinterpose_protocol::transport::Timeouts;
 use cuinterpose_protocol::{CompletedReply, Operation, Phase, RefusalCode, Reply, Request};
@@ -71,6 +72,7 @@ pub fn handle(request: &Request) -> Outcome {
             RefusalCode::Invalid,
             "export requests are served by the peer thread".into(),
         )),
+        Request::Progress => reply(progress::reply(process::own_pid()).into()),
     }
 }
 

@@ -1,13 +1,14 @@
 //! The peer thread: accepts connections on the control socket and gives each its own
 //! short-lived handler thread, so a slow or hostile client holds up nobody else. Export
-//! requests are answered right there from the export cache; everything else is executed by
+//! requests are answered right there from the export cache, progress requests from the
+//! carrier's progress; everything else is executed by
 //! the control worker (through its bounded queue) and answered from here, so a client that
 //! does not read its reply holds up only its own thread.
 
 use super::control::{self, Job};
 use crate::lifecycle;
 use crate::log;
-use crate::state::cache;
+use crate::state::{cache, process, progress};
 use crate::sys::log::refusal as log_refusal;
 use cuinterpose_protocol::transport::{
     Connection, Listener, RefusalReason, Timeouts, TransportError,
@@ -92,6 +93,11 @@ fn handle(mut connection: Connection, queue: &SyncSender<Job>, timeouts: Timeout
         Request::Export(export) => {
             let (reply, fd) = cache::serve(&export, connection.credentials().pid);
             let _ = connection.send_reply(&reply, fd.as_ref().map(std::os::fd::AsFd::as_fd));
+        }
+        // Answered here, never queued: the worker may be in the middle of the copy asked about.
+        Request::Progress => {
+            let reply = progress::reply(process::own_pid()).into();
+            let _ = connection.send_reply(&reply, None);
         }
         request => {
             let timeout = timeouts.for_request(&request);

@@ -1,11 +1,13 @@
 //! The state floor: what the process holds between calls: the registry behind its lock and
 //! the sticky failure ([`process`]), the records themselves ([`registry`]), the export cache
-//! the peer thread serves from ([`cache`]), the host carrier's arena ([`arena`]) and the gate
-//! every application driver call passes ([`gate`]). Lock order: registry → export cache →
+//! the peer thread serves from ([`cache`]), the host carrier's arena ([`arena`]) and how far
+//! its copy has got ([`progress`]), and the gate every application driver call passes
+//! ([`gate`]). Lock order: registry → export cache →
 //! gate slots.
 
 pub mod arena;
 pub mod cache;
 pub mod gate;
 pub mod process;
+pub mod progress;
 pub mod registry;
