@@ -32,8 +32,9 @@ pub enum CommandError {
     },
     /// A step failed after participants were changed: the workload must not resume.
     #[error(
-        "{source}\nFAIL-STOP: {during} failed after the participants were prepared; nothing \
-         was rolled back. The workload must not resume: restart it"
+        "{}\nFAIL-STOP: {during} failed after the participants were prepared; nothing \
+         was rolled back. The workload must not resume: restart it",
+        source.cause()
     )]
     AfterMutation {
         during: String,
@@ -67,6 +68,15 @@ impl CommandError {
             Self::AfterMutation { .. } => 2,
             Self::Aborted { .. } => 3,
             _ => 1,
+        }
+    }
+
+    /// What failed, without a verdict of its own: a run's failures without its "nothing was
+    /// changed" or "FAIL-STOP" line, so a wrapping verdict is the only one printed.
+    pub fn cause(&self) -> String {
+        match self {
+            Self::Run(error) => error.failures_text(),
+            other => other.to_string(),
         }
     }
 

@@ -8,7 +8,7 @@
 //! the participants is aborted: the workload is put back in place from the host carriers and
 //! resumes (exit 3); only a failed rollback is fail-stop (exit 2).
 
-use std::collections::BTreeSet;
+use crate::plan::Run;
 use std::fs;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
@@ -301,8 +301,9 @@ pub fn resume_in_place(
     }
 }
 
-/// Native restore and unlock of every CUDA process, then the coordinator's restore phases.
-/// The processes are those of the tree rooted at `root`, or those `checkpoint` recorded.
+/// The state checked against the live processes, then native restore and unlock of every
+/// CUDA process, then the coordinator's restore phases. The processes are those of the tree
+/// rooted at `root`, or those `checkpoint` recorded.
 pub fn restore(
     workload: &Workload,
     root: Option<u32>,
@@ -322,25 +323,20 @@ pub fn restore(
             ProcessState::Checkpointed,
         )?;
     }
-    let live: BTreeSet<NamespacePid> = participants(&members).into_iter().collect();
-    let expected: BTreeSet<NamespacePid> = saved.participants.keys().copied().collect();
-    if live != expected {
-        // Nothing was touched yet: the same refusal restore's own preflight gives.
-        return Err(CommandError::Run(crate::plan::RunError {
-            kind: crate::plan::RunKind::Restore,
-            stage: crate::plan::Stage::CheckState,
-            failures: vec![crate::plan::Failure {
-                participant: None,
-                reason: crate::plan::Reason::ParticipantsDiffer {
-                    missing: expected.difference(&live).copied().collect(),
-                    unexpected: live.difference(&expected).copied().collect(),
-                },
-            }],
-            mutated: false,
-            fail_stopped: Vec::new(),
-        }));
-    }
+    // Before anything changes, while the processes are still checkpointed (their shims
+    // answer): the participant set and every live record must be the saved ones, or the
+    // restore is refused with nothing changed.
     let mut report = Report::new("restore");
+    {
+        let session = Session::open(
+            &workload.control_dir,
+            &participants(&members),
+            workload.timeouts,
+        )?;
+        let mut check = Run::check(&saved, session.participants());
+        let mut nothing = |_: &cuinterpose_protocol::StateFile| Ok(());
+        report.absorb(session.drive(&mut check, &mut nothing, progress)?);
+    }
     let after = |error: CommandError| error.after_mutation("restore");
     native_phase(
         &mut report,

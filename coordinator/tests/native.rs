@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use cuinterpose_coordinator::fixtures::{FakeParticipant, SIZE, TempDir};
 use cuinterpose_coordinator::native::{Driver, NativeError, NativeStep, ProcessState};
-use cuinterpose_coordinator::process;
+use cuinterpose_coordinator::{process, state};
 use cuinterpose_protocol::{
-    AllocationId, AllocationRecord, AllocationReference, NamespacePid, Record,
+    AllocationId, AllocationRecord, AllocationReference, NamespacePid, Record, StateFile,
 };
 use cuinterpose_testkit::{cargo_build, target_profile_dir};
 use serde_json::Value;
@@ -342,16 +342,90 @@ fn checkpoint_and_restore(library: &Path) {
     assert!(checkpoint.path().join("cuinterpose.state").exists());
     assert!(checkpoint.path().join("cuinterpose.processes").exists());
 
+    refuse_wrong_states(&tree, checkpoint.path());
+
     // Without --pid: the processes the checkpoint recorded.
     let stdout = tree.check(&["restore", "--dir", path(checkpoint.path())], 0);
     assert!(stdout.starts_with("restore: ok in "), "{stdout}");
     assert!(
-        stdout.contains("native_restore") && stdout.contains("native_unlock"),
+        stdout.contains("check_state")
+            && stdout.contains("native_restore")
+            && stdout.contains("native_unlock"),
         "{stdout}"
     );
     assert_eq!(tree.native_states(), [ProcessState::Running; 3]);
     assert_eq!(tree.shim_phases(), ["active"; 3]);
     tree.root.stop();
+}
+
+/// States that decode but do not describe the checkpointed processes, each refused with exit
+/// 1 before the native restore: the processes stay checkpointed and released, and only one
+/// verdict is printed.
+fn refuse_wrong_states(tree: &Tree, good: &Path) {
+    let saved = state::load(good).expect("the good state");
+    // One allocation 2 MiB larger, in the first participant.
+    let mut map = saved.participants.clone().into_inner();
+    let (&first, records) = map.iter_mut().next().expect("a participant");
+    let mut list = records.clone().into_vec();
+    let Record::Allocation(allocation) = &mut list[0] else {
+        panic!("an allocation record: {list:?}");
+    };
+    allocation.size += 2 << 20;
+    *records = list.try_into().expect("bounded");
+    let participants = map.try_into().expect("bounded");
+    let edited = StateFile {
+        digest: saved.digest,
+        participants,
+    };
+    let resealed = StateFile::seal(edited.participants.clone());
+    for (what, state, expected) in [
+        (
+            "edited in place",
+            &edited,
+            "corrupt checkpoint state: integrity check failed: the file's digest is ".to_owned(),
+        ),
+        (
+            "resealed",
+            &resealed,
+            format!(
+                "restore failed in phase check_state: participant {first}: records differ from \
+                 the checkpoint (2 differences)"
+            ),
+        ),
+    ] {
+        let dir = TempDir::new("wrong").expect("dir");
+        std::fs::copy(
+            good.join("cuinterpose.processes"),
+            dir.path().join("cuinterpose.processes"),
+        )
+        .expect("copy the process list");
+        std::fs::write(
+            state::state_path(dir.path()),
+            cuinterpose_protocol::encode(state).expect("encodes"),
+        )
+        .expect("write the state");
+        let stderr = tree.check(&["restore", "--dir", path(dir.path())], 1);
+        assert!(stderr.contains(&expected), "{what}: {stderr}");
+        assert!(!stderr.contains("FAIL-STOP"), "{what}: {stderr}");
+        assert_eq!(
+            tree.native_states(),
+            [ProcessState::Checkpointed; 3],
+            "{what}"
+        );
+        assert_eq!(tree.shim_phases(), ["released"; 3], "{what}");
+    }
+    // `state show` refuses the edited file too.
+    let dir = TempDir::new("wrong").expect("dir");
+    std::fs::write(
+        state::state_path(dir.path()),
+        cuinterpose_protocol::encode(&edited).expect("encodes"),
+    )
+    .expect("write the state");
+    let (_, stderr) = check_exit(
+        &cli::cuinterpose(&["state", "show", path(dir.path())], &[]),
+        1,
+    );
+    assert!(stderr.contains("integrity check failed"), "{stderr}");
 }
 
 fn toggle_and_refusals(library: &Path) {
@@ -365,7 +439,8 @@ fn toggle_and_refusals(library: &Path) {
     let phases = cli::phase_names(&report);
     assert_eq!(phases.first(), Some(&"inspect"));
     assert_eq!(phases.last(), Some(&"verify"));
-    assert_eq!(phases.len(), 6 + 2 + 2 + 8);
+    // capture, native checkpoint, the state checked, native restore, restore.
+    assert_eq!(phases.len(), 6 + 2 + 1 + 2 + 8);
     assert_eq!(tree.native_states(), [ProcessState::Running; 2]);
     assert_eq!(tree.shim_phases(), ["active"; 2]);
 

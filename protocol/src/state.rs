@@ -11,7 +11,9 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::bounded::{BoundedMap, BoundedVec};
-use crate::generated::{MAX_PARTICIPANTS, MAX_RECORDS, NamespacePid, Record, StateDigest, StateFile};
+use crate::generated::{
+    MAX_PARTICIPANTS, MAX_RECORDS, NamespacePid, Record, StateDigest, StateFile,
+};
 
 /// The type of [`StateFile::participants`] (the compiler checks it against the generated one).
 pub type Participants = BoundedMap<NamespacePid, BoundedVec<Record, MAX_RECORDS>, MAX_PARTICIPANTS>;

@@ -72,74 +72,74 @@ pub(super) fn emit_identity(identity: &Identity) -> TokenStream {
             }
         },
         IdentityRepr::Bytes16 | IdentityRepr::Bytes32 => {
-        let n = proc_macro2::Literal::usize_unsuffixed(identity.repr.size());
-        let what = format!("{} bytes", identity.repr.size());
-        quote! {
-            #doc
-            #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-            pub struct #name([u8; #n]);
-            impl #name {
-                /// `None` for all-zero bytes, which never name anything.
-                pub const fn new(bytes: [u8; #n]) -> Option<Self> {
-                    if crate::wire::all_zero(&bytes) { None } else { Some(Self(bytes)) }
+            let n = proc_macro2::Literal::usize_unsuffixed(identity.repr.size());
+            let what = format!("{} bytes", identity.repr.size());
+            quote! {
+                #doc
+                #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+                pub struct #name([u8; #n]);
+                impl #name {
+                    /// `None` for all-zero bytes, which never name anything.
+                    pub const fn new(bytes: [u8; #n]) -> Option<Self> {
+                        if crate::wire::all_zero(&bytes) { None } else { Some(Self(bytes)) }
+                    }
+                    pub const fn as_bytes(&self) -> &[u8; #n] {
+                        &self.0
+                    }
                 }
-                pub const fn as_bytes(&self) -> &[u8; #n] {
-                    &self.0
+                impl TryFrom<[u8; #n]> for #name {
+                    type Error = crate::error::IdentityError;
+                    fn try_from(bytes: [u8; #n]) -> Result<Self, Self::Error> {
+                        Self::new(bytes).ok_or(crate::error::IdentityError::Zero { identity: #name_str })
+                    }
+                }
+                impl TryFrom<&[u8]> for #name {
+                    type Error = crate::error::IdentityError;
+                    fn try_from(bytes: &[u8]) -> Result<Self, Self::Error> {
+                        let array: [u8; #n] = bytes.try_into().map_err(|_| crate::error::IdentityError::Length {
+                            identity: #name_str,
+                            expected: #n,
+                            found: bytes.len(),
+                        })?;
+                        Self::try_from(array)
+                    }
+                }
+                impl core::fmt::Display for #name {
+                    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                        crate::wire::fmt_hex(f, &self.0)
+                    }
+                }
+                impl core::fmt::Debug for #name {
+                    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                        write!(f, "{}({})", #name_str, self)
+                    }
+                }
+                impl core::str::FromStr for #name {
+                    type Err = crate::error::IdentityError;
+                    fn from_str(text: &str) -> Result<Self, Self::Err> {
+                        crate::wire::parse_hex_fixed::<#n>(#name_str, text).and_then(Self::try_from)
+                    }
+                }
+                impl crate::layout::FixedField for #name {
+                    const SIZE: usize = #n;
+                    fn read(bytes: &[u8]) -> Result<Self, crate::error::IdentityError> {
+                        Self::try_from(bytes)
+                    }
+                    fn write(&self, out: &mut [u8]) {
+                        out.copy_from_slice(&self.0)
+                    }
+                }
+                impl serde::Serialize for #name {
+                    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                        crate::wire::serialize_fixed_bytes(serializer, &self.0)
+                    }
+                }
+                impl<'de> serde::Deserialize<'de> for #name {
+                    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                        crate::wire::deserialize_fixed_identity::<Self, D, #n>(deserializer, #what)
+                    }
                 }
             }
-            impl TryFrom<[u8; #n]> for #name {
-                type Error = crate::error::IdentityError;
-                fn try_from(bytes: [u8; #n]) -> Result<Self, Self::Error> {
-                    Self::new(bytes).ok_or(crate::error::IdentityError::Zero { identity: #name_str })
-                }
-            }
-            impl TryFrom<&[u8]> for #name {
-                type Error = crate::error::IdentityError;
-                fn try_from(bytes: &[u8]) -> Result<Self, Self::Error> {
-                    let array: [u8; #n] = bytes.try_into().map_err(|_| crate::error::IdentityError::Length {
-                        identity: #name_str,
-                        expected: #n,
-                        found: bytes.len(),
-                    })?;
-                    Self::try_from(array)
-                }
-            }
-            impl core::fmt::Display for #name {
-                fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                    crate::wire::fmt_hex(f, &self.0)
-                }
-            }
-            impl core::fmt::Debug for #name {
-                fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                    write!(f, "{}({})", #name_str, self)
-                }
-            }
-            impl core::str::FromStr for #name {
-                type Err = crate::error::IdentityError;
-                fn from_str(text: &str) -> Result<Self, Self::Err> {
-                    crate::wire::parse_hex_fixed::<#n>(#name_str, text).and_then(Self::try_from)
-                }
-            }
-            impl crate::layout::FixedField for #name {
-                const SIZE: usize = #n;
-                fn read(bytes: &[u8]) -> Result<Self, crate::error::IdentityError> {
-                    Self::try_from(bytes)
-                }
-                fn write(&self, out: &mut [u8]) {
-                    out.copy_from_slice(&self.0)
-                }
-            }
-            impl serde::Serialize for #name {
-                fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                    crate::wire::serialize_fixed_bytes(serializer, &self.0)
-                }
-            }
-            impl<'de> serde::Deserialize<'de> for #name {
-                fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                    crate::wire::deserialize_fixed_identity::<Self, D, #n>(deserializer, #what)
-                }
-            }
-        }
         }
     }
 }

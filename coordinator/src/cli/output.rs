@@ -56,7 +56,7 @@ pub(super) fn failure_json(command: &str, error: &CommandError) -> Value {
         _ => None,
     };
     if let Some(run) = run {
-        value["phase"] = json!(run.stage.name());
+        value["phase"] = json!(run.stage.name_in(run.kind));
         value["mutated"] = json!(run.mutated);
         value["fail_stopped"] = json!(
             run.fail_stopped

@@ -190,7 +190,7 @@ impl RunError {
                 format!(
                     "{} failed in phase {}: {failure}",
                     self.kind.command(),
-                    self.stage
+                    self.stage.name_in(self.kind)
                 )
             })
             .collect::<Vec<_>>()

@@ -76,15 +76,37 @@ impl Run {
     /// A restore of the participants saved in `state`, whose live processes are `live`. Checks
     /// the state's topology and that `live` is exactly its participants before any request.
     pub fn restore(state: &StateFile, live: impl IntoIterator<Item = NamespacePid>) -> Self {
+        Self::against_state(RunKind::Restore, state, live)
+    }
+
+    /// Restore's checks alone, read-only: the state's topology, the participant set, and one
+    /// inspect whose records must equal the saved ones (phase released). `restore --dir` runs
+    /// it before the native restore, so a state that does not describe these processes is
+    /// refused while they are still checkpointed and nothing has been changed.
+    pub fn check(state: &StateFile, live: impl IntoIterator<Item = NamespacePid>) -> Self {
+        Self::against_state(RunKind::Check, state, live)
+    }
+
+    fn against_state(
+        kind: RunKind,
+        state: &StateFile,
+        live: impl IntoIterator<Item = NamespacePid>,
+    ) -> Self {
         let live: BTreeSet<NamespacePid> = live.into_iter().collect();
         let saved: BTreeMap<NamespacePid, Vec<Record>> = state
             .participants
             .iter()
             .map(|(pid, records)| (*pid, records.to_vec()))
             .collect();
-        let mut remaining: VecDeque<Stage> = RESTORE_OPERATIONS.map(Stage::Execute).into();
-        remaining.push_back(Stage::Verify);
-        let mut run = Self::new(RunKind::Restore, live.iter().copied().collect(), remaining);
+        let remaining: VecDeque<Stage> = match kind {
+            RunKind::Check => VecDeque::new(),
+            _ => RESTORE_OPERATIONS
+                .map(Stage::Execute)
+                .into_iter()
+                .chain([Stage::Verify])
+                .collect(),
+        };
+        let mut run = Self::new(kind, live.iter().copied().collect(), remaining);
         let records = saved
             .iter()
             .map(|(pid, records)| (*pid, &records[..]))
@@ -255,7 +277,7 @@ impl Run {
             return &self.step;
         }
         self.phases.push(PhaseReport {
-            name: stage.name().to_string(),
+            name: stage.name_in(self.kind).to_string(),
             duration: elapsed,
             bytes,
             participants: self.participants.len(),
@@ -320,8 +342,8 @@ impl Run {
                 let expected = match (self.kind, stage) {
                     (RunKind::Capture, Stage::Inspect) => None, // validation reports phases
                     (RunKind::Capture, _) => Some(Phase::Frozen),
-                    (RunKind::Restore, Stage::Inspect) => Some(Phase::Released),
-                    (RunKind::Restore, _) => Some(Phase::Active),
+                    (RunKind::Restore | RunKind::Check, Stage::Inspect) => Some(Phase::Released),
+                    (RunKind::Restore | RunKind::Check, _) => Some(Phase::Active),
                 };
                 if let Some(expected) = expected
                     && inspection.phase != expected
@@ -331,7 +353,7 @@ impl Run {
                         found: inspection.phase,
                     });
                 }
-                if self.kind == RunKind::Restore {
+                if self.kind != RunKind::Capture {
                     let saved = self.saved.get(&pid).map_or(&[][..], Vec::as_slice);
                     let differences = state::compare(saved, &inspection.records);
                     if !differences.is_empty() {

@@ -5,11 +5,14 @@ use std::fmt;
 
 use cuinterpose_protocol::{ExecuteRequest, Operation, Request};
 
-/// Capture or restore.
+/// Capture, restore, or restore's read-only checks alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunKind {
     Capture,
     Restore,
+    /// The state checked against the live, still checkpointed participants (before a native
+    /// restore): never mutates.
+    Check,
 }
 
 impl RunKind {
@@ -18,6 +21,7 @@ impl RunKind {
         match self {
             Self::Capture => "prepare",
             Self::Restore => "restore",
+            Self::Check => "restore",
         }
     }
 }
@@ -44,6 +48,15 @@ impl Stage {
             Self::Execute(operation) => operation.wire_name(),
             Self::PublishState => "publish_state",
             Self::Verify => "verify",
+        }
+    }
+
+    /// The name reports and errors give the stage in a run of `kind`: a check's inspect is
+    /// part of `check_state` (before the native restore), not the restore's own inspect.
+    pub fn name_in(self, kind: RunKind) -> &'static str {
+        match (kind, self) {
+            (RunKind::Check, Self::Inspect) => Self::CheckState.name(),
+            _ => self.name(),
         }
     }
 
