@@ -230,7 +230,9 @@ fn checkpoint_then_restore(sandbox: &Sandbox) {
     );
 
     let report = check_json(sandbox, &["restore", "--dir", dir]);
-    assert_eq!(report["phases"][0]["phase"], "native_restore");
+    // The state is checked against the checkpointed processes first (real shims answer).
+    assert_eq!(report["phases"][0]["phase"], "check_state");
+    assert_eq!(report["phases"][1]["phase"], "native_restore");
     assert_eq!(report["bytes"], carried, "loaded what was saved: {report}");
     // Verified: the blocked call completes.
     let (reply, _) = workload.workers[0]

@@ -26,6 +26,11 @@ pub(crate) fn start_run(sandbox: &Sandbox, workload: &Workload, kind: RunKind) -
             let run = Run::restore(&state::load(&dir).expect("state"), workload.pids());
             (dir, run)
         }
+        RunKind::Check => {
+            let dir = prepare(sandbox, workload);
+            let run = Run::check(&state::load(&dir).expect("state"), workload.pids());
+            (dir, run)
+        }
     }
 }
 
@@ -39,7 +44,7 @@ pub(crate) fn run_again(
 ) -> Result<Report, CommandError> {
     match kind {
         RunKind::Capture => commands::prepare(session, &sandbox.fresh("again"), &mut |_| {}),
-        RunKind::Restore => commands::restore(session, dir, &mut |_| {}),
+        RunKind::Restore | RunKind::Check => commands::restore(session, dir, &mut |_| {}),
     }
 }
 
@@ -357,7 +362,7 @@ pub(crate) fn stops_answering(sandbox: &Sandbox) {
             run_again(sandbox, &session, kind, &dir).expect_err(&format!("{what}: a second run"));
         let expected_phase = match kind {
             RunKind::Capture => Phase::Active,
-            RunKind::Restore => Phase::Released,
+            RunKind::Restore | RunKind::Check => Phase::Released,
         };
         check_refused_out_of_phase(
             &second,
