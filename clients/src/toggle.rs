@@ -45,7 +45,7 @@ pub fn toggle(
         .collect();
     let session = Session::open(control_dir, &participants, Timeouts::default())
         .expect("open a coordinator session");
-    let mut quiet = |_: &cuinterpose_coordinator::report::PhaseReport| {};
+    let mut quiet = |_: &cuinterpose_coordinator::events::Event| {};
     commands::prepare(&session, state_dir, &mut quiet)
         .map_err(|e| format!("coordinator prepare of {pids:?} refused: {e}"))?;
     // Each step of every process before the next step of any.

@@ -85,9 +85,7 @@ impl Type {
             } => identities
                 .iter()
                 .find(|identity| &identity.name == name)
-                .map(|identity| match identity.repr {
-                    repr => repr.size() as u64,
-                }),
+                .map(|identity| identity.repr.size() as u64),
             _ => None,
         }
     }

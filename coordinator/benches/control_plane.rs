@@ -70,7 +70,7 @@ fn bench(c: &mut Criterion) {
     let _shims = support::start_all(control.path(), &topology, None);
     let pids: Vec<NamespacePid> = topology.keys().copied().collect();
     let session = Session::open(control.path(), &pids, Timeouts::from_env().unwrap()).unwrap();
-    let mut quiet = |_: &cuinterpose_coordinator::report::PhaseReport| {};
+    let mut quiet = |_: &cuinterpose_coordinator::events::Event| {};
 
     let mut group = c.benchmark_group("control_plane_8x1000");
     group.sample_size(10);

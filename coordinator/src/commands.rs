@@ -6,8 +6,9 @@ use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
+use crate::events::Event;
 use crate::plan::{Run, RunError, Stage};
-use crate::report::{PhaseReport, Report};
+use crate::report::Report;
 use crate::session::{Session, SessionError};
 use crate::state::{self, StateError};
 
@@ -112,7 +113,7 @@ pub fn ensure_directory(dir: &Path) -> Result<(), CommandError> {
 pub fn prepare(
     session: &Session,
     checkpoint_dir: &Path,
-    progress: &mut dyn FnMut(&PhaseReport),
+    progress: &mut dyn FnMut(&Event),
 ) -> Result<Report, CommandError> {
     ensure_directory(checkpoint_dir)?;
     state::check_absent(checkpoint_dir)?;
@@ -173,7 +174,7 @@ pub fn discard_checkpoint(dir: &Path) {
 pub fn restore(
     session: &Session,
     checkpoint_dir: &Path,
-    progress: &mut dyn FnMut(&PhaseReport),
+    progress: &mut dyn FnMut(&Event),
 ) -> Result<Report, CommandError> {
     let state = state::load(checkpoint_dir)?;
     let mut run = Run::restore(&state, session.participants());

@@ -8,6 +8,7 @@
 //! the participants is aborted: the workload is put back in place from the host carriers and
 //! resumes (exit 3); only a failed rollback is fail-stop (exit 2).
 
+use crate::events::Event;
 use crate::plan::Run;
 use std::fs;
 use std::os::unix::fs::FileTypeExt;
@@ -161,13 +162,17 @@ pub fn read_members(workload: &Workload, dir: &Path) -> Result<Vec<Member>, Comm
 
 fn native_phase(
     report: &mut Report,
-    progress: &mut dyn FnMut(&PhaseReport),
+    progress: &mut dyn FnMut(&Event),
     name: &str,
     members: &[Member],
     mut step: impl FnMut(&Member) -> Result<(), NativeError>,
 ) -> Result<(), CommandError> {
     let started = Instant::now();
     let cuda: Vec<&Member> = members.iter().filter(|member| member.cuda).collect();
+    progress(&Event::Started {
+        phase: name,
+        participants: cuda.len(),
+    });
     for member in &cuda {
         step(member)?;
     }
@@ -177,7 +182,7 @@ fn native_phase(
         bytes: 0,
         participants: cuda.len(),
     };
-    progress(&phase);
+    progress(&Event::Done(&phase));
     report.phases.push(phase);
     Ok(())
 }
@@ -187,7 +192,7 @@ pub fn checkpoint(
     workload: &Workload,
     root: u32,
     dir: &Path,
-    progress: &mut dyn FnMut(&PhaseReport),
+    progress: &mut dyn FnMut(&Event),
 ) -> Result<Report, CommandError> {
     let driver = Driver::load()?;
     let members = find_members(workload, &driver, root)?;
@@ -231,7 +236,7 @@ fn native_checkpoint(
     dir: &Path,
     members: &[Member],
     report: &mut Report,
-    progress: &mut dyn FnMut(&PhaseReport),
+    progress: &mut dyn FnMut(&Event),
 ) -> Result<(), CommandError> {
     write_members(dir, root, members)?;
     native_phase(report, progress, "native_lock", members, |member| {
@@ -252,7 +257,7 @@ pub fn resume_in_place(
     workload: &Workload,
     root: u32,
     dir: &Path,
-    progress: &mut dyn FnMut(&PhaseReport),
+    progress: &mut dyn FnMut(&Event),
     during: &str,
     error: CommandError,
 ) -> CommandError {
@@ -308,7 +313,7 @@ pub fn restore(
     workload: &Workload,
     root: Option<u32>,
     dir: &Path,
-    progress: &mut dyn FnMut(&PhaseReport),
+    progress: &mut dyn FnMut(&Event),
 ) -> Result<Report, CommandError> {
     let saved = state::load(dir)?;
     let driver = Driver::load()?;
@@ -366,7 +371,7 @@ pub fn toggle(
     workload: &Workload,
     root: u32,
     dir: Option<&Path>,
-    progress: &mut dyn FnMut(&PhaseReport),
+    progress: &mut dyn FnMut(&Event),
 ) -> Result<Report, CommandError> {
     let temporary = match dir {
         Some(_) => None,

@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use crate::commands::CommandError;
 use crate::compose::{self, Workload};
+use crate::events::Event;
 use crate::report::{PhaseReport, Report};
 
 /// Names the CRIU binary when `--criu-binary` is not given (else `criu` on `PATH`).
@@ -161,10 +162,14 @@ pub fn checkpoint(
     criu: &Criu,
     root: u32,
     dir: &Path,
-    progress: &mut dyn FnMut(&PhaseReport),
+    progress: &mut dyn FnMut(&Event),
 ) -> Result<Report, CommandError> {
     let mut report = compose::checkpoint(workload, root, dir, progress)?;
     let started = Instant::now();
+    progress(&Event::Started {
+        phase: "criu_dump",
+        participants: participant_count(&report),
+    });
     if let Err(error) = criu.dump(root, &dir.join(IMAGES_DIR_NAME)) {
         // CRIU leaves the tasks running when a dump fails: put the workload back.
         return Err(compose::resume_in_place(
@@ -179,7 +184,7 @@ pub fn checkpoint(
     let mut phase = timed("criu_dump", started);
     // CRIU dumped every participant of the tree (and its other processes).
     phase.participants = participant_count(&report);
-    progress(&phase);
+    progress(&Event::Done(&phase));
     report.phases.push(phase);
     Ok(report)
 }
@@ -189,12 +194,16 @@ pub fn restore(
     workload: &Workload,
     criu: &Criu,
     dir: &Path,
-    progress: &mut dyn FnMut(&PhaseReport),
+    progress: &mut dyn FnMut(&Event),
 ) -> Result<Report, CommandError> {
     let started = Instant::now();
+    progress(&Event::Started {
+        phase: "criu_restore",
+        participants: 0,
+    });
     let root = criu.restore(&dir.join(IMAGES_DIR_NAME))?;
     let phase = timed("criu_restore", started);
-    progress(&phase);
+    progress(&Event::Done(&phase));
     let mut report = Report::new("restore");
     report.phases.push(phase);
     report.absorb(compose::restore(workload, Some(root), dir, progress)?);

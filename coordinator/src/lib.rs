@@ -2,7 +2,7 @@
 //! a multi-process CUDA workload through their shims' control sockets.
 //!
 //! Layout: a sans-I/O core ([`validate`], [`plan`], [`state::compare`], [`report`],
-//! [`render`]) fed with replies and time, and the edges that do I/O: [`session`] (sockets,
+//! [`events`], [`render`]) fed with replies and time, and the edges that do I/O: [`session`] (sockets,
 //! one thread per participant), [`state`] (the durable state file), [`native`] (the driver's
 //! checkpoint entry points), [`process`] (`/proc`). [`commands`] and [`compose`] put them
 //! together as the CLI's commands ([`cli`]).
@@ -12,6 +12,7 @@ pub mod commands;
 pub mod compose;
 pub mod criu;
 pub mod demo;
+pub mod events;
 pub mod fixtures;
 pub mod native;
 pub mod plan;

@@ -11,13 +11,15 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use cuinterpose_protocol::transport::{Endpoint, Timeouts, TransportError, call_with};
-use cuinterpose_protocol::{InspectionReply, NamespacePid, Reply, Request, StateFile};
+use cuinterpose_protocol::{InspectionReply, NamespacePid, Operation, Reply, Request, StateFile};
 
-use crate::plan::{Outcome, Run, Step};
-use crate::report::{PhaseReport, Report};
+use crate::events::{CopyProgress, CopyState, Event};
+use crate::plan::{Outcome, Run, Stage, Step};
+use crate::report::Report;
 pub use crate::stale::StaleSocket;
 use crate::stale::{self, Probe};
 use crate::validate::{self, Topology, TopologyError};
@@ -212,34 +214,59 @@ impl Session {
         })
     }
 
-    /// Runs `run` to its end: broadcasts, publishes through `publish`, reports each completed
-    /// phase to `progress`.
+    /// Runs `run` to its end: broadcasts, publishes through `publish`, reports to `progress`
+    /// each phase as it starts and ends, and the copy phases' progress while they run.
     pub fn drive(
         &self,
         run: &mut Run,
         publish: &mut dyn FnMut(&StateFile) -> Result<(), String>,
-        progress: &mut dyn FnMut(&PhaseReport),
+        progress: &mut dyn FnMut(&Event),
     ) -> Result<Report, crate::plan::RunError> {
         let mut reported = 0;
         loop {
             for phase in &run.phases()[reported..] {
-                progress(phase);
+                progress(&Event::Done(phase));
             }
             reported = run.phases().len();
             match run.step() {
                 Step::Broadcast {
+                    stage,
                     request,
                     participants,
-                    ..
                 } => {
-                    let (request, participants) = (request.clone(), participants.clone());
+                    let (stage, request, participants) =
+                        (*stage, request.clone(), participants.clone());
+                    let phase = stage.name_in(run.kind());
+                    progress(&Event::Started {
+                        phase,
+                        participants: participants.len(),
+                    });
                     let started = Instant::now();
-                    let outcomes: BTreeMap<NamespacePid, Outcome> =
-                        self.broadcast(&request, &participants);
+                    let outcomes: BTreeMap<NamespacePid, Outcome> = match stage {
+                        Stage::Execute(
+                            operation @ (Operation::SaveAllocations | Operation::LoadAllocations),
+                        ) => {
+                            let expected = participants
+                                .iter()
+                                .map(|pid| (*pid, run.topology().bytes_of(*pid)))
+                                .collect();
+                            let copy = Copy {
+                                operation,
+                                phase,
+                                expected,
+                            };
+                            self.broadcast_watching(&request, &participants, &copy, progress)
+                        }
+                        _ => self.broadcast(&request, &participants),
+                    };
                     run.feed(outcomes, started.elapsed());
                 }
                 Step::Publish(state) => {
                     let state = state.clone();
+                    progress(&Event::Started {
+                        phase: Stage::PublishState.name(),
+                        participants: run.participants().len(),
+                    });
                     let started = Instant::now();
                     let result = publish(&state);
                     run.feed_publish(result, started.elapsed());
@@ -247,6 +274,72 @@ impl Session {
                 Step::Done(report) => return Ok(report.clone()),
                 Step::Failed(error) => return Err(error.clone()),
             }
+        }
+    }
+
+    /// [`Session::broadcast`] of a copy operation, asking every participant for its progress
+    /// every [`PROGRESS_INTERVAL`] until the broadcast ends and reporting it to `progress`.
+    /// The polls run on this thread and never delay the exchanges themselves.
+    fn broadcast_watching(
+        &self,
+        request: &Request,
+        pids: &[NamespacePid],
+        copy: &Copy,
+        progress: &mut dyn FnMut(&Event),
+    ) -> BTreeMap<NamespacePid, Outcome> {
+        let started = Instant::now();
+        // A participant that does not answer within this is left out of that report.
+        let poll = Timeouts::new(
+            self.timeouts.control().min(PROGRESS_POLL_TIMEOUT),
+            self.timeouts.copy(),
+        )
+        .unwrap_or(self.timeouts);
+        std::thread::scope(|scope| {
+            let (finished, ended) = mpsc::channel::<()>();
+            let exchanges = scope.spawn(move || {
+                let outcomes = self.broadcast(request, pids);
+                drop(finished);
+                outcomes
+            });
+            while let Err(mpsc::RecvTimeoutError::Timeout) = ended.recv_timeout(PROGRESS_INTERVAL) {
+                let participants = pids
+                    .iter()
+                    .filter_map(|&pid| Some((pid, self.copy_state(pid, copy, &poll)?)))
+                    .collect();
+                progress(&Event::Copy(&CopyProgress {
+                    phase: copy.phase.to_owned(),
+                    elapsed: started.elapsed(),
+                    participants,
+                }));
+            }
+            exchanges.join().unwrap_or_else(|_| {
+                pids.iter()
+                    .map(|pid| (*pid, Err("the broadcast thread panicked".to_owned())))
+                    .collect()
+            })
+        })
+    }
+
+    /// One participant's progress in `copy`; before its copy starts, nothing of what the
+    /// topology says it carries is done.
+    fn copy_state(&self, pid: NamespacePid, copy: &Copy, poll: &Timeouts) -> Option<CopyState> {
+        let endpoint = self.endpoints.get(&pid)?;
+        let expected = copy.expected.get(&pid).copied().unwrap_or(0);
+        match call_with(endpoint, &Request::Progress, poll) {
+            Ok((Reply::Progress(reply), _)) if reply.namespace_pid == pid => {
+                if reply.operation == Some(copy.operation) {
+                    Some(CopyState {
+                        done: reply.done,
+                        total: reply.total,
+                    })
+                } else {
+                    Some(CopyState {
+                        done: 0,
+                        total: expected,
+                    })
+                }
+            }
+            _ => None,
         }
     }
 
@@ -268,6 +361,19 @@ impl Session {
             })
             .collect()
     }
+}
+
+/// How often a copy phase asks the participants how far they got.
+pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
+/// How long one progress answer may take (a stalled participant is left out of that report).
+pub const PROGRESS_POLL_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// A copy phase being watched: its operation, its name, and the bytes each participant
+/// carries per the topology.
+struct Copy<'a> {
+    operation: Operation,
+    phase: &'a str,
+    expected: BTreeMap<NamespacePid, u64>,
 }
 
 /// What `inspect` found.

@@ -55,7 +55,7 @@ fn demo_toggles_and_verifies_every_byte() {
         .args(["--processes", "4", "--json"])
         .output()
         .unwrap();
-    let json: Value = serde_json::from_str(&check_success(&output)).unwrap();
+    let json: Value = cli::final_json(&check_success(&output));
     check_report(&json, 4);
 }
 
@@ -105,7 +105,7 @@ fn demo_survives_a_criu_dump_kill_and_restore() {
         .arg(&binary)
         .output()
         .unwrap();
-    let json: Value = serde_json::from_str(&check_success(&output)).unwrap();
+    let json: Value = cli::final_json(&check_success(&output));
     check_report(&json, 3);
     let phases = cli::phase_names(&json["report"]);
     assert!(

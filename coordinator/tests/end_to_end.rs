@@ -24,12 +24,13 @@ use support::sandbox::{Sandbox, check_writes_cross};
 const MIB: u64 = 1 << 20;
 
 fn main() {
-    let tests: [Test<Sandbox>; 2] = [
+    let tests: [Test<Sandbox>; 3] = [
         ("toggle_keeps_bytes_addresses_and_sharing", toggle_in_place),
         (
             "checkpoint_then_restore_in_two_invocations",
             checkpoint_then_restore,
         ),
+        ("a_long_copy_reports_progress", long_copy_progress),
     ];
     support::harness::run(&tests, || Sandbox::new("e2e"));
 }
@@ -60,7 +61,7 @@ fn check_json(sandbox: &Sandbox, args: &[&str]) -> Value {
     let mut args = args.to_vec();
     args.push("--json");
     let (stdout, _) = check_exit(&cuinterpose(sandbox, &args), 0);
-    serde_json::from_str(&stdout).expect("JSON report")
+    cli::final_json(&stdout)
 }
 
 /// Every participant's phase (inspect exits 1 unless all are active: that is fine here).
@@ -201,6 +202,69 @@ fn toggle_in_place(sandbox: &Sandbox) {
     assert_eq!(participant_phases(sandbox), ["active"; 3]);
     check_restored(&mut workload, 11);
     drop(workload);
+}
+
+/// A copy that takes over a second (fakecuda's stream synchronization slowed to 1.2 s): with
+/// `--json`, the toggle streams its phases as JSON lines, with progress lines during both copy
+/// phases that name the creator and never go backwards, and ends with the report.
+fn long_copy_progress(sandbox: &Sandbox) {
+    let slow = [("FAKECUDA_STREAM_SYNC_DELAY_MS", "1200")];
+    let dir = sandbox.dir.path();
+    let mut a = sandbox.worker_with(dir, None, &slow);
+    let mut b = sandbox.worker_with(dir, None, &slow);
+    let size = 16 * MIB;
+    let shared = a.create(size, 0, 1).expect("create");
+    let va = a.map_rw(shared, size, 0).expect("map");
+    a.fill(va, size, 21).expect("fill");
+    let ticket = a.export(shared).expect("export");
+    let hb = b.import(ticket.as_fd()).expect("import");
+    let vb = b.map_rw(hb, size, 0).expect("map b");
+    drop(ticket);
+    let creator = a.identity().pid;
+
+    let output = cuinterpose(sandbox, &["toggle", "--pid", &root(), "--json"]);
+    let (stdout, _) = check_exit(&output, 0);
+    let (events, report) = cli::json_lines(&stdout);
+    assert_eq!(report["command"], "toggle", "{report}");
+    for phase in ["save_allocations", "load_allocations"] {
+        let progress: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["event"] == "progress" && e["phase"] == phase)
+            .collect();
+        assert!(
+            !progress.is_empty(),
+            "{phase}: no progress line in\n{stdout}"
+        );
+        let mut last = 0;
+        for line in &progress {
+            assert_eq!(line["bytes_total"], size, "{line}");
+            let done = line["bytes_done"].as_u64().expect("bytes_done");
+            assert!(
+                last <= done && done <= size,
+                "{phase} went from {last} to {done}"
+            );
+            last = done;
+            let creators: Vec<&Value> = line["participants"]
+                .as_array()
+                .expect("participants")
+                .iter()
+                .filter(|p| p["bytes_total"] != 0)
+                .collect();
+            assert_eq!(creators.len(), 1, "{line}");
+            assert_eq!(creators[0]["pid"], creator, "{line}");
+        }
+        let done = events
+            .iter()
+            .find(|e| e["event"] == "phase_done" && e["phase"] == phase)
+            .expect("the phase ends");
+        assert_eq!(done["bytes"], size, "{done}");
+        assert!(done["elapsed_ms"].as_f64() > Some(1000.0), "{done}");
+    }
+    for (worker, address) in [(&mut a, va), (&mut b, vb)] {
+        worker
+            .verify(address, size, 21)
+            .expect("bytes after the toggle");
+    }
 }
 
 fn checkpoint_then_restore(sandbox: &Sandbox) {

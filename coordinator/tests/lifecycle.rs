@@ -3,6 +3,8 @@
 
 mod support;
 
+use cuinterpose_coordinator::events::Event;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -76,11 +78,14 @@ fn prepare_then_restore_through_the_library() {
     let session = scene.session(5);
     assert_eq!(session.participants(), [pid(101), pid(102), pid(103)]);
 
-    let mut seen = Vec::new();
-    let report = commands::prepare(&session, checkpoint.path(), &mut |phase| {
-        seen.push(phase.name.clone())
+    let (mut seen, mut started) = (Vec::new(), Vec::new());
+    let report = commands::prepare(&session, checkpoint.path(), &mut |event| match event {
+        Event::Started { phase, .. } => started.push(phase.to_string()),
+        Event::Done(phase) => seen.push(phase.name.clone()),
+        Event::Copy(_) => {}
     })
     .expect("prepare");
+    assert_eq!(started, seen, "each phase is announced before it ends");
     assert_eq!(
         seen,
         [
@@ -181,7 +186,7 @@ fn prepare_then_restore_through_the_binary() {
     );
 
     let (stdout, stderr) = scene.check(&["prepare", "--json"], &[], 0);
-    let report: Value = serde_json::from_str(&stdout).expect("report JSON");
+    let report: Value = support::cli::final_json(&stdout);
     assert_eq!(report["command"], "prepare");
     assert_eq!(report["bytes"], SIZE);
     assert_eq!(report["phases"][3]["phase"], "save_allocations");
@@ -298,7 +303,7 @@ fn a_participant_that_closes_during_save_fails_the_run_naming_it() {
         "{stderr}"
     );
     assert!(stderr.contains("cuinterpose: FAIL-STOP"), "{stderr}");
-    let value: Value = serde_json::from_str(&stdout).expect("failure JSON");
+    let value: Value = support::cli::final_json(&stdout);
     assert_eq!(value["status"], "failed");
     assert_eq!(value["phase"], "save_allocations");
     assert_eq!(value["mutated"], true);

@@ -295,7 +295,7 @@ fn refused_native_step(sandbox: &Sandbox) {
                     && !stderr.contains("FAIL-STOP"),
                 "{what}: {stderr}"
             );
-            let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+            let report: serde_json::Value = cli::final_json(&stdout);
             assert_eq!(report["status"], "aborted", "{what}: {report}");
             assert_eq!(report["exit_code"], 3, "{what}: {report}");
             let phases = cli::phase_names(&report["resumed"]);

@@ -320,7 +320,7 @@ fn checkpoint_and_restore(library: &Path) {
         ],
         0,
     );
-    let report: Value = serde_json::from_str(&stdout).expect("report JSON");
+    let report: Value = cli::final_json(&stdout);
     assert_eq!(report["command"], "checkpoint");
     let names = cli::phase_names(&report);
     assert_eq!(
@@ -433,7 +433,7 @@ fn toggle_and_refusals(library: &Path) {
     let root_pid = tree.root.host_pid().to_string();
 
     let stdout = tree.check(&["toggle", "--pid", &root_pid, "--json"], 0);
-    let report: Value = serde_json::from_str(&stdout).expect("report JSON");
+    let report: Value = cli::final_json(&stdout);
     assert_eq!(report["command"], "toggle");
     assert_eq!(report["checkpoint_dir"], Value::Null);
     let phases = cli::phase_names(&report);

@@ -6,12 +6,13 @@
 //! arguments or settings); `launch` passes on its command's status (127/126 when it cannot run).
 //!
 //! Layout: `args` (the grammar), `dispatch` (running a command), `settings` (exit statuses,
-//! usage failures, settings), `output` (what commands print), `launch`.
+//! usage failures, settings), `output` (what commands print), `progress` (events while they run), `launch`.
 
 mod args;
 mod dispatch;
 mod launch;
 mod output;
+mod progress;
 mod settings;
 #[cfg(test)]
 mod tests;

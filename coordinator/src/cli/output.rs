@@ -6,24 +6,20 @@ use cuinterpose_protocol::NamespacePid;
 use serde_json::{Value, json};
 
 use crate::commands::CommandError;
-use crate::report::{PhaseReport, Report};
+use crate::events::Event;
+use crate::report::Report;
 
-/// Progress on stderr as phases complete (the report goes to stdout at the end).
-pub(super) fn progress(json: bool) -> impl FnMut(&PhaseReport) {
-    move |phase: &PhaseReport| {
-        if !json {
-            eprintln!(
-                "cuinterpose: {} done in {:.1} ms",
-                phase.name,
-                phase.duration.as_secs_f64() * 1e3
-            );
-        }
-    }
+/// Events as they happen: see [`super::progress`].
+pub(super) fn progress(json: bool) -> impl FnMut(&Event) {
+    let mut shown = super::progress::Progress::new(super::progress::Mode::for_output(json));
+    move |event: &Event| shown.event(event)
 }
 
 pub(super) fn print_json(value: &Value) {
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout, "{value}");
+    // Event lines must reach a reader as they happen, not when a buffer fills.
+    let _ = stdout.flush();
 }
 
 pub(super) fn print_report(report: &Report, json: bool) {

@@ -15,14 +15,12 @@ use super::workers::{
 };
 use crate::compose::{self, Workload};
 use crate::criu;
+use crate::events::Event;
 use crate::report::{PhaseReport, Report};
 use crate::session::{self, Session};
 
 /// Runs the demo.
-pub fn run(
-    options: &Options,
-    progress: &mut dyn FnMut(&PhaseReport),
-) -> Result<Outcome, DemoError> {
+pub fn run(options: &Options, progress: &mut dyn FnMut(&Event)) -> Result<Outcome, DemoError> {
     if options.processes < 2 {
         return Err(setup(
             "--processes must be at least 2 (sharing needs two processes)",
@@ -57,7 +55,7 @@ fn prepare_and_run(
     options: &Options,
     artifacts: &Artifacts,
     work: &Path,
-    progress: &mut dyn FnMut(&PhaseReport),
+    progress: &mut dyn FnMut(&Event),
 ) -> Result<Outcome, DemoError> {
     let driver_path = match &options.driver {
         DriverChoice::Embedded => {
@@ -88,7 +86,7 @@ fn run_in(
     options: &Options,
     artifacts: &Artifacts,
     work: &Path,
-    progress: &mut dyn FnMut(&PhaseReport),
+    progress: &mut dyn FnMut(&Event),
 ) -> Result<Outcome, DemoError> {
     let n = options.processes;
     let mut namespace = None;
@@ -190,6 +188,10 @@ fn run_in(
         }
     };
     let started = Instant::now();
+    progress(&Event::Started {
+        phase: "demo_verify",
+        participants: n,
+    });
     let (regions, bytes) = demo.verify_all()?;
     let sharing = check_sharing(&mut demo)?;
     let mut report = report;
@@ -199,7 +201,7 @@ fn run_in(
         bytes: 0,
         participants: n,
     };
-    progress(&verify);
+    progress(&Event::Done(&verify));
     report.phases.push(verify);
     if let Some((_, sockets, _)) = namespace {
         // Tell every restored worker to exit; the namespace then ends with them.

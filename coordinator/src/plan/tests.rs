@@ -568,3 +568,46 @@ fn phases_chain() {
     );
     assert_eq!(phase_after(RESTORE_OPERATIONS[5]), Phase::Active);
 }
+
+/// A check is restore's read-only start alone: one inspect compared with the state, reported
+/// as `check_state`; a difference fails it with nothing changed, under that name.
+#[test]
+fn check_compares_the_state_and_changes_nothing() {
+    let (mut fakes, state) = captured();
+    let mut run = Run::check(&state, fakes.keys().copied());
+    let stages = drive(&mut run, &mut fakes, &mut |_, _, outcome| outcome, Ok(()));
+    assert_eq!(stages, [Stage::Inspect]);
+    let Step::Done(report) = run.step() else {
+        panic!("{:?}", run.step());
+    };
+    assert_eq!(report.command, "restore");
+    let names: Vec<&str> = report.phases.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["check_state"]);
+    assert!(fakes.values().all(|fake| fake.phase == Phase::Released));
+
+    let (mut fakes, state) = captured();
+    let mut run = Run::check(&state, fakes.keys().copied());
+    let mut tamper = |_: Stage, pid: NamespacePid, outcome: Outcome| match outcome {
+        Ok(Reply::Inspection(mut inspection)) if pid.get() == 101 => {
+            let mut records = inspection.records.into_vec();
+            records.pop();
+            inspection.records = records.try_into().expect("bounded");
+            Ok(inspection.into())
+        }
+        outcome => outcome,
+    };
+    drive(&mut run, &mut fakes, &mut tamper, Ok(()));
+    let error = check_failed(
+        &run,
+        Stage::Inspect,
+        Some(101),
+        "records differ from the checkpoint",
+        false,
+    );
+    let text = error.to_string();
+    assert!(
+        text.starts_with("restore failed in phase check_state: participant 101: ")
+            && text.ends_with("nothing was changed in any participant"),
+        "{text}"
+    );
+}

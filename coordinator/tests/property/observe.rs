@@ -150,7 +150,8 @@ impl Case<'_> {
             output.status,
             String::from_utf8_lossy(&output.stderr)
         );
-        serde_json::from_str(&stdout).map_err(|e| format!("toggle JSON: {e}: {stdout}"))
+        let last = stdout.lines().last().unwrap_or_default();
+        serde_json::from_str(last).map_err(|e| format!("toggle JSON: {e}: {stdout}"))
     }
 
     pub(crate) fn logs(&self) -> String {

@@ -68,3 +68,33 @@ pub fn phase_names(report: &Value) -> Vec<&str> {
         .map(|phase| phase["phase"].as_str().expect("name"))
         .collect()
 }
+
+/// The event lines of a `--json` command's stdout, and its final line (the report, or the
+/// failure). Every line before the last is an event: `phase_started`, `progress` or
+/// `phase_done`; every phase that was done was started, in order.
+pub fn json_lines(stdout: &str) -> (Vec<Value>, Value) {
+    let mut lines: Vec<Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    let last = lines.pop().expect("a final line");
+    assert!(last.get("event").is_none(), "final line: {last}");
+    let mut started = Vec::new();
+    for event in &lines {
+        let phase = event["phase"].as_str().expect("an event names its phase");
+        match event["event"].as_str() {
+            Some("phase_started") => started.push(phase.to_owned()),
+            Some("progress") => assert_eq!(started.last().map(String::as_str), Some(phase)),
+            Some("phase_done") => {
+                assert_eq!(started.last().map(String::as_str), Some(phase), "{stdout}")
+            }
+            other => panic!("unknown event {other:?}: {event}"),
+        }
+    }
+    (lines, last)
+}
+
+/// The final JSON line of a `--json` command (see [`json_lines`]).
+pub fn final_json(stdout: &str) -> Value {
+    json_lines(stdout).1
+}

@@ -106,7 +106,10 @@ pub(super) fn check_failed(
         None => String::new(),
     };
     assert!(
-        text.contains(&format!("failed in phase {stage}: {scope}")),
+        text.contains(&format!(
+            "failed in phase {}: {scope}",
+            stage.name_in(run.kind())
+        )),
         "{text}"
     );
     assert_eq!(text.contains("FAIL-STOP"), mutated, "{text}");
