@@ -70,7 +70,8 @@ pub enum Command {
         checkpoint_dir: PathBuf,
         #[command(flatten)]
         target: Target,
-        /// Print the report as JSON.
+        /// Print JSON on stdout: one line per phase event as it happens (phase_started,
+        /// progress, phase_done), then the report as the last line.
         #[arg(long)]
         json: bool,
     },
@@ -99,7 +100,8 @@ pub enum Command {
         /// process (default: the processes `checkpoint` recorded).
         #[arg(long = "pid", value_name = "PID")]
         pids: Vec<u32>,
-        /// Print the report as JSON.
+        /// Print JSON on stdout: one line per phase event as it happens (phase_started,
+        /// progress, phase_done), then the report as the last line.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -165,7 +167,8 @@ pub enum Command {
         /// Keep the work directory (sockets, state, CRIU images, logs).
         #[arg(long)]
         keep: bool,
-        /// Print the report as JSON.
+        /// Print JSON on stdout: one line per phase event as it happens (phase_started,
+        /// progress, phase_done), then the report as the last line.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -250,7 +253,8 @@ pub struct Tree {
     /// Timeout of each native lock in milliseconds (0: wait as long as it takes).
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     pub lock_timeout_ms: u32,
-    /// Print the report as JSON.
+    /// Print JSON on stdout: one line per phase event as it happens (phase_started,
+    /// progress, phase_done), then the report as the last line.
     #[arg(long)]
     pub json: bool,
 }
