@@ -306,14 +306,35 @@ pub fn resume_in_place(
     }
 }
 
-/// The state checked against the live processes, then native restore and unlock of every
-/// CUDA process, then the coordinator's restore phases. The processes are those of the tree
-/// rooted at `root`, or those `checkpoint` recorded.
+/// Which processes `restore` restores natively.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NativeRestore {
+    /// Every CUDA process must be checkpointed (the CLI's `restore --dir`).
+    Strict,
+    /// Only those still checkpointed (restore and unlock) or locked (unlock): another tool,
+    /// CRIU's CUDA plugin, may have restored some already (the CRIU hook's `post-resume`).
+    WhereNeeded,
+}
+
+/// [`restore_with`], every CUDA process checkpointed.
 pub fn restore(
     workload: &Workload,
     root: Option<u32>,
     dir: &Path,
     progress: &mut dyn FnMut(&Event),
+) -> Result<Report, CommandError> {
+    restore_with(workload, root, dir, progress, NativeRestore::Strict)
+}
+
+/// The state checked against the live processes, then native restore and unlock of the CUDA
+/// processes (per `native`), then the coordinator's restore phases. The processes are those
+/// of the tree rooted at `root`, or those `checkpoint` recorded.
+pub fn restore_with(
+    workload: &Workload,
+    root: Option<u32>,
+    dir: &Path,
+    progress: &mut dyn FnMut(&Event),
+    native: NativeRestore,
 ) -> Result<Report, CommandError> {
     let saved = state::load(dir)?;
     let driver = Driver::load()?;
@@ -321,13 +342,31 @@ pub fn restore(
         Some(root) => find_members(workload, &driver, root)?,
         None => read_members(workload, dir)?,
     };
+    let mut states = Vec::new();
     for member in members.iter().filter(|member| member.cuda) {
-        driver.expect_state(
-            member.host_pid,
-            NativeStep::Restore,
-            ProcessState::Checkpointed,
-        )?;
+        let found = driver.state(member.host_pid)?;
+        let accepted = match native {
+            NativeRestore::Strict => found == ProcessState::Checkpointed,
+            NativeRestore::WhereNeeded => matches!(
+                found,
+                ProcessState::Checkpointed | ProcessState::Locked | ProcessState::Running
+            ),
+        };
+        if !accepted {
+            driver.expect_state(
+                member.host_pid,
+                NativeStep::Restore,
+                ProcessState::Checkpointed,
+            )?;
+        }
+        states.push((member.host_pid, found));
     }
+    let state_of = |member: &Member| {
+        states
+            .iter()
+            .find(|(pid, _)| *pid == member.host_pid)
+            .map(|(_, state)| *state)
+    };
     // Before anything changes, while the processes are still checkpointed (their shims
     // answer): the participant set and every live record must be the saved ones, or the
     // restore is refused with nothing changed.
@@ -348,12 +387,24 @@ pub fn restore(
         progress,
         "native_restore",
         &members,
-        |member| driver.restore(member.host_pid),
+        |member| match state_of(member) {
+            Some(ProcessState::Checkpointed) => driver.restore(member.host_pid),
+            _ => Ok(()),
+        },
     )
     .map_err(after)?;
-    native_phase(&mut report, progress, "native_unlock", &members, |member| {
-        driver.unlock(member.host_pid)
-    })
+    native_phase(
+        &mut report,
+        progress,
+        "native_unlock",
+        &members,
+        |member| match state_of(member) {
+            Some(ProcessState::Checkpointed | ProcessState::Locked) => {
+                driver.unlock(member.host_pid)
+            }
+            _ => Ok(()),
+        },
+    )
     .map_err(after)?;
     let session = Session::open(
         &workload.control_dir,
@@ -363,6 +414,28 @@ pub fn restore(
     .map_err(|error| after(error.into()))?;
     report.absorb(commands::restore(&session, dir, progress).map_err(after)?);
     Ok(report)
+}
+
+/// Whether the tree rooted at `root` runs natively and every participant is active again (a
+/// restore already happened: the hook's `post-resume` delivered twice).
+pub fn is_restored(workload: &Workload, root: u32) -> Result<bool, CommandError> {
+    let driver = Driver::load()?;
+    let members = find_members(workload, &driver, root)?;
+    for member in members.iter().filter(|member| member.cuda) {
+        if driver.state(member.host_pid)? != ProcessState::Running {
+            return Ok(false);
+        }
+    }
+    let session = Session::open(
+        &workload.control_dir,
+        &participants(&members),
+        workload.timeouts,
+    )?;
+    Ok(session.inspect().values().all(|reply| {
+        reply
+            .as_ref()
+            .is_ok_and(|inspection| inspection.phase == cuinterpose_protocol::Phase::Active)
+    }))
 }
 
 /// Checkpoint and restore in place: the workload keeps running afterwards, with its sharing

@@ -26,6 +26,10 @@ pub const IMAGES_DIR_NAME: &str = "criu";
 #[derive(Debug, Clone)]
 pub struct Criu {
     pub binary: PathBuf,
+    /// Appended to every dump and restore (e.g. `--config FILE` naming the action script).
+    pub extra_args: Vec<std::ffi::OsString>,
+    /// Set for CRIU (and so for its action scripts).
+    pub env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
 }
 
 impl Criu {
@@ -38,7 +42,11 @@ impl Criu {
                     .map(PathBuf::from)
             })
             .unwrap_or_else(|| PathBuf::from("criu"));
-        Criu { binary }
+        Criu {
+            binary,
+            extra_args: Vec::new(),
+            env: Vec::new(),
+        }
     }
 
     fn run(
@@ -49,6 +57,8 @@ impl Criu {
     ) -> Result<(), CommandError> {
         let output = Command::new(&self.binary)
             .args(args)
+            .args(&self.extra_args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .output()
             .map_err(|source| CommandError::Io {
                 path: self.binary.clone(),

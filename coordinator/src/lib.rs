@@ -14,6 +14,7 @@ pub mod criu;
 pub mod demo;
 pub mod events;
 pub mod fixtures;
+pub mod hook;
 pub mod native;
 pub mod plan;
 pub mod process;

@@ -1,5 +1,5 @@
 //! `cuinterpose`: the coordinator's command line (see `cuinterpose --help`).
 
 fn main() -> std::process::ExitCode {
-    cuinterpose_coordinator::cli::run(std::env::args_os())
+    cuinterpose_coordinator::cli::run_from_env()
 }

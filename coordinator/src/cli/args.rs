@@ -173,6 +173,11 @@ pub enum Command {
         json: bool,
         #[command(flatten)]
         criu: CriuArgs,
+        /// With --criu: run plain `criu dump` and `criu restore` twice, configured with one
+        /// line naming this executable as CRIU's action script (see `criu-hook`), instead of
+        /// driving the steps from here.
+        #[arg(long, requires = "criu")]
+        criu_hook: bool,
     },
     /// Run a command with the shim preloaded (LD_PRELOAD), replacing this process.
     Launch {
@@ -190,6 +195,36 @@ pub enum Command {
     /// Read a checkpoint's state file.
     #[command(subcommand)]
     State(StateCommand),
+    /// Run as CRIU's action script: a plain `criu dump` / `criu restore` then checkpoints the
+    /// sharing too.
+    ///
+    /// Configure CRIU with one line, `action-script /path/to/cuinterpose` (in the file given
+    /// to `--config`, in /etc/criu/default.conf, or in /etc/criu/runc.conf for runc-based
+    /// engines such as Podman). CRIU runs the script with no arguments; `cuinterpose` run with
+    /// no arguments and CRTOOLS_SCRIPT_ACTION set is this command. At pre-dump: prepare into
+    /// the image directory, then native lock and checkpoint of every CUDA process of the tree
+    /// (a watcher puts the workload back if CRIU then ends without a dump, or leaves the tree
+    /// running); at pre-restore: the state must be intact; at post-resume: native restore and
+    /// unlock where needed, the restore phases and the comparison. Other actions do nothing.
+    /// Each outcome is appended to cuinterpose-hook.status in the image directory. Settings
+    /// come from the environment CRIU passes on (CUINTERPOSE_CONTROL_DIR, CUINTERPOSE_DRIVER,
+    /// the timeouts); a workload in a container is reached through /proc/ROOT/root.
+    CriuHook {
+        /// Control directory as the workload sees it (default: $CUINTERPOSE_CONTROL_DIR, else
+        /// /tmp/cuinterpose).
+        #[arg(long, value_name = "DIR")]
+        control_dir: Option<PathBuf>,
+        /// Timeout of each native lock in milliseconds (0: wait as long as it takes).
+        #[arg(long, value_name = "MS", default_value_t = 10_000)]
+        lock_timeout_ms: u32,
+        /// Internal: watch this CRIU process (started by pre-dump).
+        #[arg(long, value_name = "PID", hide = true, requires_all = ["root", "dir"])]
+        watch_criu: Option<u32>,
+        #[arg(long, value_name = "PID", hide = true)]
+        root: Option<u32>,
+        #[arg(long, value_name = "DIR", hide = true)]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -267,7 +302,7 @@ impl Cli {
             | Command::Restore { json, .. }
             | Command::Demo { json, .. } => *json,
             Command::Checkpoint { tree, .. } | Command::Toggle { tree, .. } => tree.json,
-            Command::Launch { .. } | Command::State(_) => false,
+            Command::Launch { .. } | Command::State(_) | Command::CriuHook { .. } => false,
         }
     }
 
@@ -280,6 +315,7 @@ impl Cli {
             Command::Toggle { .. } => "toggle",
             Command::Demo { .. } => "demo",
             Command::Launch { .. } => "launch",
+            Command::CriuHook { .. } => "criu-hook",
             Command::State(_) => "state",
         }
     }

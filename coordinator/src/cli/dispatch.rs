@@ -16,6 +16,16 @@ use crate::compose;
 use crate::report::Report;
 use crate::{render, session, state};
 
+/// [`run`] with the process's arguments; with none at all and CRIU's action variable set,
+/// `criu-hook` (CRIU runs action scripts without arguments).
+pub fn run_from_env() -> ExitCode {
+    let mut args: Vec<OsString> = std::env::args_os().collect();
+    if args.len() == 1 && std::env::var_os(crate::hook::ACTION_VARIABLE).is_some() {
+        args.push("criu-hook".into());
+    }
+    run(args)
+}
+
 /// Parses `args` and runs the command.
 pub fn run<I, T>(args: I) -> ExitCode
 where
@@ -50,6 +60,34 @@ where
                 print_json(&failure_json(command, &error));
             }
             ExitCode::from(code)
+        }
+    }
+}
+
+/// One CRIU action: run, recorded in the status file, said on stderr.
+fn criu_hook(workload: &compose::Workload) -> ExitCode {
+    use crate::hook::{self, Context};
+    let context = match Context::from_lookup(|name| std::env::var(name).ok()) {
+        Ok(context) => context,
+        Err(error) => {
+            eprintln!("cuinterpose criu-hook: {error}");
+            return ExitCode::from(error.exit_code());
+        }
+    };
+    let action = context.action.name().to_owned();
+    let mut quiet = |_: &crate::events::Event| {};
+    let outcome = hook::run(&context, workload, &mut quiet);
+    hook::record(context.image_dir.as_deref(), &action, &outcome);
+    match outcome {
+        Ok(done) => {
+            eprintln!("cuinterpose criu-hook: {action}: {}", done.message);
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            for line in error.to_string().lines() {
+                eprintln!("cuinterpose criu-hook: {action}: {line}");
+            }
+            ExitCode::from(error.exit_code().max(1))
         }
     }
 }
@@ -171,11 +209,13 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             keep,
             json,
             criu,
+            criu_hook,
         } => {
             let options = crate::demo::Options {
                 processes,
                 shared_mib,
                 criu: criu.get(),
+                criu_hook,
                 driver: driver.map_or(
                     crate::demo::DriverChoice::Embedded,
                     crate::demo::DriverChoice::Path,
@@ -196,6 +236,22 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
                     Ok(ExitCode::from(error.exit_code()))
                 }
             }
+        }
+        Command::CriuHook {
+            control_dir,
+            lock_timeout_ms,
+            watch_criu,
+            root,
+            dir,
+        } => {
+            let workload = workload(control_dir, lock_timeout_ms)?;
+            if let (Some(criu), Some(root), Some(dir)) = (watch_criu, root, dir) {
+                // The watcher's control directory was resolved by the hook that started it.
+                return Ok(ExitCode::from(crate::hook::watch::watch_and_record(
+                    criu, root, &dir, &workload,
+                )));
+            }
+            Ok(criu_hook(&workload))
         }
         Command::Launch {
             shim,

@@ -18,6 +18,6 @@ mod settings;
 mod tests;
 
 pub use args::{Cli, Command, CriuArgs, Format, StateCommand, Target, Tree};
-pub use dispatch::run;
+pub use dispatch::{run, run_from_env};
 pub use launch::{SHIM_FILE_NAME, SHIM_VARIABLE, preload_value, shim_path};
 pub use settings::{EXIT_ABORTED, EXIT_FAIL_STOP, EXIT_REFUSED, EXIT_USAGE};

@@ -5,12 +5,15 @@
 //! creator whose allocation every other process imports, a partial import, private and
 //! untracked allocations, a memory-IPC producer/consumer pair), fills every byte with a known
 //! pattern, checkpoints and restores in place (or, with `--criu`, dumps the process tree,
-//! kills it and restores it from the images), then verifies every byte at its original
+//! kills it and restores it from the images; with `--criu --criu-hook`, plain CRIU dumps and
+//! restores it twice, the hook doing cuinterpose's part), then verifies every byte at its original
 //! address and that the sharing is live: a write by one process is seen by the others.
 //!
 //! Layout: `types` (options, error, outcome), `workers` (starting the processes), `topology`
-//! (what they share and how it is checked), `run` (the whole demo).
+//! (what they share and how it is checked), `run` (the whole demo), `hook` (CRIU configured
+//! with the hook).
 
+mod hook;
 mod run;
 mod topology;
 mod types;

@@ -146,6 +146,20 @@ fn run_in(
     }
 
     let report = match (&options.criu, namespace.take()) {
+        (Some(criu), Some((mut unshare, sockets, root))) if options.criu_hook => {
+            let (report, root) = super::hook::cycles(
+                &mut demo,
+                criu,
+                &workload,
+                root,
+                &mut unshare,
+                &sockets,
+                work,
+                progress,
+            )?;
+            namespace = Some((unshare, sockets, root));
+            report
+        }
         (Some(criu), Some((mut unshare, sockets, root))) => {
             // Nothing outside the tree may stay connected to it during the dump.
             demo.workers.clear();

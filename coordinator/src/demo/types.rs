@@ -23,6 +23,8 @@ pub struct Options {
     /// Size of the allocation every process imports (rounded up to the granularity).
     pub shared_mib: u64,
     pub criu: Option<Criu>,
+    /// With `criu`: plain `criu dump`/`criu restore` configured with the hook, twice.
+    pub criu_hook: bool,
     pub driver: DriverChoice,
     /// Keep the work directory (sockets, checkpoint, logs) instead of removing it.
     pub keep: bool,

@@ -1,0 +1,182 @@
+//! `demo --criu --criu-hook`: the workload checkpointed and restored by plain `criu dump` and
+//! `criu restore`, configured with one line (`action-script` naming this executable), twice
+//! in a row. The demo runs no cuinterpose command between them: the hook does the work inside
+//! CRIU. A dump that fails is put back by the hook's watcher, which the demo waits for.
+
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use super::topology::{Demo, check_sharing};
+use super::types::{DemoError, setup};
+use super::workers::connect_all;
+use crate::compose::Workload;
+use crate::criu::Criu;
+use crate::events::Event;
+use crate::hook::{self, STATUS_FILE_NAME};
+use crate::report::{PhaseReport, Report};
+
+/// Dump and restore cycles the demo runs through the hook.
+pub const CYCLES: usize = 2;
+
+/// The CRIU configuration file: the hook and nothing else.
+fn write_config(work: &Path) -> Result<PathBuf, DemoError> {
+    let exe = std::env::current_exe().map_err(|e| setup(format!("this executable: {e}")))?;
+    let config = work.join("criu.conf");
+    std::fs::write(&config, format!("action-script {}\n", exe.display()))
+        .map_err(|e| setup(format!("writing {}: {e}", config.display())))?;
+    Ok(config)
+}
+
+/// What the hook recorded for `action` in `images`, if it succeeded (`ok` or `skipped`).
+fn hook_said(images: &Path, action: &str) -> Result<String, DemoError> {
+    let lines = hook::read_status(images);
+    let line = lines
+        .iter()
+        .rev()
+        .find(|line| line["action"] == action)
+        .ok_or_else(|| {
+            DemoError::Verification(format!(
+                "the hook recorded no {action} in {}",
+                images.join(STATUS_FILE_NAME).display()
+            ))
+        })?;
+    if line["status"] != "ok" {
+        return Err(DemoError::Verification(format!(
+            "the hook's {action} did not succeed: {line}"
+        )));
+    }
+    Ok(line["message"].as_str().unwrap_or_default().to_owned())
+}
+
+fn timed(name: String, started: Instant, participants: usize) -> PhaseReport {
+    PhaseReport {
+        name,
+        duration: started.elapsed(),
+        bytes: 0,
+        participants,
+    }
+}
+
+/// Runs [`CYCLES`] plain CRIU dumps and restores of the tree rooted at `root`, verifying every
+/// byte and sharing link after each. Returns the report and the restored root.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn cycles(
+    demo: &mut Demo,
+    criu: &Criu,
+    workload: &Workload,
+    mut root: u32,
+    unshare: &mut Child,
+    sockets: &[PathBuf],
+    work: &Path,
+    progress: &mut dyn FnMut(&Event),
+) -> Result<(Report, u32), DemoError> {
+    let config = write_config(work)?;
+    let mut criu = criu.clone();
+    criu.extra_args = vec!["--config".into(), config.into_os_string()];
+    criu.env = vec![(
+        cuinterpose_protocol::transport::CONTROL_DIR_VARIABLE.into(),
+        workload.control_dir.clone().into_os_string(),
+    )];
+    let n = sockets.len();
+    let mut report = Report::new("demo --criu --criu-hook");
+    for cycle in 1..=CYCLES {
+        let images = work.join(format!("images-{cycle}"));
+        // Nothing outside the tree may stay connected to it during the dump.
+        demo.workers.clear();
+        let started = Instant::now();
+        let name = format!("criu_dump_{cycle}");
+        progress(&Event::Started {
+            phase: &name,
+            participants: n,
+        });
+        if let Err(error) = criu.dump(root, &images) {
+            return Err(after_failed_dump(demo, sockets, &images, error, unshare));
+        }
+        let phase = timed(name, started, n);
+        progress(&Event::Done(&phase));
+        report.phases.push(phase);
+        hook_said(&images, "pre-dump")?;
+        if cycle == 1 {
+            let _ = unshare.wait();
+        }
+
+        let started = Instant::now();
+        let name = format!("criu_restore_{cycle}");
+        progress(&Event::Started {
+            phase: &name,
+            participants: n,
+        });
+        root = criu.restore(&images)?;
+        let phase = timed(name, started, n);
+        progress(&Event::Done(&phase));
+        report.phases.push(phase);
+        let said = hook_said(&images, "post-resume")?;
+        demo.topology
+            .push(format!("criu cycle {cycle}: post-resume: {said}"));
+        demo.workers = connect_all(sockets)?;
+        if cycle < CYCLES {
+            // Every byte, before the next dump (the last cycle is verified, sharing included,
+            // by the demo itself; the sharing check writes, so it runs once, at the end).
+            let (regions, bytes) = demo.verify_all()?;
+            demo.topology.push(format!(
+                "criu cycle {cycle}: {regions} regions ({bytes} bytes) verified"
+            ));
+        }
+    }
+    Ok((report, root))
+}
+
+/// How long the demo waits for the hook's watcher after a failed dump.
+const WATCHER_WAIT: Duration = Duration::from_secs(60);
+
+/// The dump failed after `pre-dump`: the watcher puts the workload back once CRIU is gone.
+/// Waits for its record, then checks the workload and ends it. The result is the failure the
+/// demo reports: exit 3 when the workload was put back.
+fn after_failed_dump(
+    demo: &mut Demo,
+    sockets: &[PathBuf],
+    images: &Path,
+    error: crate::commands::CommandError,
+    unshare: &mut Child,
+) -> DemoError {
+    let deadline = Instant::now() + WATCHER_WAIT;
+    let watched = loop {
+        let lines = hook::read_status(images);
+        if let Some(line) = lines.iter().find(|line| line["action"] == "watch") {
+            break Some(line.clone());
+        }
+        if Instant::now() >= deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let resumed = watched.as_ref().is_some_and(|line| line["status"] == "ok");
+    if resumed && let Ok(workers) = connect_all(sockets) {
+        demo.workers = workers;
+        if let (Ok((regions, bytes)), Ok(links)) = (demo.verify_all(), check_sharing(demo)) {
+            eprintln!(
+                "cuinterpose: demo: the hook's watcher put the workload back: {regions} regions \
+                 ({bytes} bytes) verified at their original addresses and {links} sharing links \
+                 live"
+            );
+        }
+        demo.exit_all();
+    }
+    let _ = unshare.kill();
+    let _ = unshare.wait();
+    let what = match watched {
+        Some(line) => format!("the hook's watcher: {}", line["message"]),
+        None => "the hook's watcher recorded nothing".to_owned(),
+    };
+    if resumed {
+        DemoError::Command(crate::commands::CommandError::Aborted {
+            during: "criu dump".into(),
+            cause: error.to_string(),
+            source: Box::new(error),
+            resumed: Box::new(Report::new("resume")),
+        })
+    } else {
+        DemoError::Verification(format!("criu dump failed ({error}); {what}"))
+    }
+}
