@@ -63,6 +63,14 @@ fn has_socket(control_dir: &Path, pid: NamespacePid) -> bool {
         .is_ok_and(|metadata| metadata.file_type().is_socket())
 }
 
+/// Whether any process of the tree rooted at `root` has a socket in the control directory
+/// (without the driver: a tree without cuinterpose needs none).
+pub fn has_participants(workload: &Workload, root: u32) -> Result<bool, CommandError> {
+    Ok(process::tree(&workload.proc_dir, root)?
+        .iter()
+        .any(|process| has_socket(&workload.control_dir, process.namespace_pid)))
+}
+
 /// The CUDA processes and participants of the tree rooted at `root`.
 pub fn find_members(
     workload: &Workload,

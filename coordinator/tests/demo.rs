@@ -195,3 +195,78 @@ fn a_failed_demo_leaves_no_work_directory_unless_kept() {
     assert_eq!(left.len(), 1, "--keep keeps the work directory: {left:?}");
     std::fs::remove_dir_all(&tmp).unwrap();
 }
+
+/// Plain `criu dump` and `criu restore`, configured with one line naming cuinterpose as the
+/// action script, twice in a row: no cuinterpose command runs between them, and every byte,
+/// address and sharing link is verified after each restore.
+#[test]
+fn plain_criu_with_the_hook_checkpoints_the_sharing_twice() {
+    let test = "plain_criu_with_the_hook_checkpoints_the_sharing_twice";
+    let binary = match criu() {
+        Ok(binary) => binary,
+        Err(why) => return unavailable(test, &format!("CRIU is not usable here: {why}")),
+    };
+    let output = demo()
+        .args(["--criu", "--criu-hook", "--json", "--criu-binary"])
+        .arg(&binary)
+        .output()
+        .unwrap();
+    let json: Value = cli::final_json(&check_success(&output));
+    assert_eq!(json["verified"], true, "{json}");
+    assert_eq!(json["sharing_checks"], 3, "{json}");
+    let phases = cli::phase_names(&json["report"]);
+    assert_eq!(
+        phases,
+        [
+            "criu_dump_1",
+            "criu_restore_1",
+            "criu_dump_2",
+            "criu_restore_2",
+            "demo_verify"
+        ]
+    );
+    assert_eq!(json["report"]["participants"], serde_json::json!([2, 3, 4]));
+    let topology = json["topology"].to_string();
+    for cycle in [1, 2] {
+        assert!(
+            topology.contains(&format!(
+                "criu cycle {cycle}: post-resume: the sharing was rebuilt and verified"
+            )),
+            "{topology}"
+        );
+    }
+}
+
+/// The hook's dump on a full disk: CRIU fails after pre-dump (which released the sharing) and
+/// calls no script; the hook's watcher sees CRIU end with the tree still running and puts the
+/// workload back from the host carriers.
+#[test]
+fn a_failed_dump_under_the_hook_is_put_back_by_its_watcher() {
+    let test = "a_failed_dump_under_the_hook_is_put_back_by_its_watcher";
+    let binary = match criu() {
+        Ok(binary) => binary,
+        Err(why) => return unavailable(test, &format!("CRIU is not usable here: {why}")),
+    };
+    let dir = std::env::temp_dir().join(format!("cuinterpose-hookfull-{}", std::process::id()));
+    let full = match Tmpfs::mount(dir, "2m") {
+        Ok(full) => full,
+        Err(why) => return unavailable(test, &why),
+    };
+    let output = demo()
+        .args(["--criu", "--criu-hook", "--criu-binary"])
+        .arg(&binary)
+        .env("TMPDIR", &full.0)
+        .output()
+        .unwrap();
+    let (_, stderr) = check_exit(&output, 3);
+    assert!(
+        stderr.contains("ABORTED: criu dump failed after the participants were prepared")
+            && stderr.contains("the hook's watcher put the workload back")
+            && stderr.contains("verified at their original addresses")
+            && !stderr.contains("FAIL-STOP"),
+        "{stderr}"
+    );
+    if let Err(why) = full.unmount() {
+        panic!("the workload still holds its directory: {why}");
+    }
+}

@@ -91,12 +91,15 @@ pub(super) fn cycles(
             participants: n,
         });
         if let Err(error) = criu.dump(root, &images) {
-            return Err(after_failed_dump(demo, sockets, &images, error, unshare));
+            return Err(after_failed_dump(
+                demo, sockets, &images, error, unshare, root,
+            ));
         }
         let phase = timed(name, started, n);
         progress(&Event::Done(&phase));
         report.phases.push(phase);
         hook_said(&images, "pre-dump")?;
+        take_counts(&mut report, &images);
         if cycle == 1 {
             let _ = unshare.wait();
         }
@@ -127,6 +130,29 @@ pub(super) fn cycles(
     Ok((report, root))
 }
 
+/// The participants and sharing the hook's pre-dump report names, into `report`.
+fn take_counts(report: &mut Report, images: &Path) {
+    let lines = hook::read_status(images);
+    let Some(prepared) = lines
+        .iter()
+        .find(|line| line["action"] == "pre-dump" && line["status"] == "ok")
+    else {
+        return;
+    };
+    let count = |key: &str| prepared["report"][key].as_u64().unwrap_or(0) as usize;
+    report.participants = prepared["report"]["participants"]
+        .as_array()
+        .map(|pids| {
+            pids.iter()
+                .filter_map(|pid| pid.as_u64())
+                .filter_map(|pid| cuinterpose_protocol::NamespacePid::new(pid as u32))
+                .collect()
+        })
+        .unwrap_or_default();
+    report.shared_allocations = count("shared_allocations");
+    report.multicast_groups = count("multicast_groups");
+}
+
 /// How long the demo waits for the hook's watcher after a failed dump.
 const WATCHER_WAIT: Duration = Duration::from_secs(60);
 
@@ -139,6 +165,7 @@ fn after_failed_dump(
     images: &Path,
     error: crate::commands::CommandError,
     unshare: &mut Child,
+    root: u32,
 ) -> DemoError {
     let deadline = Instant::now() + WATCHER_WAIT;
     let watched = loop {
@@ -162,8 +189,13 @@ fn after_failed_dump(
             );
         }
         demo.exit_all();
+    } else {
+        // Killing the namespace init ends the whole PID namespace.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(root as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
-    let _ = unshare.kill();
     let _ = unshare.wait();
     let what = match watched {
         Some(line) => format!("the hook's watcher: {}", line["message"]),

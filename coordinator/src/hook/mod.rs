@@ -342,15 +342,19 @@ fn pre_dump(
 ) -> Result<Done, HookError> {
     let (dir, root) = (context.need_dir()?, context.need_root()?);
     let workload = reach(workload, root);
+    let skipped = || {
+        Done::skipped(format!(
+            "no cuinterpose participant in the tree of {root} (control directory {})",
+            workload.control_dir.display()
+        ))
+    };
+    if !compose::has_participants(&workload, root)? {
+        return Ok(skipped());
+    }
     let driver = Driver::load().map_err(CommandError::from)?;
     let members = match compose::find_members(&workload, &driver, root) {
         Ok(members) => members,
-        Err(error) if no_participants(&error) => {
-            return Ok(Done::skipped(format!(
-                "no cuinterpose participant in the tree of {root} (control directory {})",
-                workload.control_dir.display()
-            )));
-        }
+        Err(error) if no_participants(&error) => return Ok(skipped()),
         Err(error) => return Err(error.into()),
     };
     if state::state_path(dir).exists() {
