@@ -270,3 +270,45 @@ fn a_failed_dump_under_the_hook_is_put_back_by_its_watcher() {
         panic!("the workload still holds its directory: {why}");
     }
 }
+
+/// CRIU's own CUDA plugin (built by `.ci/install-criu` next to CRIU) together with the hook:
+/// at the dump the plugin finds every CUDA process already checkpointed by the hook and
+/// leaves it; at the restore the plugin restores them natively and the hook's post-resume
+/// rebuilds the sharing. Its `cuda-checkpoint` is fakecuda-checkpoint.
+#[test]
+fn the_hook_and_the_criu_cuda_plugin_cooperate() {
+    let test = "the_hook_and_the_criu_cuda_plugin_cooperate";
+    let binary = match criu() {
+        Ok(binary) => binary,
+        Err(why) => return unavailable(test, &format!("CRIU is not usable here: {why}")),
+    };
+    let plugins = binary.with_file_name("plugins");
+    if !plugins.join("cuda_plugin.so").exists() {
+        return unavailable(
+            test,
+            &format!(
+                "no cuda_plugin.so in {} (run .ci/install-criu)",
+                plugins.display()
+            ),
+        );
+    }
+    let output = demo()
+        .args(["--criu", "--criu-hook", "--json", "--criu-binary"])
+        .arg(&binary)
+        .arg("--criu-plugins")
+        .arg(&plugins)
+        .output()
+        .unwrap();
+    let json: Value = cli::final_json(&check_success(&output));
+    assert_eq!(json["verified"], true, "{json}");
+    let topology = json["topology"].to_string();
+    for cycle in [1, 2] {
+        assert!(
+            topology.contains(&format!(
+                "criu cycle {cycle}: CRIU's CUDA plugin found 3 processes checkpointed by the \
+                 hook and restored 3"
+            )),
+            "{topology}"
+        );
+    }
+}

@@ -330,6 +330,75 @@ fn cli_toggle_round_trips_a_two_allocation_process() {
     assert!(child.wait().success());
 }
 
+/// The command line CRIU's CUDA plugin uses (CRIU 4.1.1 `plugins/cuda/cuda_plugin.c`): `-h`
+/// mentions `--action`; `--get-restore-tid` prints the thread that serves checkpoint
+/// requests; `--get-state` accepts that thread id for its process; `--action STEP --pid PID
+/// [--timeout MS]`; a process without the driver is an error, named.
+#[test]
+fn the_cuda_plugin_command_line_works() {
+    lib_dir();
+    let mut child = Child::spawn(role_command("target"));
+    let pid = child.pid().to_string();
+    addrs(&child);
+    let help = cli(&["-h"]);
+    assert!(String::from_utf8_lossy(&help.stdout).contains("--action"));
+    let out = cli(&["--get-restore-tid", "--pid", &pid]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tid = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).expect("a thread");
+    assert_eq!(comm.trim_end(), "fakecuda-ctl");
+    let state = |who: &str| {
+        let out = cli(&["--get-state", "--pid", who]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(state(&tid), "running");
+    for (step, after) in [
+        ("lock", "locked"),
+        ("checkpoint", "checkpointed"),
+        ("restore", "locked"),
+        ("unlock", "running"),
+    ] {
+        let mut args = vec!["--action", step, "--pid", &pid];
+        if step == "lock" {
+            args.extend(["--timeout", "5000"]);
+        }
+        let out = cli(&args);
+        assert!(
+            out.status.success(),
+            "{step}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(state(&tid), after, "after {step}");
+    }
+    child.send("verify");
+    assert_eq!(child.expect("VERIFY", 30), "1");
+    // A process that never initialised the driver has no restore thread.
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("sleep");
+    let out = cli(&["--get-restore-tid", "--pid", &sleeper.id().to_string()]);
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("CUDA_ERROR_NOT_INITIALIZED"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    child.send("exit");
+    assert!(child.wait().success());
+}
+
 /// A refused checkpoint in `--toggle` leaves the target running, not locked (its next driver
 /// call would hang); the target's control socket goes away when it exits.
 #[test]

@@ -178,6 +178,11 @@ pub enum Command {
         /// driving the steps from here.
         #[arg(long, requires = "criu")]
         criu_hook: bool,
+        /// With --criu-hook: CRIU's plugin directory (`libdir` in the configuration), so that
+        /// CRIU's own CUDA plugin takes part; on the embedded driver its `cuda-checkpoint` is
+        /// fakecuda-checkpoint, and the plugin is forced on (CRIU_FAULT=138).
+        #[arg(long, value_name = "DIR", requires = "criu_hook")]
+        criu_plugins: Option<PathBuf>,
     },
     /// Run a command with the shim preloaded (LD_PRELOAD), replacing this process.
     Launch {

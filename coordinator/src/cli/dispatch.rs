@@ -210,12 +210,14 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             json,
             criu,
             criu_hook,
+            criu_plugins,
         } => {
             let options = crate::demo::Options {
                 processes,
                 shared_mib,
                 criu: criu.get(),
                 criu_hook,
+                criu_plugins,
                 driver: driver.map_or(
                     crate::demo::DriverChoice::Embedded,
                     crate::demo::DriverChoice::Path,

@@ -3,6 +3,7 @@
 //! in a row. The demo runs no cuinterpose command between them: the hook does the work inside
 //! CRIU. A dump that fails is put back by the hook's watcher, which the demo waits for.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -19,13 +20,71 @@ use crate::report::{PhaseReport, Report};
 /// Dump and restore cycles the demo runs through the hook.
 pub const CYCLES: usize = 2;
 
-/// The CRIU configuration file: the hook and nothing else.
-fn write_config(work: &Path) -> Result<PathBuf, DemoError> {
+/// The CRIU configuration file: the hook, and the plugin directory when one is given.
+fn write_config(work: &Path, plugins: Option<&Path>) -> Result<PathBuf, DemoError> {
     let exe = std::env::current_exe().map_err(|e| setup(format!("this executable: {e}")))?;
     let config = work.join("criu.conf");
-    std::fs::write(&config, format!("action-script {}\n", exe.display()))
+    let mut text = format!("action-script {}\n", exe.display());
+    if let Some(plugins) = plugins {
+        text.push_str(&format!("libdir {}\n", plugins.display()));
+    }
+    std::fs::write(&config, text)
         .map_err(|e| setup(format!("writing {}: {e}", config.display())))?;
     Ok(config)
+}
+
+/// CRIU's CUDA plugin on the embedded driver: `cuda-checkpoint` on CRIU's `PATH` is
+/// fakecuda-checkpoint (next to this executable), which loads the demo's driver; the plugin,
+/// which looks for `/proc/driver/nvidia/gpus/`, is forced on with CRIU's fault injection 138.
+fn plugin_env(work: &Path, driver: &Path) -> Result<Vec<(OsString, OsString)>, DemoError> {
+    let exe = std::env::current_exe().map_err(|e| setup(format!("this executable: {e}")))?;
+    let tool = exe.with_file_name("fakecuda-checkpoint");
+    if !tool.exists() {
+        return Err(setup(format!(
+            "{} not found next to cuinterpose: build the workspace first",
+            tool.display()
+        )));
+    }
+    let bin = work.join("bin");
+    std::fs::create_dir_all(&bin).map_err(|e| setup(format!("creating {}: {e}", bin.display())))?;
+    let link = bin.join("cuda-checkpoint");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&tool, &link)
+        .map_err(|e| setup(format!("linking {}: {e}", link.display())))?;
+    let mut path = OsString::from(bin.as_os_str());
+    if let Some(rest) = std::env::var_os("PATH") {
+        path.push(":");
+        path.push(rest);
+    }
+    Ok(vec![
+        ("PATH".into(), path),
+        ("FAKECUDA_LIBCUDA".into(), driver.as_os_str().to_owned()),
+        ("CRIU_FAULT".into(), "138".into()),
+    ])
+}
+
+/// What CRIU's CUDA plugin logged in a cycle: the processes it found checkpointed at the dump
+/// (the hook had done them) and those it restored.
+fn plugin_saw(images: &Path) -> Result<(usize, usize), DemoError> {
+    let read = |name: &str| std::fs::read_to_string(images.join(name)).unwrap_or_default();
+    let found = read("dump.log")
+        .lines()
+        .filter(|line| {
+            line.contains("cuda_plugin: pid") && line.contains("already in a checkpointed state")
+        })
+        .count();
+    let resumed = read("restore.log")
+        .lines()
+        .filter(|line| line.contains("cuda_plugin: resuming devices on pid"))
+        .count();
+    if found == 0 || resumed == 0 {
+        return Err(DemoError::Verification(format!(
+            "CRIU's CUDA plugin did not take part (found {found} checkpointed, resumed \
+             {resumed}; see {})",
+            images.display()
+        )));
+    }
+    Ok((found, resumed))
 }
 
 /// What the hook recorded for `action` in `images`, if it succeeded (`ok` or `skipped`).
@@ -69,15 +128,28 @@ pub(super) fn cycles(
     unshare: &mut Child,
     sockets: &[PathBuf],
     work: &Path,
+    plugins: Option<&Path>,
     progress: &mut dyn FnMut(&Event),
 ) -> Result<(Report, u32), DemoError> {
-    let config = write_config(work)?;
+    // CRIU changes directory: a relative plugin directory would not be found.
+    let plugins = plugins
+        .map(|dir| {
+            std::fs::canonicalize(dir)
+                .map_err(|e| setup(format!("the CRIU plugin directory {}: {e}", dir.display())))
+        })
+        .transpose()?;
+    let plugins = plugins.as_deref();
+    let config = write_config(work, plugins)?;
     let mut criu = criu.clone();
     criu.extra_args = vec!["--config".into(), config.into_os_string()];
     criu.env = vec![(
         cuinterpose_protocol::transport::CONTROL_DIR_VARIABLE.into(),
         workload.control_dir.clone().into_os_string(),
     )];
+    if plugins.is_some() {
+        criu.env
+            .extend(plugin_env(work, &work.join("lib/libcuda.so.1"))?);
+    }
     let n = sockets.len();
     let mut report = Report::new("demo --criu --criu-hook");
     for cycle in 1..=CYCLES {
@@ -117,6 +189,13 @@ pub(super) fn cycles(
         let said = hook_said(&images, "post-resume")?;
         demo.topology
             .push(format!("criu cycle {cycle}: post-resume: {said}"));
+        if plugins.is_some() {
+            let (found, resumed) = plugin_saw(&images)?;
+            demo.topology.push(format!(
+                "criu cycle {cycle}: CRIU's CUDA plugin found {found} processes checkpointed \
+                 by the hook and restored {resumed}"
+            ));
+        }
         demo.workers = connect_all(sockets)?;
         if cycle < CYCLES {
             // Every byte, before the next dump (the last cycle is verified, sharing included,

@@ -155,6 +155,7 @@ fn run_in(
                 &mut unshare,
                 &sockets,
                 work,
+                options.criu_plugins.as_deref(),
                 progress,
             )?;
             namespace = Some((unshare, sockets, root));

@@ -25,6 +25,8 @@ pub struct Options {
     pub criu: Option<Criu>,
     /// With `criu`: plain `criu dump`/`criu restore` configured with the hook, twice.
     pub criu_hook: bool,
+    /// With `criu_hook`: CRIU's plugin directory (its CUDA plugin joins in).
+    pub criu_plugins: Option<PathBuf>,
     pub driver: DriverChoice,
     /// Keep the work directory (sockets, checkpoint, logs) instead of removing it.
     pub keep: bool,

@@ -20,7 +20,7 @@ enum Action {
     version,
     about = "Checkpoint and restore the CUDA state of a running process"
 )]
-#[command(group(clap::ArgGroup::new("what").required(true).args(["toggle", "action", "get_state"])))]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["toggle", "action", "get_state", "get_restore_tid"])))]
 struct Args {
     /// Suspend a running process (lock + checkpoint) or resume a checkpointed one
     /// (restore + unlock).
@@ -32,6 +32,10 @@ struct Args {
     /// Print the process state: running, locked, checkpointed or failed.
     #[arg(long)]
     get_state: bool,
+    /// Print the id of the thread that serves checkpoint requests in the process (a tool
+    /// that stops the process, such as CRIU's CUDA plugin, lets it run during each step).
+    #[arg(long)]
+    get_restore_tid: bool,
     /// The target process id.
     #[arg(long, short = 'p')]
     pid: c_int,
@@ -44,6 +48,7 @@ struct Args {
 }
 
 type StateFn = unsafe extern "C" fn(c_int, *mut c_uint) -> c_uint;
+type TidFn = unsafe extern "C" fn(c_int, *mut c_int) -> c_uint;
 /// Every step takes an optional args struct: a null pointer, or for lock, the timeout.
 type StepFn = unsafe extern "C" fn(c_int, *mut [u64; 8]) -> c_uint;
 type NameFn = unsafe extern "C" fn(c_uint, *mut *const c_char) -> c_uint;
@@ -106,6 +111,20 @@ impl Driver {
         })
     }
 
+    fn restore_tid(&self, pid: c_int) -> Result<c_int, String> {
+        let f = self.sym::<TidFn>("cuCheckpointProcessGetRestoreThreadId")?;
+        let mut tid: c_int = 0;
+        // SAFETY: `tid` is a valid int out-parameter.
+        let r = unsafe { f(pid, &mut tid) };
+        if r != 0 {
+            return Err(format!(
+                "pid {pid}: get-restore-tid failed: {}",
+                self.error_name(r)
+            ));
+        }
+        Ok(tid)
+    }
+
     fn step(&self, pid: c_int, action: Action, timeout: c_uint) -> Result<(), String> {
         let (name, label) = match action {
             Action::Lock => ("cuCheckpointProcessLock", "lock"),
@@ -139,6 +158,10 @@ fn run(args: Args) -> Result<(), String> {
     let pid = args.pid;
     if args.get_state {
         println!("{}", driver.state(pid)?);
+        return Ok(());
+    }
+    if args.get_restore_tid {
+        println!("{}", driver.restore_tid(pid)?);
         return Ok(());
     }
     if let Some(action) = args.action {

@@ -23,11 +23,46 @@ fn ns_pid(pid: i32) -> CuResult<u32> {
         .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
 }
 
+/// The process a thread id belongs to (its `Tgid:`): a process id names itself, and CRIU's
+/// CUDA plugin passes the restore thread's id where the driver expects a process.
+fn process_of(pid: i32) -> CuResult<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
+}
+
+/// The thread that serves the control socket of process `pid` (the driver's "restore
+/// thread": the one a tool must let run while the rest of the process is stopped), found by
+/// its name, so this works while the process is frozen.
+pub fn restore_thread(pid: i32) -> CuResult<i32> {
+    if pid <= 0 {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    let pid = process_of(pid)?;
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?;
+    for task in tasks.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() == super::server::THREAD_NAME
+            && let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok())
+        {
+            return Ok(tid);
+        }
+    }
+    // No control thread: the process never initialised the driver.
+    Err(CuError::CUDA_ERROR_NOT_INITIALIZED)
+}
+
 /// Sends one request to process `pid` and returns its reply (and an FD, if one came).
 pub fn call(pid: i32, op: Op, arg: u64) -> CuResult<(Reply, Option<OwnedFd>)> {
     if pid <= 0 {
         return Err(CuError::CUDA_ERROR_INVALID_VALUE);
     }
+    let pid = process_of(pid)?;
     let path = socket_path(ns_pid(pid)?);
     // No socket: the target never initialised the driver.
     let mut conn = UnixStream::connect(&path).map_err(|_| CuError::CUDA_ERROR_NOT_INITIALIZED)?;

@@ -32,6 +32,10 @@ fn remove_at_exit(path: std::path::PathBuf) {
     });
 }
 
+/// The name of the thread that accepts on the control socket: the "restore thread" that
+/// `cuCheckpointProcessGetRestoreThreadId` reports (within the kernel's 15 bytes of `comm`).
+pub const THREAD_NAME: &str = "fakecuda-ctl";
+
 pub fn start() -> std::io::Result<()> {
     let path = socket_path(std::process::id());
     if let Some(dir) = path.parent() {
@@ -42,7 +46,7 @@ pub fn start() -> std::io::Result<()> {
     let listener = UnixListener::bind(&path)?;
     remove_at_exit(path);
     std::thread::Builder::new()
-        .name("fakecuda-control".into())
+        .name(THREAD_NAME.into())
         .spawn(move || {
             for conn in listener.incoming().flatten() {
                 // One thread per connection: a lock waiting for calls to drain must not stall

@@ -33,6 +33,23 @@ pub unsafe extern "C" fn cuCheckpointProcessGetState(pid: c_int, state: *mut c_u
     })
 }
 
+/// The thread of `pid` that serves checkpoint requests (fakecuda's control thread): CRIU's
+/// CUDA plugin lets it run while it holds the rest of the process stopped.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCheckpointProcessGetRestoreThreadId(
+    pid: c_int,
+    tid: *mut c_int,
+) -> RawResult {
+    run(|| {
+        if tid.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let found = checkpoint::client::restore_thread(pid)?;
+        // SAFETY: an int out-parameter, non-null.
+        unsafe { put(tid, found) }
+    })
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCheckpointProcessLock(
     pid: c_int,
