@@ -197,8 +197,9 @@ fn a_failed_demo_leaves_no_work_directory_unless_kept() {
 }
 
 /// Plain `criu dump` and `criu restore`, configured with one line naming cuinterpose as the
-/// action script, twice in a row: no cuinterpose command runs between them, and every byte,
-/// address and sharing link is verified after each restore.
+/// action script, twice in a row (after a first dump with `--leave-running`): no cuinterpose
+/// command runs between them, and every byte, address and sharing link is verified after each
+/// restore.
 #[test]
 fn plain_criu_with_the_hook_checkpoints_the_sharing_twice() {
     let test = "plain_criu_with_the_hook_checkpoints_the_sharing_twice";
@@ -218,6 +219,7 @@ fn plain_criu_with_the_hook_checkpoints_the_sharing_twice() {
     assert_eq!(
         phases,
         [
+            "criu_snapshot",
             "criu_dump_1",
             "criu_restore_1",
             "criu_dump_2",
@@ -235,6 +237,14 @@ fn plain_criu_with_the_hook_checkpoints_the_sharing_twice() {
             "{topology}"
         );
     }
+    // First a dump with --leave-running: the hook's watcher restored the tree in place.
+    assert!(
+        topology.contains(
+            "criu snapshot (--leave-running): the dump completed and CRIU left the tree \
+             running: restored in place"
+        ),
+        "{topology}"
+    );
 }
 
 /// The hook's dump on a full disk: CRIU fails after pre-dump (which released the sharing) and

@@ -1,6 +1,7 @@
 //! `demo --criu --criu-hook`: the workload checkpointed and restored by plain `criu dump` and
-//! `criu restore`, configured with one line (`action-script` naming this executable), twice
-//! in a row. The demo runs no cuinterpose command between them: the hook does the work inside
+//! `criu restore`, configured with one line (`action-script` naming this executable): first a
+//! dump with `--leave-running` (the hook's watcher restores the tree in place), then two dump
+//! and restore cycles. The demo runs no cuinterpose command between them: the hook does the work inside
 //! CRIU. A dump that fails is put back by the hook's watcher, which the demo waits for.
 
 use std::ffi::OsString;
@@ -152,6 +153,16 @@ pub(super) fn cycles(
     }
     let n = sockets.len();
     let mut report = Report::new("demo --criu --criu-hook");
+    snapshot(
+        demo,
+        &criu,
+        root,
+        unshare,
+        sockets,
+        work,
+        &mut report,
+        progress,
+    )?;
     for cycle in 1..=CYCLES {
         let images = work.join(format!("images-{cycle}"));
         // Nothing outside the tree may stay connected to it during the dump.
@@ -232,6 +243,71 @@ fn take_counts(report: &mut Report, images: &Path) {
     report.multicast_groups = count("multicast_groups");
 }
 
+/// A dump with `--leave-running` first (what `podman container checkpoint --leave-running`
+/// asks for): CRIU resumes the tree after the dump without telling any script, and the hook's
+/// watcher restores it in place from the state. Every byte is verified afterwards.
+#[allow(clippy::too_many_arguments)]
+fn snapshot(
+    demo: &mut Demo,
+    criu: &Criu,
+    root: u32,
+    unshare: &mut Child,
+    sockets: &[PathBuf],
+    work: &Path,
+    report: &mut Report,
+    progress: &mut dyn FnMut(&Event),
+) -> Result<(), DemoError> {
+    let images = work.join("images-snapshot");
+    let mut criu = criu.clone();
+    criu.extra_args.push("--leave-running".into());
+    demo.workers.clear();
+    let n = sockets.len();
+    let started = Instant::now();
+    let name = "criu_snapshot".to_owned();
+    progress(&Event::Started {
+        phase: &name,
+        participants: n,
+    });
+    if let Err(error) = criu.dump(root, &images) {
+        return Err(after_failed_dump(
+            demo, sockets, &images, error, unshare, root,
+        ));
+    }
+    let watched = watch_record(&images).ok_or_else(|| {
+        DemoError::Verification("the hook's watcher recorded nothing after the snapshot".into())
+    })?;
+    if watched["status"] != "ok" {
+        return Err(DemoError::Verification(format!(
+            "the hook's watcher did not restore the snapshotted tree: {watched}"
+        )));
+    }
+    let phase = timed(name, started, n);
+    progress(&Event::Done(&phase));
+    report.phases.push(phase);
+    demo.workers = connect_all(sockets)?;
+    let (regions, bytes) = demo.verify_all()?;
+    demo.topology.push(format!(
+        "criu snapshot (--leave-running): {}; {regions} regions ({bytes} bytes) verified",
+        watched["message"].as_str().unwrap_or_default()
+    ));
+    Ok(())
+}
+
+/// The watcher's record in `images`, waiting for it up to [`WATCHER_WAIT`].
+fn watch_record(images: &Path) -> Option<serde_json::Value> {
+    let deadline = Instant::now() + WATCHER_WAIT;
+    loop {
+        let lines = hook::read_status(images);
+        if let Some(line) = lines.iter().find(|line| line["action"] == "watch") {
+            return Some(line.clone());
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// How long the demo waits for the hook's watcher after a failed dump.
 const WATCHER_WAIT: Duration = Duration::from_secs(60);
 
@@ -246,17 +322,7 @@ fn after_failed_dump(
     unshare: &mut Child,
     root: u32,
 ) -> DemoError {
-    let deadline = Instant::now() + WATCHER_WAIT;
-    let watched = loop {
-        let lines = hook::read_status(images);
-        if let Some(line) = lines.iter().find(|line| line["action"] == "watch") {
-            break Some(line.clone());
-        }
-        if Instant::now() >= deadline {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let watched = watch_record(images);
     let resumed = watched.as_ref().is_some_and(|line| line["status"] == "ok");
     if resumed && let Ok(workers) = connect_all(sockets) {
         demo.workers = workers;
