@@ -322,3 +322,46 @@ fn the_hook_and_the_criu_cuda_plugin_cooperate() {
         );
     }
 }
+
+/// A sharing workload in a Podman container (runc), checkpointed and restored twice by
+/// `podman container checkpoint` / `podman container restore` with nothing but CRIU's
+/// configuration naming the hook (`.ci/run` sets up Podman, `/etc/criu/runc.conf` and the
+/// hook's settings file).
+#[test]
+fn podman_checkpoints_and_restores_a_sharing_container() {
+    let test = "podman_checkpoints_and_restores_a_sharing_container";
+    let podman = Command::new("podman").arg("--version").output();
+    if !podman.is_ok_and(|out| out.status.success()) {
+        return unavailable(test, "podman is not installed (.ci/run installs it)");
+    }
+    let output = demo().args(["--podman", "--json"]).output().unwrap();
+    if !output.status.success() && String::from_utf8_lossy(&output.stderr).contains("must name") {
+        return unavailable(
+            test,
+            &format!(
+                "the CRIU or hook configuration is missing: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            ),
+        );
+    }
+    let json: Value = cli::final_json(&check_success(&output));
+    assert_eq!(json["verified"], true, "{json}");
+    assert_eq!(json["sharing_checks"], 3, "{json}");
+    let topology = json["topology"].to_string();
+    for cycle in [1, 2] {
+        for expected in [
+            "the hook's pre-dump: the sharing was taken apart and every CUDA process \
+             checkpointed natively",
+            "the hook's post-resume: the sharing was rebuilt and verified",
+        ] {
+            assert!(
+                topology.contains(&format!("podman cycle {cycle}: {expected}")),
+                "{topology}"
+            );
+        }
+    }
+    assert_eq!(
+        json["report"]["participants"].as_array().map(Vec::len),
+        Some(3)
+    );
+}

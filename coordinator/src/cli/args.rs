@@ -183,6 +183,11 @@ pub enum Command {
         /// fakecuda-checkpoint, and the plugin is forced on (CRIU_FAULT=138).
         #[arg(long, value_name = "DIR", requires = "criu_hook")]
         criu_plugins: Option<PathBuf>,
+        /// Run the workers in a Podman container (runc) and checkpoint and restore it twice
+        /// with `podman container checkpoint` and `podman container restore`. Needs podman,
+        /// CRIU on PATH, and `action-script <this executable>` in /etc/criu/runc.conf.
+        #[arg(long, conflicts_with = "criu")]
+        podman: bool,
     },
     /// Run a command with the shim preloaded (LD_PRELOAD), replacing this process.
     Launch {

@@ -64,6 +64,25 @@ where
     }
 }
 
+/// Sets the variables the hook's settings file and the workload's own processes provide
+/// (see [`crate::hook::settings`]) where the environment CRIU passed on has none.
+fn adopt_hook_settings() -> Result<(), ExitCode> {
+    let root = std::env::var(crate::hook::INIT_PID_VARIABLE)
+        .ok()
+        .and_then(|pid| pid.trim().parse().ok());
+    let set =
+        crate::hook::settings::gather(|name| std::env::var(name).ok(), root).map_err(|error| {
+            eprintln!("cuinterpose criu-hook: hook settings: {error}");
+            ExitCode::from(EXIT_USAGE)
+        })?;
+    for (name, value) in set {
+        // SAFETY: the hook has started no thread yet; nothing reads the environment
+        // concurrently.
+        unsafe { std::env::set_var(name, value) };
+    }
+    Ok(())
+}
+
 /// One CRIU action: run, recorded in the status file, said on stderr.
 fn criu_hook(workload: &compose::Workload) -> ExitCode {
     use crate::hook::{self, Context};
@@ -211,6 +230,7 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             criu,
             criu_hook,
             criu_plugins,
+            podman,
         } => {
             let options = crate::demo::Options {
                 processes,
@@ -218,6 +238,7 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
                 criu: criu.get(),
                 criu_hook,
                 criu_plugins,
+                podman,
                 driver: driver.map_or(
                     crate::demo::DriverChoice::Embedded,
                     crate::demo::DriverChoice::Path,
@@ -246,6 +267,11 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             root,
             dir,
         } => {
+            if watch_criu.is_none()
+                && let Err(code) = adopt_hook_settings()
+            {
+                return Ok(code);
+            }
             let workload = workload(control_dir, lock_timeout_ms)?;
             if let (Some(criu), Some(root), Some(dir)) = (watch_criu, root, dir) {
                 // The watcher's control directory was resolved by the hook that started it.

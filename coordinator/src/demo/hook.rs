@@ -88,25 +88,21 @@ fn plugin_saw(images: &Path) -> Result<(usize, usize), DemoError> {
     Ok((found, resumed))
 }
 
-/// What the hook recorded for `action` in `images`, if it succeeded (`ok` or `skipped`).
-fn hook_said(images: &Path, action: &str) -> Result<String, DemoError> {
+/// What the hook recorded for a successful `action` in `images` (the status file holds every
+/// delivery; one must be `ok`).
+pub(super) fn hook_said(images: &Path, action: &str) -> Result<String, DemoError> {
     let lines = hook::read_status(images);
-    let line = lines
-        .iter()
-        .rev()
-        .find(|line| line["action"] == action)
-        .ok_or_else(|| {
-            DemoError::Verification(format!(
+    let mine: Vec<&serde_json::Value> = lines.iter().filter(|l| l["action"] == action).collect();
+    match mine.iter().find(|line| line["status"] == "ok") {
+        Some(line) => Ok(line["message"].as_str().unwrap_or_default().to_owned()),
+        None => Err(DemoError::Verification(match mine.last() {
+            Some(line) => format!("the hook's {action} did not succeed: {line}"),
+            None => format!(
                 "the hook recorded no {action} in {}",
                 images.join(STATUS_FILE_NAME).display()
-            ))
-        })?;
-    if line["status"] != "ok" {
-        return Err(DemoError::Verification(format!(
-            "the hook's {action} did not succeed: {line}"
-        )));
+            ),
+        })),
     }
-    Ok(line["message"].as_str().unwrap_or_default().to_owned())
 }
 
 fn timed(name: String, started: Instant, participants: usize) -> PhaseReport {
@@ -221,7 +217,7 @@ pub(super) fn cycles(
 }
 
 /// The participants and sharing the hook's pre-dump report names, into `report`.
-fn take_counts(report: &mut Report, images: &Path) {
+pub(super) fn take_counts(report: &mut Report, images: &Path) {
     let lines = hook::read_status(images);
     let Some(prepared) = lines
         .iter()

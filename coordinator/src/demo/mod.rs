@@ -11,9 +11,10 @@
 //!
 //! Layout: `types` (options, error, outcome), `workers` (starting the processes), `topology`
 //! (what they share and how it is checked), `run` (the whole demo), `hook` (CRIU configured
-//! with the hook).
+//! with the hook), `podman` (the workload in a container).
 
 mod hook;
+mod podman;
 mod run;
 mod topology;
 mod types;

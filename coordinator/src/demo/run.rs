@@ -90,7 +90,15 @@ fn run_in(
 ) -> Result<Outcome, DemoError> {
     let n = options.processes;
     let mut namespace = None;
+    let mut container = None;
     let workers = match &options.criu {
+        _ if options.podman => {
+            let (started, sockets) =
+                super::podman::start(artifacts, work, &options.driver, n, options.keep)?;
+            let workers = connect_all(&sockets)?;
+            container = Some((started, sockets));
+            workers
+        }
         None => (0..n)
             .map(|i| {
                 Worker::spawn(&config(artifacts, work, &options.driver, entry_for(i)))
@@ -146,6 +154,10 @@ fn run_in(
     }
 
     let report = match (&options.criu, namespace.take()) {
+        _ if container.is_some() => {
+            let (started, sockets) = container.as_ref().expect("checked");
+            super::podman::cycles(&mut demo, started, sockets, progress)?
+        }
         (Some(criu), Some((mut unshare, sockets, root))) if options.criu_hook => {
             let (report, root) = super::hook::cycles(
                 &mut demo,
@@ -218,6 +230,11 @@ fn run_in(
     };
     progress(&Event::Done(&verify));
     report.phases.push(verify);
+    if let Some((started, _)) = container {
+        // Tell every restored worker to exit, then remove the container.
+        demo.exit_all();
+        drop(started);
+    }
     if let Some((_, sockets, _)) = namespace {
         // Tell every restored worker to exit; the namespace then ends with them.
         demo.exit_all();

@@ -27,6 +27,8 @@ pub struct Options {
     pub criu_hook: bool,
     /// With `criu_hook`: CRIU's plugin directory (its CUDA plugin joins in).
     pub criu_plugins: Option<PathBuf>,
+    /// Run the workload in a Podman container, checkpointed and restored by Podman.
+    pub podman: bool,
     pub driver: DriverChoice,
     /// Keep the work directory (sockets, checkpoint, logs) instead of removing it.
     pub keep: bool,

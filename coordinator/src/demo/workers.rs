@@ -65,15 +65,9 @@ pub(super) fn entry_for(i: usize) -> EntryPath {
     }
 }
 
-/// Starts the workers as one PID namespace (`unshare -fp setsid sh`), each listening on a
-/// socket in the work directory, so that CRIU can dump the tree. Returns the spawned
-/// `unshare` and the socket paths.
-pub(super) fn start_namespace(
-    artifacts: &Artifacts,
-    work: &Path,
-    driver: &DriverChoice,
-    n: usize,
-) -> Result<(std::process::Child, Vec<PathBuf>), DemoError> {
+/// The workers' socket paths and the `sh -c` script that starts them (each listening on its
+/// socket, `$0` the worker binary) and waits, its output going to the work directory's log.
+pub(super) fn tree_script(work: &Path, driver: &DriverChoice, n: usize) -> (Vec<PathBuf>, String) {
     let sockets: Vec<PathBuf> = (0..n)
         .map(|i| work.join(format!("worker-{i}.sock")))
         .collect();
@@ -95,6 +89,33 @@ pub(super) fn start_namespace(
         ));
     }
     script.push_str("wait");
+    (sockets, script)
+}
+
+/// The environment every worker gets (shim, driver, control directories).
+pub(super) fn worker_env(
+    artifacts: &Artifacts,
+    work: &Path,
+    driver: &DriverChoice,
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    config(artifacts, work, driver, EntryPath::Dlsym).env
+}
+
+/// The worker binary.
+pub(super) fn worker_binary(artifacts: &Artifacts) -> &Path {
+    &artifacts.worker
+}
+
+/// Starts the workers as one PID namespace (`unshare -fp setsid sh`), each listening on a
+/// socket in the work directory, so that CRIU can dump the tree. Returns the spawned
+/// `unshare` and the socket paths.
+pub(super) fn start_namespace(
+    artifacts: &Artifacts,
+    work: &Path,
+    driver: &DriverChoice,
+    n: usize,
+) -> Result<(std::process::Child, Vec<PathBuf>), DemoError> {
+    let (sockets, script) = tree_script(work, driver, n);
     let template = config(artifacts, work, driver, EntryPath::Dlsym);
     let mut command = std::process::Command::new("unshare");
     command

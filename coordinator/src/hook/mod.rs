@@ -22,6 +22,7 @@
 //! failing `post-resume`, so each outcome is also appended to [`STATUS_FILE_NAME`] in the
 //! image directory (one JSON line per action) and said on stderr, with a nonzero exit.
 
+pub mod settings;
 pub mod watch;
 
 use std::fs::OpenOptions;
@@ -96,6 +97,8 @@ pub enum HookError {
         value: String,
         reason: &'static str,
     },
+    #[error("hook settings: {0}")]
+    Settings(#[from] settings::SettingsError),
     #[error(transparent)]
     Command(#[from] CommandError),
 }
@@ -104,7 +107,7 @@ impl HookError {
     /// 64 for a hook not run by CRIU, else the command's exit status.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::NotFromCriu | Self::Environment { .. } => 64,
+            Self::NotFromCriu | Self::Environment { .. } | Self::Settings(_) => 64,
             Self::Command(error) => error.exit_code(),
         }
     }
@@ -366,6 +369,10 @@ fn pre_dump(
         if all_checkpointed {
             return Ok(Done::skipped("already prepared for this dump"));
         }
+        // A state from an earlier dump into this directory (`podman container checkpoint
+        // --keep`, a reused image directory): CRIU is about to replace those images, so the
+        // state describing them goes too.
+        crate::commands::discard_checkpoint(dir);
     }
     let report = compose::checkpoint(&workload, root, dir, progress)?;
     watch::spawn(context, root, dir, &workload)?;
