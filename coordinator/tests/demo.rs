@@ -4,12 +4,12 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use cuinterpose_testkit::{build_shim, build_worker, fakecuda_lib_dir};
 use serde_json::Value;
 use support::cli::{self, check_exit};
+use support::criu;
 use support::tmpfs::{Tmpfs, unavailable};
 
 /// The binary, with the worker, the shim and fakecuda built next to it (as after
@@ -69,29 +69,9 @@ fn demo_refuses_a_single_process() {
     );
 }
 
-/// CRIU ≥ 4.1: `$CUINTERPOSE_CRIU`, else the one `.ci/install-criu` caches.
-fn criu() -> Result<PathBuf, String> {
-    let binary = std::env::var_os("CUINTERPOSE_CRIU")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache/criu/criu"));
-    let out = Command::new(&binary)
-        .arg("check")
-        .output()
-        .map_err(|e| format!("{}: {e}", binary.display()))?;
-    if out.status.success() {
-        Ok(binary)
-    } else {
-        Err(format!(
-            "`{} check` failed: {}",
-            binary.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
 #[test]
 fn demo_survives_a_criu_dump_kill_and_restore() {
-    let binary = match criu() {
+    let binary = match criu::binary() {
         Ok(binary) => binary,
         Err(why) => {
             return unavailable(
@@ -136,7 +116,7 @@ fn demo_survives_a_criu_dump_kill_and_restore() {
 #[test]
 fn a_criu_dump_on_a_full_disk_is_aborted_and_the_workload_resumed() {
     let test = "a_criu_dump_on_a_full_disk_is_aborted_and_the_workload_resumed";
-    let binary = match criu() {
+    let binary = match criu::binary() {
         Ok(binary) => binary,
         Err(why) => return unavailable(test, &format!("CRIU is not usable here: {why}")),
     };
@@ -203,7 +183,7 @@ fn a_failed_demo_leaves_no_work_directory_unless_kept() {
 #[test]
 fn plain_criu_with_the_hook_checkpoints_the_sharing_twice() {
     let test = "plain_criu_with_the_hook_checkpoints_the_sharing_twice";
-    let binary = match criu() {
+    let binary = match criu::binary() {
         Ok(binary) => binary,
         Err(why) => return unavailable(test, &format!("CRIU is not usable here: {why}")),
     };
@@ -253,7 +233,7 @@ fn plain_criu_with_the_hook_checkpoints_the_sharing_twice() {
 #[test]
 fn a_failed_dump_under_the_hook_is_put_back_by_its_watcher() {
     let test = "a_failed_dump_under_the_hook_is_put_back_by_its_watcher";
-    let binary = match criu() {
+    let binary = match criu::binary() {
         Ok(binary) => binary,
         Err(why) => return unavailable(test, &format!("CRIU is not usable here: {why}")),
     };
@@ -288,7 +268,7 @@ fn a_failed_dump_under_the_hook_is_put_back_by_its_watcher() {
 #[test]
 fn the_hook_and_the_criu_cuda_plugin_cooperate() {
     let test = "the_hook_and_the_criu_cuda_plugin_cooperate";
-    let binary = match criu() {
+    let binary = match criu::binary() {
         Ok(binary) => binary,
         Err(why) => return unavailable(test, &format!("CRIU is not usable here: {why}")),
     };

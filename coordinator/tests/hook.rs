@@ -1,16 +1,22 @@
 //! `cuinterpose` as CRIU's action script, run the way CRIU runs it (no arguments, the action
 //! in the environment): what each action does without a workload, and the errors for
-//! environments CRIU would never set up. The hook with a real workload under plain CRIU is
-//! tested through the demo (`tests/demo.rs`).
+//! environments CRIU would never set up, and CRIU's CUDA plugin checkpointing a workload without
+//! sharing on its own. The hook with a sharing workload under plain CRIU is tested through the
+//! demo (`tests/demo.rs`).
 
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use cuinterpose_coordinator::fixtures::TempDir;
+use cuinterpose_testkit::slack;
+use cuinterpose_workload::Worker;
 use serde_json::Value;
 use support::cli::{check_exit, path, text};
+use support::criu;
+use support::tmpfs::unavailable;
 
 /// `cuinterpose` with no arguments and `vars` as CRIU sets them.
 fn hook(vars: &[(&str, &str)], control: &Path) -> Output {
@@ -175,4 +181,191 @@ fn environments_criu_never_sets_up_are_named() {
         let (_, stderr) = check_exit(&output, 64);
         assert!(stderr.contains(expected), "{vars:?}: {stderr}");
     }
+}
+
+/// A workload with no sharing (one CUDA process, no shim) under CRIU configured with the hook
+/// and CRIU's CUDA plugin: the hook finds no participant and does nothing, the plugin alone
+/// locks and checkpoints the process at the dump and restores it, and its device memory holds
+/// the same bytes at the same address afterwards.
+#[test]
+fn a_workload_without_sharing_is_checkpointed_by_the_plugin_alone() {
+    let test = "a_workload_without_sharing_is_checkpointed_by_the_plugin_alone";
+    let criu = match criu::binary() {
+        Ok(binary) => binary,
+        Err(why) => return unavailable(test, &format!("CRIU is not usable here: {why}")),
+    };
+    let plugins = criu.with_file_name("plugins");
+    if !plugins.join("cuda_plugin.so").exists() {
+        let why = format!(
+            "no cuda_plugin.so in {} (run .ci/install-criu)",
+            plugins.display()
+        );
+        return unavailable(test, &why);
+    }
+    let worker = cuinterpose_testkit::build_worker();
+    let lib = cuinterpose_testkit::fakecuda_lib_dir();
+    let tool = cuinterpose_testkit::build_fakecuda_checkpoint();
+    let work = TempDir::new("plugin-alone").expect("work dir");
+    let dir = work.path();
+    let bin = dir.join("bin");
+    let images = dir.join("images");
+    let control = dir.join("control");
+    for d in [&bin, &images, &control] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::os::unix::fs::symlink(tool, bin.join("cuda-checkpoint")).unwrap();
+    let driver = lib.join("libcuda.so.1");
+    let socket = dir.join("worker.sock");
+    let script = format!(
+        "exec </dev/null >/dev/null 2>>'{}'; \"$0\" --listen '{}' & wait",
+        dir.join("workload.log").display(),
+        socket.display()
+    );
+    // CUDA without the shim: nothing for cuinterpose to take part in.
+    let unshare = Command::new("unshare")
+        .args(["-fp", "setsid", "sh", "-c", &script])
+        .arg(worker)
+        .env_remove("LD_PRELOAD")
+        .env("LD_LIBRARY_PATH", lib)
+        .env("FAKECUDA_CONTROL_DIR", dir.join("fakecuda"))
+        .env("CUINTERPOSE_CONTROL_DIR", &control)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start unshare");
+    let mut reaper = criu::Reaper(vec![unshare.id()]);
+    let root = criu::namespace_root(unshare.id());
+    reaper.0.push(root);
+    let (size, seed) = (3 << 20, 0x5eed);
+    let mut cuda = Worker::connect(&socket, slack(Duration::from_secs(30))).expect("connect");
+    cuda.init(0).expect("init");
+    let dptr = cuda.mem_alloc(size).expect("allocate");
+    cuda.fill(dptr, size, seed).expect("fill");
+    // Nothing outside the tree stays connected to it during the dump.
+    drop(cuda);
+
+    let config = dir.join("criu.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "action-script {}\nlibdir {}\n",
+            env!("CARGO_BIN_EXE_cuinterpose"),
+            plugins.display()
+        ),
+    )
+    .unwrap();
+    let mut search = std::ffi::OsString::from(&bin);
+    search.push(":");
+    search.push(std::env::var_os("PATH").unwrap_or_default());
+    let run = |args: &[&std::ffi::OsStr], log: &Path| {
+        let output = Command::new(&criu)
+            .args(args)
+            .arg("-o")
+            .arg(log)
+            .args(["-v4", "--config"])
+            .arg(&config)
+            .env("PATH", &search)
+            .env("CRIU_FAULT", "138") // the plugin looks for /proc/driver/nvidia/gpus/
+            .env("FAKECUDA_LIBCUDA", &driver)
+            .env("FAKECUDA_CONTROL_DIR", dir.join("fakecuda"))
+            .env("CUINTERPOSE_CONTROL_DIR", &control)
+            .env("CUINTERPOSE_DRIVER", &driver)
+            .output()
+            .expect("run criu");
+        let logged = std::fs::read_to_string(log).unwrap_or_default();
+        assert!(
+            output.status.success(),
+            "criu {args:?}: {}\n{}\nlog {}:\n{}",
+            output.status,
+            text(&output.stderr),
+            log.display(),
+            logged
+                .lines()
+                .filter(|l| l.contains("rror"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        logged
+    };
+
+    let root_arg = root.to_string();
+    let dumped = run(
+        &[
+            "dump".as_ref(),
+            "-t".as_ref(),
+            root_arg.as_ref(),
+            "-D".as_ref(),
+            images.as_os_str(),
+        ],
+        &images.join("dump.log"),
+    );
+    let mut unshare = unshare;
+    let _ = unshare.wait();
+    // The plugin found the process running: it paused and checkpointed it itself.
+    for said in [
+        "cuda_plugin: pausing devices on pid",
+        "cuda_plugin: Checkpointing CUDA devices on pid",
+    ] {
+        assert!(
+            dumped.contains(said),
+            "no {said:?} in the dump log:\n{dumped}"
+        );
+    }
+    assert!(
+        !dumped.contains("already in a checkpointed state"),
+        "{dumped}"
+    );
+    let said = status(&images);
+    assert!(
+        said.iter().any(|l| l["action"] == "pre-dump"
+            && l["status"] == "skipped"
+            && l["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("no cuinterpose participant")),
+        "{said:?}"
+    );
+    assert!(
+        !images.join("cuinterpose.state").exists(),
+        "the hook prepared nothing"
+    );
+
+    let pidfile = images.join("restore.pid");
+    let restored = run(
+        &[
+            "restore".as_ref(),
+            "-D".as_ref(),
+            images.as_os_str(),
+            "-d".as_ref(),
+            "--pidfile".as_ref(),
+            pidfile.as_os_str(),
+        ],
+        &images.join("restore.log"),
+    );
+    let root: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    reaper.0 = vec![root];
+    assert!(
+        restored.contains("cuda_plugin: resuming devices on pid"),
+        "{restored}"
+    );
+    let said = status(&images);
+    assert!(
+        said.iter().any(|l| l["action"] == "post-resume"
+            && l["status"] == "skipped"
+            && l["message"] == "no cuinterpose state in these images"),
+        "{said:?}"
+    );
+    let mut cuda = Worker::connect(&socket, slack(Duration::from_secs(30))).expect("reconnect");
+    cuda.verify(dptr, size, seed)
+        .expect("the same bytes at the same address");
+    // And it runs on.
+    let more = cuda.mem_alloc(size).expect("allocate after restore");
+    cuda.fill(more, size, seed + 1).expect("fill after restore");
+    cuda.verify(more, size, seed + 1)
+        .expect("verify after restore");
 }

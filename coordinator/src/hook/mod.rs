@@ -312,10 +312,12 @@ pub fn run(
         Action::PreRestore => pre_restore(context.need_dir()?),
         Action::PreResume => {
             let dir = context.need_dir()?;
+            // Noted even without a state, so that post-resume finds the directory and sees
+            // there is nothing to do (rather than failing to find it).
+            write_note(context, dir)?;
             if !state::state_path(dir).exists() {
                 return Ok(Done::skipped("no cuinterpose state in these images"));
             }
-            write_note(context, dir)?;
             Ok(Done::ok("noted the image directory for post-resume", None))
         }
         Action::PostResume => post_resume(context, workload, progress),

@@ -1,11 +1,12 @@
 //! What the coordinator's integration tests share: fake shims (threads serving a
 //! [`FakeParticipant`]'s phase machine on a real participant socket,
 //! `protocol::transport::Listener`, with scripted misbehaviour), real workloads under the shim
-//! ([`sandbox`]), the `cuinterpose` binary ([`cli`]) and the `main` of the `harness = false`
+//! ([`sandbox`]), the `cuinterpose` binary ([`cli`]), CRIU ([`criu`]) and the `main` of the `harness = false`
 //! binaries ([`harness`]), full disks ([`tmpfs`]).
 #![allow(dead_code)]
 
 pub mod cli;
+pub mod criu;
 pub mod harness;
 pub mod sandbox;
 pub mod tmpfs;
