@@ -63,3 +63,27 @@ pub const PROCESS_STATE_RUNNING: u32 = s::CUprocessState::CU_PROCESS_STATE_RUNNI
 pub const PROCESS_STATE_LOCKED: u32 = s::CUprocessState::CU_PROCESS_STATE_LOCKED as u32;
 pub const PROCESS_STATE_CHECKPOINTED: u32 = s::CUprocessState::CU_PROCESS_STATE_CHECKPOINTED as u32;
 pub const PROCESS_STATE_FAILED: u32 = s::CUprocessState::CU_PROCESS_STATE_FAILED as u32;
+
+// Memory-pool attributes (`CUmemPool_attribute`): 1 to 3 are `int`, the rest `cuuint64_t`.
+pub const POOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: u32 =
+    s::CUmemPool_attribute::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES as u32;
+pub const POOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: u32 =
+    s::CUmemPool_attribute::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC as u32;
+pub const POOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: u32 =
+    s::CUmemPool_attribute::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES as u32;
+pub const POOL_ATTR_RELEASE_THRESHOLD: u32 =
+    s::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD as u32;
+pub const POOL_ATTR_RESERVED_MEM_CURRENT: u32 =
+    s::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT as u32;
+pub const POOL_ATTR_RESERVED_MEM_HIGH: u32 =
+    s::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH as u32;
+pub const POOL_ATTR_USED_MEM_CURRENT: u32 =
+    s::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT as u32;
+pub const POOL_ATTR_USED_MEM_HIGH: u32 =
+    s::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH as u32;
+
+pub const POINTER_ATTRIBUTE_MEMPOOL_HANDLE: u32 =
+    s::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE as u32;
+
+/// `CU_STREAM_PER_THREAD`: the handle that names the calling thread's default stream.
+pub const STREAM_PER_THREAD: usize = 0x2;

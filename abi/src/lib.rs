@@ -15,4 +15,6 @@ pub mod consts;
 pub mod results;
 pub mod structs;
 
-pub use structs::{RawAccessDesc, RawAllocProp, RawIpcMemHandle, RawLocation, RawMulticastProp};
+pub use structs::{
+    RawAccessDesc, RawAllocProp, RawIpcMemHandle, RawLocation, RawMulticastProp, RawPoolProps,
+};

@@ -1,8 +1,9 @@
 //! C-layout mirrors of `CUmemLocation`, `CUmemAllocationProp`, `CUmemAccessDesc`,
-//! `CUmulticastObjectProp` and `CUipcMemHandle`, with plain-integer fields.
+//! `CUmulticastObjectProp`, `CUmemPoolProps` and `CUipcMemHandle`, with plain-integer fields.
 
 use cudarc::driver::sys::{
-    CUipcMemHandle, CUmemAccessDesc, CUmemAllocationProp, CUmemLocation, CUmulticastObjectProp,
+    CUipcMemHandle, CUmemAccessDesc, CUmemAllocationProp, CUmemLocation, CUmemPoolProps,
+    CUmulticastObjectProp,
 };
 use std::ffi::c_void;
 use std::mem::{offset_of, size_of};
@@ -76,6 +77,20 @@ pub struct RawMulticastProp {
     pub flags: u64,
 }
 
+/// `CUmemPoolProps` (88 bytes, CUDA 12.6 and later; older headers had `reserved` where
+/// `max_size` and `usage` are, zero there).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RawPoolProps {
+    pub alloc_type: u32,
+    pub handle_types: u32,
+    pub location: RawLocation,
+    pub win32_security_attributes: *mut c_void,
+    pub max_size: usize,
+    pub usage: u16,
+    pub reserved: [u8; 54],
+}
+
 /// `CUipcMemHandle`: 64 opaque bytes, passed by value.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,4 +123,9 @@ const _: () = {
     );
     assert!(offset_of!(RawMulticastProp, flags) == offset_of!(CUmulticastObjectProp, flags));
     assert!(size_of::<RawIpcMemHandle>() == size_of::<CUipcMemHandle>());
+    assert!(size_of::<RawPoolProps>() == size_of::<CUmemPoolProps>());
+    assert!(size_of::<RawPoolProps>() == 88);
+    assert!(offset_of!(RawPoolProps, location) == offset_of!(CUmemPoolProps, location));
+    assert!(offset_of!(RawPoolProps, max_size) == offset_of!(CUmemPoolProps, maxSize));
+    assert!(offset_of!(RawPoolProps, usage) == offset_of!(CUmemPoolProps, usage));
 };

@@ -74,23 +74,6 @@ pub unsafe extern "C" fn cuMemGetMemPool(
     })
 }
 
-/// `CUmemPoolProps`: allocType, handleTypes, location, win32 attributes, maxSize, usage, ...
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct RawPoolProps {
-    alloc_type: u32,
-    handle_types: u32,
-    location: RawLocation,
-    win32: *mut c_void,
-    max_size: usize,
-    rest: [u8; 56],
-}
-
-const _: () = assert!(
-    std::mem::size_of::<RawPoolProps>()
-        == std::mem::size_of::<cudarc::driver::sys::CUmemPoolProps>()
-);
-
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolCreate(
     out: *mut CUmemoryPool,
@@ -101,7 +84,7 @@ pub unsafe extern "C" fn cuMemPoolCreate(
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: `props` points at a CUmemPoolProps (cuda.h), read as plain integers.
-        let p = unsafe { get(props.cast::<RawPoolProps>()) }?;
+        let p = unsafe { get(props.cast::<cuinterpose_abi::RawPoolProps>()) }?;
         let h = d.pool_create(
             p.alloc_type,
             p.handle_types,
