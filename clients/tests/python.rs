@@ -1,12 +1,14 @@
 //! NVIDIA's own Python bindings (`cuda-bindings`, `cuda-core`) drive fakecuda through the
 //! suite in `tests/python/`, once on fakecuda alone and once with the shim preloaded; both runs
-//! must pass, with the same tests passing.
+//! must pass, with the same tests passing. The suite in `tests/python-checkpoint/` (cuda.core's
+//! memory-pool IPC across `cuinterpose toggle`) runs with the shim only: without it the native
+//! checkpoint refuses shared pools.
 //!
 //! The interpreter is `$CUINTERPOSE_PYTHON`, else `.venv/bin/python` at the workspace root
 //! (`.ci/run` creates it from `tests/python/requirements.txt`). Without one the test says so
 //! and passes, except under `CI=true`, where a missing interpreter fails it.
 
-use cuinterpose_testkit::{build_shim, fakecuda_lib_dir};
+use cuinterpose_testkit::{build_cli, build_shim, fakecuda_lib_dir};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -23,18 +25,20 @@ fn python() -> Option<PathBuf> {
     found.exists().then_some(found)
 }
 
-/// One pytest run; returns the names of the tests that passed.
-fn run(python: &Path, preload: Option<&Path>) -> Vec<String> {
+/// One pytest run of the suite in `tests/<suite>`; returns the names of the tests that passed.
+fn run(python: &Path, suite: &str, preload: Option<&Path>) -> Vec<String> {
     let fakecuda_control = tempfile::tempdir().expect("tempdir");
     let shim_control = tempfile::tempdir().expect("tempdir");
+    let dir = workspace().join("tests").join(suite);
     let mut cmd = Command::new(python);
     cmd.args(["-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA"])
         .args(["--timeout", "120"])
-        .arg(workspace().join("tests/python"))
-        .current_dir(workspace().join("tests/python"))
+        .arg(&dir)
+        .current_dir(&dir)
         .env("LD_LIBRARY_PATH", fakecuda_lib_dir())
         .env("FAKECUDA_CONTROL_DIR", fakecuda_control.path())
         .env("CUINTERPOSE_CONTROL_DIR", shim_control.path())
+        .env("CUINTERPOSE_BIN", build_cli())
         .env_remove("LD_PRELOAD");
     if let Some(shim) = preload {
         cmd.env("LD_PRELOAD", shim);
@@ -48,7 +52,7 @@ fn run(python: &Path, preload: Option<&Path>) -> Vec<String> {
     };
     assert!(
         out.status.success(),
-        "the cuda-python suite failed {label}:\n{text}\n{}",
+        "the cuda-python suite {suite} failed {label}:\n{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let passed: Vec<String> = text
@@ -60,9 +64,10 @@ fn run(python: &Path, preload: Option<&Path>) -> Vec<String> {
     passed
 }
 
-#[test]
-fn nvidia_bindings_run_on_fakecuda_with_and_without_the_shim() {
-    let Some(python) = python() else {
+/// The interpreter, or why there is none (a failure under `CI=true`).
+fn python_or_skip() -> Option<PathBuf> {
+    let found = python();
+    if found.is_none() {
         assert!(
             std::env::var_os("CI").is_none(),
             "CI=true but no Python environment for the cuda-python suite: .ci/run creates \
@@ -72,11 +77,33 @@ fn nvidia_bindings_run_on_fakecuda_with_and_without_the_shim() {
             "SKIPPED: no Python environment (.venv/bin/python or $CUINTERPOSE_PYTHON) for the \
              cuda-python suite; .ci/run creates it"
         );
+    }
+    found
+}
+
+#[test]
+fn nvidia_bindings_run_on_fakecuda_with_and_without_the_shim() {
+    let Some(python) = python_or_skip() else {
         return;
     };
-    let alone = run(&python, None);
+    let alone = run(&python, "python", None);
     let shim = build_shim();
-    let preloaded = run(&python, Some(shim));
+    let preloaded = run(&python, "python", Some(shim));
     assert_eq!(alone, preloaded, "the same tests pass with the shim");
     assert!(alone.len() >= 8, "the whole suite ran: {alone:?}");
+}
+
+#[test]
+fn cuda_core_pool_ipc_survives_toggles_under_the_shim() {
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    let passed = run(&python, "python-checkpoint", Some(build_shim()));
+    assert_eq!(
+        passed,
+        [
+            "test_pool_sharing.py::test_pool_buffers_survive_toggles_shared[2]",
+            "test_pool_sharing.py::test_pool_buffers_survive_toggles_shared[4]",
+        ]
+    );
 }

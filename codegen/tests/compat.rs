@@ -14,6 +14,14 @@ fn released() -> String {
 fn latest_released() -> String {
     std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
+        "/../schema/released/v3.ron"
+    ))
+    .expect("schema/released/v3.ron is readable")
+}
+
+fn released_v2() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
         "/../schema/released/v2.ron"
     ))
     .expect("schema/released/v2.ron is readable")
@@ -62,7 +70,7 @@ fn current_schema_matches_the_released_one() {
 #[test]
 fn version_2_lists_its_changes() {
     let old = compile("v1.ron", &released()).expect("valid");
-    let new = compile("v2.ron", &latest_released()).expect("valid");
+    let new = compile("v2.ron", &released_v2()).expect("valid");
     let report = compat(&old, &new);
     let changes: Vec<String> = report.changes.iter().map(ToString::to_string).collect();
     assert_eq!(
@@ -72,6 +80,24 @@ fn version_2_lists_its_changes() {
             "struct StateFile field digest: added",
             "union Reply variant Progress: added",
             "union Request variant Progress: added",
+        ],
+        "{report}"
+    );
+    assert!(report.is_compatible());
+}
+
+/// Version 3 (the pool adapter's tickets and pointer handles) against version 2.
+#[test]
+fn version_3_lists_its_changes() {
+    let old = compile("v2.ron", &released_v2()).expect("valid");
+    let new = compile("v3.ron", &latest_released()).expect("valid");
+    let report = compat(&old, &new);
+    let changes: Vec<String> = report.changes.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        changes,
+        [
+            "enum ResourceKind value Pool: added",
+            "layout PoolPointerHandle: added",
         ],
         "{report}"
     );

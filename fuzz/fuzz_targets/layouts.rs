@@ -1,4 +1,4 @@
-//! The two fixed layouts: decode never panics; what decodes encodes back to the same bytes.
+//! The fixed layouts: decode never panics; what decodes encodes back to the same bytes.
 #![no_main]
 
 use cuinterpose_protocol as p;
@@ -9,6 +9,9 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(handle.encode().as_slice(), data);
     }
     if let Ok(handle) = p::IpcMemHandle::decode(data) {
+        assert_eq!(handle.encode().as_slice(), data);
+    }
+    if let Ok(handle) = p::PoolPointerHandle::decode(data) {
         assert_eq!(handle.encode().as_slice(), data);
     }
 });

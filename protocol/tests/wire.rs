@@ -141,6 +141,21 @@ fn ipc_mem_handle_layout() {
 }
 
 #[test]
+fn pool_pointer_handle_layout() {
+    let handle = examples::pool_pointer_handle();
+    let bytes = handle.encode();
+    assert_eq!(&bytes[..8], format!("CUPOOL0{}", p::VERSION).as_bytes());
+    assert_eq!(&bytes[28..44], &[0x55; 16]);
+    assert_eq!(&bytes[44..48], &1i32.to_le_bytes());
+    assert_eq!(p::PoolPointerHandle::decode(&bytes), Ok(handle));
+    // An IPC handle is not a pool pointer, nor the other way round.
+    let ipc = examples::ipc_mem_handle().encode();
+    assert!(p::PoolPointerHandle::decode(&ipc).is_err());
+    assert!(p::IpcMemHandle::decode(&bytes).is_err());
+    check_layout("layout_pool_pointer_handle", &bytes, &handle);
+}
+
+#[test]
 fn human_readable_forms_use_hex_identities() {
     let requests = examples::requests();
     let export = &requests

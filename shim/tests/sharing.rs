@@ -391,45 +391,82 @@ fn sharing_cycles_leak_no_descriptors() {
     assert!(inspect(&sandbox, pid(&b)).records.is_empty());
 }
 
-/// Memory-pool sharing is not checkpointed yet, so it is never silent: while a pool of the
-/// process is exported, inspection refuses naming the pool and the count; once the pool is
-/// destroyed, inspection answers again.
-#[test]
-fn a_shared_memory_pool_makes_inspection_refuse_until_destroyed() {
-    use std::io::{BufRead, Write};
-    let sandbox = Sandbox::new("pool");
+/// A `share pool|pool-import SOCKET PATH` process (with the shim or without), its stdin and
+/// its stdout.
+fn pool_process(
+    sandbox: &Sandbox,
+    role: &str,
+    socket: &str,
+    shim: bool,
+) -> (
+    std::process::Child,
+    std::process::ChildStdin,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
     let mut child = sandbox
-        .command(share_program(), true)
-        .args(["pool", "dlsym"])
+        .command(share_program(), shim)
+        .args([role, socket, "dlsym"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let pid = child.id() as i32;
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let stdin = child.stdin.take().unwrap();
+    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+    (child, stdin, out)
+}
+
+fn said(out: &mut impl std::io::BufRead, what: &str) {
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
-    assert!(line.starts_with("exported"), "{line}");
+    assert!(line.starts_with(what), "expected {what:?}, got {line:?}");
+}
+
+/// A device pool exportable as POSIX FDs is the shim's own (the pool adapter), so exporting it
+/// leaves the process checkpointable. A pool the shim cannot rebuild (imported from a process
+/// without the shim) is never silent: inspection refuses, naming it, until it is destroyed.
+#[test]
+fn shared_memory_pools_are_adapted_or_refused_by_name() {
+    use std::io::Write;
+    let sandbox = Sandbox::new("pool");
+    // The shim's pool: exported, and inspection answers.
+    let (mut own, mut stdin, mut out) = pool_process(&sandbox, "pool", "-", true);
+    said(&mut out, "exported");
+    let inspection = inspect(&sandbox, own.id() as i32);
+    assert!(inspection.records.is_empty(), "{inspection:?}");
+    writeln!(stdin, "destroy").unwrap();
+    said(&mut out, "destroyed");
+    writeln!(stdin, "exit").unwrap();
+    assert!(own.wait().unwrap().success());
+
+    // A driver pool from a process without the shim, imported under it.
+    let socket = sandbox.root.join("pool.sock");
+    let socket = socket.to_str().unwrap();
+    let (mut creator, mut creator_in, mut creator_out) =
+        pool_process(&sandbox, "pool", socket, false);
+    let (mut importer, mut stdin, mut out) = pool_process(&sandbox, "pool-import", socket, true);
+    said(&mut creator_out, "exported");
+    said(&mut out, "imported");
+    let pid = importer.id() as i32;
     match ask(&sandbox, pid, &cuinterpose_protocol::Request::Inspect) {
         cuinterpose_protocol::Reply::Refused(r) => {
             assert_eq!(r.code, cuinterpose_protocol::RefusalCode::Unsupported);
             let message = r.message.as_str();
             assert!(
-                message.contains("memory-pool sharing cannot be checkpointed yet")
-                    && message.contains("was exported 1 time"),
+                message.contains("memory-pool sharing cannot be checkpointed")
+                    && message.contains("was imported from another process"),
                 "{message}"
             );
         }
-        other => panic!("inspection while a pool is exported: {other:?}"),
+        other => panic!("inspection while a foreign pool is imported: {other:?}"),
     }
-    let mut stdin = child.stdin.take().unwrap();
     writeln!(stdin, "destroy").unwrap();
-    line.clear();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "destroyed");
+    said(&mut out, "destroyed");
     let inspection = inspect(&sandbox, pid);
     assert!(inspection.records.is_empty());
     writeln!(stdin, "exit").unwrap();
-    drop(stdin);
-    assert!(child.wait().unwrap().success());
+    writeln!(creator_in, "destroy").unwrap();
+    said(&mut creator_out, "destroyed");
+    writeln!(creator_in, "exit").unwrap();
+    assert!(importer.wait().unwrap().success());
+    assert!(creator.wait().unwrap().success());
 }

@@ -120,6 +120,16 @@ pub fn build_fakecuda_checkpoint() -> &'static Path {
     })
 }
 
+/// Builds the `cuinterpose` binary (the coordinator's CLI) for the running executable's
+/// profile (once per process) and returns its path, for tests outside its package.
+pub fn build_cli() -> &'static Path {
+    static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
+    PROGRAM.get_or_init(|| {
+        cargo_build("cuinterpose", &["--bin", "cuinterpose"]);
+        target_profile_dir().join("cuinterpose")
+    })
+}
+
 /// Environment variable scaling every upper time bound tests assert
 /// ([`slack`]): a decimal factor, default 1. Set it above 1 on a slow or loaded machine (a
 /// debugger, sanitizers, a busy CI runner); lower bounds (a timeout must not fire early) are

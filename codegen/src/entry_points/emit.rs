@@ -79,6 +79,7 @@ pub fn emit(table: &Table, policy: &str) -> Result<Emitted, syn::Error> {
     let exports = quote! {
         use super::exports::*;
         use super::passthrough::forward;
+        use super::pools::*;
         use super::proc_address::*;
         use std::ffi::c_void;
 

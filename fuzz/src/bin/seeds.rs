@@ -49,6 +49,12 @@ fn main() -> std::io::Result<()> {
         "ipc_mem_handle",
         &examples::ipc_mem_handle().encode(),
     )?;
+    write(
+        &dir,
+        "layouts",
+        "pool_pointer_handle",
+        &examples::pool_pointer_handle().encode(),
+    )?;
     let schema =
         std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../schema/protocol.ron"))?;
     write(&dir, "schema", "protocol", &schema)?;

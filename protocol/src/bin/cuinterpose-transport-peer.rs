@@ -377,6 +377,8 @@ fn answer(pid: p::NamespacePid, request: &p::Request) -> Result<(p::Reply, Optio
                     Some(p::ticket::create_ticket(&ticket)?),
                 )
             }
+            // Pools are never exported over the socket (their allocations are, as Unicast).
+            p::ResourceKind::Pool => (refused("pools are not exported"), None),
         },
         p::Request::Execute(execute) => (
             p::Reply::Completed(p::CompletedReply {

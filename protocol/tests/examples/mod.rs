@@ -274,6 +274,17 @@ pub fn ipc_mem_handle() -> p::IpcMemHandle {
     }
 }
 
+pub fn pool_pointer_handle() -> p::PoolPointerHandle {
+    p::PoolPointerHandle {
+        creator_pid: pid(100),
+        allocation: id(0x33),
+        pool: id(0x55),
+        device: 1,
+        requested_size: core::num::NonZeroU64::new(1_000_000).expect("non-zero"),
+        extent: core::num::NonZeroU64::new(2 << 20).expect("non-zero"),
+    }
+}
+
 /// A classic hex dump: offset, 16 bytes, ASCII.
 pub fn hex_dump(bytes: &[u8]) -> String {
     let mut out = String::new();

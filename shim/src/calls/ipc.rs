@@ -70,60 +70,78 @@ pub fn mem_alloc(size: usize) -> CuResult<u64> {
         return Err(CuError::INVALID_VALUE);
     }
     let device = context::current_device(d)?;
-    let prop = device_properties(device);
-    let granularity = d
-        .allocation_granularity(&prop, consts::GRANULARITY_MINIMUM)?
-        .max(1);
-    let extent = size
-        .checked_next_multiple_of(granularity)
-        .ok_or(CuError::OUT_OF_MEMORY)?;
     process::with(|r| {
         r.require_active()?;
-        let context = context::current(d);
-        let raw = d.mem_create(extent, &prop, 0)?;
-        let address = match map_read_write(d, raw, extent as u64, device) {
-            Ok(address) => address,
-            Err(e) => {
-                let _ = d.mem_release(raw);
-                return Err(e);
-            }
-        };
-        let allocation = Allocation {
-            reference: AllocationReference {
-                id: new_id(),
-                creator_pid: r.pid,
-            },
-            driver: Some(raw),
-            size: extent as u64,
-            properties: AllocationProperties {
-                allocation_type: AllocationType::Pinned,
-                location: Location {
-                    location_type: LocationType::Device,
-                    id: device,
-                },
-                handle_types: HandleTypes::POSIX_FILE_DESCRIPTOR,
-            },
-            alloc_flags: [0; 8],
-            shared: false,
-            published: false,
-            context,
-            capability: new_capability(),
-            primary_handle: 0,
-            handle_refs: 0,
-            mappings: 0,
-            malloc: Some(MallocInfo {
-                requested: size as u64,
-                opens: 0,
-                ipc_exported: false,
-            }),
-        };
-        record_region(r, allocation, address, device)?;
-        Ok(address)
+        create_region(d, r, size as u64, device, 0, u64::MAX).map(|(address, _)| address)
     })
 }
 
+/// Creates a region of `size` bytes on `device`: exportable VMM memory mapped read-write at a
+/// fresh address, recorded with its requested size and `pool` (0 for `cuMemAlloc`). Refused
+/// with `OUT_OF_MEMORY` when its extent would pass `limit`. Returns the address and extent.
+pub fn create_region(
+    d: &Driver,
+    r: &mut Registry,
+    size: u64,
+    device: i32,
+    pool: u64,
+    limit: u64,
+) -> CuResult<(u64, u64)> {
+    let prop = device_properties(device);
+    let granularity = d
+        .allocation_granularity(&prop, consts::GRANULARITY_MINIMUM)?
+        .max(1) as u64;
+    let extent = size
+        .checked_next_multiple_of(granularity)
+        .ok_or(CuError::OUT_OF_MEMORY)?;
+    if extent > limit {
+        return Err(CuError::OUT_OF_MEMORY);
+    }
+    let context = context::current(d);
+    let raw = d.mem_create(extent as usize, &prop, 0)?;
+    let address = match map_read_write(d, raw, extent, device) {
+        Ok(address) => address,
+        Err(e) => {
+            let _ = d.mem_release(raw);
+            return Err(e);
+        }
+    };
+    let allocation = Allocation {
+        reference: AllocationReference {
+            id: new_id(),
+            creator_pid: r.pid,
+        },
+        driver: Some(raw),
+        size: extent,
+        properties: AllocationProperties {
+            allocation_type: AllocationType::Pinned,
+            location: Location {
+                location_type: LocationType::Device,
+                id: device,
+            },
+            handle_types: HandleTypes::POSIX_FILE_DESCRIPTOR,
+        },
+        alloc_flags: [0; 8],
+        shared: false,
+        published: false,
+        context,
+        capability: new_capability(),
+        primary_handle: 0,
+        handle_refs: 0,
+        mappings: 0,
+        malloc: Some(MallocInfo {
+            requested: size,
+            opens: 0,
+            ipc_exported: false,
+            pool,
+        }),
+    };
+    record_region(r, allocation, address, device)?;
+    Ok((address, extent))
+}
+
 /// The region whose base is exactly `address`, if it is one of the adapter's.
-fn region_at(
+pub fn region_at(
     r: &Registry,
     address: u64,
 ) -> Option<(cuinterpose_protocol::AllocationId, MallocInfo, bool)> {
@@ -136,7 +154,7 @@ fn region_at(
 }
 
 /// Unmaps and releases a region after the context finished using it.
-fn drop_region(
+pub fn drop_region(
     d: &Driver,
     r: &mut Registry,
     id: cuinterpose_protocol::AllocationId,
@@ -144,8 +162,10 @@ fn drop_region(
 ) -> CuResult<()> {
     let extent = r.allocations[&id].size;
     d.mem_unmap(address, extent as usize)?;
-    if let Some(a) = r.allocations.get_mut(&id) {
-        a.malloc = None;
+    if let Some(a) = r.allocations.get_mut(&id)
+        && let Some(pool) = a.malloc.take().map(|m| m.pool).filter(|&p| p != 0)
+    {
+        r.pools.release(pool, extent);
     }
     track::forget_mapping(d, r, address)?;
     d.address_free(address, extent as usize)
@@ -316,14 +336,34 @@ pub fn ipc_open(bytes: &[u8; 64], flags: u32) -> CuResult<u64> {
     if let Some(address) = existing {
         return Ok(address);
     }
+    open_region(
+        d,
+        reference,
+        handle.requested_size.get(),
+        handle.extent.get(),
+        0,
+        device,
+    )
+}
+
+/// Maps another process's region here: asks its creator for the FD (the allocation id
+/// authorizes it), imports and maps it read-write on `device`, and records it as opened once,
+/// in `pool` (0: an IPC open). Returns the address.
+pub fn open_region(
+    d: &Driver,
+    reference: AllocationReference,
+    requested: u64,
+    extent: u64,
+    pool: u64,
+    device: i32,
+) -> CuResult<u64> {
     let token = cache::id_token(&reference.id);
     let (reply, fd) = sharing::request_export(&reference, ResourceKind::Unicast, token)?;
     match reply {
-        cuinterpose_protocol::Reply::UnicastExport(export)
-            if export.size == handle.extent.get() => {}
+        cuinterpose_protocol::Reply::UnicastExport(export) if export.size == extent => {}
         _ => {
             log!(
-                "cuIpcOpenMemHandle: the creator's export of {} does not match the handle",
+                "import of {}: the creator's export does not match the handle",
                 reference.id
             );
             return Err(CuError::INVALID_HANDLE);
@@ -333,20 +373,15 @@ pub fn ipc_open(bytes: &[u8; 64], flags: u32) -> CuResult<u64> {
         r.require_active()?;
         let context = context::current(d);
         let raw = track::import_fd(d, fd.as_fd())?;
-        let mut allocation = sharing::imported_allocation(
-            d,
-            raw,
-            reference.clone(),
-            handle.extent.get(),
-            token,
-            context,
-        )?;
+        let mut allocation =
+            sharing::imported_allocation(d, raw, reference.clone(), extent, token, context)?;
         allocation.malloc = Some(MallocInfo {
-            requested: handle.requested_size.get(),
+            requested,
             opens: 1,
             ipc_exported: true,
+            pool,
         });
-        let address = match map_read_write(d, raw, handle.extent.get(), device) {
+        let address = match map_read_write(d, raw, extent, device) {
             Ok(address) => address,
             Err(e) => {
                 let _ = d.mem_release(raw);

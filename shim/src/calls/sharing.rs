@@ -211,6 +211,13 @@ fn known(r: &mut Registry, ticket: &Ticket) -> CuResult<Option<u64>> {
             m.shared = true;
             Kind::Multicast
         }
+        ResourceKind::Pool => {
+            log!(
+                "cuMemImportFromShareableHandle: the ticket names memory pool {id}; import it \
+                 with cuMemPoolImportFromShareableHandle"
+            );
+            return Err(CuError::INVALID_HANDLE);
+        }
     };
     r.mint(id, kind).map(Some)
 }

@@ -41,6 +41,12 @@ impl Driver {
         call!(self, cuCtxSynchronize())
     }
 
+    /// Waits for the work queued on an application's stream (any handle the driver takes,
+    /// `CU_STREAM_PER_THREAD` included).
+    pub fn stream_synchronize(&self, stream: usize) -> CuResult<()> {
+        call!(self, cuStreamSynchronize(stream))
+    }
+
     pub fn ctx_destroy(&self, ctx: usize) -> CuResult<()> {
         call!(self, cuCtxDestroy_v2(ctx))
     }

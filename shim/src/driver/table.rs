@@ -2,7 +2,7 @@
 //! macro the floor's safe methods (and the FFI edge) use.
 
 use super::os;
-use crate::sys::abi::{RawAccessDesc, RawAllocProp, RawMulticastProp};
+use crate::sys::abi::{RawAccessDesc, RawAllocProp, RawLocation, RawMulticastProp, RawPoolProps};
 use crate::sys::error::{CuError, CuResult};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
@@ -87,6 +87,26 @@ table! {
     cuMemPoolExportToShareableHandle: fn(*mut c_void, usize, c_uint, u64);
     cuMemPoolImportFromShareableHandle: fn(*mut usize, *mut c_void, c_uint, u64);
     cuMemPoolDestroy: fn(usize);
+    cuMemPoolCreate: fn(*mut usize, *const RawPoolProps);
+    cuMemPoolSetAttribute: fn(usize, c_uint, *mut c_void);
+    cuMemPoolGetAttribute: fn(usize, c_uint, *mut c_void);
+    cuMemPoolSetAccess: fn(usize, *const RawAccessDesc, usize);
+    cuMemPoolGetAccess: fn(*mut c_uint, usize, *mut RawLocation);
+    cuMemPoolTrimTo: fn(usize, usize);
+    cuMemPoolExportPointer: fn(*mut c_void, u64);
+    cuMemPoolImportPointer: fn(*mut u64, usize, *mut c_void);
+    cuMemAllocFromPoolAsync: fn(*mut u64, usize, usize, usize);
+    cuMemAllocFromPoolAsync_ptsz: fn(*mut u64, usize, usize, usize);
+    cuMemAllocAsync: fn(*mut u64, usize, usize);
+    cuMemAllocAsync_ptsz: fn(*mut u64, usize, usize);
+    cuMemFreeAsync: fn(u64, usize);
+    cuMemFreeAsync_ptsz: fn(u64, usize);
+    cuDeviceSetMemPool: fn(c_int, usize);
+    cuDeviceGetMemPool: fn(*mut usize, c_int);
+    cuMemSetMemPool: fn(*mut RawLocation, c_uint, usize);
+    cuMemGetMemPool: fn(*mut usize, *mut RawLocation, c_uint);
+    cuPointerGetAttribute: fn(*mut c_void, c_uint, u64);
+    cuPointerGetAttributes: fn(c_uint, *mut c_uint, *mut *mut c_void, u64);
 }
 
 static DRIVER: OnceLock<Result<Driver, String>> = OnceLock::new();

@@ -323,55 +323,6 @@ pub unsafe extern "C" fn cuMulticastGetGranularity(
     })
 }
 
-/// Memory-pool exports are recorded so inspection refuses while the pool is shared.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolExportToShareableHandle(
-    out: *mut c_void,
-    pool: usize,
-    handle_type: c_uint,
-    flags: u64,
-) -> u32 {
-    entry(id::cuMemPoolExportToShareableHandle, || {
-        // The application's output pointer, forwarded under its cuda.h contract.
-        call!(
-            driver()?,
-            cuMemPoolExportToShareableHandle(out, pool, handle_type, flags)
-        )?;
-        crate::state::process::note_pool_share(pool, false);
-        Ok(())
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolImportFromShareableHandle(
-    out: *mut usize,
-    handle: *mut c_void,
-    handle_type: c_uint,
-    flags: u64,
-) -> u32 {
-    entry(id::cuMemPoolImportFromShareableHandle, || {
-        non_null(out)?;
-        // The application's arguments, forwarded under their cuda.h contract.
-        call!(
-            driver()?,
-            cuMemPoolImportFromShareableHandle(out, handle, handle_type, flags)
-        )?;
-        // SAFETY: the driver just wrote the pool handle through `out` (checked non-null).
-        let pool = unsafe { out.read() };
-        crate::state::process::note_pool_share(pool, true);
-        Ok(())
-    })
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemPoolDestroy(pool: usize) -> u32 {
-    entry(id::cuMemPoolDestroy, || {
-        call!(driver()?, cuMemPoolDestroy(pool))?;
-        crate::state::process::forget_pool(pool);
-        Ok(())
-    })
-}
-
 /// `cudaDeviceReset`: frees the context's `cuMemAlloc` memory and closes its IPC opens, as
 /// the driver does, so the records follow.
 #[unsafe(no_mangle)]

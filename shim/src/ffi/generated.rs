@@ -11,6 +11,7 @@
 
 use super::exports::*;
 use super::passthrough::forward;
+use super::pools::*;
 use super::proc_address::*;
 use std::ffi::c_void;
 /// The shim's function for entry point `index` (see `crate::sys::entries`).
@@ -1534,18 +1535,6 @@ pub unsafe extern "C" fn cuDeviceGetLuid(
     )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetMemPool(a0: *mut c_void, a1: i32) -> u32 {
-    forward(
-        69,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*mut c_void, i32) -> u32,
-            >(f)(a0, a1)
-        },
-    )
-}
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetName(a0: *mut c_void, a1: i32, a2: i32) -> u32 {
     forward(
         70,
@@ -1745,18 +1734,6 @@ pub unsafe extern "C" fn cuDeviceSetGraphMemAttribute(
                 *mut c_void,
                 unsafe extern "C" fn(i32, u32, *mut c_void) -> u32,
             >(f)(a0, a1, a2)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceSetMemPool(a0: i32, a1: *mut c_void) -> u32 {
-    forward(
-        88,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(i32, *mut c_void) -> u32,
-            >(f)(a0, a1)
         },
     )
 }
@@ -5187,72 +5164,6 @@ pub unsafe extern "C" fn cuMemAdvise_v2(
     )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocAsync(
-    a0: *mut c_void,
-    a1: usize,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        302,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*mut c_void, usize, *mut c_void) -> u32,
-            >(f)(a0, a1, a2)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
-    a0: *mut c_void,
-    a1: usize,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        303,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*mut c_void, usize, *mut c_void) -> u32,
-            >(f)(a0, a1, a2)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
-    a0: *mut c_void,
-    a1: usize,
-    a2: *mut c_void,
-    a3: *mut c_void,
-) -> u32 {
-    forward(
-        304,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*mut c_void, usize, *mut c_void, *mut c_void) -> u32,
-            >(f)(a0, a1, a2, a3)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
-    a0: *mut c_void,
-    a1: usize,
-    a2: *mut c_void,
-    a3: *mut c_void,
-) -> u32 {
-    forward(
-        305,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*mut c_void, usize, *mut c_void, *mut c_void) -> u32,
-            >(f)(a0, a1, a2, a3)
-        },
-    )
-}
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocHost_v2(a0: *mut c_void, a1: usize) -> u32 {
     forward(
         306,
@@ -5373,30 +5284,6 @@ pub unsafe extern "C" fn cuMemDiscardBatchAsync(
     )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemFreeAsync(a0: u64, a1: *mut c_void) -> u32 {
-    forward(
-        315,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(u64, *mut c_void) -> u32,
-            >(f)(a0, a1)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemFreeAsync_ptsz(a0: u64, a1: *mut c_void) -> u32 {
-    forward(
-        316,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(u64, *mut c_void) -> u32,
-            >(f)(a0, a1)
-        },
-    )
-}
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemFreeHost(a0: *mut c_void) -> u32 {
     forward(
         317,
@@ -5485,22 +5372,6 @@ pub unsafe extern "C" fn cuMemGetLocationInfo(
                 *mut c_void,
                 unsafe extern "C" fn(u64, usize, usize, usize, *mut c_void) -> u32,
             >(f)(a0, a1, a2, a3, a4)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemGetMemPool(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: u32,
-) -> u32 {
-    forward(
-        327,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> u32,
-            >(f)(a0, a1, a2)
         },
     )
 }
@@ -5601,122 +5472,6 @@ pub unsafe extern "C" fn cuMemMapArrayAsync_ptsz(
                 *mut c_void,
                 unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
             >(f)(a0, a1, a2)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolCreate(a0: *mut c_void, a1: *const c_void) -> u32 {
-    forward(
-        337,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*mut c_void, *const c_void) -> u32,
-            >(f)(a0, a1)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolExportPointer(a0: *mut c_void, a1: u64) -> u32 {
-    forward(
-        339,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*mut c_void, u64) -> u32,
-            >(f)(a0, a1)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolGetAccess(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        341,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-            >(f)(a0, a1, a2)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolGetAttribute(
-    a0: *mut c_void,
-    a1: u32,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        342,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
-            >(f)(a0, a1, a2)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolImportPointer(
-    a0: *mut c_void,
-    a1: *mut c_void,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        344,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> u32,
-            >(f)(a0, a1, a2)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolSetAccess(
-    a0: *mut c_void,
-    a1: *const c_void,
-    a2: usize,
-) -> u32 {
-    forward(
-        345,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> u32,
-            >(f)(a0, a1, a2)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolSetAttribute(
-    a0: *mut c_void,
-    a1: u32,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        346,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
-            >(f)(a0, a1, a2)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolTrimTo(a0: *mut c_void, a1: usize) -> u32 {
-    forward(
-        347,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*mut c_void, usize) -> u32,
-            >(f)(a0, a1)
         },
     )
 }
@@ -5873,22 +5628,6 @@ pub unsafe extern "C" fn cuMemRangeGetAttributes(
                     usize,
                 ) -> u32,
             >(f)(a0, a1, a2, a3, a4, a5)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemSetMemPool(
-    a0: *mut c_void,
-    a1: u32,
-    a2: *mut c_void,
-) -> u32 {
-    forward(
-        358,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> u32,
-            >(f)(a0, a1, a2)
         },
     )
 }
@@ -7732,39 +7471,6 @@ pub unsafe extern "C" fn cuParamSetv(
             std::mem::transmute::<
                 *mut c_void,
                 unsafe extern "C" fn(*mut c_void, i32, *mut c_void, u32) -> u32,
-            >(f)(a0, a1, a2, a3)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuPointerGetAttribute(
-    a0: *mut c_void,
-    a1: u32,
-    a2: u64,
-) -> u32 {
-    forward(
-        477,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*mut c_void, u32, u64) -> u32,
-            >(f)(a0, a1, a2)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuPointerGetAttributes(
-    a0: u32,
-    a1: *mut c_void,
-    a2: *mut c_void,
-    a3: u64,
-) -> u32 {
-    forward(
-        478,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(u32, *mut c_void, *mut c_void, u64) -> u32,
             >(f)(a0, a1, a2, a3)
         },
     )

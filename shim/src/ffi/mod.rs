@@ -10,6 +10,7 @@ pub mod fork;
 #[rustfmt::skip]
 pub mod generated;
 pub mod passthrough;
+pub mod pools;
 pub mod proc_address;
 pub mod symbols;
 

@@ -1,5 +1,5 @@
 //! The state floor: what the process holds between calls: the registry behind its lock and
-//! the sticky failure ([`process`]), the records themselves ([`registry`]), the export cache
+//! the sticky failure ([`process`]), the records themselves ([`registry`], the pool adapter's in [`pools`]), the export cache
 //! the peer thread serves from ([`cache`]), the host carrier's arena ([`arena`]) and how far
 //! its copy has got ([`progress`]), and the gate every application driver call passes
 //! ([`gate`]). Lock order: registry → export cache →
@@ -8,6 +8,7 @@
 pub mod arena;
 pub mod cache;
 pub mod gate;
+pub mod pools;
 pub mod process;
 pub mod progress;
 pub mod registry;

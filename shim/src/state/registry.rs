@@ -67,7 +67,11 @@ pub struct MallocInfo {
     pub opens: u64,
     /// Whether `cuIpcGetMemHandle` published it: its IPC handle carries no capability token,
     /// so the allocation id (random, and as secret as the handle) authorizes exports.
+    /// Also set when `cuMemPoolExportPointer` exported it (the same holds for its bytes).
     pub ipc_exported: bool,
+    /// The adapter pool it was allocated from or imported into (0: `cuMemAlloc` or
+    /// `cuIpcOpenMemHandle`).
+    pub pool: u64,
 }
 
 impl Allocation {
@@ -212,6 +216,8 @@ pub struct Registry {
     /// Memory pools shared with other processes (driver pool handle → exports, imported):
     /// not checkpointed yet, so inspection refuses while any is alive.
     pub pool_shares: std::collections::BTreeMap<usize, PoolShare>,
+    /// The pool adapter's IPC pools.
+    pub pools: super::pools::Pools,
     /// Driver calls in flight with the registry lock dropped (multicast collectives).
     pub unlocked_calls: u64,
     /// The host carrier between `save_allocations` and `load_allocations`.
@@ -231,6 +237,7 @@ impl Registry {
             mappings: BTreeMap::new(),
             raw_imports: HashMap::new(),
             pool_shares: std::collections::BTreeMap::new(),
+            pools: super::pools::Pools::default(),
             unlocked_calls: 0,
             arena: None,
             next_handle: 0,

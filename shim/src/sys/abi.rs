@@ -2,6 +2,6 @@
 //! workspace's one definition in `cuinterpose-abi`.
 
 pub use cuinterpose_abi::{
-    RawAccessDesc, RawAllocProp, RawIpcMemHandle, RawLocation, RawMulticastProp,
+    RawAccessDesc, RawAllocProp, RawIpcMemHandle, RawLocation, RawMulticastProp, RawPoolProps,
 };
 pub use cuinterpose_abi::{consts, results};

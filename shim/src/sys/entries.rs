@@ -669,9 +669,9 @@ pub const HAND_WRITTEN: [bool; COUNT] = [
     false, false, false, false, false, false, false, false, false, false, false, false,
     false, false, false, false, false, false, false, false, false, false, false, false,
     false, false, false, false, false, false, false, false, false, true, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, true, false, false,
     false, false, false, false, false, false, false, false, true, false, true, true,
-    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, true, false, false, false, false, false, false, false,
     false, false, false, false, false, false, false, false, false, false, false, false,
     false, false, false, false, false, false, false, false, false, false, false, false,
     true, true, false, false, false, false, false, false, false, false, false, false,
@@ -689,11 +689,21 @@ pub const HAND_WRITTEN: [bool; COUNT] = [
     false, false, false, false, false, false, false, false, false, false, false, false,
     false, false, false, false, false, false, false, false, false, false, false, false,
     false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, true, false, true,
-    false, false, true, false, false, false, true, false, true, true, true, false, false,
-    false, false, false, false, false, false, false, false, true, true, false, false,
-    false, true, false, true, false, false, true, false, false, false, false, false,
-    false, false, false, false, false, false, true, true, true, false, true, false,
+    false, false, true, true, true, true, false, false, false, true, false, true, false,
+    false, true, true, true, false, true, false, true, true, true, false, false, false,
+    false, true, false, false, false, false, false, true, true, false, false, true, true,
+    true, true, true, true, true, true, true, true, true, false, false, false, false,
+    false, false, false, true, true, true, true, true, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, true, true, true, true, true,
+    true, true, true, false, false, false, false, false, false, false, false, false,
+    false, false, false, true, true, false, false, false, false, false, false, false,
     false, false, false, false, false, false, false, false, false, false, false, false,
     false, false, false, false, false, false, false, false, false, false, false, false,
     false, false, false, false, false, false, false, false, false, false, false, false,
@@ -702,18 +712,8 @@ pub const HAND_WRITTEN: [bool; COUNT] = [
     false, false, false, false, false, false, false, false, false, false, false, false,
     false, false, false, false, false, false, false, false, false, false, false, false,
     false, false, false, false, false, false, false, false, false, false, false, false,
-    true, true, true, true, true, true, true, true, false, false, false, false, false,
     false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, true, true,
+    false, false, true, true,
 ];
 /// The index of each hand-written entry point, so its wrapper names itself without a
 /// lookup by name on every call.
@@ -721,9 +721,11 @@ pub const HAND_WRITTEN: [bool; COUNT] = [
 pub mod id {
     pub const cuCtxDestroy_v2: usize = 20;
     pub const cuDeviceGetAttribute: usize = 57;
+    pub const cuDeviceGetMemPool: usize = 69;
     pub const cuDevicePrimaryCtxRelease: usize = 80;
     pub const cuDevicePrimaryCtxReset: usize = 82;
     pub const cuDevicePrimaryCtxReset_v2: usize = 83;
+    pub const cuDeviceSetMemPool: usize = 88;
     pub const cuGetProcAddress: usize = 120;
     pub const cuGetProcAddress_v2: usize = 121;
     pub const cuInit: usize = 238;
@@ -731,21 +733,37 @@ pub mod id {
     pub const cuIpcGetMemHandle: usize = 241;
     pub const cuIpcOpenMemHandle: usize = 243;
     pub const cuIpcOpenMemHandle_v2: usize = 244;
+    pub const cuMemAllocAsync: usize = 302;
+    pub const cuMemAllocAsync_ptsz: usize = 303;
+    pub const cuMemAllocFromPoolAsync: usize = 304;
+    pub const cuMemAllocFromPoolAsync_ptsz: usize = 305;
     pub const cuMemAlloc_v2: usize = 309;
     pub const cuMemCreate: usize = 311;
     pub const cuMemExportToShareableHandle: usize = 314;
+    pub const cuMemFreeAsync: usize = 315;
+    pub const cuMemFreeAsync_ptsz: usize = 316;
     pub const cuMemFree_v2: usize = 318;
     pub const cuMemGetAddressRange_v2: usize = 320;
     pub const cuMemGetAllocationGranularity: usize = 321;
     pub const cuMemGetAllocationPropertiesFromHandle: usize = 322;
+    pub const cuMemGetMemPool: usize = 327;
     pub const cuMemImportFromShareableHandle: usize = 333;
     pub const cuMemMap: usize = 334;
+    pub const cuMemPoolCreate: usize = 337;
     pub const cuMemPoolDestroy: usize = 338;
+    pub const cuMemPoolExportPointer: usize = 339;
     pub const cuMemPoolExportToShareableHandle: usize = 340;
+    pub const cuMemPoolGetAccess: usize = 341;
+    pub const cuMemPoolGetAttribute: usize = 342;
     pub const cuMemPoolImportFromShareableHandle: usize = 343;
+    pub const cuMemPoolImportPointer: usize = 344;
+    pub const cuMemPoolSetAccess: usize = 345;
+    pub const cuMemPoolSetAttribute: usize = 346;
+    pub const cuMemPoolTrimTo: usize = 347;
     pub const cuMemRelease: usize = 355;
     pub const cuMemRetainAllocationHandle: usize = 356;
     pub const cuMemSetAccess: usize = 357;
+    pub const cuMemSetMemPool: usize = 358;
     pub const cuMemUnmap: usize = 359;
     pub const cuMulticastAddDevice: usize = 457;
     pub const cuMulticastBindAddr: usize = 458;
@@ -755,6 +773,8 @@ pub mod id {
     pub const cuMulticastCreate: usize = 462;
     pub const cuMulticastGetGranularity: usize = 463;
     pub const cuMulticastUnbind: usize = 464;
+    pub const cuPointerGetAttribute: usize = 477;
+    pub const cuPointerGetAttributes: usize = 478;
     pub const cudaGetDriverEntryPoint: usize = 596;
     pub const cudaGetDriverEntryPointByVersion: usize = 597;
 }

@@ -6,8 +6,12 @@
  *   share importer SOCKET PATH  receive the FD, import, map at another address, verify, write
  *   share resolve PATH          print, for wrapped and pass-through names, which library the entry
  *                               path resolves them to
- *   share pool PATH             create a POSIX-shareable memory pool, export it, say so, wait for
- *                               a line on stdin, destroy it, say so, wait for another line
+ *   share pool SOCKET PATH      create a POSIX-shareable memory pool, export it, send the FD over
+ *                               the Unix socket at SOCKET (unless it is -), say so, wait for a
+ *                               line on stdin, destroy it, say so, wait for another line
+ *   share pool-import SOCKET PATH
+ *                               receive a pool FD, import the pool, say so, wait for a line on
+ *                               stdin, destroy it, say so, wait for another line
  * PATH selects how driver functions are found: direct, dlsym, default, next, proc:VERSION,
  * procv1:VERSION, runtime:LIBRARY. */
 #define _GNU_SOURCE
@@ -53,6 +57,7 @@ typedef struct {
 CUresult cuMemPoolCreate(void **, const CUmemPoolProps *);
 CUresult cuMemPoolExportToShareableHandle(void *, void *, int, unsigned long long);
 CUresult cuMemPoolDestroy(void *);
+CUresult cuMemPoolImportFromShareableHandle(void **, void *, int, unsigned long long);
 
 #define SIZE (2u << 20)
 static const char *path;
@@ -316,10 +321,27 @@ int main(int argc, char **argv) {
         char line[16];
         if ((r = R(cuMemPoolCreate)(&pool, &props))) die("pool create", r);
         if ((r = R(cuMemPoolExportToShareableHandle)(&fd, pool, 1, 0))) die("pool export", r);
+        if (strcmp(argv[2], "-")) send_fd(sock(argv[2], 1), fd);
         printf("exported %p\n", pool);
         fflush(stdout);
         if (!fgets(line, sizeof line, stdin)) die("stdin", 0);
         close(fd);
+        if ((r = R(cuMemPoolDestroy)(pool))) die("pool destroy", r);
+        printf("destroyed\n");
+        fflush(stdout);
+        if (!fgets(line, sizeof line, stdin)) die("stdin", 0);
+        return 0;
+    }
+    if (!strcmp(argv[1], "pool-import")) {
+        int fd = recv_fd(sock(argv[2], 0));
+        void *pool;
+        char line[16];
+        if ((r = R(cuMemPoolImportFromShareableHandle)(&pool, (void *)(uintptr_t)fd, 1, 0)))
+            die("pool import", r);
+        close(fd);
+        printf("imported %p\n", pool);
+        fflush(stdout);
+        if (!fgets(line, sizeof line, stdin)) die("stdin", 0);
         if ((r = R(cuMemPoolDestroy)(pool))) die("pool destroy", r);
         printf("destroyed\n");
         fflush(stdout);
