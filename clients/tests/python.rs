@@ -1,8 +1,10 @@
 //! NVIDIA's own Python bindings (`cuda-bindings`, `cuda-core`) drive fakecuda through the
 //! suite in `tests/python/`, once on fakecuda alone and once with the shim preloaded; both runs
-//! must pass, with the same tests passing. The suite in `tests/python-checkpoint/` (cuda.core's
-//! memory-pool IPC across `cuinterpose toggle`) runs with the shim only: without it the native
-//! checkpoint refuses shared pools.
+//! must pass, with the same tests passing. The suite in `tests/python-checkpoint/` (memory-pool
+//! IPC through cuda.core and raw cuda.bindings, across `cuinterpose toggle` and through CRIU)
+//! runs with the shim only: without it the native checkpoint refuses shared pools. Its CRIU
+//! test needs `$CUINTERPOSE_CRIU` or the CRIU `.ci/install-criu` caches (required under
+//! `CI=true`).
 //!
 //! The interpreter is `$CUINTERPOSE_PYTHON`, else `.venv/bin/python` at the workspace root
 //! (`.ci/run` creates it from `tests/python/requirements.txt`). Without one the test says so
@@ -26,7 +28,14 @@ fn python() -> Option<PathBuf> {
 }
 
 /// One pytest run of the suite in `tests/<suite>`; returns the names of the tests that passed.
-fn run(python: &Path, suite: &str, preload: Option<&Path>) -> Vec<String> {
+/// `args` go to pytest, `env` to its environment.
+fn run(
+    python: &Path,
+    suite: &str,
+    preload: Option<&Path>,
+    args: &[&str],
+    env: &[(&str, &Path)],
+) -> Vec<String> {
     let fakecuda_control = tempfile::tempdir().expect("tempdir");
     let shim_control = tempfile::tempdir().expect("tempdir");
     let dir = workspace().join("tests").join(suite);
@@ -39,6 +48,8 @@ fn run(python: &Path, suite: &str, preload: Option<&Path>) -> Vec<String> {
         .env("FAKECUDA_CONTROL_DIR", fakecuda_control.path())
         .env("CUINTERPOSE_CONTROL_DIR", shim_control.path())
         .env("CUINTERPOSE_BIN", build_cli())
+        .args(args)
+        .envs(env.iter().copied())
         .env_remove("LD_PRELOAD");
     if let Some(shim) = preload {
         cmd.env("LD_PRELOAD", shim);
@@ -86,24 +97,62 @@ fn nvidia_bindings_run_on_fakecuda_with_and_without_the_shim() {
     let Some(python) = python_or_skip() else {
         return;
     };
-    let alone = run(&python, "python", None);
+    let alone = run(&python, "python", None, &[], &[]);
     let shim = build_shim();
-    let preloaded = run(&python, "python", Some(shim));
+    let preloaded = run(&python, "python", Some(shim), &[], &[]);
     assert_eq!(alone, preloaded, "the same tests pass with the shim");
     assert!(alone.len() >= 8, "the whole suite ran: {alone:?}");
 }
 
+/// CRIU ≥ 4.1 for the suite's CRIU test: `$CUINTERPOSE_CRIU`, else the one
+/// `.ci/install-criu` caches, if `criu check` passes.
+fn criu() -> Option<PathBuf> {
+    let binary = std::env::var_os("CUINTERPOSE_CRIU")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join(".cache/criu/criu"));
+    let ok = Command::new(&binary)
+        .arg("check")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    ok.then_some(binary)
+}
+
 #[test]
-fn cuda_core_pool_ipc_survives_toggles_under_the_shim() {
+fn memory_pool_ipc_is_checkpointed_under_the_shim() {
     let Some(python) = python_or_skip() else {
         return;
     };
-    let passed = run(&python, "python-checkpoint", Some(build_shim()));
-    assert_eq!(
-        passed,
-        [
-            "test_pool_sharing.py::test_pool_buffers_survive_toggles_shared[2]",
-            "test_pool_sharing.py::test_pool_buffers_survive_toggles_shared[4]",
-        ]
-    );
+    let mut expected = vec![
+        "test_pool_criu.py::test_pool_sharing_survives_criu_dump_and_restore",
+        "test_pool_driver.py::test_pools_of_two_creators_shared_with_one_importer_survive_toggles",
+        "test_pool_driver.py::test_an_async_free_waits_for_the_work_queued_before_it",
+        "test_pool_sharing.py::test_pool_buffers_survive_toggles_shared[2]",
+        "test_pool_sharing.py::test_pool_buffers_survive_toggles_shared[4]",
+    ];
+    let shim = build_shim();
+    let passed = match criu() {
+        Some(criu) => run(
+            &python,
+            "python-checkpoint",
+            Some(shim),
+            &[],
+            &[("CUINTERPOSE_CRIU", &criu)],
+        ),
+        None => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI=true but CRIU is not usable for the pool-IPC CRIU test (.ci/install-criu)"
+            );
+            eprintln!("SKIPPED test_pool_criu.py: CRIU is not usable here (.ci/install-criu)");
+            expected.remove(0);
+            run(
+                &python,
+                "python-checkpoint",
+                Some(shim),
+                &["-k", "not criu"],
+                &[],
+            )
+        }
+    };
+    assert_eq!(passed, expected);
 }

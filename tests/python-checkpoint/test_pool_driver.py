@@ -1,0 +1,206 @@
+"""Memory-pool IPC through NVIDIA's raw `cuda.bindings` driver API under the shim: several pools
+in one process, a process importing from two creators, pointers freed before, between and after
+toggles, pool attributes kept, bad pointer imports refused, stream order kept by an async free,
+and no descriptor, pool or allocation left behind. Run by `clients/tests/python.rs` with the
+shim preloaded (see test_pool_sharing.py)."""
+
+import ctypes
+import multiprocessing
+import os
+import threading
+import time
+
+import pytest
+from cuda.bindings import driver
+
+import driver_peer
+from driver_peer import check, holds
+from test_pool_sharing import cuinterpose
+
+MIB = 1 << 20
+R = driver.CUresult
+ATTR = driver.CUmemPool_attribute
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    assert "libcuinterpose" in os.environ.get("LD_PRELOAD", ""), "run under the shim"
+    multiprocessing.set_start_method("spawn", force=True)
+    # Python's own helper (one pipe for the life of the process) before any count.
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    return driver_peer.context()
+
+
+class Peer:
+    """A driver_peer process and its pipe."""
+
+    def __init__(self):
+        context = multiprocessing.get_context("spawn")
+        self.pipe, theirs = context.Pipe()
+        self.process = context.Process(target=driver_peer.run, args=(theirs,))
+        self.process.start()
+
+    def ask(self, *command):
+        self.pipe.send(command)
+        assert self.pipe.poll(60), f"the peer did not answer {command[0]}"
+        return self.pipe.recv()
+
+    def send_pool(self, name, fd):
+        self.pipe.send(("import_pool", name))
+        multiprocessing.reduction.send_handle(self.pipe, fd, self.process.pid)
+        assert self.pipe.poll(60) and self.pipe.recv() == ("imported", name)
+
+    def receive_pool(self, name):
+        self.pipe.send(("create_pool", name))
+        fd = multiprocessing.reduction.recv_handle(self.pipe)
+        assert self.pipe.recv() == ("created", name)
+        return fd
+
+    def finish(self):
+        assert self.ask("quit") == ("bye",)
+        self.process.join(60)
+        assert self.process.exitcode == 0
+        self.pipe.close()
+        self.process.close()
+
+
+def alloc(pool, size, value, stream):
+    address = check(driver.cuMemAllocFromPoolAsync(size, pool, stream))
+    check(driver.cuMemsetD8Async(address, value, size, stream))
+    check(driver.cuStreamSynchronize(stream))
+    return int(address), driver_peer.export_bytes(check(driver.cuMemPoolExportPointer(address)))
+
+
+def fd_targets():
+    targets = []
+    for f in os.listdir("/proc/self/fd"):
+        try:
+            targets.append(os.readlink(f"/proc/self/fd/{f}"))
+        except OSError:
+            pass
+    return sorted(targets)
+
+
+def test_pools_of_two_creators_shared_with_one_importer_survive_toggles(ctx):
+    fds_before = fd_targets()
+    free_before, _ = check(driver.cuMemGetInfo())
+    stream = check(driver.cuStreamCreate(0))
+    # Two pools here, one in a second creator; the importer takes all three.
+    first, second = driver_peer.ipc_pool(), driver_peer.ipc_pool(max_size=16 * MIB)
+    check(driver.cuMemPoolSetAttribute(first, ATTR.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, driver.cuuint64_t(MIB)))
+    check(driver.cuMemPoolSetAttribute(first, ATTR.CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, 0))
+    other, importer = Peer(), Peer()
+    importer_fds = importer.ask("fds")[1]
+    other_fds = other.ask("fds")[1]
+    for name, pool in (("first", first), ("second", second)):
+        fd = driver_peer.export_pool(pool)
+        importer.send_pool(name, fd)
+        os.close(fd)
+    fd = other.receive_pool("third")
+    importer.send_pool("third", fd)
+    os.close(fd)
+
+    # Freed before any checkpoint.
+    early, _ = alloc(first, MIB, 1, stream)
+    check(driver.cuMemFreeAsync(early, stream))
+    mine = {"a": (first, 2 * MIB, 11), "b": (second, 3 * MIB, 12), "c": (first, MIB, 13)}
+    addresses, sizes, expected = {}, {}, {}
+    for key, (pool, size, value) in mine.items():
+        addresses[key], exported = alloc(pool, size, value, stream)
+        name = "first" if pool is first else "second"
+        assert importer.ask("import_ptr", name, key, exported, size)[:2] == ("mapped", key)
+        sizes[key], expected[key] = size, value
+    _, key, exported = other.ask("alloc", "third", "t", 2 * MIB, 14)
+    assert importer.ask("import_ptr", "third", "t", exported, 2 * MIB)[:2] == ("mapped", "t")
+    expected["t"] = 14
+    # A pointer of one pool is refused by another pool's import, and so are foreign bytes.
+    assert importer.ask("import_ptr", "first", "wrong", exported, 2 * MIB)[0] == "refused"
+    assert importer.ask("import_ptr", "first", "junk", bytes(64), MIB)[0] == "refused"
+    # Only the creator allocates from its pool: an importer's pool handle cannot.
+    assert importer.ask("alloc", "first", "x", MIB, 1)[0] == "refused"
+    assert importer.ask("check", expected)[1] == {k: True for k in expected}
+
+    inspection = cuinterpose("inspect")
+    assert inspection["valid"], inspection
+    assert inspection["summary"]["participants"] == 3, inspection
+    assert inspection["summary"]["shared_allocations"] == 4, inspection
+
+    for round_ in range(2):
+        report = cuinterpose("toggle", "--pid", str(os.getpid()))
+        assert report["command"] == "toggle", report
+        for key in mine:
+            if key in expected:
+                assert holds(addresses[key], expected[key], sizes[key]), (round_, key)
+        assert importer.ask("check", expected)[1] == {k: True for k in expected}
+        assert other.ask("check", {"t": expected["t"]})[1] == {"t": True}
+        # Still shared both ways.
+        for key in ("a", "t"):
+            expected[key] = 40 + round_ * 2 + (key == "t")
+            assert importer.ask("write", key, expected[key]) == ("wrote", key)
+        assert holds(addresses["a"], expected["a"], sizes["a"])
+        assert other.ask("check", {"t": expected["t"]})[1] == {"t": True}
+        # The pool's attributes came through.
+        threshold = check(driver.cuMemPoolGetAttribute(first, ATTR.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD))
+        assert int(threshold) == MIB
+        assert check(driver.cuMemPoolGetAttribute(first, ATTR.CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC)) == 0
+        location = driver.CUmemLocation()
+        location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        location.id = 0
+        flags = check(driver.cuMemPoolGetAccess(first, location))
+        assert flags == driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        if round_ == 0:
+            # Freed between the toggles (importer first), and one allocated after a restore.
+            assert importer.ask("free", "c") == ("freed", "c")
+            check(driver.cuMemFreeAsync(addresses.pop("c"), stream))
+            del expected["c"], mine["c"]
+            addresses["d"], exported = alloc(second, MIB, 15, stream)
+            assert importer.ask("import_ptr", "second", "d", exported, MIB)[:2] == ("mapped", "d")
+            mine["d"], sizes["d"], expected["d"] = (second, MIB, 15), MIB, 15
+    used = check(driver.cuMemPoolGetAttribute(second, ATTR.CU_MEMPOOL_ATTR_USED_MEM_CURRENT))
+    assert int(used) >= 4 * MIB
+
+    # Teardown: the importer lets go first, then the creators; nothing is left.
+    _, importer_at_end = importer.ask("release")
+    _, other_at_end = other.ask("release")
+    importer.finish()
+    other.finish()
+    for key in list(addresses):
+        check(driver.cuMemFreeAsync(addresses.pop(key), stream))
+    check(driver.cuStreamSynchronize(stream))
+    assert int(check(driver.cuMemPoolGetAttribute(second, ATTR.CU_MEMPOOL_ATTR_USED_MEM_CURRENT))) == 0
+    check(driver.cuMemPoolDestroy(first))
+    check(driver.cuMemPoolDestroy(second))
+    assert driver.cuMemPoolDestroy(second)[0] == R.CUDA_ERROR_INVALID_VALUE
+    check(driver.cuStreamDestroy(stream))
+    # Once everything is freed, three imported pools and five imported pointers left no
+    # descriptor behind in the importer, nor did the second creator's pool and allocation.
+    assert importer_at_end == importer_fds, (importer_fds, importer_at_end)
+    assert other_at_end == other_fds, (other_fds, other_at_end)
+    assert fd_targets() == fds_before
+    free_after, _ = check(driver.cuMemGetInfo())
+    assert int(free_after) == int(free_before), "every pool allocation was released"
+    after = cuinterpose("inspect")
+    assert after["summary"]["shared_allocations"] == 0, after
+
+
+def test_an_async_free_waits_for_the_work_queued_before_it(ctx):
+    stream = check(driver.cuStreamCreate(0))
+    pool = driver_peer.ipc_pool()
+    address, _ = alloc(pool, MIB, 3, stream)
+    done = threading.Event()
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    def slow(_):
+        time.sleep(0.3)
+        done.set()
+
+    check(driver.cuLaunchHostFunc(stream, driver.CUhostFn(ctypes.cast(slow, ctypes.c_void_p).value), 0))
+    check(driver.cuMemsetD8Async(address, 4, MIB, stream))
+    check(driver.cuMemFreeAsync(address, stream))
+    # The free went after the queued work: by the time it returned, that work had run.
+    assert done.is_set()
+    assert driver.cuMemcpyDtoH(bytearray(16), address, 16)[0] != R.CUDA_SUCCESS
+    check(driver.cuMemPoolDestroy(pool))
+    check(driver.cuStreamDestroy(stream))
