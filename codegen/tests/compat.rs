@@ -86,7 +86,7 @@ fn version_2_lists_its_changes() {
     assert!(report.is_compatible());
 }
 
-/// Version 3 (the pool adapter's tickets and pointer handles) against version 2.
+/// Version 3 (the pool adapter's tickets, pointer handles and records) against version 2.
 #[test]
 fn version_3_lists_its_changes() {
     let old = compile("v2.ron", &released_v2()).expect("valid");
@@ -97,6 +97,8 @@ fn version_3_lists_its_changes() {
         changes,
         [
             "enum ResourceKind value Pool: added",
+            "union Record variant Pool: added",
+            "union Record variant PoolMember: added",
             "layout PoolPointerHandle: added",
         ],
         "{report}"

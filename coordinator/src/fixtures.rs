@@ -10,7 +10,8 @@ use cuinterpose_protocol::{
     AllocationRecord, AllocationReference, AllocationType, BindingSource, BindingVersion,
     BoundedVec, HandleTypes, InspectionReply, Location, LocationType, MappingRecord, MemberRange,
     MemoryBindingSource, MulticastBindingRecord, MulticastDeviceRecord, MulticastMappingRecord,
-    MulticastProperties, MulticastRecord, NamespacePid, Phase, Record, StateFile,
+    MulticastProperties, MulticastRecord, NamespacePid, Phase, PoolMemberRecord, PoolRecord,
+    Record, StateFile,
 };
 
 /// 2 MiB, the usual granularity.
@@ -195,6 +196,33 @@ pub fn state_file(participants: &BTreeMap<NamespacePid, Vec<Record>>) -> StateFi
         );
     }
     StateFile::seal(map.try_into().expect("within MAX_PARTICIPANTS"))
+}
+
+/// Pool `n` of `creator` on device 0, as a participant holds it (`access`: grants to other
+/// devices).
+pub fn pool(n: u8, creator: u32, access: Vec<AccessDescriptor>) -> PoolRecord {
+    PoolRecord {
+        pool: reference(n, creator),
+        device: 0,
+        max_size: 0,
+        release_threshold: 0,
+        access: BoundedVec::try_from(access).expect("within MAX_ACCESS"),
+    }
+}
+
+/// Allocation `allocation` (created by `allocation_creator`) as a member of pool `n` of
+/// `creator`.
+pub fn pool_member(
+    n: u8,
+    creator: u32,
+    allocation: u8,
+    allocation_creator: u32,
+) -> PoolMemberRecord {
+    PoolMemberRecord {
+        pool: reference(n, creator),
+        allocation: reference(allocation, allocation_creator),
+        requested_size: SIZE - 4096,
+    }
 }
 
 /// Address where participant `p` maps allocation `n`.

@@ -95,7 +95,7 @@ pub fn multicast_properties(properties: &MulticastProperties) -> String {
     )
 }
 
-fn access(list: &[AccessDescriptor]) -> String {
+pub fn access(list: &[AccessDescriptor]) -> String {
     if list.is_empty() {
         return "no access".to_string();
     }
@@ -178,6 +178,20 @@ pub fn record(record: &Record) -> String {
             r.offset,
             r.flags,
             access(&r.access)
+        ),
+        Record::Pool(r) => format!(
+            "memory pool {} on device {}: max size {:#x}, release threshold {:#x}, access [{}]",
+            reference(&r.pool),
+            r.device,
+            r.max_size,
+            r.release_threshold,
+            access(&r.access)
+        ),
+        Record::PoolMember(r) => format!(
+            "allocation {} of memory pool {}: {} bytes requested",
+            reference(&r.allocation),
+            reference(&r.pool),
+            r.requested_size
         ),
     }
 }
@@ -295,6 +309,18 @@ pub fn record_json(record: &Record) -> Value {
             "offset": r.offset,
             "flags": r.flags,
             "access": access_json(&r.access),
+        }),
+        Record::Pool(r) => json!({
+            "pool": reference_json(&r.pool),
+            "device": r.device,
+            "max_size": r.max_size,
+            "release_threshold": r.release_threshold,
+            "access": access_json(&r.access),
+        }),
+        Record::PoolMember(r) => json!({
+            "pool": reference_json(&r.pool),
+            "allocation": reference_json(&r.allocation),
+            "requested_size": r.requested_size,
         }),
     };
     if let Value::Object(fields) = fields {

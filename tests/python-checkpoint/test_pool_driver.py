@@ -126,6 +126,22 @@ def test_pools_of_two_creators_shared_with_one_importer_survive_toggles(ctx):
     assert inspection["valid"], inspection
     assert inspection["summary"]["participants"] == 3, inspection
     assert inspection["summary"]["shared_allocations"] == 4, inspection
+    # The pools are records too: two here and one in the second creator, the importer's three
+    # imports naming those creators; every allocation named with its pool.
+    records = {pid: p["records"] for pid, p in inspection["participants"].items()}
+    pools = {pid: [r for r in rs if r["kind"] == "pool"] for pid, rs in records.items()}
+    members = {pid: [r for r in rs if r["kind"] == "pool_member"] for pid, rs in records.items()}
+    me, theirs = str(os.getpid()), str(other.process.pid)
+    mine_pid = int(me)
+    assert len(pools[me]) == 2 and all(p["pool"]["creator_pid"] == mine_pid for p in pools[me])
+    assert len(pools[theirs]) == 1
+    importer_pools = pools[str(importer.process.pid)]
+    assert sorted(p["pool"]["creator_pid"] for p in importer_pools) == sorted(
+        [mine_pid, mine_pid, int(theirs)]
+    ), importer_pools
+    assert [len(members[pid]) for pid in (me, theirs, str(importer.process.pid))] == [3, 1, 4]
+    first_record = [p for p in pools[me] if p["release_threshold"] == MIB]
+    assert len(first_record) == 1, pools[me]
 
     for round_ in range(2):
         report = cuinterpose("toggle", "--pid", str(os.getpid()))

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use cuinterpose_protocol::{
     AccessDescriptor, AllocationId, AllocationRecord, AllocationReference, LocationType,
-    MulticastRecord, NamespacePid, Record,
+    MulticastRecord, NamespacePid, PoolRecord, Record,
 };
 
 use super::errors::{Object, TopologyError};
@@ -36,6 +36,9 @@ pub(super) struct Checker<'a> {
     pub(super) bindings: BTreeSet<(NamespacePid, AllocationId, i32)>,
     /// (participant, id) of allocations mapped in that participant.
     pub(super) mapped: BTreeSet<(NamespacePid, AllocationId)>,
+    /// First pool record per (participant, pool id).
+    pub(super) pools: BTreeMap<(NamespacePid, AllocationId), &'a PoolRecord>,
+    pub(super) pool_creators: Creators,
 }
 
 /// Indexes one allocation or multicast record of `pid`: a creator record is noted under its
@@ -76,6 +79,8 @@ impl<'a> Checker<'a> {
             devices: BTreeMap::new(),
             bindings: BTreeSet::new(),
             mapped: BTreeSet::new(),
+            pools: BTreeMap::new(),
+            pool_creators: BTreeMap::new(),
         };
         if participants.is_empty() {
             checker.errors.push(TopologyError::NoParticipants);
@@ -123,13 +128,23 @@ impl<'a> Checker<'a> {
                     Record::MulticastBinding(r) => {
                         checker.bindings.insert((pid, r.object.id, r.device));
                     }
-                    Record::MulticastMapping(_) => {}
+                    Record::Pool(r) => define(
+                        pid,
+                        &r.pool,
+                        r,
+                        Object::Pool,
+                        &mut checker.pools,
+                        &mut checker.pool_creators,
+                        &mut checker.errors,
+                    ),
+                    Record::MulticastMapping(_) | Record::PoolMember(_) => {}
                 }
             }
         }
         for (kind, creators) in [
             ("allocation", &checker.allocation_creators),
             ("multicast object", &checker.multicast_creators),
+            ("memory pool", &checker.pool_creators),
         ] {
             for (id, claimants) in creators {
                 if claimants.len() > 1 {

@@ -12,12 +12,15 @@ use crate::render;
 pub enum Object {
     Allocation(AllocationReference),
     Multicast(AllocationReference),
+    Pool(AllocationReference),
 }
 
 impl Object {
     pub fn reference(&self) -> &AllocationReference {
         match self {
-            Self::Allocation(reference) | Self::Multicast(reference) => reference,
+            Self::Allocation(reference) | Self::Multicast(reference) | Self::Pool(reference) => {
+                reference
+            }
         }
     }
 
@@ -34,6 +37,9 @@ impl fmt::Display for Object {
             }
             Self::Multicast(reference) => {
                 write!(f, "multicast object {}", render::reference(reference))
+            }
+            Self::Pool(reference) => {
+                write!(f, "memory pool {}", render::reference(reference))
             }
         }
     }
@@ -113,6 +119,48 @@ pub enum TopologyError {
         object.reference().creator_pid
     )]
     MissingCreatorRecord { pid: NamespacePid, object: Object },
+    #[error(
+        "participant {pid}: {pool}: allocation {} is recorded as its member, but this \
+         participant holds no record of the pool",
+        render::reference(allocation)
+    )]
+    PoolMemberWithoutPool {
+        pid: NamespacePid,
+        pool: Object,
+        allocation: AllocationReference,
+    },
+    #[error(
+        "participant {pid}: {pool}: member allocation {} has no allocation record here",
+        render::reference(allocation)
+    )]
+    PoolMemberWithoutAllocation {
+        pid: NamespacePid,
+        pool: Object,
+        allocation: AllocationReference,
+    },
+    #[error(
+        "participant {pid}: {pool}: allocation {} (created by participant {}) cannot be its \
+         member: a pool's allocations are its creator's",
+        render::reference(allocation),
+        allocation.creator_pid
+    )]
+    PoolMemberForeign {
+        pid: NamespacePid,
+        pool: Object,
+        allocation: AllocationReference,
+    },
+    #[error(
+        "participant {pid}: {pool}: grants {granted}, but the mapping of its allocation {} at \
+         {address:#x} does not",
+        render::reference(allocation)
+    )]
+    PoolAccessNotApplied {
+        pid: NamespacePid,
+        pool: Object,
+        allocation: AllocationReference,
+        address: u64,
+        granted: String,
+    },
     #[error("participant {pid}: {object}: created with size 0")]
     ZeroSize { pid: NamespacePid, object: Object },
     #[error(
@@ -303,6 +351,10 @@ impl TopologyError {
             | Self::ConflictingCreator { pid, .. }
             | Self::CreatorNotParticipant { pid, .. }
             | Self::MissingCreatorRecord { pid, .. }
+            | Self::PoolMemberWithoutPool { pid, .. }
+            | Self::PoolMemberWithoutAllocation { pid, .. }
+            | Self::PoolMemberForeign { pid, .. }
+            | Self::PoolAccessNotApplied { pid, .. }
             | Self::ZeroSize { pid, .. }
             | Self::ImportSizeMismatch { pid, .. }
             | Self::ImportPropertiesMismatch { pid, .. }

@@ -6,8 +6,8 @@
 //! ones. Nothing is sent to any participant when validation fails.
 //!
 //! Layout: `errors` (the rules, as messages), `topology` (what a valid topology holds),
-//! `checker` (the index pass, the shared checks, the summary), then the `allocations` and
-//! `multicast` passes.
+//! `checker` (the index pass, the shared checks, the summary), then the `allocations`,
+//! `multicast` and `pools` passes.
 
 use std::collections::BTreeMap;
 
@@ -17,6 +17,9 @@ mod allocations;
 mod checker;
 mod errors;
 mod multicast;
+#[cfg(test)]
+mod pool_tests;
+mod pools;
 #[cfg(test)]
 mod tests;
 mod topology;
@@ -82,6 +85,7 @@ pub fn validate_records(
     checker.allocations();
     checker.mappings();
     checker.multicast();
+    checker.pools();
     let topology = checker.summary();
     if checker.errors.is_empty() {
         Ok(topology)

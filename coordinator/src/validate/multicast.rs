@@ -159,7 +159,11 @@ impl Checker<'_> {
                         }
                         self.check_access(pid, &object, "multicast mapping", r.address, &r.access);
                     }
-                    Record::Allocation(_) | Record::Mapping(_) | Record::Multicast(_) => {}
+                    Record::Allocation(_)
+                    | Record::Mapping(_)
+                    | Record::Multicast(_)
+                    | Record::Pool(_)
+                    | Record::PoolMember(_) => {}
                 }
             }
         }

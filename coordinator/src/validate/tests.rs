@@ -9,13 +9,13 @@ use cuinterpose_protocol::{
 use super::*;
 use crate::fixtures::*;
 
-type Participants = BTreeMap<NamespacePid, Vec<Record>>;
+pub(super) type Participants = BTreeMap<NamespacePid, Vec<Record>>;
 
-fn valid() -> Participants {
+pub(super) fn valid() -> Participants {
     shared_topology(101)
 }
 
-fn of(participants: &mut Participants, p: u32) -> &mut Vec<Record> {
+pub(super) fn of(participants: &mut Participants, p: u32) -> &mut Vec<Record> {
     participants.get_mut(&pid(p)).expect("participant")
 }
 
@@ -53,7 +53,7 @@ fn check_inspections(
     errors
 }
 
-fn check(
+pub(super) fn check(
     participants: &Participants,
     participant: Option<u32>,
     object: Option<u8>,

@@ -141,6 +141,24 @@ pub fn records() -> Vec<(&'static str, p::Record)> {
                 access: access(&[(0, p::AccessFlags::ProtReadWrite)]),
             }),
         ),
+        (
+            "pool",
+            p::Record::Pool(p::PoolRecord {
+                pool: reference(0x55, 100),
+                device: 0,
+                max_size: 64 << 20,
+                release_threshold: 1 << 20,
+                access: access(&[(1, p::AccessFlags::ProtRead)]),
+            }),
+        ),
+        (
+            "pool_member",
+            p::Record::PoolMember(p::PoolMemberRecord {
+                pool: reference(0x55, 100),
+                allocation: reference(0x11, 100),
+                requested_size: 3 << 20,
+            }),
+        ),
     ]
 }
 

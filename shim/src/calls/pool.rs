@@ -70,6 +70,11 @@ fn pool_mut(r: &mut Registry, handle: u64) -> CuResult<&mut Pool> {
 pub fn destroy(handle: u64) -> CuResult<()> {
     process::with(|r| {
         let pool = pool_mut(r, handle)?;
+        pool.handles -= 1;
+        if pool.handles > 0 {
+            // Another import of the same pool still names it.
+            return Ok(());
+        }
         pool.destroyed = true;
         let idle = pool.used == 0;
         r.pools.current.retain(|_, &mut h| h != handle);
@@ -335,13 +340,16 @@ pub fn import(fd: BorrowedFd<'_>) -> CuResult<Option<u64>> {
     let device = context::current_device(d)?;
     process::with(|r| {
         r.require_active()?;
+        if let Some(h) = r.pools.find(&ticket.handle.allocation) {
+            // Imported before, or this process's own pool imported back: the same record,
+            // one handle more.
+            let p = pool_mut(r, h)?;
+            p.handles += 1;
+            return Ok(Some(h));
+        }
         if ticket.handle.creator_pid == r.pid {
-            // This process's own pool, imported back.
-            return r
-                .pools
-                .find(&ticket.handle.allocation)
-                .map(Some)
-                .ok_or(CuError::INVALID_HANDLE);
+            // This process's own pool, destroyed since.
+            return Err(CuError::INVALID_HANDLE);
         }
         let mut pool = Pool::new(
             ticket.handle.allocation,

@@ -6,7 +6,7 @@ use crate::state::registry::{BindingTarget, Kind, Registry};
 use cuinterpose_protocol::{
     AddressBindingSource, AllocationRecord, BindingSource, BoundedVec, MAX_RECORDS, MappingRecord,
     MemberRange, MemoryBindingSource, MulticastBindingRecord, MulticastDeviceRecord,
-    MulticastMappingRecord, MulticastRecord, Record,
+    MulticastMappingRecord, MulticastRecord, PoolMemberRecord, PoolRecord, Record,
 };
 use cuinterpose_protocol::{InspectionReply, RefusalCode, Reply};
 
@@ -96,6 +96,7 @@ pub fn records(r: &Registry) -> Result<BoundedVec<Record, MAX_RECORDS>, usize> {
             }));
         }
     }
+    pool_records(r, &mut out);
     out.sort();
     let count = out.len();
     BoundedVec::try_from(out).map_err(|_| count)
@@ -148,5 +149,36 @@ pub fn inspection(r: &Registry) -> Reply {
                 cuinterpose_protocol::MAX_RECORDS
             ),
         ),
+    }
+}
+
+/// The pool adapter's pools and which allocation belongs to which.
+fn pool_records(r: &Registry, out: &mut Vec<Record>) {
+    let reference = |p: &crate::state::pools::Pool| cuinterpose_protocol::AllocationReference {
+        id: p.id,
+        creator_pid: p.creator_pid,
+    };
+    for p in r.pools.by_handle.values() {
+        out.push(Record::Pool(PoolRecord {
+            pool: reference(p),
+            device: p.device,
+            max_size: p.max_size,
+            release_threshold: p.release_threshold,
+            // Bounded when recorded (cuMemPoolSetAccess refuses more).
+            access: BoundedVec::try_from(p.access.clone()).unwrap_or_default(),
+        }));
+    }
+    for a in r.allocations.values() {
+        let Some(malloc) = a.malloc.filter(|m| m.pool != 0) else {
+            continue;
+        };
+        let Some(p) = r.pools.by_handle.get(&malloc.pool) else {
+            continue;
+        };
+        out.push(Record::PoolMember(PoolMemberRecord {
+            pool: reference(p),
+            allocation: a.reference.clone(),
+            requested_size: malloc.requested,
+        }));
     }
 }

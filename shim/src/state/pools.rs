@@ -40,6 +40,9 @@ pub struct Pool {
     pub exports: u64,
     /// Imported from another process.
     pub imported: bool,
+    /// Live application handles: 1 for the creator's, one per import (importing the same
+    /// pool again names the same record).
+    pub handles: u64,
     /// `cuMemPoolDestroy` was called: the record goes with its last allocation.
     pub destroyed: bool,
 }
@@ -61,6 +64,7 @@ impl Pool {
             reserved_high: 0,
             exports: 0,
             imported: false,
+            handles: 1,
             destroyed: false,
         }
     }
