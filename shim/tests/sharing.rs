@@ -421,8 +421,8 @@ fn said(out: &mut impl std::io::BufRead, what: &str) {
     assert!(line.starts_with(what), "expected {what:?}, got {line:?}");
 }
 
-/// A device pool exportable as POSIX FDs is the shim's own (the pool adapter), so exporting it
-/// leaves the process checkpointable. A pool the shim cannot rebuild (imported from a process
+/// A device pool exportable as POSIX FDs is the shim's own (the pool adapter): exporting it
+/// leaves the process checkpointable, and inspection reports it until it is destroyed. A pool the shim cannot rebuild (imported from a process
 /// without the shim) is never silent: inspection refuses, naming it, until it is destroyed.
 #[test]
 fn shared_memory_pools_are_adapted_or_refused_by_name() {
@@ -432,9 +432,17 @@ fn shared_memory_pools_are_adapted_or_refused_by_name() {
     let (mut own, mut stdin, mut out) = pool_process(&sandbox, "pool", "-", true);
     said(&mut out, "exported");
     let inspection = inspect(&sandbox, own.id() as i32);
-    assert!(inspection.records.is_empty(), "{inspection:?}");
+    match &inspection.records[..] {
+        [cuinterpose_protocol::Record::Pool(pool)] => {
+            assert_eq!(pool.pool.creator_pid.get(), own.id(), "{pool:?}");
+            assert_eq!(pool.device, 0);
+        }
+        other => panic!("one pool record: {other:?}"),
+    }
     writeln!(stdin, "destroy").unwrap();
     said(&mut out, "destroyed");
+    let inspection = inspect(&sandbox, own.id() as i32);
+    assert!(inspection.records.is_empty(), "{inspection:?}");
     writeln!(stdin, "exit").unwrap();
     assert!(own.wait().unwrap().success());
 

@@ -91,6 +91,12 @@ def test_pools_of_two_creators_shared_with_one_importer_survive_toggles(ctx):
     first, second = driver_peer.ipc_pool(), driver_peer.ipc_pool(max_size=16 * MIB)
     check(driver.cuMemPoolSetAttribute(first, ATTR.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, driver.cuuint64_t(MIB)))
     check(driver.cuMemPoolSetAttribute(first, ATTR.CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, 0))
+    # Device 1 may read the first pool's memory (fakecuda has two devices).
+    peer = driver.CUmemAccessDesc()
+    peer.location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    peer.location.id = 1
+    peer.flags = driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READ
+    check(driver.cuMemPoolSetAccess(first, [peer], 1))
     other, importer = Peer(), Peer()
     importer_fds = importer.ask("fds")[1]
     other_fds = other.ask("fds")[1]
@@ -106,12 +112,17 @@ def test_pools_of_two_creators_shared_with_one_importer_survive_toggles(ctx):
     early, _ = alloc(first, MIB, 1, stream)
     check(driver.cuMemFreeAsync(early, stream))
     mine = {"a": (first, 2 * MIB, 11), "b": (second, 3 * MIB, 12), "c": (first, MIB, 13)}
-    addresses, sizes, expected = {}, {}, {}
+    addresses, sizes, expected, mapped = {}, {}, {}, {}
     for key, (pool, size, value) in mine.items():
         addresses[key], exported = alloc(pool, size, value, stream)
         name = "first" if pool is first else "second"
-        assert importer.ask("import_ptr", name, key, exported, size)[:2] == ("mapped", key)
-        sizes[key], expected[key] = size, value
+        reply = importer.ask("import_ptr", name, key, exported, size)
+        assert reply[:2] == ("mapped", key)
+        sizes[key], expected[key], mapped[key] = size, value, (reply[2], exported)
+    # The same pointer imported again: the same address, and one free of it leaves the other.
+    again = importer.ask("import_ptr", "first", "a-again", mapped["a"][1], sizes["a"])
+    assert again == ("mapped", "a-again", mapped["a"][0])
+    assert importer.ask("free", "a-again") == ("freed", "a-again")
     _, key, exported = other.ask("alloc", "third", "t", 2 * MIB, 14)
     assert importer.ask("import_ptr", "third", "t", exported, 2 * MIB)[:2] == ("mapped", "t")
     expected["t"] = 14
@@ -142,6 +153,7 @@ def test_pools_of_two_creators_shared_with_one_importer_survive_toggles(ctx):
     assert [len(members[pid]) for pid in (me, theirs, str(importer.process.pid))] == [3, 1, 4]
     first_record = [p for p in pools[me] if p["release_threshold"] == MIB]
     assert len(first_record) == 1, pools[me]
+    assert first_record[0]["access"] == [{"flags": "read", "location": {"id": 1, "type": "device"}}]
 
     for round_ in range(2):
         report = cuinterpose("toggle", "--pid", str(os.getpid()))
@@ -166,6 +178,9 @@ def test_pools_of_two_creators_shared_with_one_importer_survive_toggles(ctx):
         location.id = 0
         flags = check(driver.cuMemPoolGetAccess(first, location))
         assert flags == driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        location.id = 1
+        flags = check(driver.cuMemPoolGetAccess(first, location))
+        assert flags == driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READ
         if round_ == 0:
             # Freed between the toggles (importer first), and one allocated after a restore.
             assert importer.ask("free", "c") == ("freed", "c")
@@ -199,6 +214,9 @@ def test_pools_of_two_creators_shared_with_one_importer_survive_toggles(ctx):
     assert int(free_after) == int(free_before), "every pool allocation was released"
     after = cuinterpose("inspect")
     assert after["summary"]["shared_allocations"] == 0, after
+    # No pool and no pool allocation is left on record either.
+    left = after["participants"][str(os.getpid())]["records"]
+    assert not [r for r in left if r["kind"] in ("pool", "pool_member")], left
 
 
 def test_an_async_free_waits_for_the_work_queued_before_it(ctx):

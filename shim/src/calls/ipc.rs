@@ -315,23 +315,10 @@ pub fn ipc_open(bytes: &[u8; 64], flags: u32) -> CuResult<u64> {
         if handle.creator_pid == r.pid {
             return Err(CuError::INVALID_CONTEXT);
         }
-        let Some(a) = r.allocations.get_mut(&reference.id) else {
-            return Ok(None);
+        let fits = |a: &Allocation, m: &MallocInfo| {
+            a.size == handle.extent.get() && m.requested == handle.requested_size.get()
         };
-        match a.malloc.as_mut() {
-            Some(m)
-                if a.reference == reference
-                    && a.size == handle.extent.get()
-                    && m.requested == handle.requested_size.get() =>
-            {
-                m.opens += 1;
-                Ok(r.mappings
-                    .iter()
-                    .find(|(_, m)| m.id == reference.id)
-                    .map(|(&base, _)| base))
-            }
-            _ => Err(CuError::INVALID_HANDLE),
-        }
+        reopen(r, &reference, fits, CuError::INVALID_HANDLE)
     })?;
     if let Some(address) = existing {
         return Ok(address);
@@ -344,6 +331,31 @@ pub fn ipc_open(bytes: &[u8; 64], flags: u32) -> CuResult<u64> {
         0,
         device,
     )
+}
+
+/// One more open of a region already opened here (an IPC open, or a pool pointer imported
+/// before): its address. `None` when it is not here; `mismatch` when it is, but `fits` says
+/// the handle describes it otherwise.
+pub fn reopen(
+    r: &mut Registry,
+    reference: &AllocationReference,
+    fits: impl FnOnce(&Allocation, &MallocInfo) -> bool,
+    mismatch: CuError,
+) -> CuResult<Option<u64>> {
+    let Some(a) = r.allocations.get_mut(&reference.id) else {
+        return Ok(None);
+    };
+    let same = a.reference == *reference && a.malloc.is_some_and(|m| fits(a, &m));
+    match a.malloc.as_mut() {
+        Some(m) if same => {
+            m.opens += 1;
+            Ok(r.mappings
+                .iter()
+                .find(|(_, m)| m.id == reference.id)
+                .map(|(&base, _)| base))
+        }
+        _ => Err(mismatch),
+    }
 }
 
 /// Maps another process's region here: asks its creator for the FD (the allocation id

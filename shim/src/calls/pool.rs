@@ -425,19 +425,12 @@ pub fn import_pointer(handle: u64, data: &[u8; 64]) -> CuResult<Option<u64>> {
             // The pointer belongs to another pool.
             return Err(CuError::INVALID_VALUE);
         }
-        let Some(a) = r.allocations.get_mut(&reference.id) else {
-            return Ok(None);
-        };
-        match a.malloc.as_mut() {
-            Some(m) if a.reference == reference && m.pool == handle => {
-                m.opens += 1;
-                Ok(r.mappings
-                    .iter()
-                    .find(|(_, m)| m.id == reference.id)
-                    .map(|(&base, _)| base))
-            }
-            _ => Err(CuError::INVALID_VALUE),
-        }
+        ipc::reopen(
+            r,
+            &reference,
+            |_, m| m.pool == handle,
+            CuError::INVALID_VALUE,
+        )
     })?;
     if let Some(address) = existing {
         return Ok(Some(address));

@@ -120,8 +120,8 @@ pub fn inspection(r: &Registry) -> Reply {
         return refused(
             RefusalCode::Unsupported,
             format!(
-                "memory-pool sharing cannot be checkpointed yet: {} (the shim does not rebuild \
-                 shared pools; destroy them before a checkpoint)",
+                "memory-pool sharing cannot be checkpointed: {} (the shim rebuilds only the IPC \
+                 device pools it created itself; destroy these before a checkpoint)",
                 pools.join("; ")
             ),
         );
