@@ -6,6 +6,8 @@ use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
+use cuinterpose_protocol::NamespacePid;
+
 use crate::events::Event;
 use crate::plan::{Run, RunError, Stage};
 use crate::report::Report;
@@ -41,6 +43,23 @@ pub enum CommandError {
         during: String,
         #[source]
         source: Box<CommandError>,
+    },
+    /// Participants of the checkpoint died while a step ran (a task CRIU was injecting its
+    /// parasite into when CRIU was killed dies of the trap CRIU left, and a PID namespace ends
+    /// with its init): the workload cannot be put back.
+    #[error(
+        "{} died during {during}, so the workload cannot be put back",
+        match pids.as_slice() {
+            [one] => format!("participant {one}"),
+            many => format!(
+                "participants {}",
+                many.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    )]
+    Died {
+        pids: Vec<NamespacePid>,
+        during: String,
     },
     /// A step failed after participants were changed, every participant was alive, and the
     /// workload was put back in place from the host carriers: it runs on, unchanged.

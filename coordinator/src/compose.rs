@@ -295,7 +295,14 @@ pub fn resume_in_place(
         report.absorb(commands::restore(&session, dir, progress)?);
         Ok(report)
     };
-    match rollback() {
+    let outcome = rollback().map_err(|rollback_error| {
+        // A participant that died meanwhile (as its tree collapsed) explains the failure.
+        match died_since(workload, root, dir, during) {
+            Some(died) => died,
+            None => rollback_error,
+        }
+    });
+    match outcome {
         Ok(resumed) => {
             commands::discard_checkpoint(dir);
             CommandError::Aborted {
@@ -312,6 +319,27 @@ pub fn resume_in_place(
             source: Box::new(error),
         },
     }
+}
+
+/// The participants of the state in `dir` that are no longer alive in the tree of `root`, as
+/// the error that says so; `None` when every one lives.
+fn died_since(workload: &Workload, root: u32, dir: &Path, during: &str) -> Option<CommandError> {
+    let saved = state::load(dir).ok()?;
+    let alive: Vec<u32> = match process::tree(&workload.proc_dir, root) {
+        Ok(tree) => tree.iter().map(|p| p.namespace_pid.get()).collect(),
+        Err(process::ProcessError::NoSuchProcess { .. }) => Vec::new(),
+        Err(_) => return None,
+    };
+    let died: Vec<NamespacePid> = saved
+        .participants
+        .keys()
+        .copied()
+        .filter(|pid| !alive.contains(&pid.get()))
+        .collect();
+    (!died.is_empty()).then(|| CommandError::Died {
+        pids: died,
+        during: during.to_owned(),
+    })
 }
 
 /// Which processes `restore` restores natively.
@@ -503,3 +531,7 @@ fn temporary_dir(root: u32) -> Result<PathBuf, CommandError> {
         })?;
     Ok(path)
 }
+
+#[cfg(test)]
+#[path = "compose_tests.rs"]
+mod tests;

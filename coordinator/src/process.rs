@@ -37,6 +37,24 @@ pub fn parse_parent(stat: &str) -> Option<u32> {
     fields.next()?.parse().ok()
 }
 
+/// `PF_EXITING` in the flags of `/proc/<pid>/stat`: set as a process starts to exit, before
+/// it closes its files.
+const PF_EXITING: u64 = 0x4;
+
+/// Whether the content of `/proc/<pid>/stat` describes a process that has died or is dying (a
+/// zombie not yet reaped, one being torn down, or one inside its exit).
+pub fn parse_dead(stat: &str) -> bool {
+    let Some(end) = stat.rfind(')') else {
+        return false;
+    };
+    let fields: Vec<&str> = stat[end + 1..].split_whitespace().collect();
+    let exiting = fields
+        .get(6)
+        .and_then(|flags| flags.parse::<u64>().ok())
+        .is_some_and(|flags| flags & PF_EXITING != 0);
+    exiting || matches!(fields.first(), Some(&("Z" | "X" | "x")))
+}
+
 /// The innermost namespace PID from the content of `/proc/<pid>/status`: `NSpid:` lists the
 /// PID in every namespace from the one `/proc` belongs to down to the process's own, last.
 pub fn parse_namespace_pid(status: &str) -> Option<NamespacePid> {
@@ -117,6 +135,13 @@ pub fn tree(proc: &Path, root: u32) -> Result<Vec<TreeProcess>, ProcessError> {
         };
         let path = entry.path().join("stat");
         let Some(stat) = read(&path)? else { continue };
+        if parse_dead(&stat) {
+            // Dead, not yet reaped: not part of the living tree (a dead root is no tree).
+            if pid == root {
+                return Err(ProcessError::NoSuchProcess { pid });
+            }
+            continue;
+        }
         let parent = parse_parent(&stat).ok_or(ProcessError::Parse {
             path,
             what: "the parent pid",
@@ -154,6 +179,21 @@ mod tests {
         assert_eq!(parse_parent("42 (a) b) (c) R 9 1 1"), Some(9));
         assert_eq!(parse_parent("42 (x y) S"), None);
         assert_eq!(parse_parent("garbage"), None);
+    }
+
+    #[test]
+    fn dead_processes_are_told_by_their_state() {
+        assert!(parse_dead("42 (sh) Z 7 42 42 0 -1"));
+        assert!(parse_dead("42 (a) Z) X 9 1 1"));
+        assert!(
+            !parse_dead("42 (a) Z) S 9 1 1"),
+            "the state follows the last parenthesis"
+        );
+        assert!(!parse_dead("42 (worker) S 7 42"));
+        assert!(!parse_dead("garbage"));
+        // Still running, but inside its exit (PF_EXITING in the flags, the 9th field).
+        assert!(parse_dead("42 (worker) R 7 42 42 0 -1 4194308 0"));
+        assert!(!parse_dead("42 (worker) S 7 42 42 0 -1 4194304 0"));
     }
 
     #[test]

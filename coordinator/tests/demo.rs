@@ -6,6 +6,7 @@ mod support;
 
 use std::process::{Command, Output};
 
+use cuinterpose_coordinator::fixtures::TempDir;
 use cuinterpose_testkit::{build_shim, build_worker, fakecuda_lib_dir};
 use serde_json::Value;
 use support::cli::{self, check_exit};
@@ -148,6 +149,81 @@ fn a_criu_dump_on_a_full_disk_is_aborted_and_the_workload_resumed() {
 
 /// A demo that fails at start-up (no such driver) leaves nothing in `$TMPDIR`, and says how
 /// to keep its work directory; with --keep the directory stays.
+/// CRIU killed (SIGKILL) in the middle of a dump, once it has seized the whole tree and before
+/// it injected anything into a task: the dump fails, CRIU's hold on the tree ends with it, and
+/// the coordinator puts the workload back in place from the host carriers (exit 3), every byte
+/// verified. The kill is placed exactly: CRIU's CUDA plugin asks `cuda-checkpoint` for each
+/// task's state between seizing the tree and dumping the first task, and the `cuda-checkpoint`
+/// the test puts on CRIU's `PATH` kills CRIU at that first question.
+#[test]
+fn a_criu_killed_mid_dump_is_aborted_and_the_workload_resumed() {
+    let test = "a_criu_killed_mid_dump_is_aborted_and_the_workload_resumed";
+    let binary = match criu::binary() {
+        Ok(binary) => binary,
+        Err(why) => return unavailable(test, &format!("CRIU is not usable here: {why}")),
+    };
+    let plugins = binary.with_file_name("plugins");
+    if !plugins.join("cuda_plugin.so").exists() {
+        let why = format!(
+            "no cuda_plugin.so in {} (run .ci/install-criu)",
+            plugins.display()
+        );
+        return unavailable(test, &why);
+    }
+    let work = TempDir::new("criu-killed").expect("work dir");
+    let bin = work.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let marker = work.path().join("killed");
+    let executable = |path: &std::path::Path, text: String| {
+        std::fs::write(path, text).unwrap();
+        let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        std::fs::set_permissions(path, mode).unwrap();
+    };
+    executable(
+        &bin.join("cuda-checkpoint"),
+        format!(
+            "#!/bin/sh\n\
+             # fakecuda-checkpoint, except that the first state question kills the CRIU asking.\n\
+             case \" $* \" in *' --get-state '*) echo \"$*\" > '{marker}'; kill -KILL $PPID; exit 1;; esac\n\
+             exec '{tool}' \"$@\"\n",
+            marker = marker.display(),
+            tool = cuinterpose_testkit::build_fakecuda_checkpoint().display()
+        ),
+    );
+    let wrapper = work.path().join("criu");
+    executable(
+        &wrapper,
+        format!(
+            "#!/bin/sh\n\
+             # CRIU; a dump runs with the CUDA plugin forced on and the cuda-checkpoint above.\n\
+             [ \"$1\" = dump ] || exec '{real}' \"$@\"\n\
+             PATH='{bin}':$PATH CRIU_FAULT=138 FAKECUDA_LIBCUDA='{driver}' exec '{real}' \"$@\" -L '{plugins}'\n",
+            real = binary.display(),
+            bin = bin.display(),
+            driver = fakecuda_lib_dir().join("libcuda.so.1").display(),
+            plugins = plugins.display()
+        ),
+    );
+    let output = demo()
+        .args(["--criu", "--criu-binary"])
+        .arg(&wrapper)
+        .output()
+        .unwrap();
+    let (_, stderr) = check_exit(&output, 3);
+    assert!(
+        stderr.contains("ABORTED: criu dump failed after the participants were prepared")
+            && stderr.contains("put back in place")
+            && stderr.contains("verified at their original addresses")
+            && !stderr.contains("FAIL-STOP"),
+        "{stderr}"
+    );
+    let asked = std::fs::read_to_string(&marker).unwrap_or_default();
+    assert!(
+        asked.contains("--get-state"),
+        "CRIU was killed at the plugin's first state question: {asked:?}\n{stderr}"
+    );
+}
+
 #[test]
 fn a_failed_demo_leaves_no_work_directory_unless_kept() {
     let tmp = std::env::temp_dir().join(format!("cuinterpose-demo-tmp-{}", std::process::id()));
