@@ -86,7 +86,8 @@ fn version_2_lists_its_changes() {
     assert!(report.is_compatible());
 }
 
-/// Version 3 (the pool adapter's tickets, pointer handles and records) against version 2.
+/// Version 3 (the pool adapter's tickets, pointer handles and records; the coordinator's
+/// fail-stop notice) against version 2.
 #[test]
 fn version_3_lists_its_changes() {
     let old = compile("v2.ron", &released_v2()).expect("valid");
@@ -99,6 +100,8 @@ fn version_3_lists_its_changes() {
             "enum ResourceKind value Pool: added",
             "union Record variant Pool: added",
             "union Record variant PoolMember: added",
+            "union Reply variant Stopped: added",
+            "union Request variant FailStop: added",
             "layout PoolPointerHandle: added",
         ],
         "{report}"

@@ -312,12 +312,26 @@ pub fn resume_in_place(
                 resumed: Box::new(resumed),
             }
         }
-        Err(rollback_error) => CommandError::AfterMutation {
-            during: format!(
-                "{during} (and putting the workload back failed too: {rollback_error})"
-            ),
-            source: Box::new(error),
-        },
+        Err(rollback_error) => {
+            let reason =
+                format!("{during}, and putting the workload back failed: {rollback_error}");
+            let told = match tell_survivors(workload, root, dir, &reason)[..] {
+                [] => String::new(),
+                ref pids => format!(
+                    "; told to fail-stop (their CUDA calls now fail instead of waiting): {}",
+                    pids.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+            CommandError::AfterMutation {
+                during: format!(
+                    "{during} (and putting the workload back failed too: {rollback_error}{told})"
+                ),
+                source: Box::new(error),
+            }
+        }
     }
 }
 
@@ -340,6 +354,31 @@ fn died_since(workload: &Workload, root: u32, dir: &Path, during: &str) -> Optio
         pids: died,
         during: during.to_owned(),
     })
+}
+
+/// Tells the participants of the state in `dir` still alive in the tree of `root` that the
+/// coordinator declared a fail-stop (best effort); returns those that acknowledged. Only the
+/// checkpoint's own participants: a shared control directory may serve other workloads.
+fn tell_survivors(workload: &Workload, root: u32, dir: &Path, reason: &str) -> Vec<NamespacePid> {
+    let Ok(saved) = state::load(dir) else {
+        return Vec::new();
+    };
+    let alive: Vec<u32> = process::tree(&workload.proc_dir, root)
+        .map(|tree| tree.iter().map(|p| p.namespace_pid.get()).collect())
+        .unwrap_or_default();
+    let survivors: Vec<NamespacePid> = saved
+        .participants
+        .keys()
+        .copied()
+        .filter(|pid| alive.contains(&pid.get()))
+        .collect();
+    if survivors.is_empty() {
+        return Vec::new();
+    }
+    match Session::open(&workload.control_dir, &survivors, workload.timeouts) {
+        Ok(session) => session.declare_fail_stop(&survivors, reason),
+        Err(_) => Vec::new(),
+    }
 }
 
 /// Which processes `restore` restores natively.

@@ -391,6 +391,13 @@ impl FakeParticipant {
                 RefusalCode::UnknownAllocation,
                 "this fake participant exports nothing".to_string(),
             ),
+            Request::FailStop(_) => {
+                self.phase = Phase::Failed;
+                cuinterpose_protocol::StoppedReply {
+                    namespace_pid: self.pid,
+                }
+                .into()
+            }
         }
     }
 }

@@ -214,6 +214,19 @@ impl Session {
         })
     }
 
+    /// Tells `pids` that the coordinator declared a fail-stop for `reason` (best effort);
+    /// returns those that acknowledged.
+    pub fn declare_fail_stop(&self, pids: &[NamespacePid], reason: &str) -> Vec<NamespacePid> {
+        let request = Request::FailStop(cuinterpose_protocol::FailStopRequest {
+            reason: cuinterpose_protocol::BoundedString::truncating(reason),
+        });
+        self.broadcast(&request, pids)
+            .into_iter()
+            .filter(|(_, outcome)| matches!(outcome, Ok(Reply::Stopped(_))))
+            .map(|(pid, _)| pid)
+            .collect()
+    }
+
     /// Runs `run` to its end: broadcasts, publishes through `publish`, reports to `progress`
     /// each phase as it starts and ends, and the copy phases' progress while they run.
     pub fn drive(
@@ -272,7 +285,13 @@ impl Session {
                     run.feed_publish(result, started.elapsed());
                 }
                 Step::Done(report) => return Ok(report.clone()),
-                Step::Failed(error) => return Err(error.clone()),
+                Step::Failed(error) => {
+                    let mut error = error.clone();
+                    if let Some(pids) = run.fail_stop_targets() {
+                        error.told = self.declare_fail_stop(pids, &error.failures_text());
+                    }
+                    return Err(error);
+                }
             }
         }
     }

@@ -25,7 +25,7 @@ mod faults {
 }
 
 use faults::corrupt_state::corrupt_state;
-use faults::fail_stop::fail_stopped;
+use faults::fail_stop::{fail_stopped, survivors_are_told};
 use faults::participants::{killed_in_each_phase, lost_reply, stops_answering};
 use faults::publication::{ROLE, publication_interrupted, publisher, publisher_killed};
 use support::harness::Test;
@@ -36,7 +36,7 @@ fn main() {
         publisher();
         return;
     }
-    let tests: [Test<Sandbox>; 7] = [
+    let tests: [Test<Sandbox>; 8] = [
         ("a_participant_killed_in_each_phase", killed_in_each_phase),
         ("a_participant_that_stops_answering", stops_answering),
         ("a_lost_reply_is_not_repeated", lost_reply),
@@ -49,6 +49,10 @@ fn main() {
         (
             "a_fail_stopped_participant_refuses_further_operations",
             fail_stopped,
+        ),
+        (
+            "survivors_are_told_to_fail_stop_and_their_calls_fail",
+            survivors_are_told,
         ),
     ];
     support::harness::run(&tests, || Sandbox::new("faults"));

@@ -159,6 +159,9 @@ pub struct RunError {
     pub mutated: bool,
     /// Participants that reported a fail-stop (`driver_error` or `fail_stopped`).
     pub fail_stopped: Vec<NamespacePid>,
+    /// Participants that acknowledged the coordinator's `fail_stop` (their CUDA calls now
+    /// fail instead of waiting at the gate); filled in by whoever drives the run.
+    pub told: Vec<NamespacePid>,
 }
 
 impl RunError {
@@ -211,15 +214,24 @@ impl fmt::Display for RunError {
             if self.kind == RunKind::Restore {
                 f.write_str(" (or restore it again from its process checkpoint)")?;
             }
+            let list = |pids: &[NamespacePid]| {
+                pids.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
             if !self.fail_stopped.is_empty() {
                 write!(
                     f,
                     ". Participants reporting fail-stop: {}",
-                    self.fail_stopped
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    list(&self.fail_stopped)
+                )?;
+            }
+            if !self.told.is_empty() {
+                write!(
+                    f,
+                    ". Told to fail-stop (their CUDA calls now fail instead of waiting): {}",
+                    list(&self.told)
                 )?;
             }
         } else {

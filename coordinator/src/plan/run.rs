@@ -145,6 +145,7 @@ impl Run {
                 failures: Vec::new(),
                 mutated: false,
                 fail_stopped: Vec::new(),
+                told: Vec::new(),
             }),
             saved: BTreeMap::new(),
             topology: Topology::default(),
@@ -179,6 +180,20 @@ impl Run {
         &self.step
     }
 
+    /// Who must be told that the coordinator declared a fail-stop: every participant, once the
+    /// run failed after changing them (nothing will restore them; unless told, their
+    /// application threads wait at the gate for good). `None` while the run goes on, after
+    /// success, after a failure that changed nothing, and after a failed publication, which
+    /// the caller puts back from the state in memory ([`Run::state`]).
+    pub fn fail_stop_targets(&self) -> Option<&[NamespacePid]> {
+        match &self.step {
+            Step::Failed(error) if error.mutated && error.stage != Stage::PublishState => {
+                Some(&self.participants)
+            }
+            _ => None,
+        }
+    }
+
     /// Whether the run is over ([`Step::Done`] or [`Step::Failed`]).
     pub fn is_finished(&self) -> bool {
         matches!(self.step, Step::Done(_) | Step::Failed(_))
@@ -210,6 +225,7 @@ impl Run {
             failures,
             mutated: self.mutated,
             fail_stopped: self.fail_stopped.iter().copied().collect(),
+            told: Vec::new(),
         });
     }
 

@@ -229,6 +229,11 @@ fn refusal_in_a_phase_names_participant_and_phase() {
     );
     assert_eq!(error.fail_stopped, [pid(102)]);
     assert_eq!(error.participant(), Some(pid(102)));
+    // Changed and not restorable: every participant is to be told to fail-stop.
+    assert_eq!(
+        run.fail_stop_targets(),
+        Some(&[pid(101), pid(102), pid(103)][..])
+    );
     assert!(
         error
             .to_string()
@@ -291,6 +296,8 @@ fn refusals_without_mutation_are_not_fail_stop() {
         false,
     );
     assert!(error.fail_stopped.is_empty());
+    // Nothing was changed: nobody is told to fail-stop.
+    assert_eq!(run.fail_stop_targets(), None);
 }
 
 #[test]
@@ -443,6 +450,9 @@ fn publish_failure_is_fail_stop() {
         "coordinator: cannot publish the state: disk full",
         true,
     );
+    // The state is in memory: the caller puts the workload back instead of a fail-stop.
+    assert!(run.state().is_some());
+    assert_eq!(run.fail_stop_targets(), None);
 }
 
 #[test]

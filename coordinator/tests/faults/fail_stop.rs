@@ -4,13 +4,14 @@
 use std::time::Duration;
 
 use cuinterpose_coordinator::commands;
+use cuinterpose_coordinator::events::Event;
 use cuinterpose_coordinator::plan::{Reason, Run, Stage};
 use cuinterpose_coordinator::session::Session;
 use cuinterpose_coordinator::state;
 use cuinterpose_protocol::transport::Timeouts;
 use cuinterpose_protocol::{ExecuteRequest, Operation, Phase, RefusalCode, Request};
 
-use crate::faults::workload::{A, B, C, Workload, drive, no_publish, prepare};
+use crate::faults::workload::{A, B, C, NAMES, Workload, drive, no_publish, prepare};
 use crate::support::sandbox::Sandbox;
 
 pub(crate) fn fail_stopped(sandbox: &Sandbox) {
@@ -131,4 +132,86 @@ pub(crate) fn fail_stopped(sandbox: &Sandbox) {
         "{error}"
     );
     assert_eq!(error.exit_code(), 1);
+}
+
+/// A participant killed in the middle of `prepare_unicast`, through the library's `prepare`
+/// (the session's drive loop): nothing can put the workload back, so the coordinator tells the
+/// survivors to fail-stop. Their application calls then fail (`CUDA_ERROR_ILLEGAL_STATE`) -
+/// also one that was already waiting at the gate - instead of waiting for a restore that
+/// never comes, and each says why in its log.
+pub(crate) fn survivors_are_told(sandbox: &Sandbox) {
+    let mut workload = Workload::start(sandbox, "told");
+    let dir = sandbox.fresh("checkpoint");
+    let session = workload.session(Duration::from_secs(5));
+    let victim = workload.workers[C].pid() as i32;
+    let mut killer = None;
+    let mut waiting = None;
+    let address = workload.addresses[B];
+    let result = {
+        let workers = &mut workload.workers;
+        commands::prepare(&session, &dir, &mut |event| {
+            let Event::Started { phase, .. } = event else {
+                return;
+            };
+            if *phase != "prepare_unicast" || killer.is_some() {
+                return;
+            }
+            // B's application thread calls CUDA now: it waits at the gate.
+            let command = cuinterpose_workload::Command::Memset {
+                address,
+                value: 9,
+                size: 4096,
+            };
+            waiting = Some(workers[B].send(&command, None));
+            // C stops with the request in its socket, and dies 300 ms into the phase.
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(victim, libc::SIGSTOP) };
+            killer = Some(std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                // SAFETY: kill(2) on our own child's pid.
+                unsafe { libc::kill(victim, libc::SIGKILL) };
+            }));
+        })
+    };
+    killer.expect("prepare_unicast was reached").join().unwrap();
+    workload.workers[C].kill().expect("reap");
+    waiting.expect("sent").expect("the memset was sent");
+    let error = match result.expect_err("prepare without C") {
+        commands::CommandError::Run(error) => error,
+        other => panic!("{other}"),
+    };
+    assert!(error.mutated, "{error}");
+    assert_eq!(error.told, [workload.pid(A), workload.pid(B)], "{error}");
+    assert!(
+        error.to_string().contains(&format!(
+            "Told to fail-stop (their CUDA calls now fail instead of waiting): {}, {}",
+            workload.pid(A),
+            workload.pid(B)
+        )),
+        "{error}"
+    );
+    // The call that was waiting at B's gate returned an error when B was told.
+    match workload.workers[B].receive() {
+        Err(cuinterpose_workload::WorkloadError::Cuda { name, .. }) => {
+            assert_eq!(name, "CUDA_ERROR_ILLEGAL_STATE")
+        }
+        other => panic!("the waiting memset: {other:?}"),
+    }
+    for index in [A, B] {
+        assert_eq!(workload.phase(index), Phase::Failed, "{}", NAMES[index]);
+        // Every later call fails at once.
+        match workload.workers[index].synchronize() {
+            Err(cuinterpose_workload::WorkloadError::Cuda { name, .. }) => {
+                assert_eq!(name, "CUDA_ERROR_ILLEGAL_STATE")
+            }
+            other => panic!("{}: a call after the fail-stop: {other:?}", NAMES[index]),
+        }
+        let log = std::fs::read_to_string(&workload.logs[index]).unwrap_or_default();
+        assert!(
+            log.matches("the coordinator declared a fail-stop").count() == 1
+                && log.contains("prepare_unicast"),
+            "{}: {log}",
+            NAMES[index]
+        );
+    }
 }

@@ -344,6 +344,10 @@ fn answer(pid: p::NamespacePid, request: &p::Request) -> Result<(p::Reply, Optio
             }),
             None,
         ),
+        p::Request::FailStop(_) => (
+            p::Reply::Stopped(p::StoppedReply { namespace_pid: pid }),
+            None,
+        ),
         p::Request::Export(export) => match export.resource {
             p::ResourceKind::Unicast => {
                 let bytes = export_bytes();

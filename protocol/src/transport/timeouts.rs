@@ -78,7 +78,9 @@ impl Timeouts {
         match request {
             Request::Execute(execute) => self.for_operation(execute.operation),
             Request::BeginCheckpoint => self.begin_checkpoint(),
-            Request::Inspect | Request::Progress | Request::Export(_) => self.control,
+            Request::Inspect | Request::Progress | Request::Export(_) | Request::FailStop(_) => {
+                self.control
+            }
         }
     }
 

@@ -168,6 +168,12 @@ pub fn requests() -> Vec<(&'static str, p::Request)> {
         ("begin_checkpoint", p::Request::BeginCheckpoint),
         ("progress", p::Request::Progress),
         (
+            "fail_stop",
+            p::Request::FailStop(p::FailStopRequest {
+                reason: p::BoundedString::truncating("prepare failed in phase prepare_unicast"),
+            }),
+        ),
+        (
             "execute",
             p::Request::Execute(p::ExecuteRequest {
                 operation: p::Operation::SaveAllocations,
@@ -187,6 +193,12 @@ pub fn requests() -> Vec<(&'static str, p::Request)> {
 pub fn replies() -> Vec<(&'static str, p::Reply)> {
     let records: Vec<p::Record> = records().into_iter().map(|(_, record)| record).collect();
     vec![
+        (
+            "stopped",
+            p::Reply::Stopped(p::StoppedReply {
+                namespace_pid: pid(100),
+            }),
+        ),
         (
             "inspection",
             p::Reply::Inspection(p::InspectionReply {

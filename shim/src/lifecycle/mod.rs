@@ -73,7 +73,27 @@ pub fn handle(request: &Request) -> Outcome {
             "export requests are served by the peer thread".into(),
         )),
         Request::Progress => reply(progress::reply(process::own_pid()).into()),
+        Request::FailStop(stop) => reply(fail_stop(r, stop.reason.as_str())),
     }
+}
+
+/// The coordinator gave up on this workload: fail-stop, said once, so that application
+/// threads waiting at the gate get an error instead of waiting for a restore that never comes.
+fn fail_stop(r: &mut Registry, reason: &str) -> Reply {
+    if r.failure.is_none() {
+        let message = format!(
+            "the coordinator declared a fail-stop ({reason}); this process will not resume: \
+             every CUDA call fails from now on"
+        );
+        log!("{message}");
+        r.failure = Some(message);
+    }
+    r.phase = Phase::Failed;
+    gate::fail();
+    cuinterpose_protocol::StoppedReply {
+        namespace_pid: r.pid,
+    }
+    .into()
 }
 
 pub fn after_reply(after: After, sent: bool) {
