@@ -147,8 +147,6 @@ fn a_criu_dump_on_a_full_disk_is_aborted_and_the_workload_resumed() {
     }
 }
 
-/// A demo that fails at start-up (no such driver) leaves nothing in `$TMPDIR`, and says how
-/// to keep its work directory; with --keep the directory stays.
 /// CRIU killed (SIGKILL) in the middle of a dump, once it has seized the whole tree and before
 /// it injected anything into a task: the dump fails, CRIU's hold on the tree ends with it, and
 /// the coordinator puts the workload back in place from the host carriers (exit 3), every byte
@@ -158,18 +156,10 @@ fn a_criu_dump_on_a_full_disk_is_aborted_and_the_workload_resumed() {
 #[test]
 fn a_criu_killed_mid_dump_is_aborted_and_the_workload_resumed() {
     let test = "a_criu_killed_mid_dump_is_aborted_and_the_workload_resumed";
-    let binary = match criu::binary() {
-        Ok(binary) => binary,
-        Err(why) => return unavailable(test, &format!("CRIU is not usable here: {why}")),
+    let (binary, plugins) = match criu::with_cuda_plugin() {
+        Ok(found) => found,
+        Err(why) => return unavailable(test, &why),
     };
-    let plugins = binary.with_file_name("plugins");
-    if !plugins.join("cuda_plugin.so").exists() {
-        let why = format!(
-            "no cuda_plugin.so in {} (run .ci/install-criu)",
-            plugins.display()
-        );
-        return unavailable(test, &why);
-    }
     let work = TempDir::new("criu-killed").expect("work dir");
     let bin = work.path().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
@@ -224,6 +214,8 @@ fn a_criu_killed_mid_dump_is_aborted_and_the_workload_resumed() {
     );
 }
 
+/// A demo that fails at start-up (no such driver) leaves nothing in `$TMPDIR`, and says how
+/// to keep its work directory; with --keep the directory stays.
 #[test]
 fn a_failed_demo_leaves_no_work_directory_unless_kept() {
     let tmp = std::env::temp_dir().join(format!("cuinterpose-demo-tmp-{}", std::process::id()));
@@ -344,20 +336,10 @@ fn a_failed_dump_under_the_hook_is_put_back_by_its_watcher() {
 #[test]
 fn the_hook_and_the_criu_cuda_plugin_cooperate() {
     let test = "the_hook_and_the_criu_cuda_plugin_cooperate";
-    let binary = match criu::binary() {
-        Ok(binary) => binary,
-        Err(why) => return unavailable(test, &format!("CRIU is not usable here: {why}")),
+    let (binary, plugins) = match criu::with_cuda_plugin() {
+        Ok(found) => found,
+        Err(why) => return unavailable(test, &why),
     };
-    let plugins = binary.with_file_name("plugins");
-    if !plugins.join("cuda_plugin.so").exists() {
-        return unavailable(
-            test,
-            &format!(
-                "no cuda_plugin.so in {} (run .ci/install-criu)",
-                plugins.display()
-            ),
-        );
-    }
     let output = demo()
         .args(["--criu", "--criu-hook", "--json", "--criu-binary"])
         .arg(&binary)

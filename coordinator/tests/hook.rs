@@ -190,18 +190,10 @@ fn environments_criu_never_sets_up_are_named() {
 #[test]
 fn a_workload_without_sharing_is_checkpointed_by_the_plugin_alone() {
     let test = "a_workload_without_sharing_is_checkpointed_by_the_plugin_alone";
-    let criu = match criu::binary() {
-        Ok(binary) => binary,
-        Err(why) => return unavailable(test, &format!("CRIU is not usable here: {why}")),
+    let (criu, plugins) = match criu::with_cuda_plugin() {
+        Ok(found) => found,
+        Err(why) => return unavailable(test, &why),
     };
-    let plugins = criu.with_file_name("plugins");
-    if !plugins.join("cuda_plugin.so").exists() {
-        let why = format!(
-            "no cuda_plugin.so in {} (run .ci/install-criu)",
-            plugins.display()
-        );
-        return unavailable(test, &why);
-    }
     let worker = cuinterpose_testkit::build_worker();
     let lib = cuinterpose_testkit::fakecuda_lib_dir();
     let tool = cuinterpose_testkit::build_fakecuda_checkpoint();

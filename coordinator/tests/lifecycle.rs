@@ -284,15 +284,15 @@ fn a_participant_that_closes_during_save_fails_the_run_naming_it() {
         "{message}"
     );
     assert!(message.contains("FAIL-STOP"), "{message}");
-    // No state was published; the others saved, nobody went further.
+    // No state was published, nobody went further, and, since nothing can put them back,
+    // every participant still answering was told to fail-stop.
     assert!(matches!(
         state::load(scene.checkpoint.path()),
         Err(state::StateError::Missing { .. })
     ));
-    assert_eq!(
-        scene.phases(),
-        [Phase::Saved, Phase::MulticastPrepared, Phase::Saved]
-    );
+    assert_eq!(run.told, [pid(301), pid(302), pid(303)], "{message}");
+    assert!(message.contains("Told to fail-stop"), "{message}");
+    assert_eq!(scene.phases(), [Phase::Failed; 3]);
     drop(scene);
 
     // The same through the binary: exit 2, loudly.
@@ -355,7 +355,9 @@ fn a_silent_participant_fails_after_the_control_timeout() {
     assert_eq!(run.stage, Stage::Execute(Operation::PrepareUnicast));
     assert_eq!(run.participants(), [pid(401)]);
     assert_eq!(error.exit_code(), 2);
-    assert_eq!(scene.phases()[1..], [Phase::Released, Phase::Released]);
+    // The others finished prepare_unicast and were told to fail-stop.
+    assert_eq!(run.told, [pid(402), pid(403)], "{error}");
+    assert_eq!(scene.phases()[1..], [Phase::Failed, Phase::Failed]);
 }
 
 #[test]

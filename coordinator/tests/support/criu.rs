@@ -26,6 +26,20 @@ pub fn binary() -> Result<PathBuf, String> {
     }
 }
 
+/// [`binary`] and the directory of CRIU's CUDA plugin next to it (`.ci/install-criu` builds
+/// `plugins/cuda_plugin.so`); an error says what is missing.
+pub fn with_cuda_plugin() -> Result<(PathBuf, PathBuf), String> {
+    let binary = binary().map_err(|why| format!("CRIU is not usable here: {why}"))?;
+    let plugins = binary.with_file_name("plugins");
+    if !plugins.join("cuda_plugin.so").exists() {
+        return Err(format!(
+            "no cuda_plugin.so in {} (run .ci/install-criu)",
+            plugins.display()
+        ));
+    }
+    Ok((binary, plugins))
+}
+
 /// The namespace init (the first child) of the spawned `unshare` with host PID `unshare`.
 pub fn namespace_root(unshare: u32) -> u32 {
     let deadline = Instant::now() + cuinterpose_testkit::slack(Duration::from_secs(10));
