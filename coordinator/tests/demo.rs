@@ -22,6 +22,20 @@ fn demo() -> Command {
     cli::command(&["demo"])
 }
 
+/// The demo's CRIU dump failed after prepare and the workload was put back (`how`), every byte
+/// verified, exit 3, no fail-stop: its stderr.
+fn check_aborted(output: &Output, how: &str) -> String {
+    let (_, stderr) = check_exit(output, 3);
+    assert!(
+        stderr.contains("ABORTED: criu dump failed after the participants were prepared")
+            && stderr.contains(how)
+            && stderr.contains("verified at their original addresses")
+            && !stderr.contains("FAIL-STOP"),
+        "{stderr}"
+    );
+    stderr
+}
+
 /// The demo succeeded: its stdout.
 fn check_success(output: &Output) -> String {
     check_exit(output, 0).0
@@ -132,15 +146,8 @@ fn a_criu_dump_on_a_full_disk_is_aborted_and_the_workload_resumed() {
         .env("TMPDIR", &full.0)
         .output()
         .unwrap();
-    let (_, stderr) = check_exit(&output, 3);
-    assert!(
-        stderr.contains("ABORTED: criu dump failed after the participants were prepared")
-            && stderr.contains("put back in place")
-            && stderr.contains("after the abort, ")
-            && stderr.contains("verified at their original addresses")
-            && !stderr.contains("FAIL-STOP"),
-        "{stderr}"
-    );
+    let stderr = check_aborted(&output, "put back in place");
+    assert!(stderr.contains("after the abort, "), "{stderr}");
     // Nothing of the workload is left running (the tmpfs unmounts).
     if let Err(why) = full.unmount() {
         panic!("the workload still holds its directory: {why}");
@@ -199,14 +206,7 @@ fn a_criu_killed_mid_dump_is_aborted_and_the_workload_resumed() {
         .arg(&wrapper)
         .output()
         .unwrap();
-    let (_, stderr) = check_exit(&output, 3);
-    assert!(
-        stderr.contains("ABORTED: criu dump failed after the participants were prepared")
-            && stderr.contains("put back in place")
-            && stderr.contains("verified at their original addresses")
-            && !stderr.contains("FAIL-STOP"),
-        "{stderr}"
-    );
+    let stderr = check_aborted(&output, "put back in place");
     let asked = std::fs::read_to_string(&marker).unwrap_or_default();
     assert!(
         asked.contains("--get-state"),
@@ -316,14 +316,7 @@ fn a_failed_dump_under_the_hook_is_put_back_by_its_watcher() {
         .env("TMPDIR", &full.0)
         .output()
         .unwrap();
-    let (_, stderr) = check_exit(&output, 3);
-    assert!(
-        stderr.contains("ABORTED: criu dump failed after the participants were prepared")
-            && stderr.contains("the hook's watcher put the workload back")
-            && stderr.contains("verified at their original addresses")
-            && !stderr.contains("FAIL-STOP"),
-        "{stderr}"
-    );
+    check_aborted(&output, "the hook's watcher put the workload back");
     if let Err(why) = full.unmount() {
         panic!("the workload still holds its directory: {why}");
     }
