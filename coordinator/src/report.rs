@@ -20,6 +20,16 @@ pub struct PhaseReport {
     pub participants: usize,
 }
 
+/// One participant's part of a host-carrier copy phase: what its shim copied and how long its
+/// exchange took (from the request sent to the reply read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyReport {
+    pub phase: String,
+    pub participant: NamespacePid,
+    pub bytes: u64,
+    pub duration: Duration,
+}
+
 /// A finished command.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Report {
@@ -34,6 +44,8 @@ pub struct Report {
     /// After a CRIU restore: each participant's host PID (its namespace PID stays; the host
     /// PID is what the user signals).
     pub host_pids: std::collections::BTreeMap<NamespacePid, u32>,
+    /// Each participant's part of each copy phase (`save_allocations`, `load_allocations`).
+    pub copies: Vec<CopyReport>,
 }
 
 impl Report {
@@ -71,6 +83,7 @@ impl Report {
             self.host_pids = other.host_pids;
         }
         self.phases.extend(other.phases);
+        self.copies.extend(other.copies);
     }
 
     /// Human-readable summary, one line per phase.
@@ -119,6 +132,16 @@ impl Report {
                 );
             }
             out.push('\n');
+            for copy in self.copies.iter().filter(|c| c.phase == phase.name) {
+                let _ = writeln!(
+                    out,
+                    "    participant {:<19} {:>12}  {} bytes ({:.2} GB/s)",
+                    copy.participant,
+                    milliseconds(copy.duration),
+                    copy.bytes,
+                    gigabytes_per_second(copy.bytes, copy.duration)
+                );
+            }
         }
         out
     }
@@ -144,6 +167,13 @@ impl Report {
                 "participants": phase.participants,
                 "bytes": phase.bytes,
                 "gb_per_s": gigabytes_per_second(phase.bytes, phase.duration),
+            })).collect::<Vec<_>>(),
+            "copies": self.copies.iter().map(|copy| json!({
+                "phase": copy.phase,
+                "participant": copy.participant.get(),
+                "elapsed_ms": copy.duration.as_secs_f64() * 1e3,
+                "bytes": copy.bytes,
+                "gb_per_s": gigabytes_per_second(copy.bytes, copy.duration),
             })).collect::<Vec<_>>(),
         })
     }
@@ -189,7 +219,36 @@ mod tests {
             multicast_groups: 1,
             checkpoint_dir: Some("/ckpt".into()),
             host_pids: Default::default(),
+            copies: Vec::new(),
         }
+    }
+
+    #[test]
+    fn copy_phases_name_each_participant_and_its_rate() {
+        let mut report = sample();
+        for (participant, millis) in [(101, 1000), (102, 4000)] {
+            report.copies.push(CopyReport {
+                phase: "save_allocations".into(),
+                participant: pid(participant),
+                bytes: 2_000_000_000,
+                duration: Duration::from_millis(millis),
+            });
+        }
+        let text = report.text();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 6, "{text}");
+        assert!(
+            lines[4].starts_with("    participant 101")
+                && lines[4].ends_with("2000000000 bytes (2.00 GB/s)"),
+            "{text}"
+        );
+        assert!(lines[5].ends_with("(0.50 GB/s)"), "{text}");
+        let value = report.json();
+        assert_eq!(value["copies"][1]["participant"], 102);
+        assert_eq!(value["copies"][1]["phase"], "save_allocations");
+        assert_eq!(value["copies"][1]["gb_per_s"], 0.5);
+        assert_eq!(value["copies"][0]["elapsed_ms"], 1000.0);
+        assert_eq!(sample().json()["copies"], json!([]));
     }
 
     #[test]

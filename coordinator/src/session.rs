@@ -177,6 +177,18 @@ impl Session {
         request: &Request,
         pids: &[NamespacePid],
     ) -> BTreeMap<NamespacePid, Result<Reply, String>> {
+        self.broadcast_timed(request, pids)
+            .into_iter()
+            .map(|(pid, (outcome, _))| (pid, outcome))
+            .collect()
+    }
+
+    /// [`Session::broadcast`], with how long each exchange took (request sent to reply read).
+    pub fn broadcast_timed(
+        &self,
+        request: &Request,
+        pids: &[NamespacePid],
+    ) -> BTreeMap<NamespacePid, (Result<Reply, String>, Duration)> {
         std::thread::scope(|scope| {
             let handles: Vec<_> = pids
                 .iter()
@@ -184,12 +196,16 @@ impl Session {
                     let endpoint = self.endpoints.get(&pid);
                     let spawned = std::thread::Builder::new()
                         .name(format!("cuinterpose-{pid}"))
-                        .spawn_scoped(scope, move || -> Result<Reply, String> {
-                            let endpoint = endpoint
-                                .ok_or_else(|| format!("no endpoint for participant {pid}"))?;
-                            call_with(endpoint, request, &self.timeouts)
-                                .map(|(reply, _fd)| reply)
-                                .map_err(|error| error.to_string())
+                        .spawn_scoped(scope, move || {
+                            let started = Instant::now();
+                            let outcome = endpoint
+                                .ok_or_else(|| format!("no endpoint for participant {pid}"))
+                                .and_then(|endpoint| {
+                                    call_with(endpoint, request, &self.timeouts)
+                                        .map(|(reply, _fd)| reply)
+                                        .map_err(|error| error.to_string())
+                                });
+                            (outcome, started.elapsed())
                         });
                     (pid, spawned)
                 })
@@ -204,9 +220,15 @@ impl Session {
                                 .map(ToString::to_string)
                                 .or_else(|| panic.downcast_ref::<String>().cloned())
                                 .unwrap_or_default();
-                            Err(format!("the exchange thread panicked: {message}"))
+                            (
+                                Err(format!("the exchange thread panicked: {message}")),
+                                Duration::ZERO,
+                            )
                         }),
-                        Err(error) => Err(format!("cannot start an exchange thread: {error}")),
+                        Err(error) => (
+                            Err(format!("cannot start an exchange thread: {error}")),
+                            Duration::ZERO,
+                        ),
                     };
                     (pid, outcome)
                 })
@@ -236,6 +258,7 @@ impl Session {
         progress: &mut dyn FnMut(&Event),
     ) -> Result<Report, crate::plan::RunError> {
         let mut reported = 0;
+        let mut copies = Vec::new();
         loop {
             for phase in &run.phases()[reported..] {
                 progress(&Event::Done(phase));
@@ -268,7 +291,13 @@ impl Session {
                                 phase,
                                 expected,
                             };
-                            self.broadcast_watching(&request, &participants, &copy, progress)
+                            let timed =
+                                self.broadcast_watching(&request, &participants, &copy, progress);
+                            copies.extend(copy_reports(phase, &timed));
+                            timed
+                                .into_iter()
+                                .map(|(pid, (outcome, _))| (pid, outcome))
+                                .collect()
                         }
                         _ => self.broadcast(&request, &participants),
                     };
@@ -284,7 +313,11 @@ impl Session {
                     let result = publish(&state);
                     run.feed_publish(result, started.elapsed());
                 }
-                Step::Done(report) => return Ok(report.clone()),
+                Step::Done(report) => {
+                    let mut report = report.clone();
+                    report.copies = copies;
+                    return Ok(report);
+                }
                 Step::Failed(error) => {
                     let mut error = error.clone();
                     if let Some(pids) = run.fail_stop_targets() {
@@ -305,7 +338,7 @@ impl Session {
         pids: &[NamespacePid],
         copy: &Copy,
         progress: &mut dyn FnMut(&Event),
-    ) -> BTreeMap<NamespacePid, Outcome> {
+    ) -> BTreeMap<NamespacePid, (Outcome, Duration)> {
         let started = Instant::now();
         // A participant that does not answer within this is left out of that report.
         let poll = Timeouts::new(
@@ -316,7 +349,7 @@ impl Session {
         std::thread::scope(|scope| {
             let (finished, ended) = mpsc::channel::<()>();
             let exchanges = scope.spawn(move || {
-                let outcomes = self.broadcast(request, pids);
+                let outcomes = self.broadcast_timed(request, pids);
                 drop(finished);
                 outcomes
             });
@@ -333,7 +366,10 @@ impl Session {
             }
             exchanges.join().unwrap_or_else(|_| {
                 pids.iter()
-                    .map(|pid| (*pid, Err("the broadcast thread panicked".to_owned())))
+                    .map(|pid| {
+                        let lost = Err("the broadcast thread panicked".to_owned());
+                        (*pid, (lost, Duration::ZERO))
+                    })
                     .collect()
             })
         })
@@ -422,6 +458,27 @@ pub fn inspect(session: &Session) -> Inspection {
         replies,
         validation,
     }
+}
+
+/// Each participant's part of a copy phase whose exchanges ended in `timed`: the bytes its
+/// shim reported and how long its exchange took (participants without a completed reply are
+/// left out: the run fails on them).
+fn copy_reports(
+    phase: &str,
+    timed: &BTreeMap<NamespacePid, (Outcome, Duration)>,
+) -> Vec<crate::report::CopyReport> {
+    timed
+        .iter()
+        .filter_map(|(&participant, (outcome, duration))| match outcome {
+            Ok(Reply::Completed(done)) => Some(crate::report::CopyReport {
+                phase: phase.to_owned(),
+                participant,
+                bytes: done.bytes,
+                duration: *duration,
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -194,6 +194,24 @@ fn toggle_in_place(sandbox: &Sandbox) {
         2 * carried,
         "saved and loaded once: {report}"
     );
+    // Each copy phase, participant by participant, adds up to the phase (GB/s per participant).
+    for phase in ["save_allocations", "load_allocations"] {
+        let copies: Vec<&Value> = report["copies"]
+            .as_array()
+            .expect("copies")
+            .iter()
+            .filter(|c| c["phase"] == phase)
+            .collect();
+        assert_eq!(copies.len(), 3, "{phase}: {report}");
+        let bytes: u64 = copies.iter().map(|c| c["bytes"].as_u64().unwrap()).sum();
+        assert_eq!(bytes, carried, "{phase}: {report}");
+        assert!(
+            copies
+                .iter()
+                .all(|c| c["elapsed_ms"].as_f64().unwrap() > 0.0 && c["gb_per_s"].is_number()),
+            "{phase}: {report}"
+        );
+    }
     let phases = cli::phase_names(&report);
     assert!(
         phases.contains(&"native_checkpoint") && phases.ends_with(&["verify"]),

@@ -466,6 +466,7 @@ impl Run {
             multicast_groups: self.topology.multicast_groups.len(),
             checkpoint_dir: None,
             host_pids: Default::default(),
+            copies: Vec::new(),
         }
     }
 
