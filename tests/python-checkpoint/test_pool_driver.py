@@ -238,3 +238,32 @@ def test_an_async_free_waits_for_the_work_queued_before_it(ctx):
     assert driver.cuMemcpyDtoH(bytearray(16), address, 16)[0] != R.CUDA_SUCCESS
     check(driver.cuMemPoolDestroy(pool))
     check(driver.cuStreamDestroy(stream))
+
+
+def test_a_current_ipc_pool_serves_alloc_async(ctx):
+    stream = check(driver.cuStreamCreate(0))
+    device = check(driver.cuDeviceGet(0))
+    default = check(driver.cuDeviceGetDefaultMemPool(device))
+    pool = driver_peer.ipc_pool()
+    check(driver.cuDeviceSetMemPool(device, pool))
+    assert int(check(driver.cuDeviceGetMemPool(device))) == int(pool)
+    address = check(driver.cuMemAllocAsync(MIB, stream))
+    check(driver.cuMemsetD8Async(address, 5, MIB, stream))
+    check(driver.cuStreamSynchronize(stream))
+    assert holds(int(address), 5, MIB)
+    attribute = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE
+    assert int(check(driver.cuPointerGetAttribute(attribute, address))) == int(pool)
+    assert int(check(driver.cuMemPoolGetAttribute(pool, ATTR.CU_MEMPOOL_ATTR_USED_MEM_CURRENT))) >= MIB
+    # It can be exported like any allocation of the pool.
+    assert len(driver_peer.export_bytes(check(driver.cuMemPoolExportPointer(address)))) == 64
+    check(driver.cuMemFreeAsync(address, stream))
+    check(driver.cuStreamSynchronize(stream))
+    # Back to the driver's own pool: cuMemAllocAsync is the driver's again.
+    check(driver.cuDeviceSetMemPool(device, default))
+    assert int(check(driver.cuDeviceGetMemPool(device))) == int(default)
+    plain = check(driver.cuMemAllocAsync(MIB, stream))
+    assert int(check(driver.cuPointerGetAttribute(attribute, plain))) == int(default)
+    check(driver.cuMemFreeAsync(plain, stream))
+    check(driver.cuStreamSynchronize(stream))
+    check(driver.cuMemPoolDestroy(pool))
+    check(driver.cuStreamDestroy(stream))

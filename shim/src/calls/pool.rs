@@ -229,6 +229,10 @@ pub fn alloc(handle: u64, size: u64) -> CuResult<u64> {
 /// `cuMemAllocAsync`: from the device's current pool when that is an adapter pool (`None`:
 /// the driver's pool, the driver allocates).
 pub fn alloc_async(size: u64) -> CuResult<Option<u64>> {
+    // Most processes never make an adapter pool current: no driver call for them.
+    if process::with(|r| Ok(r.pools.current.is_empty()))? {
+        return Ok(None);
+    }
     let d = driver()?;
     let device = context::current_device(d)?;
     let Some(handle) = current_pool(device)? else {
