@@ -1,0 +1,75 @@
+//! Tidy test: the fidelity table of `fakecuda/README.md` names every entry point fakecuda
+//! exports (`src/proc_address.rs`, the list `cuGetProcAddress` answers from) exactly once, and
+//! nothing else.
+
+use std::collections::BTreeMap;
+
+/// The names in the `exported!( ... );` list.
+fn exported(source: &str) -> Vec<String> {
+    let start = source.find("exported!(\n").expect("the exported! list") + "exported!(\n".len();
+    let end = start + source[start..].find(");").expect("its end");
+    source[start..end]
+        .split(',')
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
+/// Every `` `cu…` `` in the first column of the fidelity table, with how often it appears.
+fn tabled(readme: &str) -> BTreeMap<String, usize> {
+    let section = readme
+        .split("## Fidelity, function by function")
+        .nth(1)
+        .expect("the fidelity section");
+    let mut names = BTreeMap::new();
+    for row in section.lines().filter(|l| l.starts_with("| `")) {
+        let first = row.split('|').nth(1).unwrap_or_default();
+        for name in first.split('`').skip(1).step_by(2) {
+            *names.entry(name.to_owned()).or_insert(0) += 1;
+        }
+    }
+    names
+}
+
+fn check(source: &str, readme: &str) -> Vec<String> {
+    let exported = exported(source);
+    let tabled = tabled(readme);
+    let mut problems = Vec::new();
+    for name in &exported {
+        match tabled.get(name) {
+            None => problems.push(format!("{name}: exported, not in the fidelity table")),
+            Some(&n) if n > 1 => problems.push(format!("{name}: in {n} rows")),
+            _ => {}
+        }
+    }
+    for name in tabled.keys() {
+        if !exported.contains(name) {
+            problems.push(format!("{name}: in the table, not exported"));
+        }
+    }
+    problems
+}
+
+#[test]
+fn every_exported_function_has_one_row() {
+    let source = include_str!("../src/proc_address.rs");
+    let readme = include_str!("../README.md");
+    let problems = check(source, readme);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(exported(source).len() > 150, "the whole list was read");
+}
+
+#[test]
+fn a_missing_duplicate_or_stale_row_is_named() {
+    let source = "exported!(\n    cuInit,\n    cuMemCreate,\n);";
+    let readme = "## Fidelity, function by function\n\n| Functions | a | b |\n| --- | --- | --- |\n\
+                  | `cuInit`, `cuMemMap` | x | y |\n| `cuInit` | x | y |\n";
+    assert_eq!(
+        check(source, readme),
+        [
+            "cuInit: in 2 rows",
+            "cuMemCreate: exported, not in the fidelity table",
+            "cuMemMap: in the table, not exported",
+        ]
+    );
+}
