@@ -63,6 +63,7 @@ exported!(
     cuCtxGetDevResource,
     cuStreamGetDevResource,
     cuDevSmResourceSplitByCount,
+    cuDevSmResourceSplit,
     cuGraphCreate,
     cuGraphDestroy,
     cuGraphAddEmptyNode,

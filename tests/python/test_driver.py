@@ -182,3 +182,32 @@ def test_sm_resources_split_into_groups(context):
     stream = check(cu.cuStreamCreate(0))
     assert check(cu.cuStreamGetDevResource(stream, sm)).sm.smCount == whole.sm.smCount
     check(cu.cuStreamDestroy(stream))
+
+
+def test_sm_resources_split_in_structured_groups(context):
+    sm = cu.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM
+    whole = check(cu.cuDeviceGetDevResource(check(cu.cuDeviceGet(0)), sm))
+
+    def group(count, coscheduled=0):
+        params = cu.CU_DEV_SM_RESOURCE_GROUP_PARAMS()
+        params.smCount = count
+        params.coscheduledSmCount = coscheduled
+        return params
+
+    # A fixed group of 16 in units of 8, then one that discovers the rest in units of 4.
+    err, groups, remainder = cu.cuDevSmResourceSplit(2, whole, 0, [group(16, 8), group(0, 4)])
+    assert err == R.CUDA_SUCCESS
+    rest = (whole.sm.smCount - 16) // 4 * 4
+    assert [g.sm.smCount for g in groups] == [16, rest]
+    assert remainder.sm.smCount == whole.sm.smCount - 16 - rest
+    # Everything taken: the remainder is no resource.
+    err, groups, remainder = cu.cuDevSmResourceSplit(1, whole, 0, [group(0)])
+    assert err == R.CUDA_SUCCESS and groups[0].sm.smCount == whole.sm.smCount
+    assert remainder.type == cu.CUdevResourceType.CU_DEV_RESOURCE_TYPE_INVALID
+    # More than the input, or than is left, or not a multiple of the unit: refused.
+    too_many = whole.sm.smCount + 2
+    assert cu.cuDevSmResourceSplit(1, whole, 0, [group(too_many)])[0] == R.CUDA_ERROR_INVALID_VALUE
+    half = whole.sm.smCount // 2 + 2
+    refused = cu.cuDevSmResourceSplit(2, whole, 0, [group(half), group(half)])[0]
+    assert refused == R.CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION
+    assert cu.cuDevSmResourceSplit(1, whole, 0, [group(12, 8)])[0] == R.CUDA_ERROR_INVALID_VALUE

@@ -1,7 +1,8 @@
 //! Device resources (SMs, for green contexts): what a device, a context or a stream has, and
-//! splitting an SM resource into groups. fakecuda's device reports 132 SMs, allocatable in
-//! groups of 2 (the partition size and co-scheduling alignment of current data-center GPUs).
-//! Green contexts themselves are not modelled.
+//! splitting an SM resource into groups, by count (`cuDevSmResourceSplitByCount`) or structured
+//! (CUDA 13's `cuDevSmResourceSplit`). fakecuda's device reports 132 SMs, allocatable in
+//! groups of 2 (the partition size and co-scheduling alignment it reports). Green contexts
+//! themselves are not modelled, nor locality domains.
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
@@ -130,6 +131,115 @@ pub unsafe extern "C" fn cuDevSmResourceSplitByCount(
         }
         // SAFETY: as above.
         unsafe { groups.write(made) };
+        Ok(())
+    })
+}
+
+/// `CU_DEV_SM_RESOURCE_GROUP_PARAMS` (CUDA 13.1 to 13.3: 16 unsigned ints; 13.4 took one of the
+/// reserved ones for `localityDomainId`, same size).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RawGroupParams {
+    sm_count: c_uint,
+    coscheduled_sm_count: c_uint,
+    preferred_coscheduled_sm_count: c_uint,
+    flags: c_uint,
+    reserved: [c_uint; 12],
+}
+
+const _: () = assert!(
+    std::mem::size_of::<RawGroupParams>()
+        == std::mem::size_of::<cudarc::driver::sys::CU_DEV_SM_RESOURCE_GROUP_PARAMS>()
+);
+
+/// `CU_DEV_SM_RESOURCE_GROUP_BACKFILL`: constraints are a hint (any even count will do).
+const GROUP_BACKFILL: c_uint = 1;
+/// `CU_DEV_RESOURCE_TYPE_INVALID`, for an empty remainder.
+const TYPE_INVALID: c_uint = 0;
+
+/// The SMs of each group of a structured split, in order: a group asks for `sm_count` SMs
+/// (0: discover, it gets what is left, in whole co-scheduled units) in units of
+/// `coscheduled_sm_count` (0: the resource's alignment). `with_results`: the groups become
+/// resources, so none may end up empty. Returns each group's count and what remains.
+fn structured_split(
+    input: u32,
+    params: &[RawGroupParams],
+    with_results: bool,
+) -> CuResult<(Vec<u32>, u32)> {
+    let mut left = input;
+    let mut counts = Vec::with_capacity(params.len());
+    for p in params {
+        if p.flags & !GROUP_BACKFILL != 0 {
+            // Locality domains are not modelled.
+            return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
+        }
+        let unit = match p.coscheduled_sm_count {
+            0 => SM_GRANULARITY,
+            c if c % SM_GRANULARITY == 0 && c <= 32 => c,
+            _ => return Err(CuError::CUDA_ERROR_INVALID_VALUE),
+        };
+        let step = if p.flags & GROUP_BACKFILL != 0 {
+            SM_GRANULARITY
+        } else {
+            unit
+        };
+        let count = match p.sm_count {
+            0 => left / step * step,
+            n if n % step != 0 || n < SM_GRANULARITY || n > input => {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+            n => n,
+        };
+        if count > left || (with_results && (count == 0 || count < unit)) {
+            return Err(CuError::CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION);
+        }
+        left -= count;
+        counts.push(count);
+    }
+    Ok((counts, left))
+}
+
+/// Splits an SM resource into `groups` structured groups as `params` asks, filling in the
+/// count of each group that asked to discover it; `result` (may be null: discovery only) gets
+/// the groups, `remainder` (may be null) what is left.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevSmResourceSplit(
+    result: *mut RawDevResource,
+    groups: c_uint,
+    input: *const RawDevResource,
+    remainder: *mut RawDevResource,
+    flags: c_uint,
+    params: *mut RawGroupParams,
+) -> RawResult {
+    run(|| {
+        if flags != 0 || groups == 0 || params.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: CUdevResource input (cuda.h).
+        let input = unsafe { get(input) }?;
+        if input.type_ != TYPE_SM {
+            return Err(CuError::CUDA_ERROR_INVALID_RESOURCE_TYPE);
+        }
+        // SAFETY: `groups` parameter entries (cuda.h), non-null.
+        let wanted = unsafe { std::slice::from_raw_parts_mut(params, groups as usize) };
+        let (counts, left) = structured_split(input.sm[0], wanted, !result.is_null())?;
+        for (i, (&count, p)) in counts.iter().zip(wanted.iter_mut()).enumerate() {
+            if p.sm_count == 0 {
+                p.sm_count = count;
+            }
+            if !result.is_null() {
+                // SAFETY: `result` has room for `groups` resources (cuda.h); `i < groups`.
+                unsafe { result.add(i).write(sm_resource(count)) };
+            }
+        }
+        if !remainder.is_null() {
+            let mut rest = sm_resource(left);
+            if left == 0 {
+                rest.type_ = TYPE_INVALID;
+            }
+            // SAFETY: CUdevResource out-parameter (cuda.h), non-null.
+            unsafe { put(remainder, rest) }?;
+        }
         Ok(())
     })
 }
