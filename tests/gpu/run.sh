@@ -39,4 +39,13 @@ fi
 # 3. PyTorch: torch.multiprocessing sharing (legacy IPC and expandable segments), toggled.
 check clients python3 tests/gpu/clients.py
 
+# 4. cuda.core memory-pool IPC (the pool adapter) shared by 2 and 4 processes across toggles,
+#    on the real driver, where cuda.core and pytest are installed (said plainly otherwise).
+if python3 -c 'import cuda.core, pytest' 2>/dev/null; then
+  check pool_ipc env LD_PRELOAD="$CUINTERPOSE_SHIM" \
+    python3 -m pytest -q -p no:cacheprovider tests/python-checkpoint/test_pool_sharing.py
+else
+  echo '{"check": "pool_ipc", "ok": false, "why": "cuda.core or pytest is not installed here: not run"}'
+fi
+
 exit $failed

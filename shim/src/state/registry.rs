@@ -213,8 +213,9 @@ pub struct Registry {
     pub mappings: BTreeMap<u64, Mapping>,
     /// Driver handles of imports that were not tickets, with their live counts.
     pub raw_imports: HashMap<u64, u64>,
-    /// Memory pools shared with other processes (driver pool handle → exports, imported):
-    /// not checkpointed yet, so inspection refuses while any is alive.
+    /// The driver's own memory pools shared with other processes (driver pool handle →
+    /// exports, imported): the shim cannot rebuild them, so inspection refuses while any is
+    /// alive. The pool adapter's pools are in `pools`.
     pub pool_shares: std::collections::BTreeMap<usize, PoolShare>,
     /// The pool adapter's IPC pools.
     pub pools: super::pools::Pools,
