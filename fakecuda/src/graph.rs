@@ -1,7 +1,7 @@
-//! CUDA graphs, for the node kinds that run without device code: empty nodes, host nodes and
-//! memset nodes, with their dependencies, instantiated into executable graphs that a launch
-//! runs on a stream in dependency order (one unit of the stream's work). Kernel, memcpy,
-//! conditional and child-graph nodes are not modelled (`CUDA_ERROR_NOT_SUPPORTED`).
+//! CUDA graphs, for the node kinds that run without device code: empty, host, memset and
+//! memcpy nodes, with their dependencies, instantiated into executable graphs that a launch
+//! runs on a stream in dependency order (one unit of the stream's work). Kernel, conditional
+//! and child-graph nodes are not modelled (`CUDA_ERROR_NOT_SUPPORTED`).
 
 use crate::error::{CuError, CuResult};
 use std::collections::{BTreeMap, HashMap};
@@ -24,6 +24,32 @@ pub enum Work {
         count: usize,
         height: usize,
     },
+    /// `depth` slices of `height` rows of `width` bytes; on each side rows are `pitch` apart
+    /// and slices `slice` apart, from the first byte copied; `*_dev` says which sides are
+    /// device memory (the others are the application's host buffers).
+    Memcpy {
+        dst: Side,
+        src: Side,
+        width: u64,
+        height: u64,
+        depth: u64,
+    },
+}
+
+/// One side of a memcpy node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Side {
+    pub address: u64,
+    pub pitch: u64,
+    pub slice: u64,
+    pub device: bool,
+}
+
+impl Side {
+    /// The first byte of row `row` of slice `slice`.
+    pub fn row(&self, slice: u64, row: u64) -> u64 {
+        self.address + slice * self.slice + row * self.pitch
+    }
 }
 
 #[derive(Debug)]

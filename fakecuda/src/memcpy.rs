@@ -68,6 +68,27 @@ fn transfer(
     Ok(())
 }
 
+/// One 1D copy that runs now, where a graph node runs: device sides validated and kept mapped
+/// for the copy; a side that is no device memory (`None` in `*_dev`) is the caller's host
+/// buffer.
+///
+/// # Safety
+/// A host side must be the application's buffer of `n` bytes (readable for `src`, writable
+/// for `dst`), valid while its graph runs (the CUDA contract for memcpy nodes).
+pub unsafe fn copy_now(dst: u64, dst_dev: bool, src: u64, src_dev: bool, n: u64) -> CuResult<()> {
+    let _mapped = ranges(src_dev.then_some(src), dst_dev.then_some(dst), n)?;
+    // SAFETY: device sides are mapped with the needed access (validated, kept by the guard);
+    // host sides per this function's contract; `copy` tolerates overlap within one allocation.
+    unsafe {
+        std::ptr::copy(
+            src as usize as *const u8,
+            dst as usize as *mut u8,
+            n as usize,
+        )
+    };
+    Ok(())
+}
+
 /// A host or device address a queued copy carries to its worker thread. The caller keeps the
 /// host buffer valid until the stream has run the copy (the CUDA contract).
 #[derive(Debug, Clone, Copy)]

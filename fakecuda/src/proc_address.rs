@@ -69,6 +69,7 @@ exported!(
     cuGraphAddEmptyNode,
     cuGraphAddHostNode,
     cuGraphAddMemsetNode,
+    cuGraphAddMemcpyNode,
     cuGraphAddNode,
     cuGraphAddNode_v2,
     cuGraphInstantiateWithFlags,

@@ -211,3 +211,60 @@ def test_sm_resources_split_in_structured_groups(context):
     refused = cu.cuDevSmResourceSplit(2, whole, 0, [group(half), group(half)])[0]
     assert refused == R.CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION
     assert cu.cuDevSmResourceSplit(1, whole, 0, [group(12, 8)])[0] == R.CUDA_ERROR_INVALID_VALUE
+
+
+def test_graph_memcpy_nodes_copy_in_dependency_order(context):
+    stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING))
+    first, second = device_buffer(MIB), device_buffer(MIB)
+    host = np.zeros(MIB, dtype=np.uint8)
+    graph = check(cu.cuGraphCreate(0))
+    fill = cu.CUDA_MEMSET_NODE_PARAMS()
+    fill.dst = first
+    fill.value = 0x5A
+    fill.elementSize = 1
+    fill.width = MIB
+    fill.height = 1
+    a = check(cu.cuGraphAddMemsetNode(graph, None, 0, fill, context))
+
+    def copy(dst_type, dst, src_type, src, width, height=1, pitch=0):
+        params = cu.CUDA_MEMCPY3D()
+        params.srcMemoryType, params.dstMemoryType = src_type, dst_type
+        if src_type == cu.CUmemorytype.CU_MEMORYTYPE_HOST:
+            params.srcHost = src
+        else:
+            params.srcDevice = src
+        if dst_type == cu.CUmemorytype.CU_MEMORYTYPE_HOST:
+            params.dstHost = dst
+        else:
+            params.dstDevice = dst
+        params.srcPitch = params.dstPitch = pitch
+        params.WidthInBytes, params.Height, params.Depth = width, height, 1
+        return params
+
+    device, to_host = cu.CUmemorytype.CU_MEMORYTYPE_DEVICE, cu.CUmemorytype.CU_MEMORYTYPE_HOST
+    # first → second (device to device), then second → host, row by row (2 rows of 4 KiB, 64 KiB apart).
+    b = check(cu.cuGraphAddMemcpyNode(graph, [a], 1, copy(device, second, device, first, MIB), context))
+    c = check(
+        cu.cuGraphAddMemcpyNode(
+            graph, [b], 1, copy(to_host, host.ctypes.data, device, second, 4096, 2, 65536), context
+        )
+    )
+    assert check(cu.cuGraphNodeGetLocalId(c)) == 2
+    exec_ = check(cu.cuGraphInstantiate(graph, 0))
+    check(cu.cuGraphLaunch(exec_, stream))
+    check(cu.cuStreamSynchronize(stream))
+    assert host[:4096].tolist() == [0x5A] * 4096 and host[65536 : 65536 + 4096].tolist() == [0x5A] * 4096
+    assert host[4096:65536].max() == 0, "only the rows were copied"
+    # Arrays are not modelled; an empty copy is no copy.
+    array = cu.CUmemorytype.CU_MEMORYTYPE_ARRAY
+    assert cu.cuGraphAddMemcpyNode(graph, None, 0, copy(device, second, array, first, 16), context)[0] == (
+        R.CUDA_ERROR_NOT_SUPPORTED
+    )
+    assert cu.cuGraphAddMemcpyNode(graph, None, 0, copy(device, second, device, first, 0), context)[0] == (
+        R.CUDA_ERROR_INVALID_VALUE
+    )
+    check(cu.cuGraphExecDestroy(exec_))
+    check(cu.cuGraphDestroy(graph))
+    for dptr in (first, second):
+        check(cu.cuMemFree(dptr))
+    check(cu.cuStreamDestroy(stream))

@@ -3,7 +3,7 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use super::*;
-use crate::graph::Work;
+use crate::graph::{Side, Work};
 use cudarc::driver::sys::{
     CUgraph, CUgraph_st, CUgraphExec, CUgraphExec_st, CUgraphNode, CUgraphNode_st,
 };
@@ -142,6 +142,131 @@ pub unsafe extern "C" fn cuGraphAddMemsetNode(
     })
 }
 
+/// `CUDA_MEMCPY3D`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RawMemcpy3d {
+    src_x_in_bytes: usize,
+    src_y: usize,
+    src_z: usize,
+    src_lod: usize,
+    src_memory_type: c_uint,
+    src_host: usize,
+    src_device: u64,
+    src_array: usize,
+    reserved0: usize,
+    src_pitch: usize,
+    src_height: usize,
+    dst_x_in_bytes: usize,
+    dst_y: usize,
+    dst_z: usize,
+    dst_lod: usize,
+    dst_memory_type: c_uint,
+    dst_host: usize,
+    dst_device: u64,
+    dst_array: usize,
+    reserved1: usize,
+    dst_pitch: usize,
+    dst_height: usize,
+    width_in_bytes: usize,
+    height: usize,
+    depth: usize,
+}
+
+const _: () = assert!(
+    std::mem::size_of::<RawMemcpy3d>() == std::mem::size_of::<cudarc::driver::sys::CUDA_MEMCPY3D>()
+);
+
+/// `CUmemorytype`.
+const MEMORY_HOST: c_uint = 1;
+const MEMORY_DEVICE: c_uint = 2;
+const MEMORY_UNIFIED: c_uint = 4;
+
+/// One side of a copy: where its first byte is, whether that is device memory (unified
+/// addresses are device memory when they lie in a mapping), and its row and slice strides.
+fn side(
+    d: &driver::Driver,
+    kind: c_uint,
+    (host, device): (usize, u64),
+    (x, y, z): (usize, usize, usize),
+    (pitch, height): (usize, usize),
+    rows: usize,
+    width: usize,
+) -> CuResult<Side> {
+    let (base, is_device) = match kind {
+        MEMORY_HOST => (host as u64, false),
+        MEMORY_DEVICE => (device, true),
+        MEMORY_UNIFIED => (device, d.vmm.mapping_at(device).is_some()),
+        // CUDA arrays are not copied (no texture memory is modelled).
+        _ => return Err(CuError::CUDA_ERROR_NOT_SUPPORTED),
+    };
+    if base == 0 || (rows > 1 && pitch < x + width) {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    let pitch = pitch as u64;
+    let slice = pitch * height as u64;
+    Ok(Side {
+        address: base + x as u64 + y as u64 * pitch + z as u64 * slice,
+        pitch,
+        slice,
+        device: is_device,
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddMemcpyNode(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    dependencies: *const CUgraphNode,
+    n: usize,
+    params: *const RawMemcpy3d,
+    _ctx: CUcontext,
+) -> RawResult {
+    gated(|| {
+        // SAFETY: CUDA_MEMCPY3D input (cuda.h).
+        let p = unsafe { get(params) }?;
+        if p.width_in_bytes == 0
+            || p.height == 0
+            || p.depth == 0
+            || p.src_lod != 0
+            || p.dst_lod != 0
+        {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let rows = p.height * p.depth;
+        let (src, dst) = driver::with(|d| {
+            let src = side(
+                d,
+                p.src_memory_type,
+                (p.src_host, p.src_device),
+                (p.src_x_in_bytes, p.src_y, p.src_z),
+                (p.src_pitch, p.src_height.max(p.height)),
+                rows,
+                p.width_in_bytes,
+            )?;
+            let dst = side(
+                d,
+                p.dst_memory_type,
+                (p.dst_host, p.dst_device),
+                (p.dst_x_in_bytes, p.dst_y, p.dst_z),
+                (p.dst_pitch, p.dst_height.max(p.height)),
+                rows,
+                p.width_in_bytes,
+            )?;
+            Ok((src, dst))
+        })?;
+        let work = Work::Memcpy {
+            dst,
+            src,
+            width: p.width_in_bytes as u64,
+            height: p.height as u64,
+            depth: p.depth as u64,
+        };
+        // SAFETY: cuda.h's contract for the dependency list.
+        add(out, graph, unsafe { deps(dependencies, n) }?, work)
+    })
+}
+
 /// Generic node parameters (`CUgraphNodeParams`): no kind is modelled through them yet.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuGraphAddNode(
@@ -197,6 +322,31 @@ pub extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> RawResul
                             unsafe { std::mem::transmute(function) };
                         // SAFETY: as above.
                         unsafe { f(user as *mut c_void) };
+                    }
+                    Work::Memcpy {
+                        dst,
+                        src,
+                        width,
+                        height,
+                        depth,
+                    } => {
+                        for (slice, row) in
+                            (0..depth).flat_map(|z| (0..height).map(move |y| (z, y)))
+                        {
+                            let (to, from) = (dst.row(slice, row), src.row(slice, row));
+                            // SAFETY: host sides are the application's buffers, which must
+                            // stay valid while its graph runs (cuda.h); device sides are
+                            // validated by the copy.
+                            let copied = unsafe {
+                                memcpy::copy_now(to, dst.device, from, src.device, width)
+                            };
+                            if let Err(e) = copied {
+                                eprintln!(
+                                    "fakecuda: graph memcpy node to {to:#x} failed when it ran: {e}"
+                                );
+                                return;
+                            }
+                        }
                     }
                     Work::Memset {
                         dst,
