@@ -8,11 +8,10 @@ mod support;
 
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use cuinterpose_coordinator::fixtures::TempDir;
-use cuinterpose_testkit::{build_shim, build_worker, fakecuda_lib_dir, slack};
+use cuinterpose_testkit::{fakecuda_lib_dir, slack};
 use cuinterpose_workload::Worker;
 use cuinterpose_workload::proto::{TrafficMode, TrafficThread};
 use support::cli::{self, check_exit, path};
@@ -55,33 +54,8 @@ fn traffic_runs_on_through_criu_dumps_and_restores() {
     };
     let work = TempDir::new("criu-traffic").expect("work dir");
     let dir = work.path();
-    let sockets: Vec<PathBuf> = (0..PROCESSES)
-        .map(|i| dir.join(format!("worker-{i}.sock")))
-        .collect();
-    // The tree writes its own log (a file written from outside would change size under CRIU).
-    let mut script = format!(
-        "exec </dev/null >/dev/null 2>>'{}'; ",
-        dir.join("workload.log").display()
-    );
-    for socket in &sockets {
-        script.push_str(&format!("\"$0\" --listen '{}' & ", socket.display()));
-    }
-    script.push_str("wait");
-    let unshare = Command::new("unshare")
-        .args(["-fp", "setsid", "sh", "-c", &script])
-        .arg(build_worker())
-        .env("LD_PRELOAD", build_shim())
-        .env("LD_LIBRARY_PATH", fakecuda_lib_dir())
-        .env("CUINTERPOSE_CONTROL_DIR", dir.join("control"))
-        .env("FAKECUDA_CONTROL_DIR", dir.join("fakecuda"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start unshare");
-    let mut reaper = criu::Reaper(vec![unshare.id()]);
-    let mut root = criu::namespace_root(unshare.id());
-    reaper.0.push(root);
+    let (unshare, mut root, sockets) = criu::listening_tree(dir, PROCESSES, true);
+    let mut reaper = criu::Reaper(vec![unshare.id(), root]);
 
     // One shared allocation (created by the first worker, imported by the others), private
     // memory in each, and in each process three threads: copies into its slot of the shared

@@ -7,7 +7,7 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use cuinterpose_coordinator::fixtures::TempDir;
@@ -194,7 +194,6 @@ fn a_workload_without_sharing_is_checkpointed_by_the_plugin_alone() {
         Ok(found) => found,
         Err(why) => return unavailable(test, &why),
     };
-    let worker = cuinterpose_testkit::build_worker();
     let lib = cuinterpose_testkit::fakecuda_lib_dir();
     let tool = cuinterpose_testkit::build_fakecuda_checkpoint();
     let work = TempDir::new("plugin-alone").expect("work dir");
@@ -207,30 +206,12 @@ fn a_workload_without_sharing_is_checkpointed_by_the_plugin_alone() {
     }
     std::os::unix::fs::symlink(tool, bin.join("cuda-checkpoint")).unwrap();
     let driver = lib.join("libcuda.so.1");
-    let socket = dir.join("worker.sock");
-    let script = format!(
-        "exec </dev/null >/dev/null 2>>'{}'; \"$0\" --listen '{}' & wait",
-        dir.join("workload.log").display(),
-        socket.display()
-    );
     // CUDA without the shim: nothing for cuinterpose to take part in.
-    let unshare = Command::new("unshare")
-        .args(["-fp", "setsid", "sh", "-c", &script])
-        .arg(worker)
-        .env_remove("LD_PRELOAD")
-        .env("LD_LIBRARY_PATH", lib)
-        .env("FAKECUDA_CONTROL_DIR", dir.join("fakecuda"))
-        .env("CUINTERPOSE_CONTROL_DIR", &control)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start unshare");
-    let mut reaper = criu::Reaper(vec![unshare.id()]);
-    let root = criu::namespace_root(unshare.id());
-    reaper.0.push(root);
+    let (unshare, root, sockets) = criu::listening_tree(dir, 1, false);
+    let socket = &sockets[0];
+    let mut reaper = criu::Reaper(vec![unshare.id(), root]);
     let (size, seed) = (3 << 20, 0x5eed);
-    let mut cuda = Worker::connect(&socket, slack(Duration::from_secs(30))).expect("connect");
+    let mut cuda = Worker::connect(socket, slack(Duration::from_secs(30))).expect("connect");
     cuda.init(0).expect("init");
     let dptr = cuda.mem_alloc(size).expect("allocate");
     cuda.fill(dptr, size, seed).expect("fill");
@@ -352,7 +333,7 @@ fn a_workload_without_sharing_is_checkpointed_by_the_plugin_alone() {
             && l["message"] == "no cuinterpose state in these images"),
         "{said:?}"
     );
-    let mut cuda = Worker::connect(&socket, slack(Duration::from_secs(30))).expect("reconnect");
+    let mut cuda = Worker::connect(socket, slack(Duration::from_secs(30))).expect("reconnect");
     cuda.verify(dptr, size, seed)
         .expect("the same bytes at the same address");
     // And it runs on.

@@ -1,8 +1,8 @@
 //! CRIU for the tests that run it: the binary `.ci/install-criu` caches (or
 //! `$CUINTERPOSE_CRIU`), and the namespace init of a tree started as `unshare -fp setsid CMD`.
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// CRIU ≥ 4.1: `$CUINTERPOSE_CRIU`, else the one `.ci/install-criu` caches; an error says why
@@ -59,6 +59,43 @@ pub fn namespace_root(unshare: u32) -> u32 {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// A workload CRIU can dump: `n` `cuinterpose-worker --listen` processes started as one PID
+/// namespace (`unshare -fp setsid sh`) on fakecuda, under the shim when `shim`, with their
+/// control directories in `dir` (`control/`, `fakecuda/`). The tree writes its own log
+/// (`workload.log`: a file written from outside would change size under CRIU). Returns the
+/// spawned `unshare`, the namespace's init and the workers' socket paths.
+pub fn listening_tree(dir: &Path, n: usize, shim: bool) -> (Child, u32, Vec<PathBuf>) {
+    let sockets: Vec<PathBuf> = (0..n)
+        .map(|i| dir.join(format!("worker-{i}.sock")))
+        .collect();
+    let mut script = format!(
+        "exec </dev/null >/dev/null 2>>'{}'; ",
+        dir.join("workload.log").display()
+    );
+    for socket in &sockets {
+        script.push_str(&format!("\"$0\" --listen '{}' & ", socket.display()));
+    }
+    script.push_str("wait");
+    let mut command = Command::new("unshare");
+    command
+        .args(["-fp", "setsid", "sh", "-c", &script])
+        .arg(cuinterpose_testkit::build_worker())
+        .env("LD_LIBRARY_PATH", cuinterpose_testkit::fakecuda_lib_dir())
+        .env("CUINTERPOSE_CONTROL_DIR", dir.join("control"))
+        .env("FAKECUDA_CONTROL_DIR", dir.join("fakecuda"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if shim {
+        command.env("LD_PRELOAD", cuinterpose_testkit::build_shim());
+    } else {
+        command.env_remove("LD_PRELOAD");
+    }
+    let unshare = command.spawn().expect("start unshare");
+    let root = namespace_root(unshare.id());
+    (unshare, root, sockets)
 }
 
 /// Processes killed (SIGKILL) when the test ends, passing or not: a tree must not outlive it.
