@@ -1,13 +1,13 @@
-//! CUDA graphs, for the node kinds that run without device code: empty, host, memset and
-//! memcpy nodes, with their dependencies, instantiated into executable graphs that a launch
-//! runs on a stream in dependency order (one unit of the stream's work). Kernel, conditional
-//! and child-graph nodes are not modelled (`CUDA_ERROR_NOT_SUPPORTED`).
+//! CUDA graphs, for the node kinds that run without device code: empty, host, memset, memcpy
+//! and child-graph nodes, with their dependencies, instantiated into executable graphs that a
+//! launch runs on a stream in dependency order (one unit of the stream's work). Kernel and
+//! conditional nodes are not modelled (`CUDA_ERROR_NOT_SUPPORTED`).
 
 use crate::error::{CuError, CuResult};
 use std::collections::{BTreeMap, HashMap};
 
 /// What a node does when its graph runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Work {
     Empty,
     /// A host function and its argument (the application's).
@@ -34,6 +34,9 @@ pub enum Work {
         height: u64,
         depth: u64,
     },
+    /// A child graph: a copy of its nodes' work, in dependency order, taken when the node was
+    /// added (CUDA clones the child graph).
+    Child(Vec<Work>),
 }
 
 /// One side of a memcpy node.
@@ -170,9 +173,17 @@ impl Graphs {
             .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
     }
 
-    /// Instantiates `graph`: its nodes in dependency order (nodes are added after their
-    /// dependencies, so insertion order already is one).
+    /// Instantiates `graph`: its nodes' work in dependency order.
     pub fn instantiate(&mut self, handle: u64, graph: u64) -> CuResult<()> {
+        let order = self.ordered_work(graph)?;
+        let id = self.id();
+        self.execs.insert(handle, Exec { id, order });
+        Ok(())
+    }
+
+    /// `graph`'s nodes' work in an order that respects every dependency (nodes are added after
+    /// their dependencies, so insertion order is one; anything else is refused).
+    pub fn ordered_work(&self, graph: u64) -> CuResult<Vec<Work>> {
         let g = self
             .graphs
             .get(&graph)
@@ -184,10 +195,7 @@ impl Graphs {
                 return Err(CuError::CUDA_ERROR_INVALID_VALUE);
             }
         }
-        let order = g.nodes.iter().map(|n| self.nodes[n].work).collect();
-        let id = self.id();
-        self.execs.insert(handle, Exec { id, order });
-        Ok(())
+        Ok(g.nodes.iter().map(|n| self.nodes[n].work.clone()).collect())
     }
 
     pub fn exec_order(&self, exec: u64) -> CuResult<Vec<Work>> {

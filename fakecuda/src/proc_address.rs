@@ -70,6 +70,7 @@ exported!(
     cuGraphAddHostNode,
     cuGraphAddMemsetNode,
     cuGraphAddMemcpyNode,
+    cuGraphAddChildGraphNode,
     cuGraphAddNode,
     cuGraphAddNode_v2,
     cuGraphInstantiateWithFlags,

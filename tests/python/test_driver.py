@@ -268,3 +268,39 @@ def test_graph_memcpy_nodes_copy_in_dependency_order(context):
     for dptr in (first, second):
         check(cu.cuMemFree(dptr))
     check(cu.cuStreamDestroy(stream))
+
+
+def test_child_graph_nodes_run_a_copy_of_their_graph(context):
+    stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING))
+    dptr = device_buffer(4096)
+
+    def memset_node(graph, deps, value):
+        params = cu.CUDA_MEMSET_NODE_PARAMS()
+        params.dst = dptr
+        params.value = value
+        params.elementSize = 1
+        params.width = 4096
+        params.height = 1
+        return check(cu.cuGraphAddMemsetNode(graph, deps, len(deps), params, context))
+
+    child = check(cu.cuGraphCreate(0))
+    memset_node(child, [], 0x33)
+    parent = check(cu.cuGraphCreate(0))
+    first = memset_node(parent, [], 0x11)
+    # The child runs after the parent's first node and overwrites it.
+    check(cu.cuGraphAddChildGraphNode(parent, [first], 1, child))
+    # A node added to the child afterwards is not in the copy the parent holds.
+    memset_node(child, [], 0x77)
+    exec_ = check(cu.cuGraphInstantiate(parent, 0))
+    check(cu.cuGraphLaunch(exec_, stream))
+    check(cu.cuStreamSynchronize(stream))
+    out = np.zeros(4096, dtype=np.uint8)
+    check(cu.cuMemcpyDtoH(out.ctypes.data, dptr, 4096))
+    assert out.tolist() == [0x33] * 4096
+    # A graph is not its own child.
+    assert cu.cuGraphAddChildGraphNode(parent, None, 0, parent)[0] == R.CUDA_ERROR_INVALID_VALUE
+    check(cu.cuGraphExecDestroy(exec_))
+    for graph in (parent, child):
+        check(cu.cuGraphDestroy(graph))
+    check(cu.cuMemFree(dptr))
+    check(cu.cuStreamDestroy(stream))

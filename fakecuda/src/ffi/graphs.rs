@@ -267,6 +267,31 @@ pub unsafe extern "C" fn cuGraphAddMemcpyNode(
     })
 }
 
+/// A child-graph node: a copy of `child`'s nodes, taken now (later changes to `child` are not
+/// seen, as with CUDA's clone).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddChildGraphNode(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    dependencies: *const CUgraphNode,
+    n: usize,
+    child: CUgraph,
+) -> RawResult {
+    gated(|| {
+        if h(child) == h(graph) {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let nodes = driver::with(|d| d.graphs.ordered_work(h(child)))?;
+        // SAFETY: cuda.h's contract for the dependency list.
+        add(
+            out,
+            graph,
+            unsafe { deps(dependencies, n) }?,
+            Work::Child(nodes),
+        )
+    })
+}
+
 /// Generic node parameters (`CUgraphNodeParams`): no kind is modelled through them yet.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuGraphAddNode(
@@ -313,63 +338,68 @@ pub extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> RawResul
     gated(|| {
         let order = driver::with(|d| d.graphs.exec_order(h(exec)))?;
         memcpy::host_work(Some(stream as usize as u64), move || {
-            for work in order {
-                match work {
-                    Work::Empty => {}
-                    Work::Host { function, user } => {
-                        // SAFETY: the application's CUhostFn with its own argument (cuda.h).
-                        let f: unsafe extern "C" fn(*mut c_void) =
-                            unsafe { std::mem::transmute(function) };
-                        // SAFETY: as above.
-                        unsafe { f(user as *mut c_void) };
-                    }
-                    Work::Memcpy {
-                        dst,
-                        src,
-                        width,
-                        height,
-                        depth,
-                    } => {
-                        for (slice, row) in
-                            (0..depth).flat_map(|z| (0..height).map(move |y| (z, y)))
-                        {
-                            let (to, from) = (dst.row(slice, row), src.row(slice, row));
-                            // SAFETY: host sides are the application's buffers, which must
-                            // stay valid while its graph runs (cuda.h); device sides are
-                            // validated by the copy.
-                            let copied = unsafe {
-                                memcpy::copy_now(to, dst.device, from, src.device, width)
-                            };
-                            if let Err(e) = copied {
-                                eprintln!(
-                                    "fakecuda: graph memcpy node to {to:#x} failed when it ran: {e}"
-                                );
-                                return;
-                            }
-                        }
-                    }
-                    Work::Memset {
-                        dst,
-                        pitch,
-                        value,
-                        width,
-                        count,
-                        height,
-                    } => {
-                        for row in 0..height as u64 {
-                            if let Err(e) = memcpy::fill_now(dst + row * pitch, value, width, count)
-                            {
-                                eprintln!(
-                                    "fakecuda: graph memset node at {dst:#x} failed when it ran: {e}"
-                                );
-                                return;
-                            }
-                        }
+            run_works(&order);
+        })
+    })
+}
+
+/// Runs a graph's work in order, child graphs included; a node that fails ends the launch
+/// (said on stderr: a GPU would fault). Returns whether every node ran.
+fn run_works(order: &[Work]) -> bool {
+    for work in order {
+        match work {
+            Work::Empty => {}
+            Work::Child(nodes) => {
+                if !run_works(nodes) {
+                    return false;
+                }
+            }
+            Work::Host { function, user } => {
+                // SAFETY: the application's CUhostFn with its own argument (cuda.h).
+                let f: unsafe extern "C" fn(*mut c_void) =
+                    unsafe { std::mem::transmute(*function) };
+                // SAFETY: as above.
+                unsafe { f(*user as *mut c_void) };
+            }
+            Work::Memcpy {
+                dst,
+                src,
+                width,
+                height,
+                depth,
+            } => {
+                for (slice, row) in (0..*depth).flat_map(|z| (0..*height).map(move |y| (z, y))) {
+                    let (to, from) = (dst.row(slice, row), src.row(slice, row));
+                    // SAFETY: host sides are the application's buffers, which must stay valid
+                    // while its graph runs (cuda.h); device sides are validated by the copy.
+                    let copied =
+                        unsafe { memcpy::copy_now(to, dst.device, from, src.device, *width) };
+                    if let Err(e) = copied {
+                        eprintln!("fakecuda: graph memcpy node to {to:#x} failed when it ran: {e}");
+                        return false;
                     }
                 }
             }
-        })
-    })
+            Work::Memset {
+                dst,
+                pitch,
+                value,
+                width,
+                count,
+                height,
+            } => {
+                for row in 0..*height as u64 {
+                    if let Err(e) = memcpy::fill_now(dst + row * pitch, *value, *width, *count) {
+                        eprintln!(
+                            "fakecuda: graph memset node at {dst:#x} failed when it ran: {e}"
+                        );
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+    true
 }
 
 #[unsafe(no_mangle)]
