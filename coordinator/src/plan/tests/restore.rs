@@ -1,0 +1,156 @@
+//! Unit tests of the plan's restore and check runs: the state and the participant set checked
+//! before any request, live records compared with the saved ones, the final verification.
+
+use super::*;
+
+#[test]
+fn restore_checks_state_and_participants_before_any_request() {
+    let (_, state) = captured();
+    let run = Run::restore(&state, [pid(101), pid(102), pid(104)]);
+    let error = check_failed(
+        &run,
+        Stage::CheckState,
+        None,
+        "checkpointed but not live: [103]; live but not checkpointed: [104]",
+        false,
+    );
+    assert!(matches!(
+        error.failures[0].reason,
+        Reason::ParticipantsDiffer { .. }
+    ));
+
+    let mut topology = shared_topology(101);
+    topology
+        .get_mut(&pid(102))
+        .expect("102")
+        .push(allocation(5, 999, SIZE, false, 1).into());
+    let run = Run::restore(&state_file(&topology), [pid(101), pid(102), pid(103)]);
+    check_failed(
+        &run,
+        Stage::CheckState,
+        Some(102),
+        "imported from participant 999",
+        false,
+    );
+}
+
+#[test]
+fn restore_refuses_live_records_that_differ_from_the_saved_ones() {
+    let (mut fakes, state) = captured();
+    fakes
+        .get_mut(&pid(102))
+        .expect("102")
+        .records
+        .push(mapping(1, 101, 0x1000, SIZE, 0).into());
+    let mut run = Run::restore(&state, fakes.keys().copied());
+    let stages = drive(&mut run, &mut fakes, &mut untouched(), Ok(()));
+    assert_eq!(stages, [Stage::Inspect]);
+    check_failed(
+        &run,
+        Stage::Inspect,
+        Some(102),
+        "records differ from the checkpoint (1 differences): unexpected mapping",
+        false,
+    );
+    assert!(fakes.values().all(|fake| fake.phase == Phase::Released));
+
+    let (mut fakes, state) = captured();
+    fakes.get_mut(&pid(103)).expect("103").phase = Phase::Active;
+    let mut run = Run::restore(&state, fakes.keys().copied());
+    drive(&mut run, &mut fakes, &mut untouched(), Ok(()));
+    check_failed(
+        &run,
+        Stage::Inspect,
+        Some(103),
+        "in phase active, expected phase released",
+        false,
+    );
+}
+
+#[test]
+fn restore_verifies_the_final_records() {
+    let (mut fakes, state) = captured();
+    let mut run = Run::restore(&state, fakes.keys().copied());
+    let mut tamper = |stage: Stage, pid: NamespacePid, outcome: Outcome| match (stage, outcome) {
+        (Stage::Verify, Ok(Reply::Inspection(mut inspection))) if pid.get() == 101 => {
+            let mut records = inspection.records.into_vec();
+            records.retain(|record| !matches!(record, Record::MulticastMapping(_)));
+            inspection.records = records.try_into().expect("bounded");
+            Ok(inspection.into())
+        }
+        (_, outcome) => outcome,
+    };
+    let stages = drive(&mut run, &mut fakes, &mut tamper, Ok(()));
+    assert_eq!(stages, restore_stages());
+    check_failed(
+        &run,
+        Stage::Verify,
+        Some(101),
+        "missing multicast mapping of object",
+        true,
+    );
+
+    let (mut fakes, state) = captured();
+    let mut run = Run::restore(&state, fakes.keys().copied());
+    let mut tamper = |stage: Stage, pid: NamespacePid, outcome: Outcome| {
+        if stage == Stage::Execute(Operation::LoadAllocations) && pid.get() == 101 {
+            return Ok(CompletedReply {
+                operation: Operation::LoadAllocations,
+                bytes: SIZE - 1,
+            }
+            .into());
+        }
+        outcome
+    };
+    drive(&mut run, &mut fakes, &mut tamper, Ok(()));
+    check_failed(
+        &run,
+        Stage::Execute(Operation::LoadAllocations),
+        Some(101),
+        "moved 2097151 bytes, expected 2097152",
+        true,
+    );
+}
+
+/// A check is restore's read-only start alone: one inspect compared with the state, reported
+/// as `check_state`; a difference fails it with nothing changed, under that name.
+#[test]
+fn check_compares_the_state_and_changes_nothing() {
+    let (mut fakes, state) = captured();
+    let mut run = Run::check(&state, fakes.keys().copied());
+    let stages = drive(&mut run, &mut fakes, &mut |_, _, outcome| outcome, Ok(()));
+    assert_eq!(stages, [Stage::Inspect]);
+    let Step::Done(report) = run.step() else {
+        panic!("{:?}", run.step());
+    };
+    assert_eq!(report.command, "restore");
+    let names: Vec<&str> = report.phases.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["check_state"]);
+    assert!(fakes.values().all(|fake| fake.phase == Phase::Released));
+
+    let (mut fakes, state) = captured();
+    let mut run = Run::check(&state, fakes.keys().copied());
+    let mut tamper = |_: Stage, pid: NamespacePid, outcome: Outcome| match outcome {
+        Ok(Reply::Inspection(mut inspection)) if pid.get() == 101 => {
+            let mut records = inspection.records.into_vec();
+            records.pop();
+            inspection.records = records.try_into().expect("bounded");
+            Ok(inspection.into())
+        }
+        outcome => outcome,
+    };
+    drive(&mut run, &mut fakes, &mut tamper, Ok(()));
+    let error = check_failed(
+        &run,
+        Stage::Inspect,
+        Some(101),
+        "records differ from the checkpoint",
+        false,
+    );
+    let text = error.to_string();
+    assert!(
+        text.starts_with("restore failed in phase check_state: participant 101: ")
+            && text.ends_with("nothing was changed in any participant"),
+        "{text}"
+    );
+}
