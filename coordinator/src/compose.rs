@@ -335,21 +335,33 @@ pub fn resume_in_place(
     }
 }
 
-/// The participants of the state in `dir` that are no longer alive in the tree of `root`, as
-/// the error that says so; `None` when every one lives.
-fn died_since(workload: &Workload, root: u32, dir: &Path, during: &str) -> Option<CommandError> {
+/// The participants of the state in `dir` split by whether they still live in the tree of
+/// `root` (none do when the root is gone): `(alive, dead)`. `None` when the state or the tree
+/// cannot be read.
+fn census(
+    workload: &Workload,
+    root: u32,
+    dir: &Path,
+) -> Option<(Vec<NamespacePid>, Vec<NamespacePid>)> {
     let saved = state::load(dir).ok()?;
-    let alive: Vec<u32> = match process::tree(&workload.proc_dir, root) {
+    let living: Vec<u32> = match process::tree(&workload.proc_dir, root) {
         Ok(tree) => tree.iter().map(|p| p.namespace_pid.get()).collect(),
         Err(process::ProcessError::NoSuchProcess { .. }) => Vec::new(),
         Err(_) => return None,
     };
-    let died: Vec<NamespacePid> = saved
-        .participants
-        .keys()
-        .copied()
-        .filter(|pid| !alive.contains(&pid.get()))
-        .collect();
+    Some(
+        saved
+            .participants
+            .keys()
+            .copied()
+            .partition(|pid| living.contains(&pid.get())),
+    )
+}
+
+/// The participants of the state in `dir` that are no longer alive in the tree of `root`, as
+/// the error that says so; `None` when every one lives.
+fn died_since(workload: &Workload, root: u32, dir: &Path, during: &str) -> Option<CommandError> {
+    let (_, died) = census(workload, root, dir)?;
     (!died.is_empty()).then(|| CommandError::Died {
         pids: died,
         during: during.to_owned(),
@@ -360,21 +372,10 @@ fn died_since(workload: &Workload, root: u32, dir: &Path, during: &str) -> Optio
 /// coordinator declared a fail-stop (best effort); returns those that acknowledged. Only the
 /// checkpoint's own participants: a shared control directory may serve other workloads.
 fn tell_survivors(workload: &Workload, root: u32, dir: &Path, reason: &str) -> Vec<NamespacePid> {
-    let Ok(saved) = state::load(dir) else {
+    let Some((survivors, _)) = census(workload, root, dir).filter(|(alive, _)| !alive.is_empty())
+    else {
         return Vec::new();
     };
-    let alive: Vec<u32> = process::tree(&workload.proc_dir, root)
-        .map(|tree| tree.iter().map(|p| p.namespace_pid.get()).collect())
-        .unwrap_or_default();
-    let survivors: Vec<NamespacePid> = saved
-        .participants
-        .keys()
-        .copied()
-        .filter(|pid| alive.contains(&pid.get()))
-        .collect();
-    if survivors.is_empty() {
-        return Vec::new();
-    }
     match Session::open(&workload.control_dir, &survivors, workload.timeouts) {
         Ok(session) => session.declare_fail_stop(&survivors, reason),
         Err(_) => Vec::new(),
