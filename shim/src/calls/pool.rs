@@ -17,7 +17,7 @@ use super::track::{new_capability, new_id};
 use crate::driver::{context, driver};
 use crate::log;
 use crate::state::cache;
-use crate::state::pools::{Pool, is_adapter_pool};
+use crate::state::pools::{self, Pool, is_adapter_pool};
 use crate::state::process;
 use crate::state::registry::{Kind, Registry};
 use crate::sys::abi::{RawAccessDesc, RawLocation, RawPoolProps, consts};
@@ -229,8 +229,8 @@ pub fn alloc(handle: u64, size: u64) -> CuResult<u64> {
 /// `cuMemAllocAsync`: from the device's current pool when that is an adapter pool (`None`:
 /// the driver's pool, the driver allocates).
 pub fn alloc_async(size: u64) -> CuResult<Option<u64>> {
-    // Most processes never make an adapter pool current: no driver call for them.
-    if process::with(|r| Ok(r.pools.current.is_empty()))? {
+    // Most processes never make an adapter pool current: no lock, no driver call for them.
+    if !pools::any() || process::with(|r| Ok(r.pools.current.is_empty()))? {
         return Ok(None);
     }
     let d = driver()?;
@@ -266,6 +266,9 @@ pub fn set_current_pool(device: i32, handle: u64) -> CuResult<bool> {
 /// `cuMemFreeAsync` of an adapter region (false: not one, the driver frees it). Waits for the
 /// stream's earlier work first.
 pub fn free_async(address: u64, stream: usize) -> CuResult<bool> {
+    if !pools::any() {
+        return Ok(false);
+    }
     let d = driver()?;
     let region = process::with(|r| Ok(ipc::region_at(r, address)))?;
     if region.is_none_or(|(_, m, _)| m.pool == 0) {
@@ -456,6 +459,9 @@ pub fn import_pointer(handle: u64, data: &[u8; 64]) -> CuResult<Option<u64>> {
 
 /// The adapter pool of the region that contains `address` (`CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE`).
 pub fn pool_of(address: u64) -> CuResult<Option<u64>> {
+    if !pools::any() {
+        return Ok(None);
+    }
     process::with(|r| {
         let Some((_, mapping)) = r.mapping_at(address) else {
             return Ok(None);

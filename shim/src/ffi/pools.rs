@@ -444,12 +444,12 @@ pub unsafe extern "C" fn cuPointerGetAttributes(
     entry(id::cuPointerGetAttributes, || {
         // The application's arguments, forwarded under their cuda.h contract.
         call!(driver()?, cuPointerGetAttributes(count, attrs, data, ptr))?;
-        let Some(h) = pool::pool_of(ptr)? else {
-            return Ok(());
-        };
         if attrs.is_null() || data.is_null() {
             return Ok(());
         }
+        let Some(h) = pool::pool_of(ptr)? else {
+            return Ok(());
+        };
         for i in 0..count as usize {
             // SAFETY: `attrs` and `data` hold `count` entries (cuda.h), checked non-null; the
             // driver accepted them just now.

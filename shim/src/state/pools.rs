@@ -5,6 +5,17 @@
 //! pool handle (a host pointer) has.
 
 use cuinterpose_protocol::{AccessDescriptor, AllocationId, CapabilityToken, NamespacePid};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set by the first adapter pool (created or imported): until then the pool entry points that
+/// also serve the driver's own memory (`cuMemFreeAsync`, `cuMemAllocAsync`,
+/// `cuPointerGetAttribute(s)`) pass through without taking the registry lock.
+static ANY: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process ever held an adapter pool.
+pub fn any() -> bool {
+    ANY.load(Ordering::Relaxed)
+}
 
 /// Tag of every adapter pool handle: `0xC0DF` in bits 48..64.
 pub const POOL_TAG: u64 = 0xC0DF << 48;
@@ -82,6 +93,7 @@ pub struct Pools {
 impl Pools {
     /// A fresh adapter handle for `pool`.
     pub fn insert(&mut self, pool: Pool) -> u64 {
+        ANY.store(true, Ordering::Relaxed);
         self.next += 1;
         let handle = POOL_TAG | self.next;
         self.by_handle.insert(handle, pool);
