@@ -121,7 +121,7 @@ fn two_processes_share_an_allocation() {
     ok(cu.cuMemAddressFree(p, size));
     ok(cu.cuMemRelease(h));
     drop(mine);
-    assert_eq!(fd_count(), fds_before, "no descriptor leaked");
+    check_fds_at_most(fds_before, "no descriptor leaked");
 }
 
 fn touch(grant: Option<u32>) {
@@ -305,7 +305,7 @@ fn handle_reference_rules() {
     );
     ok(cu.cuMemRelease(r));
     ok(cu.cuMemUnmap(p, size));
-    assert_eq!(fd_count(), fds - 1, "the last mapping gone frees the memfd");
+    check_fds_at_most(fds - 1, "the last mapping gone frees the memfd");
     ok(cu.cuMemAddressFree(p, size));
 }
 

@@ -295,6 +295,25 @@ pub fn fd_count() -> usize {
         .unwrap_or(0)
 }
 
+/// Fails unless this process holds at most `limit` descriptors within 5 s. At most, not
+/// exactly: the driver's and the test harness's own threads may close a descriptor they held
+/// when the count was taken; a leak only ever adds one. Polled, because a descriptor handed to
+/// a child or a worker thread is closed a moment after the call that let go of it.
+pub fn check_fds_at_most(limit: usize, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let now = fd_count();
+        if now <= limit {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: {now} descriptors open, expected at most {limit}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// A command re-executing this test binary in `role` (dispatched by `child_main`).
 pub fn role_command(role: &str) -> Command {
     let mut c = Command::new(std::env::current_exe().expect("current_exe"));
