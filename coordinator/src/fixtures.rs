@@ -358,6 +358,7 @@ impl FakeParticipant {
                     running: false,
                     done: bytes,
                     total: bytes,
+                    phase: self.phase,
                 }
                 .into()
             }

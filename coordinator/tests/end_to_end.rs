@@ -8,9 +8,12 @@
 //! here is exactly the workload (plus the `cuinterpose` process itself, which is neither a CUDA
 //! process nor a participant).
 
+#[path = "end_to_end/quiet.rs"]
+mod quiet;
 mod support;
 
 use std::os::fd::AsFd;
+use std::path::Path;
 use std::process::Output;
 
 use cuinterpose_workload::Worker;
@@ -24,20 +27,25 @@ use support::sandbox::{Sandbox, check_writes_cross};
 const MIB: u64 = 1 << 20;
 
 fn main() {
-    let tests: [Test<Sandbox>; 3] = [
+    let tests: [Test<Sandbox>; 4] = [
         ("toggle_keeps_bytes_addresses_and_sharing", toggle_in_place),
         (
             "checkpoint_then_restore_in_two_invocations",
             checkpoint_then_restore,
         ),
         ("a_long_copy_reports_progress", long_copy_progress),
+        (
+            "a_coordinator_gone_mid_capture_is_rolled_back_by_the_shims",
+            quiet::coordinator_gone,
+        ),
     ];
     support::harness::run(&tests, || Sandbox::new("e2e"));
 }
 
-/// A worker of the sandbox's workload whose current device is `device`.
-fn worker(sandbox: &Sandbox, device: i32) -> Worker {
-    let mut worker = sandbox.worker(sandbox.dir.path(), None);
+/// A worker of the sandbox's workload whose current device is `device`, with `env` added and
+/// its stderr in `log` if given.
+fn worker(sandbox: &Sandbox, device: i32, env: &[(&str, &str)], log: Option<&Path>) -> Worker {
+    let mut worker = sandbox.worker_with(sandbox.dir.path(), log, env);
     if device != 0 {
         worker.set_device(device).expect("set device");
     }
@@ -86,9 +94,14 @@ const SHARED: u64 = 4 * MIB;
 const GRAN: u64 = 2 * MIB;
 
 fn build(sandbox: &Sandbox) -> Workload {
-    let mut a = worker(sandbox, 0);
-    let mut b = worker(sandbox, 1);
-    let mut c = worker(sandbox, 0);
+    build_with(sandbox, &[], &[None, None, None])
+}
+
+/// [`build`] with `env` in every worker and each worker's stderr in its entry of `logs`.
+fn build_with(sandbox: &Sandbox, env: &[(&str, &str)], logs: &[Option<&Path>; 3]) -> Workload {
+    let mut a = worker(sandbox, 0, env, logs[0]);
+    let mut b = worker(sandbox, 1, env, logs[1]);
+    let mut c = worker(sandbox, 0, env, logs[2]);
 
     let shared = a.create(SHARED, 0, 1).expect("create");
     let va = a.map_rw(shared, SHARED, 0).expect("map");

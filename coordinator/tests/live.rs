@@ -325,8 +325,8 @@ fn send_and_vanish(root: &Path, pid: i32, request: &cuinterpose_protocol::Reques
 }
 
 /// The coordinator dies right after `begin_checkpoint` reached two sharing processes with
-/// traffic running: both stay frozen (their calls wait) until their control timeout (2 s)
-/// passes without a further lifecycle request, then go back to active on their own; the
+/// traffic running: both stay frozen (their calls wait) until their quiet window (three control
+/// timeouts, 6 s) passes without a further request, then go back to active on their own; the
 /// traffic saw no failed call and no lost write, and a toggle afterwards succeeds.
 fn coordinator_vanishes(sandbox: &Sandbox) {
     let root = sandbox.fresh("vanish");

@@ -341,6 +341,7 @@ fn answer(pid: p::NamespacePid, request: &p::Request) -> Result<(p::Reply, Optio
                 running: false,
                 done: 0,
                 total: 0,
+                phase: p::Phase::Active,
             }),
             None,
         ),

@@ -223,6 +223,7 @@ pub fn replies() -> Vec<(&'static str, p::Reply)> {
                 running: true,
                 done: 1 << 30,
                 total: 3 << 30,
+                phase: p::Phase::MulticastPrepared,
             }),
         ),
         (
@@ -233,6 +234,7 @@ pub fn replies() -> Vec<(&'static str, p::Reply)> {
                 running: false,
                 done: 0,
                 total: 0,
+                phase: p::Phase::Active,
             }),
         ),
         (

@@ -309,36 +309,47 @@ pub fn imported_allocation(
     })
 }
 
-/// Asks the creator's shim for the real export FD of `reference` (registry lock not held).
+/// Asks the creator's shim for the real export FD of `reference` (registry lock not held);
+/// a failure is logged, naming the creator.
 pub fn request_export(
     reference: &AllocationReference,
     resource: ResourceKind,
     capability: CapabilityToken,
 ) -> CuResult<(Reply, OwnedFd)> {
-    let creator: NamespacePid = reference.creator_pid;
-    let fail = |what: String| {
+    try_request_export(reference, resource, capability).map_err(|what| {
         log!(
-            "import of {} from creator pid {creator}: {what}",
-            reference.id
+            "import of {} from creator pid {}: {what}",
+            reference.id,
+            reference.creator_pid
         );
         CuError::INVALID_HANDLE
-    };
-    let dir = control_dir().map_err(|e| fail(e.to_string()))?;
-    let endpoint = Endpoint::for_pid(&dir, creator).map_err(|e| fail(e.to_string()))?;
-    let timeouts = Timeouts::from_env().map_err(|e| fail(e.to_string()))?;
+    })
+}
+
+/// [`request_export`] without the log line, for a caller that asks again until the creator
+/// is ready (a rollback waiting for its creators to recreate their objects).
+pub fn try_request_export(
+    reference: &AllocationReference,
+    resource: ResourceKind,
+    capability: CapabilityToken,
+) -> Result<(Reply, OwnedFd), String> {
+    let creator: NamespacePid = reference.creator_pid;
+    let dir = control_dir().map_err(|e| e.to_string())?;
+    let endpoint = Endpoint::for_pid(&dir, creator).map_err(|e| e.to_string())?;
+    let timeouts = Timeouts::from_env().map_err(|e| e.to_string())?;
     let request = Request::Export(ExportRequest {
         allocation: reference.clone(),
         resource,
         capability,
     });
     match call_with(&endpoint, &request, &timeouts) {
-        Ok((Reply::Refused(refused), _)) => Err(fail(format!(
+        Ok((Reply::Refused(refused), _)) => Err(format!(
             "refused ({}): {}",
             refused.code,
             refused.message.as_str()
-        ))),
+        )),
         Ok((reply, Some(fd))) => Ok((reply, fd)),
-        Ok((reply, None)) => Err(fail(format!("{} reply without a descriptor", reply.kind()))),
-        Err(e) => Err(fail(e.to_string())),
+        Ok((reply, None)) => Err(format!("{} reply without a descriptor", reply.kind())),
+        Err(e) => Err(e.to_string()),
     }
 }

@@ -1,5 +1,5 @@
-//! `begin_checkpoint`: close the gate, drain, synchronize, inspect, freeze; and the frozen
-//! watchdog that puts a process whose coordinator went quiet back to active.
+//! `begin_checkpoint`: close the gate, drain, synchronize, inspect, freeze, and start watching
+//! for a coordinator that goes quiet ([`super::rollback`]).
 
 use super::carrier;
 use super::inspect::inspection;
@@ -13,16 +13,6 @@ use crate::state::registry::Registry;
 use crate::sys::entries;
 use cuinterpose_protocol::transport::Timeouts;
 use cuinterpose_protocol::{Phase, RefusalCode, Reply};
-use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Counts lifecycle requests, so the frozen watchdog can tell whether the coordinator moved
-/// on after `begin_checkpoint`.
-static LIFECYCLE_REQUESTS: AtomicU64 = AtomicU64::new(0);
-
-/// Counts one lifecycle request (`begin_checkpoint` or an operation).
-pub fn note_lifecycle_request() {
-    LIFECYCLE_REQUESTS.fetch_add(1, Ordering::SeqCst);
-}
 
 /// Refuses unless the process can start a checkpoint now.
 fn may_begin(r: &Registry) -> Option<Reply> {
@@ -87,43 +77,15 @@ pub fn begin() -> Reply {
     }
     match inspection(r) {
         Reply::Inspection(mut i) => {
-            r.phase = Phase::Frozen;
+            r.set_phase(Phase::Frozen);
             i.phase = Phase::Frozen;
-            watch_frozen(Timeouts::from_env().unwrap_or_default().control());
+            super::rollback::watch(Timeouts::from_env().unwrap_or_default());
             Reply::Inspection(i)
         }
         other => {
             gate::open();
             other
         }
-    }
-}
-
-/// Nothing is destroyed while frozen, so a participant whose coordinator went quiet (it died,
-/// or another participant refused `begin_checkpoint` and the run stopped) goes back to active
-/// on its own when no further lifecycle request arrives within `timeout`.
-fn watch_frozen(timeout: std::time::Duration) {
-    let seen = LIFECYCLE_REQUESTS.load(Ordering::SeqCst);
-    let spawned = std::thread::Builder::new()
-        .name("cuinterpose-frozen".into())
-        .spawn(move || {
-            std::thread::sleep(timeout);
-            let mut guard = process::lock();
-            let Some(r) = guard.as_mut() else { return };
-            if r.phase == Phase::Frozen && LIFECYCLE_REQUESTS.load(Ordering::SeqCst) == seen {
-                r.phase = Phase::Active;
-                gate::open();
-                log!(
-                    "no lifecycle request within {} s of begin_checkpoint; back to phase active, \
-                     application calls continue",
-                    timeout.as_secs_f64()
-                );
-            }
-        });
-    if let Err(e) = spawned {
-        log!(
-            "cannot start the frozen watchdog ({e}); a vanished coordinator would leave this process frozen"
-        );
     }
 }
 

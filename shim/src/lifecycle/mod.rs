@@ -5,12 +5,14 @@
 //!
 //! [`begin`] closes the gate and freezes; [`unicast`] and [`multicast`] take sharing apart
 //! and rebuild it; [`carrier`] copies the shared bytes to and from the host; [`inspect`]
-//! builds the records an inspection reports.
+//! builds the records an inspection reports; [`rollback`] puts a process whose coordinator
+//! went quiet mid-capture back on its own.
 
 pub mod begin;
 pub mod carrier;
 pub mod inspect;
 pub mod multicast;
+pub mod rollback;
 mod step;
 pub mod unicast;
 
@@ -47,8 +49,10 @@ fn reply(reply: Reply) -> Outcome {
 }
 
 pub fn handle(request: &Request) -> Outcome {
+    // Inspections are read-only and come from anyone (`cuinterpose inspect` polled by an
+    // operator): only the steps of a run, and its copy polls, show a coordinator at work.
     if matches!(request, Request::BeginCheckpoint | Request::Execute(_)) {
-        begin::note_lifecycle_request();
+        rollback::note_activity();
     }
     if let Request::BeginCheckpoint = request {
         // Not under the registry lock: the drain waits for application threads that may
@@ -88,7 +92,7 @@ fn fail_stop(r: &mut Registry, reason: &str) -> Reply {
         log!("{message}");
         r.failure = Some(message);
     }
-    r.phase = Phase::Failed;
+    r.set_phase(Phase::Failed);
     gate::fail();
     cuinterpose_protocol::StoppedReply {
         namespace_pid: r.pid,
@@ -136,6 +140,10 @@ fn run(r: &mut Registry, operation: Operation) -> Outcome {
         Ok(d) => d,
         Err(e) => return reply(refused(RefusalCode::DriverError, format!("no driver: {e}"))),
     };
+    // Peers read the phase without the lock: while this step runs they are told the phase it
+    // leads to, so none mistakes a creator in the middle of prepare_unicast for one that still
+    // holds its memory.
+    crate::state::progress::set_phase(to);
     let result = match operation {
         Operation::PrepareMulticast => multicast::prepare_multicast(d, r),
         Operation::SaveAllocations => unicast::save(d, r),
@@ -149,7 +157,7 @@ fn run(r: &mut Registry, operation: Operation) -> Outcome {
     };
     match result {
         Ok(bytes) => {
-            r.phase = to;
+            r.set_phase(to);
             if to == Phase::Active {
                 // The restore is complete; blocked application threads continue once the
                 // coordinator's verifying inspection has read the records.
@@ -170,7 +178,7 @@ fn run(r: &mut Registry, operation: Operation) -> Outcome {
             );
             log!("{message}");
             r.failure = Some(message.clone());
-            r.phase = Phase::Failed;
+            r.set_phase(Phase::Failed);
             // From now on every gated call fails the same way: no half state where some
             // calls work on released memory.
             gate::fail();

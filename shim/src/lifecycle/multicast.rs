@@ -5,10 +5,11 @@ use super::step::{Step, at, remap};
 use crate::calls::sharing;
 use crate::driver::{Driver, context};
 use crate::state::cache;
-use crate::state::registry::{BindingTarget, Kind, Registry};
+use crate::state::registry::{BindingTarget, Kind, Multicast, Registry};
 use crate::sys::convert;
 use crate::sys::error::CuError;
 use cuinterpose_protocol::{Reply, ResourceKind};
+use std::os::fd::OwnedFd;
 
 pub fn prepare_multicast(d: &Driver, r: &mut Registry) -> Step<u64> {
     let mapped: Vec<(u64, u64, cuinterpose_protocol::AllocationId)> = r
@@ -72,25 +73,36 @@ pub fn restore_multicast_creators(d: &Driver, r: &mut Registry) -> Step<u64> {
 }
 
 pub fn restore_multicast_importers(d: &Driver, r: &mut Registry) -> Step<u64> {
+    import_multicast_objects(d, r, &|m| {
+        sharing::request_export(&m.reference, ResourceKind::Multicast, m.capability).map_err(at(
+            || {
+                format!(
+                    "asking creator {} for multicast object {}",
+                    m.reference.creator_pid, m.reference.id
+                )
+            },
+        ))
+    })
+}
+
+/// The export of one multicast object, from its creator.
+pub type FetchMulticast<'a> = &'a dyn Fn(&Multicast) -> Step<(Reply, OwnedFd)>;
+
+/// Imports every multicast object this process imported and does not hold yet, each through
+/// `fetch` (once in a restore; again and again in a rollback, whose creators may not have
+/// recreated theirs yet). Objects already held are left alone, so a retried call is harmless.
+pub fn import_multicast_objects(d: &Driver, r: &mut Registry, fetch: FetchMulticast) -> Step<u64> {
     let me = r.pid;
     let ids: Vec<_> = r
         .multicasts
         .values()
-        .filter(|m| m.reference.creator_pid != me)
+        .filter(|m| m.reference.creator_pid != me && m.driver.is_none())
         .map(|m| m.reference.id)
         .collect();
     for id in ids {
         let device = multicast_device(r, &id);
         let m = &r.multicasts[&id];
-        let (reply, fd) =
-            sharing::request_export(&m.reference, ResourceKind::Multicast, m.capability).map_err(
-                at(|| {
-                    format!(
-                        "asking creator {} for multicast object {id}",
-                        m.reference.creator_pid
-                    )
-                }),
-            )?;
+        let (reply, fd) = fetch(m)?;
         match reply {
             Reply::MulticastExport(export) if export.properties == m.properties => {}
             other => {

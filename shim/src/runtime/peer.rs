@@ -96,6 +96,8 @@ fn handle(mut connection: Connection, queue: &SyncSender<Job>, timeouts: Timeout
         }
         // Answered here, never queued: the worker may be in the middle of the copy asked about.
         Request::Progress => {
+            // The coordinator polls while a copy runs elsewhere: it is alive.
+            lifecycle::rollback::note_activity();
             let reply = progress::reply(process::own_pid()).into();
             let _ = connection.send_reply(&reply, None);
         }

@@ -1,8 +1,9 @@
-//! How far the current host-carrier copy has got, for `progress` requests. The carrier
-//! updates it as chunks complete; the peer thread answers from it at once, without waiting
-//! for the control worker that runs the copy.
+//! How far the current host-carrier copy has got, and the lifecycle phase, for `progress`
+//! requests. The carrier updates the copy as chunks complete, the lifecycle the phase as each
+//! step completes; the peer thread answers from here at once, without waiting for the control
+//! worker (which may be in the middle of the copy asked about, or of a rollback).
 
-use cuinterpose_protocol::{NamespacePid, Operation, ProgressReply};
+use cuinterpose_protocol::{NamespacePid, Operation, Phase, ProgressReply};
 use std::sync::Mutex;
 
 #[derive(Debug, Clone, Copy)]
@@ -11,6 +12,7 @@ struct Progress {
     running: bool,
     done: u64,
     total: u64,
+    phase: Phase,
 }
 
 static PROGRESS: Mutex<Progress> = Mutex::new(Progress {
@@ -18,6 +20,7 @@ static PROGRESS: Mutex<Progress> = Mutex::new(Progress {
     running: false,
     done: 0,
     total: 0,
+    phase: Phase::Active,
 });
 
 fn update(change: impl FnOnce(&mut Progress)) {
@@ -32,6 +35,7 @@ pub fn start(operation: Operation, total: u64) {
             running: true,
             done: 0,
             total,
+            phase: p.phase,
         }
     });
 }
@@ -46,6 +50,17 @@ pub fn finish() {
     update(|p| p.running = false);
 }
 
+/// The lifecycle reached `phase` (the registry's phase is the truth; this copy answers
+/// peers without its lock).
+pub fn set_phase(phase: Phase) {
+    update(|p| p.phase = phase);
+}
+
+/// The lifecycle phase as of the last completed step.
+pub fn phase() -> Phase {
+    PROGRESS.lock().unwrap_or_else(|p| p.into_inner()).phase
+}
+
 /// The reply to a `progress` request.
 pub fn reply(namespace_pid: NamespacePid) -> ProgressReply {
     let p = *PROGRESS.lock().unwrap_or_else(|p| p.into_inner());
@@ -55,5 +70,6 @@ pub fn reply(namespace_pid: NamespacePid) -> ProgressReply {
         running: p.running,
         done: p.done,
         total: p.total,
+        phase: p.phase,
     }
 }

@@ -245,6 +245,12 @@ impl Registry {
         }
     }
 
+    /// Moves the lifecycle to `phase`, and the copy that `progress` answers from with it.
+    pub fn set_phase(&mut self, phase: Phase) {
+        self.phase = phase;
+        super::progress::set_phase(phase);
+    }
+
     /// Tracked calls are allowed only while active.
     pub fn require_active(&self) -> CuResult<()> {
         if self.failure.is_some() {

@@ -1,0 +1,207 @@
+//! A coordinator that went quiet mid-capture: the process puts itself back.
+//!
+//! From `begin_checkpoint` until `prepare_unicast`, nothing of the unicast sharing has been
+//! given up: every allocation is still backed and mapped, and `prepare_multicast` released only
+//! the multicast objects (their records stay). So a participant whose coordinator sends nothing
+//! for a whole [`quiet_window`] (it was killed between phases, or gave up) rolls back on its
+//! own: it recreates its multicast objects (creators), imports them again (importers, asking
+//! until their creators have recreated them), re-adds its devices and rebinds, drops its host
+//! copy, and reopens the gate.
+//!
+//! It does that only where every creator it imports from still holds its memory (phase active,
+//! frozen, multicast_prepared or saved, read from the creator's `progress` answer, which never
+//! waits for its control worker): an importer that kept its mapping of memory its creator has
+//! released would silently stop sharing. Where it cannot roll back (a creator released, gone,
+//! or a step failed), it fail-stops: logged once, every gated call fails.
+//!
+//! `released` is never rolled back here: it is where the native checkpoint starts and where
+//! `cuinterpose prepare` leaves a workload for a later restore, and a process cannot tell those
+//! apart from a vanished coordinator (`cuinterpose resume` puts it back).
+
+use super::multicast;
+use super::step::Step;
+use crate::calls::sharing;
+use crate::driver::driver;
+use crate::log;
+use crate::state::gate;
+use crate::state::process;
+use crate::state::registry::Registry;
+use cuinterpose_protocol::transport::{Endpoint, Timeouts, call_with, control_dir};
+use cuinterpose_protocol::{NamespacePid, Phase, Reply, Request, ResourceKind};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Counts the coordinator's requests (`begin_checkpoint`, the operations, and the progress
+/// polls of a copy phase), so the watcher can tell a quiet coordinator from one waiting for a
+/// slow participant.
+static ACTIVITY: AtomicU64 = AtomicU64::new(0);
+/// Counts `begin_checkpoint`s: a watcher of an earlier checkpoint stops.
+static CHECKPOINTS: AtomicU64 = AtomicU64::new(0);
+
+/// A request arrived from the coordinator.
+pub fn note_activity() {
+    ACTIVITY.fetch_add(1, Ordering::SeqCst);
+}
+
+/// How long the coordinator may be silent before the process rolls back: longer than anything
+/// a live coordinator waits for without sending (`begin_checkpoint`'s drain takes up to twice
+/// the control timeout; every other step's reply up to once; copies are polled every 250 ms).
+pub fn quiet_window(timeouts: &Timeouts) -> Duration {
+    timeouts.begin_checkpoint() + timeouts.control()
+}
+
+/// Phases a process rolls back from on its own.
+fn may_roll_back(phase: Phase) -> bool {
+    matches!(
+        phase,
+        Phase::Frozen | Phase::MulticastPrepared | Phase::Saved
+    )
+}
+
+/// Creators' phases in which their memory is still the memory this process maps.
+fn creator_holds(phase: Phase) -> bool {
+    phase == Phase::Active || may_roll_back(phase)
+}
+
+/// Called as `begin_checkpoint` freezes the process: watches the coordinator until the process
+/// leaves the phases it could roll back from.
+pub fn watch(timeouts: Timeouts) {
+    let checkpoint = CHECKPOINTS.fetch_add(1, Ordering::SeqCst) + 1;
+    let window = quiet_window(&timeouts);
+    let spawned = std::thread::Builder::new()
+        .name("cuinterpose-quiet".into())
+        .spawn(move || {
+            let mut seen = ACTIVITY.load(Ordering::SeqCst);
+            loop {
+                std::thread::sleep(window);
+                if CHECKPOINTS.load(Ordering::SeqCst) != checkpoint
+                    || !may_roll_back(crate::state::progress::phase())
+                {
+                    return;
+                }
+                let now = ACTIVITY.load(Ordering::SeqCst);
+                if now != seen {
+                    seen = now;
+                    continue;
+                }
+                roll_back(window, seen);
+                return;
+            }
+        });
+    if let Err(e) = spawned {
+        log!(
+            "cannot start the quiet-coordinator watcher ({e}); a vanished coordinator would leave \
+             this process stopped"
+        );
+    }
+}
+
+/// The creators this process imports from, and the phase it is in (`None`: nothing to do).
+fn creators(r: &Registry, seen: u64) -> Option<(Phase, BTreeSet<NamespacePid>)> {
+    if !may_roll_back(r.phase) || ACTIVITY.load(Ordering::SeqCst) != seen || r.failure.is_some() {
+        return None;
+    }
+    let me = r.pid;
+    let pids = r
+        .allocations
+        .values()
+        .map(|a| a.reference.creator_pid)
+        .chain(r.multicasts.values().map(|m| m.reference.creator_pid))
+        .filter(|&pid| pid != me)
+        .collect();
+    Some((r.phase, pids))
+}
+
+fn roll_back(window: Duration, seen: u64) {
+    let Some((phase, creators)) = creators(process::lock().as_ref().expect("created"), seen) else {
+        return;
+    };
+    // Asked without the registry lock: a creator rolling back at the same moment may be
+    // asking this process the same.
+    let blocked: Vec<String> = creators
+        .iter()
+        .filter_map(|&pid| match phase_of(pid) {
+            Ok(p) if creator_holds(p) => None,
+            Ok(p) => Some(format!("creator {pid} is in phase {p}")),
+            Err(e) => Some(format!("creator {pid} does not answer ({e})")),
+        })
+        .collect();
+    let mut guard = process::lock();
+    let r = guard.as_mut().expect("created by lock()");
+    if r.phase != phase || ACTIVITY.load(Ordering::SeqCst) != seen || r.failure.is_some() {
+        return; // the coordinator came back meanwhile
+    }
+    let quiet = window.as_secs_f64();
+    let result = if blocked.is_empty() {
+        // Each creator answering this process's probe counts it as a request and waits one
+        // window more before its own rollback.
+        rebuild(r, Instant::now() + 3 * window)
+    } else {
+        Err(blocked.join("; "))
+    };
+    match result {
+        Ok(()) => {
+            r.arena = None;
+            r.set_phase(Phase::Active);
+            gate::open();
+            log!(
+                "no request from the coordinator for {quiet} s in phase {phase}; rolled back on \
+                 its own (multicast objects rebuilt, host copy dropped): back to phase active, \
+                 application calls continue"
+            );
+        }
+        Err(why) => {
+            let message = format!(
+                "no request from the coordinator for {quiet} s in phase {phase}, and this process \
+                 cannot roll back on its own: {why}; it will not resume: every CUDA call fails \
+                 from now on"
+            );
+            log!("{message}");
+            r.failure = Some(message);
+            r.set_phase(Phase::Failed);
+            gate::fail();
+        }
+    }
+}
+
+/// Rebuilds what `prepare_multicast` released, in the restore's order; imports wait for their
+/// creators (rolling back themselves) until `deadline`.
+fn rebuild(r: &mut Registry, deadline: Instant) -> Step<()> {
+    if r.phase == Phase::Frozen || r.multicasts.is_empty() {
+        return Ok(());
+    }
+    let d = driver().map_err(|e| format!("no driver: {e}"))?;
+    multicast::restore_multicast_creators(d, r)?;
+    multicast::import_multicast_objects(d, r, &|m| {
+        let mut pause = Duration::from_millis(10);
+        loop {
+            match sharing::try_request_export(&m.reference, ResourceKind::Multicast, m.capability) {
+                Ok(export) => return Ok(export),
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(format!(
+                        "creator {} did not export multicast object {} again: {e}",
+                        m.reference.creator_pid, m.reference.id
+                    ));
+                }
+                Err(_) => std::thread::sleep(pause),
+            }
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    })?;
+    multicast::restore_multicast_devices(d, r)?;
+    multicast::restore_multicast_bindings(d, r)?;
+    Ok(())
+}
+
+/// A participant's phase, from its `progress` answer.
+fn phase_of(pid: NamespacePid) -> Result<Phase, String> {
+    let dir = control_dir().map_err(|e| e.to_string())?;
+    let endpoint = Endpoint::for_pid(&dir, pid).map_err(|e| e.to_string())?;
+    let timeouts = Timeouts::from_env().unwrap_or_default();
+    match call_with(&endpoint, &Request::Progress, &timeouts) {
+        Ok((Reply::Progress(p), _)) if p.namespace_pid == pid => Ok(p.phase),
+        Ok((other, _)) => Err(format!("answered `{}`", other.kind())),
+        Err(e) => Err(e.to_string()),
+    }
+}
