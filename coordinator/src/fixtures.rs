@@ -392,6 +392,21 @@ impl FakeParticipant {
                 RefusalCode::UnknownAllocation,
                 "this fake participant exports nothing".to_string(),
             ),
+            Request::RollBack => match self.phase {
+                from
+                @ (Phase::Active | Phase::Frozen | Phase::MulticastPrepared | Phase::Saved) => {
+                    self.phase = Phase::Active;
+                    cuinterpose_protocol::RolledBackReply {
+                        namespace_pid: self.pid,
+                        from,
+                    }
+                    .into()
+                }
+                other => Self::refuse(
+                    RefusalCode::OutOfOrder,
+                    format!("roll_back in phase {other}"),
+                ),
+            },
             Request::FailStop(_) => {
                 self.phase = Phase::Failed;
                 cuinterpose_protocol::StoppedReply {

@@ -234,7 +234,7 @@ fn parked_call(sandbox: &Sandbox) {
         stderr.contains("(synchronize) is inside cuStreamSynchronize")
             && stderr.contains("did not leave their driver call within 1 s")
             && stderr.contains("nothing was changed")
-            && stderr.contains("any that froze goes back to active on its own")
+            && stderr.contains("those that froze were put back at once")
             && !stderr.contains("FAIL-STOP"),
         "{stderr}"
     );

@@ -61,6 +61,11 @@ pub enum Reason {
     Publish(String),
     /// The state file cannot describe these participants.
     State(String),
+    /// The rollback of a capture stopped before `prepare_unicast` failed too, in `stage`.
+    RollingBack {
+        stage: Stage,
+        reason: Box<Reason>,
+    },
 }
 
 impl fmt::Display for Reason {
@@ -124,6 +129,9 @@ impl fmt::Display for Reason {
             }
             Self::Publish(error) => write!(f, "cannot publish the state: {error}"),
             Self::State(error) => write!(f, "{error}"),
+            Self::RollingBack { stage, reason } => {
+                write!(f, "then, rolling back ({stage}): {reason}")
+            }
         }
     }
 }
@@ -162,6 +170,9 @@ pub struct RunError {
     /// Participants that acknowledged the coordinator's `fail_stop` (their CUDA calls now
     /// fail instead of waiting at the gate); filled in by whoever drives the run.
     pub told: Vec<NamespacePid>,
+    /// The capture stopped before `prepare_unicast` and every participant was put back
+    /// (`roll_back`) and verified: the workload resumes.
+    pub rolled_back: bool,
 }
 
 impl RunError {
@@ -178,9 +189,14 @@ impl RunError {
             .collect()
     }
 
-    /// 1: refused or invalid, nothing changed; 2: failed after mutation.
+    /// 1: refused or invalid, nothing changed; 2: failed after mutation; 3: failed after
+    /// mutation, rolled back, the workload resumes.
     pub fn exit_code(&self) -> u8 {
-        if self.mutated { 2 } else { 1 }
+        match (self.mutated, self.rolled_back) {
+            (false, _) => 1,
+            (true, false) => 2,
+            (true, true) => 3,
+        }
     }
 }
 
@@ -204,6 +220,22 @@ impl RunError {
 impl fmt::Display for RunError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.failures_text())?;
+        if self.rolled_back {
+            if self.mutated {
+                write!(
+                    f,
+                    "\nABORTED: every participant was rolled back to where it was before the \
+                     checkpoint and verified; the workload resumes (nothing was checkpointed)"
+                )?;
+            } else {
+                write!(
+                    f,
+                    "\nnothing was changed in any participant (those that froze were put back \
+                     at once)"
+                )?;
+            }
+            return Ok(());
+        }
         if self.mutated {
             write!(
                 f,

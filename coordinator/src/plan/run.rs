@@ -48,6 +48,8 @@ pub struct Run {
     phases: Vec<PhaseReport>,
     mutated: bool,
     fail_stopped: BTreeSet<NamespacePid>,
+    /// The failure a rollback is undoing (capture stopped before `prepare_unicast`).
+    stopped: Option<RunError>,
 }
 
 impl Run {
@@ -146,6 +148,7 @@ impl Run {
                 mutated: false,
                 fail_stopped: Vec::new(),
                 told: Vec::new(),
+                rolled_back: false,
             }),
             saved: BTreeMap::new(),
             topology: Topology::default(),
@@ -153,6 +156,7 @@ impl Run {
             phases: Vec::new(),
             mutated: false,
             fail_stopped: BTreeSet::new(),
+            stopped: None,
         }
     }
 
@@ -187,7 +191,9 @@ impl Run {
     /// the caller puts back from the state in memory ([`Run::state`]).
     pub fn fail_stop_targets(&self) -> Option<&[NamespacePid]> {
         match &self.step {
-            Step::Failed(error) if error.mutated && error.stage != Stage::PublishState => {
+            Step::Failed(error)
+                if error.mutated && !error.rolled_back && error.stage != Stage::PublishState =>
+            {
                 Some(&self.participants)
             }
             _ => None,
@@ -226,7 +232,39 @@ impl Run {
             mutated: self.mutated,
             fail_stopped: self.fail_stopped.iter().copied().collect(),
             told: Vec::new(),
+            rolled_back: false,
         });
+    }
+
+    /// `stage` failed: a capture stopped before `prepare_unicast` with nobody fail-stopped is
+    /// rolled back (`roll_back`, then a verifying inspect); anything else fails the run. A
+    /// failed rollback fails it in the stage that stopped it, its own failures added.
+    fn stop(&mut self, stage: Stage, failures: Vec<Failure>) {
+        if let Some(mut original) = self.stopped.take() {
+            original
+                .failures
+                .extend(failures.into_iter().map(|failure| Failure {
+                    participant: failure.participant,
+                    reason: Reason::RollingBack {
+                        stage,
+                        reason: Box::new(failure.reason),
+                    },
+                }));
+            original.failures.sort_by_key(|failure| failure.participant);
+            original.mutated = true;
+            original.fail_stopped = self.fail_stopped.iter().copied().collect();
+            self.step = Step::Failed(original);
+            return;
+        }
+        self.fail(stage, failures);
+        if self.kind == RunKind::Capture && stage.rolls_back() && self.fail_stopped.is_empty() {
+            let Step::Failed(error) = &self.step else {
+                unreachable!("failed just now")
+            };
+            self.stopped = Some(error.clone());
+            self.remaining = VecDeque::from([Stage::Verify]);
+            self.step = self.broadcast(Stage::RollBack);
+        }
     }
 
     /// Feeds the outcomes of the current [`Step::Broadcast`] (one per participant) and the time
@@ -281,7 +319,7 @@ impl Run {
             self.mutated = false;
         }
         if !failures.is_empty() {
-            self.fail(stage, failures);
+            self.stop(stage, failures);
             return &self.step;
         }
         let bytes = replies
@@ -289,7 +327,7 @@ impl Run {
             .map(Accepted::bytes)
             .fold(0u64, u64::saturating_add);
         if let Err(failures) = self.complete(stage, replies) {
-            self.fail(stage, failures);
+            self.stop(stage, failures);
             return &self.step;
         }
         self.phases.push(PhaseReport {
@@ -357,6 +395,7 @@ impl Run {
                 let inspection = inspection(reply)?;
                 let expected = match (self.kind, stage) {
                     (RunKind::Capture, Stage::Inspect) => None, // validation reports phases
+                    (RunKind::Capture, Stage::Verify) => Some(Phase::Active), // rolled back
                     (RunKind::Capture, _) => Some(Phase::Frozen),
                     (RunKind::Restore | RunKind::Check, Stage::Inspect) => Some(Phase::Released),
                     (RunKind::Restore | RunKind::Check, _) => Some(Phase::Active),
@@ -369,7 +408,9 @@ impl Run {
                         found: inspection.phase,
                     });
                 }
-                if self.kind != RunKind::Capture {
+                // A rollback's verification compares with the frozen records, once known.
+                if self.kind != RunKind::Capture || (stage == Stage::Verify && self.state.is_some())
+                {
                     let saved = self.saved.get(&pid).map_or(&[][..], Vec::as_slice);
                     let differences = state::compare(saved, &inspection.records);
                     if !differences.is_empty() {
@@ -402,6 +443,15 @@ impl Run {
                     Ok(Accepted::Completed(completed.bytes))
                 }
                 other => Err(unexpected(&other, "completed")),
+            },
+            Stage::RollBack => match reply {
+                Reply::RolledBack(rolled) if rolled.namespace_pid != pid => {
+                    Err(Reason::PidMismatch {
+                        answered: rolled.namespace_pid,
+                    })
+                }
+                Reply::RolledBack(_) => Ok(Accepted::Completed(0)),
+                other => Err(unexpected(&other, "rolled_back")),
             },
             Stage::CheckState | Stage::PublishState => Err(unexpected(&reply, "nothing")),
         }
@@ -453,7 +503,14 @@ impl Run {
                 Step::Publish(self.state.clone().expect("state built at begin_checkpoint"))
             }
             Some(stage) => self.broadcast(stage),
-            None => Step::Done(self.report()),
+            None => match self.stopped.take() {
+                // Rolled back and verified: the run still failed, but the workload resumes.
+                Some(mut error) => {
+                    error.rolled_back = true;
+                    Step::Failed(error)
+                }
+                None => Step::Done(self.report()),
+            },
         };
     }
 

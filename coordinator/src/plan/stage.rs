@@ -35,7 +35,9 @@ pub enum Stage {
     BeginCheckpoint,
     Execute(Operation),
     PublishState,
-    /// Restore's final inspect, compared with the saved records.
+    /// A capture stopped before `prepare_unicast`: every participant puts itself back.
+    RollBack,
+    /// The final inspect, compared with the saved records (a restore's, or a rollback's).
     Verify,
 }
 
@@ -47,6 +49,7 @@ impl Stage {
             Self::BeginCheckpoint => "begin_checkpoint",
             Self::Execute(operation) => operation.wire_name(),
             Self::PublishState => "publish_state",
+            Self::RollBack => "roll_back",
             Self::Verify => "verify",
         }
     }
@@ -65,6 +68,7 @@ impl Stage {
         match self {
             Self::Inspect | Self::Verify => Some(Request::Inspect),
             Self::BeginCheckpoint => Some(Request::BeginCheckpoint),
+            Self::RollBack => Some(Request::RollBack),
             Self::Execute(operation) => Some(Request::Execute(ExecuteRequest { operation })),
             Self::CheckState | Self::PublishState => None,
         }
@@ -72,7 +76,20 @@ impl Stage {
 
     /// Whether the request changes the participant (a failure after it is fail-stop).
     pub fn mutates(self) -> bool {
-        matches!(self, Self::BeginCheckpoint | Self::Execute(_))
+        matches!(
+            self,
+            Self::BeginCheckpoint | Self::Execute(_) | Self::RollBack
+        )
+    }
+
+    /// Whether a capture that fails here is rolled back (`roll_back`): nothing of the unicast
+    /// sharing has been given up before `prepare_unicast`.
+    pub fn rolls_back(self) -> bool {
+        matches!(
+            self,
+            Self::BeginCheckpoint
+                | Self::Execute(Operation::PrepareMulticast | Operation::SaveAllocations)
+        )
     }
 }
 

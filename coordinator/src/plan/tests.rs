@@ -32,7 +32,15 @@ fn a_busy_refusal_of_begin_checkpoint_is_not_fail_stop_while_others_froze() {
         }
     };
     let stages = drive(&mut run, &mut fakes, &mut busy, Ok(()));
-    assert_eq!(stages, [Stage::Inspect, Stage::BeginCheckpoint]);
+    assert_eq!(
+        stages,
+        [
+            Stage::Inspect,
+            Stage::BeginCheckpoint,
+            Stage::RollBack,
+            Stage::Verify
+        ]
+    );
     let error = check_failed(
         &run,
         Stage::BeginCheckpoint,
@@ -43,9 +51,10 @@ fn a_busy_refusal_of_begin_checkpoint_is_not_fail_stop_while_others_froze() {
     assert!(
         error
             .to_string()
-            .contains("any that froze goes back to active on its own"),
+            .contains("those that froze were put back at once"),
         "{error}"
     );
+    assert!(fakes.values().all(|fake| fake.phase == Phase::Active));
     // A refusal that means destructive work failed, or a participant that did not answer,
     // stays fail-stop.
     for outcome in [
@@ -191,7 +200,15 @@ fn records_that_change_at_begin_checkpoint_are_validated_again() {
         (_, outcome) => outcome,
     };
     let stages = drive(&mut run, &mut fakes, &mut tamper, Ok(()));
-    assert_eq!(stages, [Stage::Inspect, Stage::BeginCheckpoint]);
+    assert_eq!(
+        stages,
+        [
+            Stage::Inspect,
+            Stage::BeginCheckpoint,
+            Stage::RollBack,
+            Stage::Verify
+        ]
+    );
     // 103 dropped its records: the creator's allocation is no longer imported by it, and
     // the multicast group lacks a device.
     check_failed(
@@ -390,7 +407,15 @@ fn replies_of_the_wrong_kind_fail_the_phase() {
             outcome
         };
         let stages = drive(&mut run, &mut fakes, &mut tamper, Ok(()));
-        assert_eq!(stages.last(), Some(&target));
+        let rolled_back: &[Stage] = if target.rolls_back() {
+            &[Stage::RollBack, Stage::Verify]
+        } else {
+            &[]
+        };
+        assert!(
+            stages.ends_with(&[&[target][..], rolled_back].concat()),
+            "{stages:?}"
+        );
         check_failed(&run, target, Some(102), reason, target.mutates());
     }
 }
@@ -469,4 +494,70 @@ fn phases_chain() {
         phase_before(RESTORE_OPERATIONS[0])
     );
     assert_eq!(phase_after(RESTORE_OPERATIONS[5]), Phase::Active);
+}
+
+/// A capture that stops before prepare_unicast (here 102 does not answer) is rolled back:
+/// roll_back to everyone, then a verifying inspect against the frozen records; exit 3, nobody
+/// told to fail-stop. A rollback that fails is fail-stop, naming both failures.
+#[test]
+fn a_capture_stopped_before_prepare_unicast_is_rolled_back() {
+    let stalled = |target: Stage| {
+        move |stage: Stage, p: NamespacePid, outcome: Outcome| {
+            if stage == target && p == pid(102) {
+                Err("timed out after 1s".to_owned())
+            } else {
+                outcome
+            }
+        }
+    };
+    for target in [
+        Stage::Execute(Operation::PrepareMulticast),
+        Stage::Execute(Operation::SaveAllocations),
+    ] {
+        let mut fakes = fake_participants(&shared_topology(101));
+        let mut run = Run::capture(fakes.keys().copied());
+        let stages = drive(&mut run, &mut fakes, &mut stalled(target), Ok(()));
+        assert!(
+            stages.ends_with(&[target, Stage::RollBack, Stage::Verify]),
+            "{stages:?}"
+        );
+        let error = check_failed(&run, target, Some(102), "timed out after 1s", true);
+        assert!(error.rolled_back && run.fail_stop_targets().is_none());
+        assert!(
+            error.to_string().contains("the workload resumes"),
+            "{error}"
+        );
+        assert!(fakes.values().all(|fake| fake.phase == Phase::Active));
+    }
+
+    // 103 cannot roll back (its creator released the memory): fail-stop, everyone told.
+    let mut fakes = fake_participants(&shared_topology(101));
+    let mut run = Run::capture(fakes.keys().copied());
+    let target = Stage::Execute(Operation::SaveAllocations);
+    let mut stalled = stalled(target);
+    let mut fault = |stage: Stage, p: NamespacePid, outcome: Outcome| {
+        if stage == Stage::RollBack && p == pid(103) {
+            refused(RefusalCode::FailStopped, "creator 101 is in phase released")
+        } else {
+            stalled(stage, p, outcome)
+        }
+    };
+    let stages = drive(&mut run, &mut fakes, &mut fault, Ok(()));
+    assert_eq!(stages.last(), Some(&Stage::RollBack));
+    let error = check_failed(&run, target, Some(103), "phase released", true);
+    assert!(!error.rolled_back);
+    let text = error.to_string();
+    assert!(
+        text.contains("participant 102: no reply: timed out after 1s")
+            && text.contains(
+                "participant 103: then, rolling back (roll_back): refused (fail_stopped): \
+                 creator 101 is in phase released"
+            )
+            && text.contains("FAIL-STOP"),
+        "{text}"
+    );
+    assert_eq!(
+        run.fail_stop_targets(),
+        Some(&[pid(101), pid(102), pid(103)][..])
+    );
 }

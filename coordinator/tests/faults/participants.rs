@@ -205,10 +205,15 @@ pub(crate) fn killed_in_each_phase(sandbox: &Sandbox) {
         // and went no further.
         let restoring_from_dead_creator =
             victim == A && target == Stage::Execute(Operation::RestoreUnicast);
-        let survivors = if restoring_from_dead_creator {
-            Phase::Failed
-        } else {
-            phase_through(kind, target)
+        // A capture stopped before prepare_unicast is rolled back: the survivors are active
+        // again, unless the dead one is the creator they import from (they cannot ask it
+        // whether it still holds its memory, and fail-stop).
+        let rolled_back = kind == RunKind::Capture && target.rolls_back();
+        let survivors = match (restoring_from_dead_creator, rolled_back) {
+            (true, _) => Phase::Failed,
+            (false, true) if victim == A => Phase::Failed,
+            (false, true) => Phase::Active,
+            (false, false) => phase_through(kind, target),
         };
         let check_survivors = |when: &str| {
             for index in (0..3).filter(|&i| i != victim) {
@@ -320,7 +325,7 @@ pub(crate) fn stops_answering(sandbox: &Sandbox) {
         ),
     ];
     for (kind, target, victim) in cases {
-        let workload = Workload::start(sandbox, "silent");
+        let mut workload = Workload::start(sandbox, "silent");
         let (dir, mut run) = start_run(sandbox, &workload, kind);
         let session = workload.session(Duration::from_secs(1));
         let mut before = |stage: Stage| {
@@ -343,13 +348,35 @@ pub(crate) fn stops_answering(sandbox: &Sandbox) {
                 "timed out after 1s"
             },
         );
+        let rolled_back = kind == RunKind::Capture && target.rolls_back();
+        // Only the silent one failed the stage. Asked to roll back, it stays silent, and so
+        // do its importers, which wait for its phase before they give up their memory.
+        let stage_failures: Vec<_> = error
+            .failures
+            .iter()
+            .filter(|f| !matches!(f.reason, Reason::RollingBack { .. }))
+            .collect();
         assert_eq!(
-            error.failures.len(),
+            stage_failures.len(),
             1,
             "{what}: only the silent one: {error}"
         );
+        assert_eq!(stage_failures[0].participant, Some(workload.pid(victim)));
+        assert_eq!(error.failures.len() > 1, rolled_back, "{error}");
         check_failed_after(&what, took, Duration::from_secs(1));
         workload.signal(victim, libc::SIGCONT);
+        if rolled_back {
+            // The others rolled back at once; resumed, the silent one does the work it read,
+            // then the roll_back queued behind it: everyone is active, and a second capture
+            // goes through.
+            for index in 0..3 {
+                workload.await_phase(index, Phase::Active);
+            }
+            let dir = prepare(sandbox, &workload);
+            commands::restore(&session, &dir, &mut |_| {}).expect("restore after the rollback");
+            workload.check_shared(7);
+            continue;
+        }
         let done = phase_through(kind, target);
         workload.await_phase(victim, done);
         let operation = match target {

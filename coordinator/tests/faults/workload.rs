@@ -212,6 +212,9 @@ pub(crate) fn drive(
     before: &mut dyn FnMut(Stage),
 ) -> (Result<Report, RunError>, Duration) {
     let mut last = Duration::ZERO;
+    // How long each stage took: a failed run reports the stage that failed (a rollback
+    // after it takes its own time).
+    let mut took = std::collections::BTreeMap::new();
     loop {
         match run.step().clone() {
             Step::Broadcast {
@@ -223,6 +226,7 @@ pub(crate) fn drive(
                 let started = Instant::now();
                 let outcomes = session.broadcast(&request, &participants);
                 last = started.elapsed();
+                took.entry(stage.name()).or_insert(last);
                 run.feed(outcomes, last);
             }
             Step::Publish(state) => {
@@ -232,7 +236,10 @@ pub(crate) fn drive(
                 run.feed_publish(result, last);
             }
             Step::Done(report) => return (Ok(report), last),
-            Step::Failed(error) => return (Err(error), last),
+            Step::Failed(error) => {
+                let took = took.get(error.stage.name()).copied().unwrap_or(last);
+                return (Err(error), took);
+            }
         }
     }
 }

@@ -349,6 +349,13 @@ fn answer(pid: p::NamespacePid, request: &p::Request) -> Result<(p::Reply, Optio
             p::Reply::Stopped(p::StoppedReply { namespace_pid: pid }),
             None,
         ),
+        p::Request::RollBack => (
+            p::Reply::RolledBack(p::RolledBackReply {
+                namespace_pid: pid,
+                from: p::Phase::Active,
+            }),
+            None,
+        ),
         p::Request::Export(export) => match export.resource {
             p::ResourceKind::Unicast => {
                 let bytes = export_bytes();

@@ -78,10 +78,18 @@ impl Timeouts {
         match request {
             Request::Execute(execute) => self.for_operation(execute.operation),
             Request::BeginCheckpoint => self.begin_checkpoint(),
+            Request::RollBack => self.roll_back(),
             Request::Inspect | Request::Progress | Request::Export(_) | Request::FailStop(_) => {
                 self.control
             }
         }
+    }
+
+    /// `roll_back`: it may wait for an operation still running in the participant (up to the
+    /// control timeout), then for its creators to rebuild their multicast objects (the shim
+    /// asks for up to three control timeouts): six control timeouts.
+    pub fn roll_back(&self) -> Duration {
+        self.control.saturating_mul(6)
     }
 
     /// How long a shim waits in `begin_checkpoint` for application threads to leave their

@@ -59,6 +59,10 @@ pub fn handle(request: &Request) -> Outcome {
         // need it to finish their tracked calls.
         return reply(begin::begin());
     }
+    if let Request::RollBack = request {
+        // Not under the registry lock either: it first asks its creators for their phase.
+        return reply(rollback::asked());
+    }
     let mut guard = process::lock();
     let r = guard.as_mut().expect("created by lock()");
     match request {
@@ -70,7 +74,7 @@ pub fn handle(request: &Request) -> Outcome {
             }
             reply(answer)
         }
-        Request::BeginCheckpoint => unreachable!("handled above"),
+        Request::BeginCheckpoint | Request::RollBack => unreachable!("handled above"),
         Request::Execute(execute) => run(r, execute.operation),
         Request::Export(_) => reply(refused(
             RefusalCode::Invalid,

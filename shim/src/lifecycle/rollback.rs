@@ -14,6 +14,9 @@
 //! released would silently stop sharing. Where it cannot roll back (a creator released, gone,
 //! or a step failed), it fail-stops: logged once, every gated call fails.
 //!
+//! The coordinator asks for the same with `roll_back` when a capture stops before
+//! `prepare_unicast` (a participant refused, or did not answer in time).
+//!
 //! `released` is never rolled back here: it is where the native checkpoint starts and where
 //! `cuinterpose prepare` leaves a workload for a later restore, and a process cannot tell those
 //! apart from a vanished coordinator (`cuinterpose resume` puts it back).
@@ -23,11 +26,12 @@ use super::step::Step;
 use crate::calls::sharing;
 use crate::driver::driver;
 use crate::log;
+use crate::state::cache::refused;
 use crate::state::gate;
 use crate::state::process;
 use crate::state::registry::Registry;
 use cuinterpose_protocol::transport::{Endpoint, Timeouts, call_with, control_dir};
-use cuinterpose_protocol::{NamespacePid, Phase, Reply, Request, ResourceKind};
+use cuinterpose_protocol::{NamespacePid, Phase, RefusalCode, Reply, Request, ResourceKind};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -85,7 +89,7 @@ pub fn watch(timeouts: Timeouts) {
                     seen = now;
                     continue;
                 }
-                roll_back(window, seen);
+                roll_back(Cause::Quiet { window, seen }, &timeouts);
                 return;
             }
         });
@@ -97,25 +101,72 @@ pub fn watch(timeouts: Timeouts) {
     }
 }
 
-/// The creators this process imports from, and the phase it is in (`None`: nothing to do).
-fn creators(r: &Registry, seen: u64) -> Option<(Phase, BTreeSet<NamespacePid>)> {
-    if !may_roll_back(r.phase) || ACTIVITY.load(Ordering::SeqCst) != seen || r.failure.is_some() {
-        return None;
+/// What started a rollback.
+#[derive(Debug, Clone, Copy)]
+enum Cause {
+    /// No request for `window`; `seen` requests counted before it.
+    Quiet { window: Duration, seen: u64 },
+    /// The coordinator's `roll_back`.
+    Asked,
+}
+
+impl Cause {
+    /// Whether the rollback is still wanted: a quiet coordinator that spoke meanwhile is back.
+    fn holds(self) -> bool {
+        match self {
+            Self::Quiet { seen, .. } => ACTIVITY.load(Ordering::SeqCst) == seen,
+            Self::Asked => true,
+        }
     }
+
+    fn reason(self) -> String {
+        match self {
+            Self::Quiet { window, .. } => format!(
+                "no request from the coordinator for {} s",
+                window.as_secs_f64()
+            ),
+            Self::Asked => "the coordinator stopped the capture".to_owned(),
+        }
+    }
+}
+
+/// How a rollback ended.
+#[derive(Debug)]
+enum Rolled {
+    /// Back to active from this phase (active: there was nothing to do).
+    Back(Phase),
+    /// Not now: the process is in a phase it does not roll back from, or the coordinator
+    /// spoke meanwhile (quiet watcher). Nothing was changed.
+    NotFrom(Phase),
+    /// Fail-stopped, with the reason.
+    Stopped(String),
+}
+
+/// The creators this process imports from (none unless it may roll back now).
+fn creators(r: &Registry) -> BTreeSet<NamespacePid> {
     let me = r.pid;
-    let pids = r
-        .allocations
+    r.allocations
         .values()
         .map(|a| a.reference.creator_pid)
         .chain(r.multicasts.values().map(|m| m.reference.creator_pid))
         .filter(|&pid| pid != me)
-        .collect();
-    Some((r.phase, pids))
+        .collect()
 }
 
-fn roll_back(window: Duration, seen: u64) {
-    let Some((phase, creators)) = creators(process::lock().as_ref().expect("created"), seen) else {
-        return;
+fn roll_back(cause: Cause, timeouts: &Timeouts) -> Rolled {
+    let (phase, creators) = {
+        let guard = process::lock();
+        let r = guard.as_ref().expect("created by lock()");
+        if let Some(failure) = &r.failure {
+            return Rolled::Stopped(failure.clone());
+        }
+        if r.phase == Phase::Active && matches!(cause, Cause::Asked) {
+            return Rolled::Back(Phase::Active);
+        }
+        if !may_roll_back(r.phase) || !cause.holds() {
+            return Rolled::NotFrom(r.phase);
+        }
+        (r.phase, creators(r))
     };
     // Asked without the registry lock: a creator rolling back at the same moment may be
     // asking this process the same.
@@ -129,39 +180,59 @@ fn roll_back(window: Duration, seen: u64) {
         .collect();
     let mut guard = process::lock();
     let r = guard.as_mut().expect("created by lock()");
-    if r.phase != phase || ACTIVITY.load(Ordering::SeqCst) != seen || r.failure.is_some() {
-        return; // the coordinator came back meanwhile
+    if r.phase != phase || !cause.holds() || r.failure.is_some() {
+        return Rolled::NotFrom(r.phase); // the coordinator came back meanwhile
     }
-    let quiet = window.as_secs_f64();
     let result = if blocked.is_empty() {
         // Each creator answering this process's probe counts it as a request and waits one
         // window more before its own rollback.
-        rebuild(r, Instant::now() + 3 * window)
+        rebuild(r, Instant::now() + 3 * quiet_window(timeouts))
     } else {
         Err(blocked.join("; "))
     };
+    let reason = cause.reason();
     match result {
         Ok(()) => {
             r.arena = None;
             r.set_phase(Phase::Active);
             gate::open();
             log!(
-                "no request from the coordinator for {quiet} s in phase {phase}; rolled back on \
-                 its own (multicast objects rebuilt, host copy dropped): back to phase active, \
-                 application calls continue"
+                "{reason} in phase {phase}; rolled back on its own (multicast objects rebuilt, \
+                 host copy dropped): back to phase active, application calls continue"
             );
+            Rolled::Back(phase)
         }
         Err(why) => {
             let message = format!(
-                "no request from the coordinator for {quiet} s in phase {phase}, and this process \
-                 cannot roll back on its own: {why}; it will not resume: every CUDA call fails \
-                 from now on"
+                "{reason} in phase {phase}, and this process cannot roll back on its own: {why}; \
+                 it will not resume: every CUDA call fails from now on"
             );
             log!("{message}");
-            r.failure = Some(message);
+            r.failure = Some(message.clone());
             r.set_phase(Phase::Failed);
             gate::fail();
+            Rolled::Stopped(message)
         }
+    }
+}
+
+/// The coordinator's `roll_back`.
+pub fn asked() -> Reply {
+    let timeouts = Timeouts::from_env().unwrap_or_default();
+    match roll_back(Cause::Asked, &timeouts) {
+        Rolled::Back(from) => cuinterpose_protocol::RolledBackReply {
+            namespace_pid: process::own_pid(),
+            from,
+        }
+        .into(),
+        Rolled::NotFrom(phase) => refused(
+            RefusalCode::OutOfOrder,
+            format!(
+                "roll_back needs phase frozen, multicast_prepared or saved; this process is in \
+                 phase {phase}"
+            ),
+        ),
+        Rolled::Stopped(why) => refused(RefusalCode::FailStopped, why),
     }
 }
 

@@ -78,7 +78,9 @@ pub(super) fn refused(code: RefusalCode, message: &str) -> Outcome {
 }
 
 /// The run failed in `stage`, naming `participant` (None: a global failure) with a reason
-/// whose text contains `reason`; `mutated` as given. Returns the error.
+/// whose text contains `reason`; `mutated` as given. A capture that failed before
+/// `prepare_unicast` with nobody fail-stopped was rolled back (exit 3 where it had changed something, and no
+/// fail-stop). Returns the error.
 pub(super) fn check_failed(
     run: &Run,
     stage: Stage,
@@ -91,7 +93,24 @@ pub(super) fn check_failed(
     };
     assert_eq!(error.stage, stage, "{error}");
     assert_eq!(error.mutated, mutated, "{error}");
-    assert_eq!(error.exit_code(), if mutated { 2 } else { 1 });
+    let rolled_back = error.rolled_back;
+    if run.kind() == RunKind::Capture && stage.rolls_back() && error.fail_stopped.is_empty() {
+        // Every participant answered the rollback (none of these tests stalls it).
+        assert!(
+            rolled_back || error.to_string().contains("rolling back"),
+            "{error}"
+        );
+    } else {
+        assert!(!rolled_back, "{error}");
+    }
+    assert_eq!(
+        error.exit_code(),
+        match (mutated, rolled_back) {
+            (false, _) => 1,
+            (true, false) => 2,
+            (true, true) => 3,
+        }
+    );
     let text = error.to_string();
     let named = error.failures.iter().any(|failure| {
         failure.participant.map(NamespacePid::get) == participant
@@ -112,7 +131,12 @@ pub(super) fn check_failed(
         )),
         "{text}"
     );
-    assert_eq!(text.contains("FAIL-STOP"), mutated, "{text}");
+    assert_eq!(
+        text.contains("FAIL-STOP"),
+        mutated && !rolled_back,
+        "{text}"
+    );
+    assert_eq!(text.contains("ABORTED"), mutated && rolled_back, "{text}");
     error.clone()
 }
 
