@@ -534,7 +534,7 @@ fn a_capture_stopped_before_prepare_unicast_is_rolled_back() {
     let mut fakes = fake_participants(&shared_topology(101));
     let mut run = Run::capture(fakes.keys().copied());
     let target = Stage::Execute(Operation::SaveAllocations);
-    let mut stalled = stalled(target);
+    let stalled = stalled(target);
     let mut fault = |stage: Stage, p: NamespacePid, outcome: Outcome| {
         if stage == Stage::RollBack && p == pid(103) {
             refused(RefusalCode::FailStopped, "creator 101 is in phase released")
