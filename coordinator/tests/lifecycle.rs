@@ -257,8 +257,10 @@ fn is_inspect(request: &Request) -> bool {
     matches!(request, Request::Inspect)
 }
 
+/// A capture stopped before prepare_unicast is rolled back: every participant is asked to put
+/// itself back, the records are compared with the frozen ones, and the workload resumes.
 #[test]
-fn a_participant_that_closes_during_save_fails_the_run_naming_it() {
+fn a_participant_that_closes_during_save_fails_the_run_naming_it_and_is_rolled_back() {
     let scene = Scene::start(301, Some((302, is_save, Misbehaviour::Close)));
     let session = scene.session(5);
     let started = Instant::now();
@@ -274,8 +276,8 @@ fn a_participant_that_closes_during_save_fails_the_run_naming_it() {
     };
     assert_eq!(run.stage, Stage::Execute(Operation::SaveAllocations));
     assert_eq!(run.participants(), [pid(302)]);
-    assert!(run.mutated);
-    assert_eq!(error.exit_code(), 2);
+    assert!(run.mutated && run.rolled_back);
+    assert_eq!(error.exit_code(), 3);
     let message = error.to_string();
     assert!(
         message.contains("prepare failed in phase save_allocations: participant 302: no reply:")
@@ -283,30 +285,32 @@ fn a_participant_that_closes_during_save_fails_the_run_naming_it() {
             && message.contains("closed the connection"),
         "{message}"
     );
-    assert!(message.contains("FAIL-STOP"), "{message}");
-    // No state was published, nobody went further, and, since nothing can put them back,
-    // every participant still answering was told to fail-stop.
+    assert!(
+        message.contains("ABORTED") && !message.contains("FAIL-STOP"),
+        "{message}"
+    );
+    // No state was published, nobody was told to fail-stop, and everyone is active again.
     assert!(matches!(
         state::load(scene.checkpoint.path()),
         Err(state::StateError::Missing { .. })
     ));
-    assert_eq!(run.told, [pid(301), pid(302), pid(303)], "{message}");
-    assert!(message.contains("Told to fail-stop"), "{message}");
-    assert_eq!(scene.phases(), [Phase::Failed; 3]);
+    assert!(run.told.is_empty(), "{message}");
+    assert_eq!(scene.phases(), [Phase::Active; 3]);
     drop(scene);
 
-    // The same through the binary: exit 2, loudly.
+    // The same through the binary: exit 3, aborted.
     let scene = Scene::start(301, Some((302, is_save, Misbehaviour::Close)));
-    let (stdout, stderr) = scene.check(&["prepare", "--json"], &[], 2);
+    let (stdout, stderr) = scene.check(&["prepare", "--json"], &[], 3);
     assert!(
-        stderr.contains("cuinterpose: prepare failed in phase save_allocations: participant 302"),
+        stderr.contains("cuinterpose: prepare failed in phase save_allocations: participant 302")
+            && stderr.contains("ABORTED"),
         "{stderr}"
     );
-    assert!(stderr.contains("cuinterpose: FAIL-STOP"), "{stderr}");
     let value: Value = support::cli::final_json(&stdout);
-    assert_eq!(value["status"], "failed");
+    assert_eq!(value["status"], "aborted");
     assert_eq!(value["phase"], "save_allocations");
     assert_eq!(value["mutated"], true);
+    assert_eq!(value["rolled_back"], true);
     assert_eq!(value["failures"][0]["participant"], 302);
 }
 

@@ -54,6 +54,10 @@ pub(super) fn failure_json(command: &str, error: &CommandError) -> Value {
     if let Some(run) = run {
         value["phase"] = json!(run.stage.name_in(run.kind));
         value["mutated"] = json!(run.mutated);
+        value["rolled_back"] = json!(run.rolled_back);
+        if run.rolled_back && run.mutated {
+            value["status"] = json!("aborted");
+        }
         value["fail_stopped"] = json!(
             run.fail_stopped
                 .iter()
