@@ -118,7 +118,7 @@ fn version_3_lists_its_changes() {
 }
 
 /// Version 4 (the phase in every progress answer, which a shim reads before it rolls back on
-/// its own) against version 3.
+/// its own; the coordinator's roll_back) against version 3.
 #[test]
 fn version_4_lists_its_changes() {
     let old = compile("v3.ron", &released_v3()).expect("valid");
@@ -127,7 +127,11 @@ fn version_4_lists_its_changes() {
     let changes: Vec<String> = report.changes.iter().map(ToString::to_string).collect();
     assert_eq!(
         changes,
-        ["union Reply variant Progress field phase: added"],
+        [
+            "union Reply variant Progress field phase: added",
+            "union Reply variant RolledBack: added",
+            "union Request variant RollBack: added",
+        ],
         "{report}"
     );
     assert!(report.is_compatible());

@@ -6,8 +6,10 @@
 //!
 //! Expected every time: the coordinator fails within its timeout naming the participant and
 //! the phase; a state file is complete or absent, never partial; `restore` refuses a partial or
-//! corrupt state before touching anyone; a second run refuses clearly instead of repeating
-//! work; a fail-stopped participant refuses further lifecycle operations and says why.
+//! corrupt state before touching anyone; a capture stopped before `prepare_unicast` is rolled
+//! back; a second capture refuses clearly instead of repeating work, a second restore picks up
+//! where each participant stands; a fail-stopped participant refuses further lifecycle
+//! operations and says why.
 //!
 //! `harness = false`: the same executable is, with `CUI_FAULTS_ROLE=publish`, the child
 //! process that publishes a state and is killed while doing so.

@@ -13,8 +13,11 @@
 //! equal to the saved ones).
 //!
 //! Every lifecycle operation goes to every participant and the run waits for all outcomes (a
-//! barrier) before the next one. There is no retry and no rollback: a failure after a mutating
-//! request is fail-stop, and [`RunError::mutated`] says so.
+//! barrier) before the next one; a restore run after an interrupted one sends each operation
+//! only to those still in its starting phase. A capture that fails before `prepare_unicast`
+//! (nothing of the unicast sharing given up yet) is rolled back: `roll_back` to everyone, then
+//! a verifying inspect ([`RunError::rolled_back`]). Any other failure after a mutating request
+//! is fail-stop, and [`RunError::mutated`] says so.
 //!
 //! Layout: `stage` (run kinds and stages), `failure` (reasons, failures, the run error), `run`
 //! (steps and the state machine).

@@ -50,6 +50,10 @@ pub struct Run {
     fail_stopped: BTreeSet<NamespacePid>,
     /// The failure a rollback is undoing (capture stopped before `prepare_unicast`).
     stopped: Option<RunError>,
+    /// Restore: each participant's phase, from its inspection and the steps since. A restore
+    /// interrupted earlier (its coordinator killed, a reply lost) picks up where each
+    /// participant stands: every operation goes to those still in the phase it starts from.
+    at: BTreeMap<NamespacePid, Phase>,
 }
 
 impl Run {
@@ -157,6 +161,7 @@ impl Run {
             mutated: false,
             fail_stopped: BTreeSet::new(),
             stopped: None,
+            at: BTreeMap::new(),
         }
     }
 
@@ -209,7 +214,21 @@ impl Run {
         Step::Broadcast {
             stage,
             request: stage.request().expect("a broadcast stage"),
-            participants: self.participants.clone(),
+            participants: self.addressees(stage),
+        }
+    }
+
+    /// Who `stage` goes to: everyone, except that a restore's operation goes to those in the
+    /// phase it starts from (the others did it before the restore was interrupted).
+    fn addressees(&self, stage: Stage) -> Vec<NamespacePid> {
+        match (self.kind, stage) {
+            (RunKind::Restore, Stage::Execute(operation)) => self
+                .participants
+                .iter()
+                .copied()
+                .filter(|pid| self.at.get(pid) == Some(&operation.from_phase()))
+                .collect(),
+            _ => self.participants.clone(),
         }
     }
 
@@ -274,13 +293,18 @@ impl Run {
         mut outcomes: BTreeMap<NamespacePid, Outcome>,
         elapsed: Duration,
     ) -> &Step {
-        let Step::Broadcast { stage, .. } = &self.step else {
+        let Step::Broadcast {
+            stage,
+            participants,
+            ..
+        } = &self.step
+        else {
             return &self.step;
         };
-        let stage = *stage;
+        let (stage, addressed) = (*stage, participants.clone());
         let mut failures = Vec::new();
         let mut replies = BTreeMap::new();
-        for pid in self.participants.clone() {
+        for pid in addressed.clone() {
             let Some(outcome) = outcomes.remove(&pid) else {
                 failures.push(Failure {
                     participant: Some(pid),
@@ -330,11 +354,16 @@ impl Run {
             self.stop(stage, failures);
             return &self.step;
         }
+        if let Stage::Execute(operation) = stage {
+            for pid in &addressed {
+                self.at.insert(*pid, operation.to_phase());
+            }
+        }
         self.phases.push(PhaseReport {
             name: stage.name_in(self.kind).to_string(),
             duration: elapsed,
             bytes,
-            participants: self.participants.len(),
+            participants: addressed.len(),
         });
         self.advance();
         &self.step
@@ -400,8 +429,12 @@ impl Run {
                     (RunKind::Restore | RunKind::Check, Stage::Inspect) => Some(Phase::Released),
                     (RunKind::Restore | RunKind::Check, _) => Some(Phase::Active),
                 };
+                let resuming = matches!(self.kind, RunKind::Restore | RunKind::Check)
+                    && stage == Stage::Inspect
+                    && resumable(inspection.phase);
                 if let Some(expected) = expected
                     && inspection.phase != expected
+                    && !resuming
                 {
                     return Err(Reason::WrongPhase {
                         expected,
@@ -476,6 +509,28 @@ impl Run {
             (RunKind::Capture, Stage::Inspect) => {
                 validate::validate(&inspections()).map_err(topology_failures)?;
             }
+            (RunKind::Restore | RunKind::Check, Stage::Inspect) => {
+                let found = inspections();
+                // Phases an interrupted restore leaves: at most one step apart (each step is a
+                // barrier), and not all active (that is no checkpoint at all).
+                let steps: Vec<usize> = found.values().map(|i| restore_step(i.phase)).collect();
+                let (first, last) = (steps.iter().min(), steps.iter().max());
+                let all_active = found.values().all(|i| i.phase == Phase::Active);
+                if all_active || last.zip(first).is_some_and(|(l, f)| l - f > 1) {
+                    return Err(found
+                        .iter()
+                        .filter(|(_, i)| i.phase != Phase::Released)
+                        .map(|(pid, i)| Failure {
+                            participant: Some(*pid),
+                            reason: Reason::WrongPhase {
+                                expected: Phase::Released,
+                                found: i.phase,
+                            },
+                        })
+                        .collect());
+                }
+                self.at = found.into_iter().map(|(pid, i)| (pid, i.phase)).collect();
+            }
             (RunKind::Capture, Stage::BeginCheckpoint) => {
                 let frozen = inspections();
                 self.topology = validate::validate_in_phase(&frozen, Phase::Frozen)
@@ -498,6 +553,14 @@ impl Run {
     }
 
     fn advance(&mut self) {
+        // Operations every participant did before an interrupted restore are skipped.
+        while let Some(&stage) = self.remaining.front() {
+            if stage.request().is_some() && self.addressees(stage).is_empty() {
+                self.remaining.pop_front();
+            } else {
+                break;
+            }
+        }
         self.step = match self.remaining.pop_front() {
             Some(Stage::PublishState) => {
                 Step::Publish(self.state.clone().expect("state built at begin_checkpoint"))
@@ -546,6 +609,20 @@ impl Accepted {
             Self::Completed(bytes) => *bytes,
         }
     }
+}
+
+/// The phases a restore may find a participant in: released, or further along an earlier
+/// restore that was interrupted (each operation's starting phase, or active at its end).
+fn resumable(phase: Phase) -> bool {
+    phase == Phase::Active || RESTORE_OPERATIONS.iter().any(|op| op.from_phase() == phase)
+}
+
+/// How many restore operations a participant in `phase` has done (`resumable` phases only).
+fn restore_step(phase: Phase) -> usize {
+    RESTORE_OPERATIONS
+        .iter()
+        .position(|op| op.from_phase() == phase)
+        .unwrap_or(RESTORE_OPERATIONS.len())
 }
 
 fn unexpected(reply: &Reply, expected: &'static str) -> Reason {

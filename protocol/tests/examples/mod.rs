@@ -167,6 +167,7 @@ pub fn requests() -> Vec<(&'static str, p::Request)> {
         ("inspect", p::Request::Inspect),
         ("begin_checkpoint", p::Request::BeginCheckpoint),
         ("progress", p::Request::Progress),
+        ("roll_back", p::Request::RollBack),
         (
             "fail_stop",
             p::Request::FailStop(p::FailStopRequest {
@@ -193,6 +194,13 @@ pub fn requests() -> Vec<(&'static str, p::Request)> {
 pub fn replies() -> Vec<(&'static str, p::Reply)> {
     let records: Vec<p::Record> = records().into_iter().map(|(_, record)| record).collect();
     vec![
+        (
+            "rolled_back",
+            p::Reply::RolledBack(p::RolledBackReply {
+                namespace_pid: pid(100),
+                from: p::Phase::Saved,
+            }),
+        ),
         (
             "stopped",
             p::Reply::Stopped(p::StoppedReply {

@@ -154,3 +154,60 @@ fn check_compares_the_state_and_changes_nothing() {
         "{text}"
     );
 }
+
+/// A restore interrupted after any of its operations (the coordinator killed) is run again
+/// and picks up where each participant stands: the operations already done are skipped, the
+/// rest go to those still in their starting phase, and the final records are verified. (After
+/// the last operation every participant is active: nothing is left to restore, and a restore
+/// refuses as for any active workload.)
+#[test]
+fn an_interrupted_restore_completes_when_run_again() {
+    for done in 1..RESTORE_OPERATIONS.len() {
+        let (mut fakes, state) = captured();
+        let mut run = Run::restore(&state, fakes.keys().copied());
+        // inspect, then `done` operations; then the coordinator is gone.
+        for _ in 0..=done {
+            let Step::Broadcast {
+                request,
+                participants,
+                ..
+            } = run.step().clone()
+            else {
+                panic!("{:?}", run.step());
+            };
+            let outcomes = participants
+                .iter()
+                .map(|p| (*p, Ok(fakes.get_mut(p).expect("fake").handle(&request))))
+                .collect();
+            run.feed(outcomes, Duration::from_millis(1));
+        }
+        let mut again = Run::restore(&state, fakes.keys().copied());
+        let stages = drive(&mut again, &mut fakes, &mut untouched(), Ok(()));
+        let mut expected = vec![Stage::Inspect];
+        expected.extend(
+            RESTORE_OPERATIONS[done..]
+                .iter()
+                .map(|op| Stage::Execute(*op)),
+        );
+        expected.push(Stage::Verify);
+        assert_eq!(stages, expected, "after {done} operations");
+        assert!(matches!(again.step(), Step::Done(_)), "{:?}", again.step());
+        assert!(fakes.values().all(|fake| fake.phase == Phase::Active));
+    }
+
+    // Phases no interrupted restore leaves (two steps apart) are refused, unchanged.
+    let (mut fakes, state) = captured();
+    fakes.get_mut(&pid(103)).expect("103").phase = Phase::UnicastRestored;
+    let mut run = Run::restore(&state, fakes.keys().copied());
+    assert_eq!(
+        drive(&mut run, &mut fakes, &mut untouched(), Ok(())),
+        [Stage::Inspect]
+    );
+    check_failed(
+        &run,
+        Stage::Inspect,
+        Some(103),
+        "in phase unicast_restored, expected phase released",
+        false,
+    );
+}

@@ -30,7 +30,10 @@ pub(super) fn drive(
                 request,
                 participants,
             } => {
-                assert_eq!(participants, run.participants());
+                assert!(
+                    participants.iter().all(|p| run.participants().contains(p)),
+                    "{participants:?}"
+                );
                 assert_eq!(Some(&request), stage.request().as_ref());
                 stages.push(stage);
                 let outcomes = participants
