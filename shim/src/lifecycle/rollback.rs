@@ -119,6 +119,18 @@ impl Cause {
         }
     }
 
+    /// How long imports wait for their creators to rebuild: a creator answering a quiet
+    /// watcher's phase probe counts it as a request and waits one window more before its own
+    /// rollback; one asked by the coordinator rebuilds at once, and the coordinator waits six
+    /// control timeouts for the whole rollback.
+    fn import_deadline(self, timeouts: &Timeouts) -> Instant {
+        Instant::now()
+            + match self {
+                Self::Quiet { window, .. } => 3 * window,
+                Self::Asked => 3 * timeouts.control(),
+            }
+    }
+
     fn reason(self) -> String {
         match self {
             Self::Quiet { window, .. } => format!(
@@ -184,9 +196,7 @@ fn roll_back(cause: Cause, timeouts: &Timeouts) -> Rolled {
         return Rolled::NotFrom(r.phase); // the coordinator came back meanwhile
     }
     let result = if blocked.is_empty() {
-        // Each creator answering this process's probe counts it as a request and waits one
-        // window more before its own rollback.
-        rebuild(r, Instant::now() + 3 * quiet_window(timeouts))
+        rebuild(r, cause.import_deadline(timeouts))
     } else {
         Err(blocked.join("; "))
     };
