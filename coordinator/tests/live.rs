@@ -31,7 +31,7 @@ const THREADS: usize = 4;
 const TOGGLES: usize = 20;
 
 fn main() {
-    let tests: [Test<Sandbox>; 5] = [
+    let tests: [Test<Sandbox>; 6] = [
         ("toggles_under_traffic_lose_nothing", toggles_under_traffic),
         ("a_parked_call_makes_begin_refuse", parked_call),
         (
@@ -45,6 +45,10 @@ fn main() {
         (
             "a_state_that_cannot_be_published_is_aborted_and_resumed",
             publication_fails,
+        ),
+        (
+            "a_save_past_its_timeout_is_rolled_back_and_resumed",
+            slow_save,
         ),
     ];
     support::harness::run(&tests, || Sandbox::new("live"));
@@ -397,4 +401,63 @@ fn publication_fails(sandbox: &Sandbox) {
         .expect("write through the importer");
     a.verify(va + MIB, MIB, 52).expect("still shared");
     drop(disk);
+}
+
+/// The creator's save takes longer than the copy timeout (fakecuda's stream synchronization
+/// slowed to 1.5 s, the copy timeout 1 s), with traffic running in both processes: the toggle
+/// rolls the capture back instead of fail-stopping (the creator's `roll_back` waits behind its
+/// save, then puts it back): exit 3, `ABORTED`, every participant active, the traffic saw no
+/// failed call and no lost write, the sharing is live, and a toggle with time enough succeeds.
+fn slow_save(sandbox: &Sandbox) {
+    let root = sandbox.fresh("slow-save");
+    let control = ("CUINTERPOSE_CONTROL_TIMEOUT_SECONDS", "2");
+    let slow = [("FAKECUDA_STREAM_SYNC_DELAY_MS", "1500"), control];
+    let (mut a, mut b, va, vb) = pair(sandbox, &root, &slow, &[control]);
+    a.fill(va + MIB, MIB, 61).expect("fill");
+    one_thread(&mut b, vb + SLOT, TrafficMode::MemsetAsync);
+    let tmp = sandbox.fresh("tmp");
+    let tmp = tmp.to_str().expect("UTF-8");
+    let env = [
+        control,
+        ("CUINTERPOSE_COPY_TIMEOUT_SECONDS", "1"),
+        ("TMPDIR", tmp),
+    ];
+    let out = cuinterpose(
+        sandbox,
+        &root,
+        &["toggle", "--pid", &root_pid(), "--json"],
+        &env,
+    );
+    let (stdout, stderr) = check_exit(&out, 3);
+    assert!(
+        stderr.contains("prepare failed in phase save_allocations")
+            && stderr.contains("timed out after 1s")
+            && stderr.contains("ABORTED")
+            && !stderr.contains("FAIL-STOP"),
+        "{stderr}"
+    );
+    let report = cli::final_json(&stdout);
+    assert_eq!(report["status"], "aborted", "{report}");
+    assert_eq!(report["rolled_back"], true, "{report}");
+    let left: Vec<_> = std::fs::read_dir(tmp).expect("TMPDIR").collect();
+    assert!(
+        left.is_empty(),
+        "a rolled-back toggle left {left:?} in TMPDIR"
+    );
+    let phases = cli::participant_phases(&cuinterpose(sandbox, &root, &["inspect", "--json"], &[]));
+    assert_eq!(phases, ["active"; 2]);
+    check_traffic("importer", &mut b);
+    b.verify(vb + MIB, MIB, 61)
+        .expect("bytes after the rollback");
+    b.fill(vb + MIB, MIB, 62)
+        .expect("write through the importer");
+    a.verify(va + MIB, MIB, 62).expect("still shared");
+    let out = cuinterpose(
+        sandbox,
+        &root,
+        &["toggle", "--pid", &root_pid()],
+        &[control],
+    );
+    check_exit(&out, 0);
+    a.verify(va + MIB, MIB, 62).expect("bytes after the toggle");
 }

@@ -16,6 +16,14 @@ mod support;
 
 use support::*;
 
+/// The stages of a capture stopped at `begin_checkpoint` and rolled back.
+const BEGIN_ROLLED_BACK: [Stage; 4] = [
+    Stage::Inspect,
+    Stage::BeginCheckpoint,
+    Stage::RollBack,
+    Stage::Verify,
+];
+
 #[test]
 fn a_busy_refusal_of_begin_checkpoint_is_not_fail_stop_while_others_froze() {
     let topology = shared_topology(101);
@@ -32,15 +40,7 @@ fn a_busy_refusal_of_begin_checkpoint_is_not_fail_stop_while_others_froze() {
         }
     };
     let stages = drive(&mut run, &mut fakes, &mut busy, Ok(()));
-    assert_eq!(
-        stages,
-        [
-            Stage::Inspect,
-            Stage::BeginCheckpoint,
-            Stage::RollBack,
-            Stage::Verify
-        ]
-    );
+    assert_eq!(stages, BEGIN_ROLLED_BACK);
     let error = check_failed(
         &run,
         Stage::BeginCheckpoint,
@@ -200,15 +200,7 @@ fn records_that_change_at_begin_checkpoint_are_validated_again() {
         (_, outcome) => outcome,
     };
     let stages = drive(&mut run, &mut fakes, &mut tamper, Ok(()));
-    assert_eq!(
-        stages,
-        [
-            Stage::Inspect,
-            Stage::BeginCheckpoint,
-            Stage::RollBack,
-            Stage::Verify
-        ]
-    );
+    assert_eq!(stages, BEGIN_ROLLED_BACK);
     // 103 dropped its records: the creator's allocation is no longer imported by it, and
     // the multicast group lacks a device.
     check_failed(

@@ -77,7 +77,7 @@ pub fn coordinator_gone(sandbox: &Sandbox) {
     for log in &logs[1..] {
         await_log(
             log,
-            &format!("cannot roll back on its own: creator {a} is in phase released"),
+            &format!("cannot roll back: creator {a} is in phase released"),
             "importers of a released creator",
         );
     }

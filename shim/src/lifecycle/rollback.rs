@@ -19,7 +19,8 @@
 //!
 //! `released` is never rolled back here: it is where the native checkpoint starts and where
 //! `cuinterpose prepare` leaves a workload for a later restore, and a process cannot tell those
-//! apart from a vanished coordinator (`cuinterpose resume` puts it back).
+//! apart from a vanished coordinator (`cuinterpose restore DIR` puts it back from the published
+//! state).
 
 use super::multicast;
 use super::step::Step;
@@ -119,10 +120,11 @@ impl Cause {
         }
     }
 
-    /// How long imports wait for their creators to rebuild: a creator answering a quiet
-    /// watcher's phase probe counts it as a request and waits one window more before its own
-    /// rollback; one asked by the coordinator rebuilds at once, and the coordinator waits six
-    /// control timeouts for the whole rollback.
+    /// How long imports wait for their creators to rebuild: creators gone quiet too roll back
+    /// within a window of this process (their watchers started at the same begin_checkpoint,
+    /// and a participant's phase probe does not count as a request); one asked by the
+    /// coordinator rebuilds at once, and the coordinator waits six control timeouts for the
+    /// whole rollback.
     fn import_deadline(self, timeouts: &Timeouts) -> Instant {
         Instant::now()
             + match self {
@@ -138,6 +140,13 @@ impl Cause {
                 window.as_secs_f64()
             ),
             Self::Asked => "the coordinator stopped the capture".to_owned(),
+        }
+    }
+
+    fn how(self) -> &'static str {
+        match self {
+            Self::Quiet { .. } => "rolled back on its own",
+            Self::Asked => "rolled back as the coordinator asked",
         }
     }
 }
@@ -200,22 +209,22 @@ fn roll_back(cause: Cause, timeouts: &Timeouts) -> Rolled {
     } else {
         Err(blocked.join("; "))
     };
-    let reason = cause.reason();
+    let (reason, how) = (cause.reason(), cause.how());
     match result {
         Ok(()) => {
             r.arena = None;
             r.set_phase(Phase::Active);
             gate::open();
             log!(
-                "{reason} in phase {phase}; rolled back on its own (multicast objects rebuilt, \
-                 host copy dropped): back to phase active, application calls continue"
+                "{reason} in phase {phase}; {how} (multicast objects rebuilt, host copy \
+                 dropped): back to phase active, application calls continue"
             );
             Rolled::Back(phase)
         }
         Err(why) => {
             let message = format!(
-                "{reason} in phase {phase}, and this process cannot roll back on its own: {why}; \
-                 it will not resume: every CUDA call fails from now on"
+                "{reason} in phase {phase}, and this process cannot roll back: {why}; it will \
+                 not resume: every CUDA call fails from now on"
             );
             log!("{message}");
             r.failure = Some(message.clone());

@@ -11,9 +11,9 @@ use crate::log;
 use crate::state::{cache, process, progress};
 use crate::sys::log::refusal as log_refusal;
 use cuinterpose_protocol::transport::{
-    Connection, Listener, RefusalReason, Timeouts, TransportError,
+    Connection, Listener, RefusalReason, Timeouts, TransportError, socket_name,
 };
-use cuinterpose_protocol::{RefusalCode, Request};
+use cuinterpose_protocol::{NamespacePid, RefusalCode, Request};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
@@ -96,8 +96,12 @@ fn handle(mut connection: Connection, queue: &SyncSender<Job>, timeouts: Timeout
         }
         // Answered here, never queued: the worker may be in the middle of the copy asked about.
         Request::Progress => {
-            // The coordinator polls while a copy runs elsewhere: it is alive.
-            lifecycle::rollback::note_activity();
+            // The coordinator polls while a copy runs elsewhere: it is alive. Another
+            // participant asking for this process's phase before its own rollback is not the
+            // coordinator, and must not put this process's rollback off.
+            if !is_participant(connection.credentials().pid) {
+                lifecycle::rollback::note_activity();
+            }
             let reply = progress::reply(process::own_pid()).into();
             let _ = connection.send_reply(&reply, None);
         }
@@ -139,4 +143,15 @@ fn handle(mut connection: Connection, queue: &SyncSender<Job>, timeouts: Timeout
             }
         }
     }
+}
+
+/// Whether `pid` (a peer's, in this process's PID namespace; 0 when not visible) is another
+/// participant: it has a control socket beside this process's.
+fn is_participant(pid: i32) -> bool {
+    let Some(pid) = u32::try_from(pid).ok().and_then(NamespacePid::new) else {
+        return false;
+    };
+    pid != process::own_pid()
+        && cuinterpose_protocol::transport::control_dir()
+            .is_ok_and(|dir| dir.join(socket_name(pid)).exists())
 }
