@@ -100,8 +100,8 @@ fn resolve_everywhere(preload: &[std::path::PathBuf]) {
         }
         if matches!(entry, EntryPath::Default | EntryPath::Next) {
             // A lookup in the global symbol table finds the shim's own export even for a name
-            // this driver lacks (calling it returns the driver's answer for a missing entry
-            // point): every name the driver has must resolve, to the shim.
+            // this driver lacks (calling it returns CUDA_ERROR_NOT_SUPPORTED, logged): every
+            // name the driver has must resolve, to the shim.
             let missing: Vec<&String> = bare
                 .iter()
                 .filter(|n| n.ends_with(": resolved") && !shim.contains(n))
