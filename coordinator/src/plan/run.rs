@@ -5,15 +5,17 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use cuinterpose_protocol::{
-    CAPTURE_OPERATIONS, InspectionReply, NamespacePid, Operation, Phase, RESTORE_OPERATIONS,
-    Record, RefusalCode, Reply, Request, StateFile,
+    CAPTURE_OPERATIONS, NamespacePid, Phase, RESTORE_OPERATIONS, Record, RefusalCode, Reply,
+    Request, StateFile,
 };
 
 use super::failure::{Failure, Reason, RunError, only_refusals, topology_failures};
 use super::stage::{RunKind, Stage};
 use crate::report::{PhaseReport, Report};
-use crate::state;
 use crate::validate::{self, Topology, TopologyError};
+
+mod checks;
+use checks::Accepted;
 
 /// One participant's exchange: its reply, or why there is none (a transport error).
 pub type Outcome = Result<Reply, String>;
@@ -404,154 +406,6 @@ impl Run {
         }
     }
 
-    fn check_reply(
-        &self,
-        stage: Stage,
-        pid: NamespacePid,
-        reply: Reply,
-    ) -> Result<Accepted, Reason> {
-        let inspection = |reply: Reply| match reply {
-            Reply::Inspection(inspection) if inspection.namespace_pid != pid => {
-                Err(Reason::PidMismatch {
-                    answered: inspection.namespace_pid,
-                })
-            }
-            Reply::Inspection(inspection) => Ok(inspection),
-            other => Err(unexpected(&other, "inspection")),
-        };
-        match stage {
-            Stage::Inspect | Stage::BeginCheckpoint | Stage::Verify => {
-                let inspection = inspection(reply)?;
-                let expected = match (self.kind, stage) {
-                    (RunKind::Capture, Stage::Inspect) => None, // validation reports phases
-                    (RunKind::Capture, Stage::Verify) => Some(Phase::Active), // rolled back
-                    (RunKind::Capture, _) => Some(Phase::Frozen),
-                    (RunKind::Restore | RunKind::Check, Stage::Inspect) => Some(Phase::Released),
-                    (RunKind::Restore | RunKind::Check, _) => Some(Phase::Active),
-                };
-                let resuming = matches!(self.kind, RunKind::Restore | RunKind::Check)
-                    && stage == Stage::Inspect
-                    && resumable(inspection.phase);
-                if let Some(expected) = expected
-                    && inspection.phase != expected
-                    && !resuming
-                {
-                    return Err(Reason::WrongPhase {
-                        expected,
-                        found: inspection.phase,
-                    });
-                }
-                // A rollback's verification compares with the frozen records, once known.
-                if self.kind != RunKind::Capture || (stage == Stage::Verify && self.state.is_some())
-                {
-                    let saved = self.saved.get(&pid).map_or(&[][..], Vec::as_slice);
-                    let differences = state::compare(saved, &inspection.records);
-                    if !differences.is_empty() {
-                        return Err(Reason::RecordsDiffer(differences));
-                    }
-                }
-                Ok(Accepted::Inspection(inspection))
-            }
-            Stage::Execute(operation) => match reply {
-                Reply::Completed(completed) if completed.operation != operation => {
-                    Err(Reason::WrongOperation {
-                        expected: operation,
-                        found: completed.operation,
-                    })
-                }
-                Reply::Completed(completed) => {
-                    let expected = match operation {
-                        Operation::SaveAllocations | Operation::LoadAllocations => {
-                            self.topology.bytes_of(pid)
-                        }
-                        _ => 0,
-                    };
-                    if completed.bytes != expected {
-                        return Err(Reason::WrongBytes {
-                            operation,
-                            expected,
-                            found: completed.bytes,
-                        });
-                    }
-                    Ok(Accepted::Completed(completed.bytes))
-                }
-                other => Err(unexpected(&other, "completed")),
-            },
-            Stage::RollBack => match reply {
-                Reply::RolledBack(rolled) if rolled.namespace_pid != pid => {
-                    Err(Reason::PidMismatch {
-                        answered: rolled.namespace_pid,
-                    })
-                }
-                Reply::RolledBack(_) => Ok(Accepted::Completed(0)),
-                other => Err(unexpected(&other, "rolled_back")),
-            },
-            Stage::CheckState | Stage::PublishState => Err(unexpected(&reply, "nothing")),
-        }
-    }
-
-    /// Stage-wide checks once every participant answered as expected.
-    fn complete(
-        &mut self,
-        stage: Stage,
-        replies: BTreeMap<NamespacePid, Accepted>,
-    ) -> Result<(), Vec<Failure>> {
-        let inspections = || {
-            replies
-                .iter()
-                .filter_map(|(pid, accepted)| match accepted {
-                    Accepted::Inspection(inspection) => Some((*pid, inspection.clone())),
-                    Accepted::Completed(_) => None,
-                })
-                .collect::<BTreeMap<_, _>>()
-        };
-        match (self.kind, stage) {
-            (RunKind::Capture, Stage::Inspect) => {
-                validate::validate(&inspections()).map_err(topology_failures)?;
-            }
-            (RunKind::Restore | RunKind::Check, Stage::Inspect) => {
-                let found = inspections();
-                // Phases an interrupted restore leaves: at most one step apart (each step is a
-                // barrier), and not all active (that is no checkpoint at all).
-                let steps: Vec<usize> = found.values().map(|i| restore_step(i.phase)).collect();
-                let (first, last) = (steps.iter().min(), steps.iter().max());
-                let all_active = found.values().all(|i| i.phase == Phase::Active);
-                if all_active || last.zip(first).is_some_and(|(l, f)| l - f > 1) {
-                    return Err(found
-                        .iter()
-                        .filter(|(_, i)| i.phase != Phase::Released)
-                        .map(|(pid, i)| Failure {
-                            participant: Some(*pid),
-                            reason: Reason::WrongPhase {
-                                expected: Phase::Released,
-                                found: i.phase,
-                            },
-                        })
-                        .collect());
-                }
-                self.at = found.into_iter().map(|(pid, i)| (pid, i.phase)).collect();
-            }
-            (RunKind::Capture, Stage::BeginCheckpoint) => {
-                let frozen = inspections();
-                self.topology = validate::validate_in_phase(&frozen, Phase::Frozen)
-                    .map_err(topology_failures)?;
-                let state = state::state_from_inspections(&frozen).map_err(|error| {
-                    vec![Failure {
-                        participant: None,
-                        reason: Reason::State(error.to_string()),
-                    }]
-                })?;
-                self.saved = frozen
-                    .into_iter()
-                    .map(|(pid, inspection)| (pid, inspection.records.into_vec()))
-                    .collect();
-                self.state = Some(state);
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
     fn advance(&mut self) {
         // Operations every participant did before an interrupted restore are skipped.
         while let Some(&stage) = self.remaining.front() {
@@ -593,47 +447,5 @@ impl Run {
     /// The state file a capture publishes (known once `begin_checkpoint` passed).
     pub fn state(&self) -> Option<&StateFile> {
         self.state.as_ref()
-    }
-}
-
-/// A reply that passed its per-participant checks.
-enum Accepted {
-    Inspection(InspectionReply),
-    Completed(u64),
-}
-
-impl Accepted {
-    fn bytes(&self) -> u64 {
-        match self {
-            Self::Inspection(_) => 0,
-            Self::Completed(bytes) => *bytes,
-        }
-    }
-}
-
-/// The phases a restore may find a participant in: released, or further along an earlier
-/// restore that was interrupted (each operation's starting phase, or active at its end).
-fn resumable(phase: Phase) -> bool {
-    phase == Phase::Active || RESTORE_OPERATIONS.iter().any(|op| op.from_phase() == phase)
-}
-
-/// How many restore operations a participant in `phase` has done (`resumable` phases only).
-fn restore_step(phase: Phase) -> usize {
-    RESTORE_OPERATIONS
-        .iter()
-        .position(|op| op.from_phase() == phase)
-        .unwrap_or(RESTORE_OPERATIONS.len())
-}
-
-fn unexpected(reply: &Reply, expected: &'static str) -> Reason {
-    match reply {
-        Reply::Refused(refused) => Reason::Refused {
-            code: refused.code,
-            message: refused.message.as_str().to_string(),
-        },
-        other => Reason::UnexpectedReply {
-            expected,
-            found: other.kind(),
-        },
     }
 }
