@@ -333,23 +333,30 @@ pub fn try_request_export(
     resource: ResourceKind,
     capability: CapabilityToken,
 ) -> Result<(Reply, OwnedFd), String> {
-    let creator: NamespacePid = reference.creator_pid;
-    let dir = control_dir().map_err(|e| e.to_string())?;
-    let endpoint = Endpoint::for_pid(&dir, creator).map_err(|e| e.to_string())?;
-    let timeouts = Timeouts::from_env().map_err(|e| e.to_string())?;
     let request = Request::Export(ExportRequest {
         allocation: reference.clone(),
         resource,
         capability,
     });
-    match call_with(&endpoint, &request, &timeouts) {
-        Ok((Reply::Refused(refused), _)) => Err(format!(
+    match call_participant(reference.creator_pid, &request)? {
+        (Reply::Refused(refused), _) => Err(format!(
             "refused ({}): {}",
             refused.code,
             refused.message.as_str()
         )),
-        Ok((reply, Some(fd))) => Ok((reply, fd)),
-        Ok((reply, None)) => Err(format!("{} reply without a descriptor", reply.kind())),
-        Err(e) => Err(e.to_string()),
+        (reply, Some(fd)) => Ok((reply, fd)),
+        (reply, None) => Err(format!("{} reply without a descriptor", reply.kind())),
     }
+}
+
+/// One exchange with another participant's shim (its socket in the control directory), with
+/// the control timeouts; the registry lock must not be held.
+pub fn call_participant(
+    pid: NamespacePid,
+    request: &Request,
+) -> Result<(Reply, Option<OwnedFd>), String> {
+    let dir = control_dir().map_err(|e| e.to_string())?;
+    let endpoint = Endpoint::for_pid(&dir, pid).map_err(|e| e.to_string())?;
+    let timeouts = Timeouts::from_env().map_err(|e| e.to_string())?;
+    call_with(&endpoint, request, &timeouts).map_err(|e| e.to_string())
 }

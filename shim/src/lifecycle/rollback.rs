@@ -31,7 +31,7 @@ use crate::state::cache::refused;
 use crate::state::gate;
 use crate::state::process;
 use crate::state::registry::Registry;
-use cuinterpose_protocol::transport::{Endpoint, Timeouts, call_with, control_dir};
+use cuinterpose_protocol::transport::Timeouts;
 use cuinterpose_protocol::{NamespacePid, Phase, RefusalCode, Reply, Request, ResourceKind};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -286,12 +286,8 @@ fn rebuild(r: &mut Registry, deadline: Instant) -> Step<()> {
 
 /// A participant's phase, from its `progress` answer.
 fn phase_of(pid: NamespacePid) -> Result<Phase, String> {
-    let dir = control_dir().map_err(|e| e.to_string())?;
-    let endpoint = Endpoint::for_pid(&dir, pid).map_err(|e| e.to_string())?;
-    let timeouts = Timeouts::from_env().unwrap_or_default();
-    match call_with(&endpoint, &Request::Progress, &timeouts) {
-        Ok((Reply::Progress(p), _)) if p.namespace_pid == pid => Ok(p.phase),
-        Ok((other, _)) => Err(format!("answered `{}`", other.kind())),
-        Err(e) => Err(e.to_string()),
+    match sharing::call_participant(pid, &Request::Progress)? {
+        (Reply::Progress(p), _) if p.namespace_pid == pid => Ok(p.phase),
+        (other, _) => Err(format!("answered `{}`", other.kind())),
     }
 }
