@@ -87,7 +87,7 @@ pub fn init(flags: u32) -> CuResult<()> {
         return Ok(());
     }
     let config = Config::from_env()?;
-    if config.devices == 0 {
+    if config.count() == 0 {
         return Err(CuError::CUDA_ERROR_NO_DEVICE);
     }
     crate::checkpoint::server::start().map_err(|e| {
@@ -95,7 +95,7 @@ pub fn init(flags: u32) -> CuResult<()> {
         CuError::CUDA_ERROR_OPERATING_SYSTEM
     })?;
     INIT_PID.store(std::process::id(), Ordering::Release);
-    let contexts = Contexts::new(config.devices);
+    let contexts = Contexts::new(config.count());
     *g = Some(Driver {
         config,
         contexts,

@@ -130,7 +130,7 @@ impl Driver {
 
     pub fn mem_info(&self) -> CuResult<(u64, u64)> {
         let (_, dev) = self.contexts.current()?;
-        let total = self.config.memory;
+        let total = self.config.memory(dev);
         Ok((total.saturating_sub(self.vmm.used(dev)), total))
     }
 

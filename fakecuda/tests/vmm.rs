@@ -218,7 +218,7 @@ fn devices_and_attributes() {
     );
     let mut name = [0u8; 64];
     ok(cu.cuDeviceGetName(name.as_mut_ptr(), 64, 1));
-    assert!(name.starts_with(b"fakecuda device 1\0"));
+    assert!(name.starts_with(b"fakecuda H200\0"));
     let (mut u0, mut u1) = ([0u8; 16], [0u8; 16]);
     ok(cu.cuDeviceGetUuid_v2(&mut u0, 0));
     ok(cu.cuDeviceGetUuid_v2(&mut u1, 1));

@@ -59,6 +59,11 @@ pub fn restore_thread(pid: i32) -> CuResult<i32> {
 
 /// Sends one request to process `pid` and returns its reply (and an FD, if one came).
 pub fn call(pid: i32, op: Op, arg: u64) -> CuResult<(Reply, Option<OwnedFd>)> {
+    call_with(pid, op, arg, &[])
+}
+
+/// `call` with a body after the frame (a restore's devices and pairs).
+fn call_with(pid: i32, op: Op, arg: u64, body: &[u8]) -> CuResult<(Reply, Option<OwnedFd>)> {
     if pid <= 0 {
         return Err(CuError::CUDA_ERROR_INVALID_VALUE);
     }
@@ -72,7 +77,9 @@ pub fn call(pid: i32, op: Op, arg: u64) -> CuResult<(Reply, Option<OwnedFd>)> {
     if peer.pid() != pid {
         return Err(CuError::CUDA_ERROR_NOT_PERMITTED);
     }
-    conn.write_all(&Request { op, arg }.encode())
+    let mut frame = Request { op, arg }.encode().to_vec();
+    frame.extend_from_slice(body);
+    conn.write_all(&frame)
         .map_err(|_| CuError::CUDA_ERROR_OPERATING_SYSTEM)?;
     let mut buf = [0u8; 16];
     let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 1]);
@@ -117,6 +124,18 @@ pub fn get_state(pid: i32) -> CuResult<u32> {
 
 pub fn simple(pid: i32, op: Op, arg: u64) -> CuResult<()> {
     call(pid, op, arg).map(|_| ())
+}
+
+/// Native restore of process `pid` onto this process's machine (`Machine::from_env`), with
+/// `pairs` remapping its old devices (empty: each must be on this machine as it was).
+pub fn restore(pid: i32, pairs: Vec<([u8; 16], [u8; 16])>) -> CuResult<()> {
+    let machine = crate::device::Machine::from_env()?;
+    let body = super::wire::RestoreBody {
+        machine: machine.devices,
+        pairs,
+    }
+    .encode();
+    call_with(pid, Op::Restore, body.len() as u64, &body).map(|_| ())
 }
 
 pub fn fetch_ipc_fd(pid: u32, alloc: u64) -> CuResult<OwnedFd> {

@@ -7,6 +7,7 @@ pub mod server;
 pub mod wire;
 
 use crate::abi::consts as c;
+use crate::device::{self, Physical};
 use crate::driver::Driver;
 use crate::error::{CuError, CuResult};
 use crate::sys;
@@ -146,12 +147,21 @@ pub fn checkpoint() -> CuResult<()> {
     }
 }
 
-pub fn restore() -> CuResult<()> {
+/// Restore onto the restorer's machine: `body` says its devices and the old→new pairs. A
+/// refusal (a device missing, unpaired or of another chip, too little memory) leaves the
+/// process checkpointed.
+pub fn restore(body: wire::RestoreBody) -> CuResult<()> {
     let mut g = gate();
     if g.state != c::PROCESS_STATE_CHECKPOINTED {
         return Err(CuError::CUDA_ERROR_ILLEGAL_STATE);
     }
-    match crate::driver::with(|d| Ok(d.restore_device())) {
+    let devices = crate::driver::with(|d| d.restored_devices(&body))?;
+    let restored = crate::driver::with(|d| {
+        Ok(d.restore_device().map(|()| {
+            d.config.devices = devices;
+        }))
+    });
+    match restored {
         Ok(Ok(())) => {
             // Restore leaves the process locked; unlock resumes it.
             g.state = c::PROCESS_STATE_LOCKED;
@@ -218,6 +228,83 @@ impl Driver {
             }
         }
         Ok(())
+    }
+
+    /// The devices this process's ordinals get on the restorer's machine, refusing as the
+    /// driver does: with pairs, every device of the process paired once, onto a device of the
+    /// machine of the same chip with room for what it held, no two onto one; without pairs,
+    /// every device present as it was.
+    fn restored_devices(&self, body: &wire::RestoreBody) -> CuResult<Vec<Physical>> {
+        let refuse = |e: CuError, why: String| {
+            eprintln!(
+                "fakecuda: pid {}: restore refused: {why}",
+                std::process::id()
+            );
+            Err(e)
+        };
+        let mut devices: Vec<Physical> = Vec::with_capacity(self.config.devices.len());
+        for (ordinal, old) in (0u32..).zip(&self.config.devices) {
+            let name = device::uuid_string(&old.uuid);
+            let new_uuid = if body.pairs.is_empty() {
+                old.uuid
+            } else {
+                let mut paired = body.pairs.iter().filter(|(o, _)| *o == old.uuid);
+                match (paired.next(), paired.next()) {
+                    (Some((_, new)), None) => *new,
+                    (None, _) => {
+                        return refuse(
+                            CuError::CUDA_ERROR_INVALID_VALUE,
+                            format!("device {ordinal} ({name}) has no GPU pair"),
+                        );
+                    }
+                    _ => {
+                        return refuse(
+                            CuError::CUDA_ERROR_INVALID_VALUE,
+                            format!("device {ordinal} ({name}) is paired twice"),
+                        );
+                    }
+                }
+            };
+            let Some(new) = body.machine.iter().find(|d| d.uuid == new_uuid) else {
+                return refuse(
+                    CuError::CUDA_ERROR_INVALID_DEVICE,
+                    format!(
+                        "device {ordinal} ({name}): {} is not on this machine",
+                        device::uuid_string(&new_uuid)
+                    ),
+                );
+            };
+            if new.model != old.model {
+                return refuse(
+                    CuError::CUDA_ERROR_INVALID_DEVICE,
+                    format!(
+                        "device {ordinal} ({name}) is a {}, {} a {}",
+                        old.model,
+                        device::uuid_string(&new.uuid),
+                        new.model
+                    ),
+                );
+            }
+            let used = self.vmm.used(ordinal);
+            if used > new.memory {
+                return refuse(
+                    CuError::CUDA_ERROR_OUT_OF_MEMORY,
+                    format!(
+                        "device {ordinal} ({name}) held {used} bytes, {} has {}",
+                        device::uuid_string(&new.uuid),
+                        new.memory
+                    ),
+                );
+            }
+            if devices.iter().any(|d| d.uuid == new.uuid) {
+                return refuse(
+                    CuError::CUDA_ERROR_INVALID_VALUE,
+                    format!("two devices are paired onto {}", device::uuid_string(&new.uuid)),
+                );
+            }
+            devices.push(new.clone());
+        }
+        Ok(devices)
     }
 
     fn restore_device(&mut self) -> CuResult<()> {

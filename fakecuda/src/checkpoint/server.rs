@@ -1,7 +1,7 @@
 //! The control socket a process's fakecuda serves from `cuInit` on: native checkpoint
 //! requests from a checkpoint tool and IPC FD requests from peers.
 
-use super::wire::{Op, Reply, Request, socket_path};
+use super::wire::{MAX_RESTORE_BODY, Op, Reply, RestoreBody, Request, socket_path};
 use crate::error::{CUDA_SUCCESS, CuError, CuResult};
 use nix::sys::socket::{ControlMessage, MsgFlags, getsockopt, sockopt::PeerCredentials};
 use std::io::{IoSlice, Read};
@@ -75,7 +75,14 @@ fn serve(mut conn: UnixStream) {
     let Some(req) = Request::decode(&buf) else {
         return;
     };
-    let (result, fd) = match handle(req) {
+    let body = match req.op {
+        Op::Restore => match read_body(&mut conn, req.arg) {
+            Some(body) => Some(body),
+            None => return,
+        },
+        _ => None,
+    };
+    let (result, fd) = match handle(req, body) {
         Ok(fd) => (CUDA_SUCCESS, fd),
         Err(e) => (e.raw(), None),
     };
@@ -98,7 +105,16 @@ fn serve(mut conn: UnixStream) {
         nix::sys::socket::sendmsg::<()>(conn.as_raw_fd(), &iov, &cmsgs, MsgFlags::empty(), None);
 }
 
-fn handle(req: Request) -> CuResult<Option<OwnedFd>> {
+/// A restore's body, `len` bytes after its frame; `None` (the connection is dropped) for one
+/// that is too long, cut short or malformed.
+fn read_body(conn: &mut UnixStream, len: u64) -> Option<RestoreBody> {
+    let len = usize::try_from(len).ok().filter(|l| *l <= MAX_RESTORE_BODY)?;
+    let mut body = vec![0u8; len];
+    conn.read_exact(&mut body).ok()?;
+    RestoreBody::decode(&body)
+}
+
+fn handle(req: Request, body: Option<RestoreBody>) -> CuResult<Option<OwnedFd>> {
     match req.op {
         Op::GetState => Ok(None),
         Op::Lock => {
@@ -106,7 +122,7 @@ fn handle(req: Request) -> CuResult<Option<OwnedFd>> {
                 .map(|()| None)
         }
         Op::Checkpoint => super::checkpoint().map(|()| None),
-        Op::Restore => super::restore().map(|()| None),
+        Op::Restore => super::restore(body.ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?).map(|()| None),
         Op::Unlock => super::unlock().map(|()| None),
         Op::IpcFd => crate::driver::with(|d| d.ipc_fd_for(req.arg)).map(Some),
     }

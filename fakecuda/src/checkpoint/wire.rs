@@ -97,3 +97,116 @@ pub fn socket_path(ns_pid: u32) -> std::path::PathBuf {
     let dir = std::env::var_os("FAKECUDA_CONTROL_DIR").unwrap_or_else(|| "/tmp/fakecuda".into());
     std::path::Path::new(&dir).join(format!("fakecuda-{ns_pid}.sock"))
 }
+
+/// What a restore request carries after its frame (whose `arg` is this body's length): the
+/// devices of the machine the restorer runs on, and the old→new UUID pairs it was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoreBody {
+    pub machine: Vec<crate::device::Physical>,
+    pub pairs: Vec<([u8; 16], [u8; 16])>,
+}
+
+/// Largest restore body a process reads: 64 devices and 64 pairs with the longest names.
+pub const MAX_RESTORE_BODY: usize = 8 + 64 * (16 + 8 + 4 + 1 + crate::device::MAX_MODEL_LEN) + 64 * 32;
+
+impl RestoreBody {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&(self.machine.len() as u32).to_le_bytes());
+        for d in &self.machine {
+            b.extend_from_slice(&d.uuid);
+            b.extend_from_slice(&d.memory.to_le_bytes());
+            b.extend_from_slice(&d.index.to_le_bytes());
+            b.push(d.model.len() as u8);
+            b.extend_from_slice(d.model.as_bytes());
+        }
+        b.extend_from_slice(&(self.pairs.len() as u32).to_le_bytes());
+        for (old, new) in &self.pairs {
+            b.extend_from_slice(old);
+            b.extend_from_slice(new);
+        }
+        b
+    }
+
+    /// `None` for a body that is cut short, too long, or names more than 64 of anything.
+    pub fn decode(b: &[u8]) -> Option<RestoreBody> {
+        let mut r = Reader(b);
+        let devices = r.u32()?;
+        if devices > crate::device::MAX_DEVICES {
+            return None;
+        }
+        let mut machine = Vec::with_capacity(devices as usize);
+        for _ in 0..devices {
+            let uuid = r.array()?;
+            let memory = u64::from_le_bytes(r.array()?);
+            let index = r.u32()?;
+            let len = r.take(1)?[0] as usize;
+            if len > crate::device::MAX_MODEL_LEN {
+                return None;
+            }
+            let model = String::from_utf8(r.take(len)?.to_vec()).ok()?;
+            machine.push(crate::device::Physical {
+                index,
+                uuid,
+                model,
+                memory,
+            });
+        }
+        let count = r.u32()?;
+        if count > crate::device::MAX_DEVICES {
+            return None;
+        }
+        let mut pairs = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            pairs.push((r.array()?, r.array()?));
+        }
+        r.0.is_empty().then_some(RestoreBody { machine, pairs })
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        self.take(N)?.try_into().ok()
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        self.array().map(u32::from_le_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_restore_body_round_trips_and_a_damaged_one_is_refused() {
+        let machine = crate::device::Machine::parse("H200,A100:64", 1 << 30, "b").unwrap();
+        let body = RestoreBody {
+            machine: machine.devices.clone(),
+            pairs: vec![(machine.devices[0].uuid, machine.devices[1].uuid)],
+        };
+        let bytes = body.encode();
+        assert!(bytes.len() <= MAX_RESTORE_BODY);
+        assert_eq!(RestoreBody::decode(&bytes), Some(body));
+        for cut in 0..bytes.len() {
+            assert_eq!(RestoreBody::decode(&bytes[..cut]), None, "cut at {cut}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(RestoreBody::decode(&longer), None);
+        let mut many = bytes;
+        many[..4].copy_from_slice(&65u32.to_le_bytes());
+        assert_eq!(RestoreBody::decode(&many), None);
+    }
+}

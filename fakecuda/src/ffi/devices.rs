@@ -16,7 +16,7 @@ pub unsafe extern "C" fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> R
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> RawResult {
     // SAFETY: int out-parameter (cuda.h).
-    with(|d| unsafe { put(count, d.config.devices as c_int) })
+    with(|d| unsafe { put(count, d.config.count() as c_int) })
 }
 
 #[unsafe(no_mangle)]
@@ -30,7 +30,7 @@ pub unsafe extern "C" fn cuDeviceGetName(
         if name.is_null() || len <= 0 {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        let s = device::name(dev);
+        let s = d.config.name(dev);
         let n = s.len().min(len as usize - 1);
         // SAFETY: `name` has room for `len` bytes (cuda.h); we write `n + 1 <= len`.
         unsafe {
@@ -51,7 +51,7 @@ pub unsafe extern "C" fn cuDeviceGetUuid(uuid: *mut CUuuid, dev: CUdevice) -> Ra
 pub unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) -> RawResult {
     with(|d| {
         let dev = d.config.check_device(dev)?;
-        let bytes = device::uuid(dev).map(|b| b as c_char);
+        let bytes = d.config.device(dev).uuid.map(|b| b as c_char);
         // SAFETY: CUuuid out-parameter (cuda.h).
         unsafe { put(uuid, CUuuid { bytes }) }
     })
@@ -65,7 +65,7 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
 ) -> RawResult {
     with(|d| {
         let dev = d.config.check_device(dev)?;
-        let v = device::attribute(attrib, dev)?;
+        let v = device::attribute(attrib, d.config.device(dev).index)?;
         // SAFETY: int out-parameter (cuda.h).
         unsafe { put(pi, v) }
     })
@@ -74,9 +74,9 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> RawResult {
     with(|d| {
-        d.config.check_device(dev)?;
+        let dev = d.config.check_device(dev)?;
         // SAFETY: size_t out-parameter (cuda.h).
-        unsafe { put(bytes, d.config.memory as usize) }
+        unsafe { put(bytes, d.config.memory(dev) as usize) }
     })
 }
 

@@ -81,15 +81,25 @@ pub unsafe extern "C" fn cuCheckpointProcessRestore(
     args: *mut CUcheckpointRestoreArgs,
 ) -> RawResult {
     run(|| {
+        let mut pairs = Vec::new();
         if !args.is_null() {
-            // SAFETY: optional CUcheckpointRestoreArgs (cuda.h).
+            // SAFETY: optional CUcheckpointRestoreArgs (cuda.h, CUDA 13 layout).
             let a = unsafe { args.read() };
-            if a.gpuPairsCount != 0 {
-                // GPU remapping on restore is not modelled: devices are the same ordinals.
-                return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
+            let count = a.gpuPairsCount as usize;
+            if count > 0 {
+                if a.gpuPairs.is_null() || count > crate::device::MAX_DEVICES as usize {
+                    return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+                }
+                // SAFETY: the caller passes `gpuPairsCount` pairs at `gpuPairs` (cuda.h).
+                let given = unsafe { std::slice::from_raw_parts(a.gpuPairs, count) };
+                let bytes = |u: &CUuuid| u.bytes.map(|b| b as u8);
+                pairs = given
+                    .iter()
+                    .map(|p| (bytes(&p.oldUuid), bytes(&p.newUuid)))
+                    .collect();
             }
         }
-        checkpoint::client::simple(pid, Op::Restore, 0)
+        checkpoint::client::restore(pid, pairs)
     })
 }
 

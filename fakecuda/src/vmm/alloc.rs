@@ -18,7 +18,7 @@ impl Driver {
         if !on_host
             && used
                 .checked_add(size)
-                .is_none_or(|u| u > self.config.memory)
+                .is_none_or(|u| u > self.config.memory(device))
         {
             return Err(CuError::CUDA_ERROR_OUT_OF_MEMORY);
         }
