@@ -105,10 +105,11 @@ impl Machine {
                 self.devices.iter().find(|d| d.index == i)
             } else if entry.len() > "GPU-".len() && entry.starts_with("GPU-") {
                 let prefix = entry.to_ascii_lowercase();
-                let mut matching = self
-                    .devices
-                    .iter()
-                    .filter(|d| uuid_string(&d.uuid).to_ascii_lowercase().starts_with(&prefix));
+                let mut matching = self.devices.iter().filter(|d| {
+                    uuid_string(&d.uuid)
+                        .to_ascii_lowercase()
+                        .starts_with(&prefix)
+                });
                 // An ambiguous prefix names no device.
                 match (matching.next(), matching.next()) {
                     (Some(d), None) => Some(d),
@@ -303,7 +304,14 @@ mod tests {
         check("2", None, &[(0, "H200", 8), (1, "H200", 8)]);
         check("H100:64, A100", None, &[(0, "H100", 64), (1, "A100", 8)]);
         check("0", None, &[]);
-        for bad in ["65", "H100,", "H100:1", "H100:x", "bad/name", &"X".repeat(33)] {
+        for bad in [
+            "65",
+            "H100,",
+            "H100:1",
+            "H100:x",
+            "bad/name",
+            &"X".repeat(33),
+        ] {
             assert!(Machine::parse(bad, 8 << 20, "").is_err(), "{bad}");
         }
     }

@@ -42,15 +42,74 @@ struct Args {
     /// Lock timeout in milliseconds (0: wait indefinitely).
     #[arg(long, default_value_t = 0)]
     timeout: c_uint,
+    /// Restore onto other GPUs: `OLD=NEW` UUID pairs (`GPU-…` as `nvidia-smi -L` prints
+    /// them), comma-separated, one for every GPU the process was checkpointed on.
+    #[arg(long, value_parser = parse_device_map)]
+    device_map: Option<DeviceMap>,
     /// Driver library to load instead of `libcuda.so.1` (also: FAKECUDA_LIBCUDA).
     #[arg(long)]
     driver: Option<std::path::PathBuf>,
+}
+
+/// CUcheckpointGpuPair: the old and the new CUuuid.
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+struct GpuPair {
+    old: [u8; 16],
+    new: [u8; 16],
+}
+
+/// CUcheckpointRestoreArgs of CUDA 13: gpuPairs, gpuPairsCount, then zeroed reserved bytes.
+#[repr(C)]
+struct RestoreArgs {
+    pairs: *mut GpuPair,
+    count: c_uint,
+    reserved: [u8; 52],
+}
+
+fn parse_uuid(text: &str) -> Result<[u8; 16], String> {
+    let hex: String = text
+        .strip_prefix("GPU-")
+        .ok_or_else(|| format!("{text:?} is not a GPU UUID (GPU-xxxxxxxx-…)"))?
+        .chars()
+        .filter(|c| *c != '-')
+        .collect();
+    if hex.len() != 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(format!(
+            "{text:?} is not a GPU UUID (32 hex digits after GPU-)"
+        ));
+    }
+    let mut uuid = [0u8; 16];
+    for (i, byte) in uuid.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|e| e.to_string())?;
+    }
+    Ok(uuid)
+}
+
+/// The pairs of one `--device-map` (a newtype: clap reads a bare `Vec` as repeated values).
+#[derive(Debug, Clone)]
+struct DeviceMap(Vec<GpuPair>);
+
+fn parse_device_map(text: &str) -> Result<DeviceMap, String> {
+    text.split(',')
+        .map(|pair| {
+            let (old, new) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("{pair:?} is not OLD=NEW"))?;
+            Ok(GpuPair {
+                old: parse_uuid(old.trim())?,
+                new: parse_uuid(new.trim())?,
+            })
+        })
+        .collect::<Result<_, String>>()
+        .map(DeviceMap)
 }
 
 type StateFn = unsafe extern "C" fn(c_int, *mut c_uint) -> c_uint;
 type TidFn = unsafe extern "C" fn(c_int, *mut c_int) -> c_uint;
 /// Every step takes an optional args struct: a null pointer, or for lock, the timeout.
 type StepFn = unsafe extern "C" fn(c_int, *mut [u64; 8]) -> c_uint;
+type RestoreFn = unsafe extern "C" fn(c_int, *mut RestoreArgs) -> c_uint;
 type NameFn = unsafe extern "C" fn(c_uint, *mut *const c_char) -> c_uint;
 
 struct Driver {
@@ -125,6 +184,26 @@ impl Driver {
         Ok(tid)
     }
 
+    fn restore(&self, pid: c_int, pairs: &[GpuPair]) -> Result<(), String> {
+        if pairs.is_empty() {
+            return self.step(pid, Action::Restore, 0);
+        }
+        let f = self.sym::<RestoreFn>("cuCheckpointProcessRestore")?;
+        let mut pairs = pairs.to_vec();
+        let mut args = RestoreArgs {
+            pairs: pairs.as_mut_ptr(),
+            count: pairs.len() as c_uint,
+            reserved: [0; 52],
+        };
+        // SAFETY: `args` is a CUcheckpointRestoreArgs of the CUDA 13 layout naming `count`
+        // pairs that outlive the call.
+        let r = unsafe { f(pid, &mut args) };
+        if r != 0 {
+            return Err(format!("pid {pid}: restore failed: {}", self.error_name(r)));
+        }
+        Ok(())
+    }
+
     fn step(&self, pid: c_int, action: Action, timeout: c_uint) -> Result<(), String> {
         let (name, label) = match action {
             Action::Lock => ("cuCheckpointProcessLock", "lock"),
@@ -164,7 +243,14 @@ fn run(args: Args) -> Result<(), String> {
         println!("{}", driver.restore_tid(pid)?);
         return Ok(());
     }
+    let pairs = args.device_map.map(|m| m.0).unwrap_or_default();
+    if !pairs.is_empty() && !matches!(args.action, None | Some(Action::Restore)) {
+        return Err("--device-map goes with a restore (--action restore or --toggle)".into());
+    }
     if let Some(action) = args.action {
+        if action == Action::Restore {
+            return driver.restore(pid, &pairs);
+        }
         return driver.step(pid, action, args.timeout);
     }
     match driver.state(pid)? {
@@ -184,7 +270,7 @@ fn run(args: Args) -> Result<(), String> {
                 )
         }
         "checkpointed" => {
-            driver.step(pid, Action::Restore, args.timeout)?;
+            driver.restore(pid, &pairs)?;
             driver.step(pid, Action::Unlock, args.timeout)
         }
         other => Err(format!(

@@ -299,7 +299,10 @@ impl Driver {
             if devices.iter().any(|d| d.uuid == new.uuid) {
                 return refuse(
                     CuError::CUDA_ERROR_INVALID_VALUE,
-                    format!("two devices are paired onto {}", device::uuid_string(&new.uuid)),
+                    format!(
+                        "two devices are paired onto {}",
+                        device::uuid_string(&new.uuid)
+                    ),
                 );
             }
             devices.push(new.clone());

@@ -1,7 +1,7 @@
 //! The control socket a process's fakecuda serves from `cuInit` on: native checkpoint
 //! requests from a checkpoint tool and IPC FD requests from peers.
 
-use super::wire::{MAX_RESTORE_BODY, Op, Reply, RestoreBody, Request, socket_path};
+use super::wire::{MAX_RESTORE_BODY, Op, Reply, Request, RestoreBody, socket_path};
 use crate::error::{CUDA_SUCCESS, CuError, CuResult};
 use nix::sys::socket::{ControlMessage, MsgFlags, getsockopt, sockopt::PeerCredentials};
 use std::io::{IoSlice, Read};
@@ -108,7 +108,9 @@ fn serve(mut conn: UnixStream) {
 /// A restore's body, `len` bytes after its frame; `None` (the connection is dropped) for one
 /// that is too long, cut short or malformed.
 fn read_body(conn: &mut UnixStream, len: u64) -> Option<RestoreBody> {
-    let len = usize::try_from(len).ok().filter(|l| *l <= MAX_RESTORE_BODY)?;
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|l| *l <= MAX_RESTORE_BODY)?;
     let mut body = vec![0u8; len];
     conn.read_exact(&mut body).ok()?;
     RestoreBody::decode(&body)
@@ -122,7 +124,9 @@ fn handle(req: Request, body: Option<RestoreBody>) -> CuResult<Option<OwnedFd>> 
                 .map(|()| None)
         }
         Op::Checkpoint => super::checkpoint().map(|()| None),
-        Op::Restore => super::restore(body.ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?).map(|()| None),
+        Op::Restore => {
+            super::restore(body.ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?).map(|()| None)
+        }
         Op::Unlock => super::unlock().map(|()| None),
         Op::IpcFd => crate::driver::with(|d| d.ipc_fd_for(req.arg)).map(Some),
     }

@@ -107,7 +107,8 @@ pub struct RestoreBody {
 }
 
 /// Largest restore body a process reads: 64 devices and 64 pairs with the longest names.
-pub const MAX_RESTORE_BODY: usize = 8 + 64 * (16 + 8 + 4 + 1 + crate::device::MAX_MODEL_LEN) + 64 * 32;
+pub const MAX_RESTORE_BODY: usize =
+    8 + 64 * (16 + 8 + 4 + 1 + crate::device::MAX_MODEL_LEN) + 64 * 32;
 
 impl RestoreBody {
     pub fn encode(&self) -> Vec<u8> {
