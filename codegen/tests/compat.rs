@@ -14,6 +14,14 @@ fn released() -> String {
 fn latest_released() -> String {
     std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
+        "/../schema/released/v5.ron"
+    ))
+    .expect("schema/released/v5.ron is readable")
+}
+
+fn released_v4() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
         "/../schema/released/v4.ron"
     ))
     .expect("schema/released/v4.ron is readable")
@@ -122,7 +130,7 @@ fn version_3_lists_its_changes() {
 #[test]
 fn version_4_lists_its_changes() {
     let old = compile("v3.ron", &released_v3()).expect("valid");
-    let new = compile("v4.ron", &latest_released()).expect("valid");
+    let new = compile("v4.ron", &released_v4()).expect("valid");
     let report = compat(&old, &new);
     let changes: Vec<String> = report.changes.iter().map(ToString::to_string).collect();
     assert_eq!(
@@ -131,6 +139,27 @@ fn version_4_lists_its_changes() {
             "union Reply variant Progress field phase: added",
             "union Reply variant RolledBack: added",
             "union Request variant RollBack: added",
+        ],
+        "{report}"
+    );
+    assert!(report.is_compatible());
+}
+
+#[test]
+fn version_5_lists_its_changes() {
+    let old = compile("v4.ron", &released_v4()).expect("valid");
+    let new = compile("v5.ron", &latest_released()).expect("valid");
+    let report = compat(&old, &new);
+    let changes: Vec<String> = report.changes.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        changes,
+        [
+            "limit MAX_DEVICES: added",
+            "identity DeviceUuid: added",
+            "struct StateFile field devices: added",
+            "struct Device: added",
+            "struct DeviceInventory: added",
+            "union Reply variant Inspection field devices: added",
         ],
         "{report}"
     );

@@ -171,6 +171,7 @@ pub fn inspection(pid_value: u32, phase: Phase, mut records: Vec<Record>) -> Ins
         phase,
         raw_imports: 0,
         records: BoundedVec::try_from(records).expect("within MAX_RECORDS"),
+        devices: BoundedVec::default(),
     }
 }
 
@@ -195,7 +196,10 @@ pub fn state_file(participants: &BTreeMap<NamespacePid, Vec<Record>>) -> StateFi
             BoundedVec::try_from(records).expect("within MAX_RECORDS"),
         );
     }
-    StateFile::seal(map.try_into().expect("within MAX_PARTICIPANTS"))
+    StateFile::seal(
+        map.try_into().expect("within MAX_PARTICIPANTS"),
+        cuinterpose_protocol::DeviceInventory::empty(),
+    )
 }
 
 /// Pool `n` of `creator` on device 0, as a participant holds it (`access`: grants to other

@@ -18,6 +18,7 @@ pub mod hook;
 pub mod native;
 pub mod plan;
 pub mod process;
+pub mod remap;
 pub mod render;
 pub mod report;
 pub mod session;

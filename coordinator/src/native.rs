@@ -10,6 +10,9 @@ use std::ffi::{CStr, OsString, c_char, c_int, c_uint};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+mod devices;
+pub use devices::MachineDevice;
+
 /// Names the driver library to load instead of `libcuda.so.1`.
 pub const DRIVER_VARIABLE: &str = "CUINTERPOSE_DRIVER";
 /// The driver's soname.
@@ -105,6 +108,8 @@ pub enum NativeError {
         code: u32,
         name: String,
     },
+    #[error("listing the machine's GPUs: {call} failed: {name}")]
+    Devices { call: &'static str, name: String },
     #[error("process {pid}: not a valid process id for the driver")]
     InvalidPid { pid: u32 },
     #[error("process {pid}: native {step} needs state {expected}, the process is {found}")]
@@ -133,7 +138,26 @@ struct ZeroArgs {
     reserved: [u64; 8],
 }
 
-const _: () = assert!(size_of::<LockArgs>() == 64 && size_of::<ZeroArgs>() == 64);
+/// `CUcheckpointGpuPair`: the checkpointed GPU's CUuuid, then the one to restore onto.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct GpuPair {
+    pub old: [u8; 16],
+    pub new: [u8; 16],
+}
+
+/// `CUcheckpointRestoreArgs` of CUDA 13: `gpuPairs`, `gpuPairsCount`, zeroed reserved bytes.
+#[repr(C)]
+#[derive(Debug)]
+struct RestoreArgs {
+    pairs: *mut GpuPair,
+    count: c_uint,
+    reserved: [u8; 52],
+}
+
+const _: () = assert!(
+    size_of::<LockArgs>() == 64 && size_of::<ZeroArgs>() == 64 && size_of::<RestoreArgs>() == 64
+);
 
 type GetStateFn = unsafe extern "C" fn(c_int, *mut c_uint) -> c_uint;
 type LockFn = unsafe extern "C" fn(c_int, *mut LockArgs) -> c_uint;
@@ -150,8 +174,8 @@ pub struct Driver {
     restore: StepFn,
     unlock: StepFn,
     error_name: Option<ErrorNameFn>,
-    /// Keeps the entry points above loaded; dropped last.
-    _library: libloading::Library,
+    /// Keeps the entry points above loaded (dropped last); device queries look theirs up.
+    library: libloading::Library,
 }
 
 impl Driver {
@@ -199,7 +223,7 @@ impl Driver {
             restore,
             unlock,
             error_name,
-            _library: library,
+            library,
         })
     }
 
@@ -292,6 +316,26 @@ impl Driver {
     /// Re-acquires GPU resources and copies device memory back; the process stays locked.
     pub fn restore(&self, pid: u32) -> Result<(), NativeError> {
         self.zero_args_step(pid, NativeStep::Restore)
+    }
+
+    /// `restore` onto other GPUs: `pairs` names every GPU the process was checkpointed on and
+    /// the one it gets (empty: the same GPUs).
+    pub fn restore_onto(&self, pid: u32, pairs: &[GpuPair]) -> Result<(), NativeError> {
+        if pairs.is_empty() {
+            return self.restore(pid);
+        }
+        let raw = Self::raw_pid(pid)?;
+        let mut pairs = pairs.to_vec();
+        let mut args = RestoreArgs {
+            pairs: pairs.as_mut_ptr(),
+            count: pairs.len() as c_uint,
+            reserved: [0; 52],
+        };
+        let entry = self.restore;
+        // SAFETY: `args` is a CUcheckpointRestoreArgs of the CUDA 13 layout (64 bytes, reserved
+        // zero) naming `count` pairs that outlive the call; the entry point reads only that.
+        let code = unsafe { entry(raw, (&raw mut args).cast::<ZeroArgs>()) };
+        self.check(pid, NativeStep::Restore, code)
     }
 
     /// Lets the process's CUDA calls run again.

@@ -376,8 +376,9 @@ fn refuse_wrong_states(tree: &Tree, good: &Path) {
     let edited = StateFile {
         digest: saved.digest,
         participants,
+        devices: saved.devices.clone(),
     };
-    let resealed = StateFile::seal(edited.participants.clone());
+    let resealed = StateFile::seal(edited.participants.clone(), saved.devices.clone());
     for (what, state, expected) in [
         (
             "edited in place",

@@ -88,10 +88,6 @@ impl Machine {
         Ok(Machine { devices })
     }
 
-    pub fn find(&self, uuid: &[u8; 16]) -> Option<&Physical> {
-        self.devices.iter().find(|d| &d.uuid == uuid)
-    }
-
     /// The devices `CUDA_VISIBLE_DEVICES` (unset: all) selects, in its order. As with the
     /// driver, the list ends at its first entry that names no device (or repeats one); an
     /// entry is a machine index or a `GPU-` UUID prefix.

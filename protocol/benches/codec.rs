@@ -67,6 +67,7 @@ fn generated_reply() -> p::Reply {
         phase: p::Phase::Active,
         raw_imports: 0,
         records: records.try_into().expect("MAX_RECORDS records"),
+        devices: p::BoundedVec::default(),
     })
 }
 

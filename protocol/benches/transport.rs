@@ -53,6 +53,7 @@ impl Server {
                 phase: p::Phase::Active,
                 raw_imports: 0,
                 records: Vec::new().try_into().expect("empty"),
+                devices: p::BoundedVec::default(),
             });
             let export = p::Reply::UnicastExport(p::UnicastExportReply { size: 2 << 20 });
             while !stopping.load(Ordering::Relaxed) {

@@ -1,9 +1,10 @@
 //! The state file's integrity check: [`StateFile::seal`] computes the digest over the
-//! participants, [`StateFile::check_digest`] recomputes it for a file read back.
+//! participants and devices, [`StateFile::check_digest`] recomputes it for a file read back.
 //!
-//! The digest covers the MessagePack encoding of the `participants` field exactly as the
-//! envelope encoder writes it (struct maps, sorted records), so one changed byte of any
-//! record is caught, while the envelope and the digest field themselves are not hashed.
+//! The digest covers the MessagePack encoding of `[participants, devices]` exactly as the
+//! envelope encoder writes those fields (struct maps, sorted records), so one changed byte of
+//! any record or device is caught, while the envelope and the digest field itself are not
+//! hashed.
 
 use std::io::Write;
 
@@ -12,7 +13,7 @@ use sha2::{Digest, Sha256};
 
 use crate::bounded::{BoundedMap, BoundedVec};
 use crate::generated::{
-    MAX_PARTICIPANTS, MAX_RECORDS, NamespacePid, Record, StateDigest, StateFile,
+    DeviceInventory, MAX_PARTICIPANTS, MAX_RECORDS, NamespacePid, Record, StateDigest, StateFile,
 };
 
 /// The type of [`StateFile::participants`] (the compiler checks it against the generated one).
@@ -21,7 +22,7 @@ pub type Participants = BoundedMap<NamespacePid, BoundedVec<Record, MAX_RECORDS>
 /// The digest in a state file does not match its participants.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "integrity check failed: the file's digest is {recorded} but its participants hash to \
+    "integrity check failed: the file's digest is {recorded} but its participants and devices hash to \
      {computed} (the file was edited or damaged after it was written)"
 )]
 pub struct DigestMismatch {
@@ -58,17 +59,18 @@ fn digest_of<T: Serialize>(participants: &T) -> StateDigest {
 
 impl StateFile {
     /// A state file for `participants` with its digest.
-    pub fn seal(participants: Participants) -> Self {
-        let digest = digest_of(&participants);
+    pub fn seal(participants: Participants, devices: DeviceInventory) -> Self {
+        let digest = digest_of(&(&participants, &devices));
         Self {
             digest,
             participants,
+            devices,
         }
     }
 
     /// Recomputes the digest: an error names both values when they differ.
     pub fn check_digest(&self) -> Result<(), DigestMismatch> {
-        let computed = digest_of(&self.participants);
+        let computed = digest_of(&(&self.participants, &self.devices));
         if computed == self.digest {
             Ok(())
         } else {
@@ -76,6 +78,16 @@ impl StateFile {
                 recorded: self.digest,
                 computed,
             })
+        }
+    }
+}
+
+impl DeviceInventory {
+    /// No devices recorded (a state file written without a driver to ask, and test fixtures).
+    pub fn empty() -> Self {
+        Self {
+            machine: BoundedVec::default(),
+            participants: BoundedMap::default(),
         }
     }
 }

@@ -67,6 +67,7 @@ fn body_with_records_header(count: u32) -> Vec<u8> {
         phase: p::Phase::Active,
         raw_imports: 0,
         records: p::BoundedVec::new(),
+        devices: p::BoundedVec::new(),
     }))
     .expect("encodes");
     // The empty records array is the last byte (0x90); replace it by an array32 header.
@@ -122,6 +123,24 @@ fn maximal_records() -> p::BoundedVec<p::Record, { p::MAX_RECORDS }> {
         .expect("MAX_RECORDS records")
 }
 
+/// MAX_DEVICES devices with names of MAX_TEXT_BYTES.
+fn maximal_devices() -> p::BoundedVec<p::Device, { p::MAX_DEVICES }> {
+    (0..p::MAX_DEVICES as i32)
+        .map(|i| p::Device {
+            ordinal: i,
+            uuid: p::DeviceUuid::new([0xff; 16]).expect("nonzero"),
+            name: "x"
+                .repeat(p::MAX_TEXT_BYTES)
+                .as_str()
+                .try_into()
+                .expect("at the limit"),
+            memory: u64::MAX,
+        })
+        .collect::<Vec<_>>()
+        .try_into()
+        .expect("MAX_DEVICES devices")
+}
+
 #[test]
 fn maximal_inspection_fits_the_message_limit() {
     let _guard = MEASURE.lock().unwrap_or_else(|poison| poison.into_inner());
@@ -130,6 +149,7 @@ fn maximal_inspection_fits_the_message_limit() {
         phase: p::Phase::MulticastDevicesRestored,
         raw_imports: u64::MAX,
         records: maximal_records(),
+        devices: maximal_devices(),
     });
     let bytes = p::encode(&reply).expect("a maximal inspection encodes");
     assert!(bytes.len() <= p::MAX_MESSAGE_BYTES, "{} bytes", bytes.len());
@@ -146,7 +166,7 @@ fn oversized_encoding_never_holds_more_than_the_limit() {
             .insert(examples::pid(pid), maximal_records())
             .expect("within MAX_PARTICIPANTS");
     }
-    let state = p::StateFile::seal(participants);
+    let state = p::StateFile::seal(participants, p::DeviceInventory::empty());
     let (result, peak) = peak_during(|| p::encode(&state));
     assert!(
         matches!(result, Err(p::EncodeError::Oversized { message: "StateFile", limit }) if limit == p::MAX_MESSAGE_BYTES)

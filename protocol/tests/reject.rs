@@ -306,7 +306,7 @@ fn identity_of_the_wrong_length_is_rejected() {
 /// flags `flags`.
 fn mapping_with(location_type: u64, flags: u64) -> Vec<u8> {
     Mp::default()
-        .map(5)
+        .map(6)
         .str("kind")
         .str("inspection")
         .str("namespace_pid")
@@ -339,6 +339,8 @@ fn mapping_with(location_type: u64, flags: u64) -> Vec<u8> {
         .uint(0)
         .str("flags")
         .uint(flags)
+        .str("devices")
+        .array(0)
         .wrap()
 }
 
@@ -487,7 +489,7 @@ fn list_over_its_bound_is_rejected() {
 fn declared_array_length_over_the_bound_is_rejected_before_elements() {
     // An inspection whose records array declares MAX_RECORDS + 1 elements and holds none.
     let mut bytes = Mp::default()
-        .map(5)
+        .map(6)
         .str("kind")
         .str("inspection")
         .str("namespace_pid")

@@ -55,6 +55,7 @@ fn records() {
             phase: p::Phase::Frozen,
             raw_imports: 0,
             records: vec![record].try_into().expect("one record"),
+            devices: p::BoundedVec::default(),
         });
         check(&format!("wire_record_{name}"), &reply);
     }
@@ -95,9 +96,15 @@ fn state_file_digest_covers_the_records() {
     let bytes = p::encode(&shifted).expect("encodes");
     let decoded: p::StateFile = p::decode(&bytes).expect("decodes");
     assert!(decoded.check_digest().is_err());
-    let resealed = p::StateFile::seal(map.try_into().expect("bounded"));
+    let resealed = p::StateFile::seal(map.try_into().expect("bounded"), state.devices.clone());
     assert_eq!(resealed.check_digest(), Ok(()));
     assert_ne!(resealed.digest, state.digest);
+    // The devices are covered too: a GPU swapped in the machine list is caught.
+    let mut moved = state.clone();
+    let mut machine = moved.devices.machine.clone().into_vec();
+    machine.swap(0, 1);
+    moved.devices.machine = machine.try_into().expect("two devices");
+    assert!(moved.check_digest().is_err(), "an edited device list");
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use cuinterpose_protocol::{NamespacePid, Operation, Phase, RefusalCode};
+use cuinterpose_protocol::{DeviceUuid, NamespacePid, Operation, Phase, RefusalCode};
 
 use super::stage::{RunKind, Stage};
 use crate::state::RecordDifference;
@@ -57,6 +57,12 @@ pub enum Reason {
     },
     /// Live records differ from the saved ones.
     RecordsDiffer(Vec<RecordDifference>),
+    /// The participant's devices (ordinal, GPU) are not the saved ones (after a remap: the
+    /// GPUs they were paired with).
+    DevicesDiffer {
+        expected: Vec<(i32, DeviceUuid)>,
+        found: Vec<(i32, DeviceUuid)>,
+    },
     /// The state file could not be published.
     Publish(String),
     /// The state file cannot describe these participants.
@@ -126,6 +132,23 @@ impl fmt::Display for Reason {
                     write!(f, "{difference}")?;
                 }
                 Ok(())
+            }
+            Self::DevicesDiffer { expected, found } => {
+                let list = |devices: &[(i32, DeviceUuid)]| {
+                    devices
+                        .iter()
+                        .map(|(ordinal, uuid)| {
+                            format!("{ordinal}: {}", crate::remap::uuid_text(uuid))
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                write!(
+                    f,
+                    "sees devices [{}], expected [{}]",
+                    list(found),
+                    list(expected)
+                )
             }
             Self::Publish(error) => write!(f, "cannot publish the state: {error}"),
             Self::State(error) => write!(f, "{error}"),

@@ -5,12 +5,13 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use cuinterpose_protocol::{
-    CAPTURE_OPERATIONS, NamespacePid, Phase, RESTORE_OPERATIONS, Record, RefusalCode, Reply,
-    Request, StateFile,
+    BoundedVec, CAPTURE_OPERATIONS, Device, MAX_DEVICES, NamespacePid, Phase, RESTORE_OPERATIONS,
+    Record, RefusalCode, Reply, Request, StateFile,
 };
 
 use super::failure::{Failure, Reason, RunError, only_refusals, topology_failures};
 use super::stage::{RunKind, Stage};
+use crate::remap::Remap;
 use crate::report::{PhaseReport, Report};
 use crate::validate::{self, Topology, TopologyError};
 
@@ -45,6 +46,12 @@ pub struct Run {
     step: Step,
     /// Restore: the saved records; capture: the frozen records once known.
     saved: BTreeMap<NamespacePid, Vec<Record>>,
+    /// Each participant's devices as saved (or frozen), where it reported any.
+    saved_devices: BTreeMap<NamespacePid, Vec<Device>>,
+    /// Capture: the machine's GPUs, for the state file.
+    machine: BoundedVec<Device, MAX_DEVICES>,
+    /// Restore: where each saved GPU went (the final inspection must show it).
+    remap: Remap,
     topology: Topology,
     state: Option<StateFile>,
     phases: Vec<PhaseReport>,
@@ -138,8 +145,27 @@ impl Run {
             return run;
         }
         run.saved = saved;
+        run.saved_devices = state
+            .devices
+            .participants
+            .iter()
+            .map(|(pid, devices)| (*pid, devices.to_vec()))
+            .collect();
         run.step = run.broadcast(Stage::Inspect);
         run
+    }
+
+    /// A capture that records `machine` (the GPUs the coordinator's driver lists) in its state.
+    pub fn on_machine(mut self, machine: BoundedVec<Device, MAX_DEVICES>) -> Self {
+        self.machine = machine;
+        self
+    }
+
+    /// A restore onto other GPUs: the final inspection must show each participant's saved
+    /// ordinals on the GPUs `remap` paired them with.
+    pub fn remapped(mut self, remap: Remap) -> Self {
+        self.remap = remap;
+        self
     }
 
     fn new(kind: RunKind, participants: Vec<NamespacePid>, remaining: VecDeque<Stage>) -> Self {
@@ -157,6 +183,9 @@ impl Run {
                 rolled_back: false,
             }),
             saved: BTreeMap::new(),
+            saved_devices: BTreeMap::new(),
+            machine: BoundedVec::default(),
+            remap: Remap::identity(),
             topology: Topology::default(),
             state: None,
             phases: Vec::new(),

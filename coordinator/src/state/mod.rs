@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cuinterpose_protocol::{
-    BoundError, BoundedMap, BoundedVec, DecodeError, EncodeError, InspectionReply,
-    MAX_MESSAGE_BYTES, NamespacePid, Record, StateFile,
+    BoundError, BoundedMap, BoundedVec, DecodeError, Device, DeviceInventory, EncodeError,
+    InspectionReply, MAX_DEVICES, MAX_MESSAGE_BYTES, NamespacePid, Record, StateFile,
 };
 
 mod compare;
@@ -119,17 +119,28 @@ pub enum StateError {
     },
 }
 
-/// The state file for a checkpoint: each participant's records, sorted.
+/// The state file for a checkpoint: each participant's records, sorted, and its devices;
+/// `machine` is the machine's GPUs as the coordinator listed them.
 pub fn state_from_inspections(
     inspections: &BTreeMap<NamespacePid, InspectionReply>,
+    machine: BoundedVec<Device, MAX_DEVICES>,
 ) -> Result<StateFile, StateError> {
     let mut participants = BoundedMap::default();
+    let mut devices = BoundedMap::default();
     for (&pid, inspection) in inspections {
         let mut records: BoundedVec<Record, _> = inspection.records.clone();
         records.sort();
         participants.insert(pid, records)?;
+        // A process that never initialised the driver sees no devices: nothing to record.
+        if !inspection.devices.is_empty() {
+            devices.insert(pid, inspection.devices.clone())?;
+        }
     }
-    Ok(StateFile::seal(participants))
+    let devices = DeviceInventory {
+        machine,
+        participants: devices,
+    };
+    Ok(StateFile::seal(participants, devices))
 }
 
 /// Refuses a directory that already holds a state (prepare checks this before freezing anyone).

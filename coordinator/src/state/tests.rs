@@ -46,7 +46,10 @@ fn state_from_inspections_sorts_records() {
         records.reverse();
         reply.records = records.try_into().expect("bounded");
     }
-    assert_eq!(state_from_inspections(&replies).expect("state"), sample());
+    assert_eq!(
+        state_from_inspections(&replies, BoundedVec::default()).expect("state"),
+        sample()
+    );
 }
 
 #[test]

@@ -98,20 +98,20 @@ pub(crate) fn corrupt_state(sandbox: &Sandbox) {
     // before any request), records that differ (refused at the read-only inspect).
     let mut map = saved.participants.clone().into_inner();
     map.remove(&workload.pid(C));
-    let fewer = StateFile::seal(map.try_into().unwrap());
+    let fewer = StateFile::seal(map.try_into().unwrap(), saved.devices.clone());
     let mut map = saved.participants.clone().into_inner();
     let records = map.remove(&workload.pid(A)).unwrap();
     map.insert(
         NamespacePid::new(workload.pid(A).get() + 100_000).unwrap(),
         records,
     );
-    let renamed = StateFile::seal(map.try_into().unwrap());
+    let renamed = StateFile::seal(map.try_into().unwrap(), saved.devices.clone());
     let mut map = saved.participants.clone().into_inner();
     let b_records = map.get_mut(&workload.pid(B)).unwrap();
     let mut records = b_records.clone().into_vec();
     records.pop();
     *b_records = records.try_into().unwrap();
-    let changed = StateFile::seal(map.try_into().unwrap());
+    let changed = StateFile::seal(map.try_into().unwrap(), saved.devices.clone());
     let live_only = format!(
         "the live participants are not the checkpointed ones (checkpointed but not live: []; \
          live but not checkpointed: [{}])",

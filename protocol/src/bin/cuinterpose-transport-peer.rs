@@ -299,6 +299,7 @@ fn inspection(pid: p::NamespacePid) -> p::Reply {
         phase: p::Phase::Active,
         raw_imports: 0,
         records: Vec::new().try_into().unwrap_or_default(),
+        devices: p::BoundedVec::default(),
     })
 }
 

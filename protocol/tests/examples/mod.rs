@@ -214,6 +214,7 @@ pub fn replies() -> Vec<(&'static str, p::Reply)> {
                 phase: p::Phase::Active,
                 raw_imports: 0,
                 records: records.try_into().expect("few records"),
+                devices: devices(),
             }),
         ),
         (
@@ -267,6 +268,31 @@ pub fn replies() -> Vec<(&'static str, p::Reply)> {
     ]
 }
 
+/// Two devices: ordinal 0 and 1 of a process, GPUs 0x5a.. and 0x5b.. of 80 GiB.
+pub fn devices() -> p::BoundedVec<p::Device, { p::MAX_DEVICES }> {
+    (0..2u8)
+        .map(|i| p::Device {
+            ordinal: i32::from(i),
+            uuid: p::DeviceUuid::new([0x5a + i; 16]).expect("nonzero"),
+            name: "NVIDIA H200".try_into().expect("short"),
+            memory: 80 << 30,
+        })
+        .collect::<Vec<_>>()
+        .try_into()
+        .expect("two devices")
+}
+
+pub fn device_inventory() -> p::DeviceInventory {
+    let mut participants = p::BoundedMap::new();
+    participants
+        .insert(pid(100), devices())
+        .expect("within MAX_PARTICIPANTS");
+    p::DeviceInventory {
+        machine: devices(),
+        participants,
+    }
+}
+
 pub fn state_file() -> p::StateFile {
     let mut participants = p::BoundedMap::new();
     let all: Vec<p::Record> = records().into_iter().map(|(_, record)| record).collect();
@@ -287,7 +313,7 @@ pub fn state_file() -> p::StateFile {
             .expect("one record"),
         )
         .expect("within MAX_PARTICIPANTS");
-    p::StateFile::seal(participants)
+    p::StateFile::seal(participants, device_inventory())
 }
 
 pub fn ticket() -> p::Ticket {

@@ -12,9 +12,47 @@ use crate::sys::error::{CuError, CuResult};
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
+/// A device this process sees, by identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceIdentity {
+    pub uuid: [u8; 16],
+    pub name: String,
+    pub memory: u64,
+}
+
 impl Driver {
     pub fn init(&self, flags: u32) -> CuResult<()> {
         call!(self, cuInit(flags))
+    }
+
+    /// Every device this process sees, by ordinal: which GPU each is.
+    pub fn devices(&self) -> CuResult<Vec<DeviceIdentity>> {
+        let mut count: c_int = 0;
+        call!(self, cuDeviceGetCount(&mut count))?;
+        (0..count)
+            .map(|device| {
+                let mut uuid = [0u8; 16];
+                call!(self, cuDeviceGetUuid_v2(&mut uuid, device))?;
+                let mut name = [0 as std::ffi::c_char; 256];
+                call!(
+                    self,
+                    cuDeviceGetName(name.as_mut_ptr(), name.len() as c_int, device)
+                )?;
+                let mut memory = 0usize;
+                call!(self, cuDeviceTotalMem_v2(&mut memory, device))?;
+                // The driver NUL-terminates within the buffer; the last byte stays 0 anyway.
+                let bytes: Vec<u8> = name
+                    .iter()
+                    .take_while(|c| **c != 0)
+                    .map(|c| *c as u8)
+                    .collect();
+                Ok(DeviceIdentity {
+                    uuid,
+                    name: String::from_utf8_lossy(&bytes).into_owned(),
+                    memory: memory as u64,
+                })
+            })
+            .collect()
     }
 
     // Contexts.

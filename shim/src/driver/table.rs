@@ -46,6 +46,10 @@ table! {
     cuGetProcAddress: fn(*const c_char, *mut *mut c_void, c_int, u64);
     cuGetProcAddress_v2: fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_uint);
     cuDeviceGetAttribute: fn(*mut c_int, c_int, c_int);
+    cuDeviceGetCount: fn(*mut c_int);
+    cuDeviceGetName: fn(*mut c_char, c_int, c_int);
+    cuDeviceGetUuid_v2: fn(*mut [u8; 16], c_int);
+    cuDeviceTotalMem_v2: fn(*mut usize, c_int);
     cuDevicePrimaryCtxRetain: fn(*mut usize, c_int);
     cuDevicePrimaryCtxRelease_v2: fn(c_int);
     cuDevicePrimaryCtxReset_v2: fn(c_int);

@@ -3,12 +3,16 @@
 
 use crate::state::cache::refused;
 use crate::state::registry::{BindingTarget, Kind, Registry};
+use crate::sys::error::CuError;
 use cuinterpose_protocol::{
     AddressBindingSource, AllocationRecord, BindingSource, BoundedVec, MAX_RECORDS, MappingRecord,
     MemberRange, MemoryBindingSource, MulticastBindingRecord, MulticastDeviceRecord,
     MulticastMappingRecord, MulticastRecord, PoolMemberRecord, PoolRecord, Record,
 };
-use cuinterpose_protocol::{InspectionReply, RefusalCode, Reply};
+use cuinterpose_protocol::{
+    Device, DeviceUuid, InspectionReply, MAX_DEVICES, Phase, RefusalCode, Reply,
+};
+use std::sync::Mutex;
 
 /// Every record of this process, sorted; `Err` with the count when they exceed `MAX_RECORDS`.
 pub fn records(r: &Registry) -> Result<BoundedVec<Record, MAX_RECORDS>, usize> {
@@ -135,12 +139,17 @@ pub fn inspection(r: &Registry) -> Reply {
             ),
         );
     }
+    let devices = match devices(r.phase) {
+        Ok(devices) => devices,
+        Err(why) => return refused(RefusalCode::DriverError, why),
+    };
     match records(r) {
         Ok(records) => Reply::Inspection(InspectionReply {
             namespace_pid: r.pid,
             phase: r.phase,
             raw_imports: r.raw_imports.values().sum(),
             records,
+            devices,
         }),
         Err(count) => refused(
             RefusalCode::Unsupported,
@@ -150,6 +159,58 @@ pub fn inspection(r: &Registry) -> Reply {
             ),
         ),
     }
+}
+
+/// The devices this process sees, by ordinal (none before it initialised the driver): which
+/// GPU each ordinal of its records names, what restore onto other GPUs pairs. Asked of the
+/// driver only while active or frozen: from `prepare_multicast` until the restore's last
+/// step the process may be natively locked or checkpointed, where every driver call waits,
+/// so those phases report the list last asked (at `begin_checkpoint`). A restore onto other
+/// GPUs thus shows its new devices once the participant is active again.
+fn devices(phase: Phase) -> Result<BoundedVec<Device, MAX_DEVICES>, String> {
+    static LAST: Mutex<Option<BoundedVec<Device, MAX_DEVICES>>> = Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let (Some(devices), false) = (
+        last.as_ref(),
+        matches!(phase, Phase::Active | Phase::Frozen),
+    ) {
+        return Ok(devices.clone());
+    }
+    let devices = list_devices()?;
+    *last = Some(devices.clone());
+    Ok(devices)
+}
+
+fn list_devices() -> Result<BoundedVec<Device, MAX_DEVICES>, String> {
+    let listed = match crate::driver::driver().and_then(|d| d.devices()) {
+        Ok(listed) => listed,
+        Err(e) if e == CuError::NOT_INITIALIZED => Vec::new(),
+        Err(e) => return Err(format!("cannot list this process's devices: {e}")),
+    };
+    let count = listed.len();
+    let devices = (0i32..)
+        .zip(listed)
+        .map(|(ordinal, d)| {
+            let uuid = DeviceUuid::new(d.uuid)
+                .ok_or_else(|| format!("device {ordinal} reports an all-zero UUID"))?;
+            let mut name = d.name;
+            // Names are short; a longer one is cut at a character boundary, never refused.
+            while name.len() > cuinterpose_protocol::MAX_TEXT_BYTES {
+                name.pop();
+            }
+            Ok(Device {
+                ordinal,
+                uuid,
+                name: name
+                    .as_str()
+                    .try_into()
+                    .map_err(|e| format!("device {ordinal}: {e}"))?,
+                memory: d.memory,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    BoundedVec::try_from(devices)
+        .map_err(|_| format!("{count} devices exceed the protocol's limit of {MAX_DEVICES}"))
 }
 
 /// The pool adapter's pools and which allocation belongs to which.

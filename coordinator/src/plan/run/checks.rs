@@ -11,6 +11,7 @@ use cuinterpose_protocol::{
 use super::Run;
 use crate::plan::failure::{Failure, Reason, topology_failures};
 use crate::plan::stage::{RunKind, Stage};
+use crate::remap::Remap;
 use crate::state;
 use crate::validate;
 
@@ -60,6 +61,7 @@ impl Run {
                     if !differences.is_empty() {
                         return Err(Reason::RecordsDiffer(differences));
                     }
+                    self.check_devices(stage, pid, &inspection)?;
                 }
                 Ok(Accepted::Inspection(inspection))
             }
@@ -99,6 +101,34 @@ impl Run {
             },
             Stage::CheckState | Stage::PublishState => Err(unexpected(&reply, "nothing")),
         }
+    }
+
+    /// A participant's devices against the saved ones: the same until the restore's final
+    /// inspection (a shim reports the devices it saw when frozen until it is active again),
+    /// where each saved GPU must be the one the remap paired it with.
+    fn check_devices(
+        &self,
+        stage: Stage,
+        pid: NamespacePid,
+        inspection: &InspectionReply,
+    ) -> Result<(), Reason> {
+        let Some(saved) = self.saved_devices.get(&pid) else {
+            return Ok(());
+        };
+        let expected = if self.kind == RunKind::Restore && stage == Stage::Verify {
+            self.remap.expected(saved)
+        } else {
+            Remap::identity().expected(saved)
+        };
+        let found: Vec<_> = inspection
+            .devices
+            .iter()
+            .map(|d| (d.ordinal, d.uuid))
+            .collect();
+        if found != expected {
+            return Err(Reason::DevicesDiffer { expected, found });
+        }
+        Ok(())
     }
 
     /// Stage-wide checks once every participant answered as expected.
@@ -146,12 +176,19 @@ impl Run {
                 let frozen = inspections();
                 self.topology = validate::validate_in_phase(&frozen, Phase::Frozen)
                     .map_err(topology_failures)?;
-                let state = state::state_from_inspections(&frozen).map_err(|error| {
-                    vec![Failure {
-                        participant: None,
-                        reason: Reason::State(error.to_string()),
-                    }]
-                })?;
+                let state = state::state_from_inspections(&frozen, self.machine.clone()).map_err(
+                    |error| {
+                        vec![Failure {
+                            participant: None,
+                            reason: Reason::State(error.to_string()),
+                        }]
+                    },
+                )?;
+                self.saved_devices = frozen
+                    .iter()
+                    .filter(|(_, inspection)| !inspection.devices.is_empty())
+                    .map(|(pid, inspection)| (*pid, inspection.devices.to_vec()))
+                    .collect();
                 self.saved = frozen
                     .into_iter()
                     .map(|(pid, inspection)| (pid, inspection.records.into_vec()))
