@@ -6,10 +6,11 @@ use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
-use cuinterpose_protocol::NamespacePid;
+use cuinterpose_protocol::{BoundedVec, Device, DeviceUuid, MAX_DEVICES, NamespacePid, StateFile};
 
 use crate::events::Event;
 use crate::plan::{Run, RunError, Stage};
+use crate::remap::{DeviceMapSpec, Remap, TargetGpu};
 use crate::report::Report;
 use crate::session::{Session, SessionError};
 use crate::state::{self, StateError};
@@ -27,6 +28,12 @@ pub enum CommandError {
     Native(#[from] crate::native::NativeError),
     #[error(transparent)]
     Process(#[from] crate::process::ProcessError),
+    /// The `--device-map` cannot be honoured here; nothing was changed.
+    #[error("device map refused, nothing was changed: {0}")]
+    DeviceMap(#[from] crate::remap::RemapError),
+    /// `--device-map` was given, but this machine's driver cannot list its GPUs.
+    #[error("device map refused, nothing was changed: {0}")]
+    Devices(String),
     #[error("{}: {during}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -136,7 +143,7 @@ pub fn prepare(
 ) -> Result<Report, CommandError> {
     ensure_directory(checkpoint_dir)?;
     state::check_absent(checkpoint_dir)?;
-    let mut run = Run::capture(session.participants());
+    let mut run = Run::capture(session.participants()).on_machine(machine());
     let mut publish = |state: &cuinterpose_protocol::StateFile| {
         state::publish(checkpoint_dir, state)
             .map(|_| ())
@@ -195,10 +202,75 @@ pub fn restore(
     checkpoint_dir: &Path,
     progress: &mut dyn FnMut(&Event),
 ) -> Result<Report, CommandError> {
+    restore_remapped(session, checkpoint_dir, &Remap::identity(), progress)
+}
+
+/// [`restore`] of processes natively restored onto the GPUs `remap` names: the final
+/// inspection must show each saved ordinal on its paired GPU.
+pub fn restore_remapped(
+    session: &Session,
+    checkpoint_dir: &Path,
+    remap: &Remap,
+    progress: &mut dyn FnMut(&Event),
+) -> Result<Report, CommandError> {
     let state = state::load(checkpoint_dir)?;
-    let mut run = Run::restore(&state, session.participants());
+    let mut run = Run::restore(&state, session.participants()).remapped(remap.clone());
     let mut publish = |_: &cuinterpose_protocol::StateFile| Ok(());
     let mut report = session.drive(&mut run, &mut publish, progress)?;
     report.checkpoint_dir = Some(checkpoint_dir.to_path_buf());
     Ok(report)
+}
+
+/// A GPU as a checkpoint records it, from the driver's listing (`None` for an all-zero UUID,
+/// which names nothing).
+fn recorded(device: &crate::native::MachineDevice) -> Option<Device> {
+    let mut name = device.name.clone();
+    while name.len() > cuinterpose_protocol::MAX_TEXT_BYTES {
+        name.pop();
+    }
+    Some(Device {
+        ordinal: device.ordinal,
+        uuid: DeviceUuid::new(device.uuid)?,
+        name: name.as_str().try_into().ok()?,
+        memory: device.memory,
+    })
+}
+
+/// The machine's GPUs as this coordinator's driver lists them, for a checkpoint's state; none
+/// when it cannot (no driver here: a restore onto other GPUs then names old GPUs by UUID).
+pub fn machine() -> BoundedVec<Device, MAX_DEVICES> {
+    let listed = crate::native::Driver::load().and_then(|driver| driver.devices(false));
+    let devices: Vec<Device> = listed
+        .map(|devices| devices.iter().filter_map(recorded).collect())
+        .unwrap_or_default();
+    BoundedVec::try_from(devices).unwrap_or_default()
+}
+
+/// Resolves `spec` for `state` against this machine's GPUs (listed with their free memory).
+pub fn resolve_device_map(
+    driver: &crate::native::Driver,
+    spec: &DeviceMapSpec,
+    state: &StateFile,
+) -> Result<Remap, CommandError> {
+    let listed = driver
+        .devices(true)
+        .map_err(|error| CommandError::Devices(error.to_string()))?;
+    let target: Vec<TargetGpu> = listed
+        .iter()
+        .filter_map(|device| {
+            Some(TargetGpu {
+                ordinal: device.ordinal,
+                uuid: DeviceUuid::new(device.uuid)?,
+                name: device.name.clone(),
+                memory: device.memory,
+                free: device.free,
+            })
+        })
+        .collect();
+    Ok(crate::remap::resolve(
+        spec,
+        &state.devices,
+        &target,
+        &crate::remap::shared_bytes(state),
+    )?)
 }

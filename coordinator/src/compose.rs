@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::commands::{self, CommandError};
 use crate::native::{Driver, NativeError, NativeStep, ProcessState};
 use crate::process;
+use crate::remap::Remap;
 use crate::report::{PhaseReport, Report};
 use crate::session::Session;
 use crate::state;
@@ -56,6 +57,8 @@ pub struct Workload {
     pub lock_timeout_ms: u32,
     /// `/proc`, replaceable for tests.
     pub proc_dir: PathBuf,
+    /// Restore onto other GPUs (`--device-map`); `None`: the same GPUs.
+    pub device_map: Option<crate::remap::DeviceMapSpec>,
 }
 
 fn has_socket(control_dir: &Path, pid: NamespacePid) -> bool {
@@ -79,6 +82,11 @@ pub fn find_members(
 ) -> Result<Vec<Member>, CommandError> {
     let mut members: Vec<Member> = Vec::new();
     for process in process::tree(&workload.proc_dir, root)? {
+        // This coordinator (inside the tree when a workload runs it, and a CUDA process once it
+        // listed the GPUs) is never checkpointed by itself.
+        if process.host_pid == std::process::id() {
+            continue;
+        }
         let participant = has_socket(&workload.control_dir, process.namespace_pid);
         let cuda = driver.state(process.host_pid).is_ok();
         if !participant && !cuda {
@@ -443,6 +451,32 @@ pub fn restore_with(
             .find(|(pid, _)| *pid == member.host_pid)
             .map(|(_, state)| *state)
     };
+    // Onto other GPUs: resolved against this machine before anything changes.
+    let remap = match &workload.device_map {
+        Some(spec) => commands::resolve_device_map(&driver, spec, &saved)?,
+        None => Remap::identity(),
+    };
+    if remap.moves()
+        && let Some(done) = members
+            .iter()
+            .find(|member| member.cuda && state_of(member) != Some(ProcessState::Checkpointed))
+    {
+        return Err(CommandError::Devices(format!(
+            "process {} was already restored natively (by CRIU's CUDA plugin?) onto its old GPUs",
+            done.host_pid
+        )));
+    }
+    // Each participant's native restore names the GPUs it saw; another CUDA process gets
+    // every pair (its devices are not known).
+    let pairs_of = |member: &Member| {
+        let seen = NamespacePid::new(member.namespace_pid)
+            .filter(|_| member.participant)
+            .and_then(|pid| saved.devices.participants.get(&pid));
+        match seen {
+            Some(devices) => remap.pairs_for(devices),
+            None => remap.all_pairs(),
+        }
+    };
     // Before anything changes, while the processes are still checkpointed (their shims
     // answer): the participant set and every live record must be the saved ones, or the
     // restore is refused with nothing changed.
@@ -464,7 +498,9 @@ pub fn restore_with(
         "native_restore",
         &members,
         |member| match state_of(member) {
-            Some(ProcessState::Checkpointed) => driver.restore(member.host_pid),
+            Some(ProcessState::Checkpointed) => {
+                driver.restore_onto(member.host_pid, &pairs_of(member))
+            }
             _ => Ok(()),
         },
     )
@@ -488,7 +524,7 @@ pub fn restore_with(
         workload.timeouts,
     )
     .map_err(|error| after(error.into()))?;
-    report.absorb(commands::restore(&session, dir, progress).map_err(after)?);
+    report.absorb(commands::restore_remapped(&session, dir, &remap, progress).map_err(after)?);
     Ok(report)
 }
 
@@ -542,8 +578,28 @@ pub fn toggle(
             return Err(error);
         }
     }
-    let restored = restore(workload, Some(root), &dir, progress)
-        .map_err(|error| error.after_mutation("restore"))?;
+    let restored = match restore(workload, Some(root), &dir, progress) {
+        // The map cannot be honoured on this machine (found before anything of the restore
+        // changed): the workload resumes on its own GPUs, and the toggle says why it aborted.
+        Err(refused @ (CommandError::DeviceMap(_) | CommandError::Devices(_))) => {
+            let in_place = Workload {
+                device_map: None,
+                ..workload.clone()
+            };
+            let resumed = restore(&in_place, Some(root), &dir, progress)
+                .map_err(|error| error.after_mutation("restore"))?;
+            if let Some(temporary) = &temporary {
+                let _ = fs::remove_dir_all(temporary);
+            }
+            return Err(CommandError::Aborted {
+                during: "restore onto other GPUs".into(),
+                cause: refused.to_string(),
+                source: Box::new(refused),
+                resumed: Box::new(resumed),
+            });
+        }
+        other => other.map_err(|error| error.after_mutation("restore"))?,
+    };
     report.absorb(restored);
     if let Some(temporary) = temporary {
         let _ = fs::remove_dir_all(&temporary);

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use cuinterpose_protocol::{
     AccessDescriptor, AccessFlags, AllocationProperties, AllocationReference, AllocationType,
-    BindingSource, HandleTypes, InspectionReply, Location, LocationType, MemberRange,
+    BindingSource, Device, HandleTypes, InspectionReply, Location, LocationType, MemberRange,
     MulticastProperties, NamespacePid, Record, StateFile,
 };
 use serde_json::{Map, Value, json};
@@ -206,10 +206,33 @@ pub fn inspection_text(pid: NamespacePid, inspection: &InspectionReply) -> Strin
         inspection.raw_imports,
         inspection.records.len()
     );
+    for device in inspection.devices.iter() {
+        let _ = writeln!(out, "  {}", self::device(device));
+    }
     for record in inspection.records.iter() {
         let _ = writeln!(out, "  {}", self::record(record));
     }
     out
+}
+
+/// `device 0: GPU-… (NVIDIA H200, 80.0 GiB)`.
+pub fn device(device: &Device) -> String {
+    format!(
+        "device {}: {} ({}, {:.1} GiB)",
+        device.ordinal,
+        crate::remap::uuid_text(&device.uuid),
+        device.name,
+        device.memory as f64 / f64::from(1u32 << 30)
+    )
+}
+
+pub fn device_json(device: &Device) -> Value {
+    json!({
+        "ordinal": device.ordinal,
+        "uuid": crate::remap::uuid_text(&device.uuid),
+        "name": device.name.as_str(),
+        "memory": device.memory,
+    })
 }
 
 fn reference_json(reference: &AllocationReference) -> Value {
@@ -341,7 +364,17 @@ pub fn state_json(state: &StateFile) -> Value {
             )
         })
         .collect();
-    json!({ "participants": participants })
+    let devices = |list: &[Device]| Value::Array(list.iter().map(device_json).collect());
+    let seen: Map<String, Value> = state
+        .devices
+        .participants
+        .iter()
+        .map(|(pid, list)| (pid.to_string(), devices(list)))
+        .collect();
+    json!({
+        "participants": participants,
+        "devices": { "machine": devices(&state.devices.machine), "participants": seen },
+    })
 }
 
 /// A small YAML emitter for JSON values (block style, strings quoted when needed).

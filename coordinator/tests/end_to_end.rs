@@ -10,6 +10,8 @@
 
 #[path = "end_to_end/quiet.rs"]
 mod quiet;
+#[path = "end_to_end/remap.rs"]
+mod remap;
 mod support;
 
 use std::os::fd::AsFd;
@@ -27,7 +29,7 @@ use support::sandbox::{Sandbox, check_writes_cross};
 const MIB: u64 = 1 << 20;
 
 fn main() {
-    let tests: [Test<Sandbox>; 4] = [
+    let tests: [Test<Sandbox>; 6] = [
         ("toggle_keeps_bytes_addresses_and_sharing", toggle_in_place),
         (
             "checkpoint_then_restore_in_two_invocations",
@@ -37,6 +39,14 @@ fn main() {
         (
             "a_coordinator_gone_mid_capture_is_rolled_back_by_the_shims",
             quiet::coordinator_gone,
+        ),
+        (
+            "a_toggle_moves_the_workload_onto_other_gpus",
+            remap::a_toggle_moves_the_workload_onto_other_gpus,
+        ),
+        (
+            "a_checkpoint_is_restored_onto_another_machine",
+            remap::a_checkpoint_is_restored_onto_another_machine,
         ),
     ];
     support::harness::run(&tests, || Sandbox::new("e2e"));

@@ -59,23 +59,7 @@ fn target() {
 
 /// `GPU-…` of machine `name`'s device `index`, as fakecuda makes them.
 fn uuid(name: &str, index: u32) -> String {
-    let mut u = *b"FAKECUDA\0\0\0\0\0\0\0\0";
-    u[8..12].copy_from_slice(&index.to_be_bytes());
-    if !name.is_empty() {
-        let hash = name.bytes().fold(0x811c_9dc5u32, |h, b| {
-            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-        });
-        u[12..].copy_from_slice(&hash.to_be_bytes());
-    }
-    let hex: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "GPU-{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
+    cuinterpose_testkit::fakecuda_gpu(name, index)
 }
 
 fn bare(uuid: &str) -> String {

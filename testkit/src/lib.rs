@@ -153,3 +153,26 @@ pub fn time_factor() -> f64 {
 pub fn slack(bound: std::time::Duration) -> std::time::Duration {
     bound.mul_f64(time_factor())
 }
+
+/// The UUID fakecuda gives device `index` of machine `machine` (`FAKECUDA_MACHINE`, empty
+/// for the default), as `GPU-…`: the scheme of fakecuda/src/device.rs, whose unit test pins
+/// one value of it.
+pub fn fakecuda_gpu(machine: &str, index: u32) -> String {
+    let mut u = *b"FAKECUDA\0\0\0\0\0\0\0\0";
+    u[8..12].copy_from_slice(&index.to_be_bytes());
+    if !machine.is_empty() {
+        let hash = machine.bytes().fold(0x811c_9dc5u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+        });
+        u[12..].copy_from_slice(&hash.to_be_bytes());
+    }
+    let hex: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}

@@ -106,6 +106,17 @@ pub enum Command {
         json: bool,
         #[command(flatten)]
         criu: CriuArgs,
+        /// Restore onto other GPUs: `OLD=NEW,…` pairs every GPU the checkpointed processes saw
+        /// with a GPU of this machine, each side an ordinal (the old one as the checkpointing
+        /// coordinator's driver numbered the GPUs, the new one as this one's does; leave
+        /// CUDA_VISIBLE_DEVICES unset for the coordinator) or a GPU UUID (`GPU-…`, as
+        /// `nvidia-smi -L` prints it). `auto`: a GPU still here keeps itself, the others pair
+        /// with GPUs of the same model and memory size, in order. Refused before anything
+        /// changes when the map is incomplete, not one-to-one, pairs different models, or a GPU
+        /// lacks the free memory for the shared memory mapped to it. Each process keeps its
+        /// own ordinals, with the new GPUs behind them.
+        #[arg(long, value_name = "MAP")]
+        device_map: Option<crate::remap::DeviceMapSpec>,
     },
     /// prepare, then native lock and checkpoint of every CUDA process of a process tree.
     ///
@@ -142,6 +153,17 @@ pub enum Command {
         dir: Option<PathBuf>,
         #[command(flatten)]
         criu: CriuArgs,
+        /// Restore onto other GPUs (for testing a remap in place): `OLD=NEW,…` pairs every GPU the checkpointed processes saw
+        /// with a GPU of this machine, each side an ordinal (the old one as the checkpointing
+        /// coordinator's driver numbered the GPUs, the new one as this one's does; leave
+        /// CUDA_VISIBLE_DEVICES unset for the coordinator) or a GPU UUID (`GPU-…`, as
+        /// `nvidia-smi -L` prints it). `auto`: a GPU still here keeps itself, the others pair
+        /// with GPUs of the same model and memory size, in order. Refused (the workload
+        /// resumes on its own GPUs, exit 3) when the map is incomplete, not one-to-one, pairs different models, or a GPU
+        /// lacks the free memory for the shared memory mapped to it. Each process keeps its
+        /// own ordinals, with the new GPUs behind them.
+        #[arg(long, value_name = "MAP")]
+        device_map: Option<crate::remap::DeviceMapSpec>,
     },
     /// Show the whole product working, on the embedded fakecuda driver (no GPU needed).
     ///

@@ -131,6 +131,7 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             pids,
             json,
             criu,
+            device_map,
         } => {
             if criu.criu && dir.is_none() {
                 return Err(Usage(
@@ -147,7 +148,23 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
                         control_dir: control,
                         pids,
                     })?;
-                    commands::restore(&session, &checkpoint_dir, &mut progress(json))?
+                    // The processes were restored natively by someone else: the map says
+                    // where, for the final comparison.
+                    let remap = match &device_map {
+                        Some(spec) => {
+                            let driver =
+                                crate::native::Driver::load().map_err(CommandError::from)?;
+                            let saved = state::load(&checkpoint_dir).map_err(CommandError::from)?;
+                            commands::resolve_device_map(&driver, spec, &saved)?
+                        }
+                        None => crate::remap::Remap::identity(),
+                    };
+                    commands::restore_remapped(
+                        &session,
+                        &checkpoint_dir,
+                        &remap,
+                        &mut progress(json),
+                    )?
                 }
                 (None, Some(dir)) => {
                     if pids.len() > 1 {
@@ -156,7 +173,8 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
                         )
                         .into());
                     }
-                    let workload = workload(control, 0)?;
+                    let mut workload = workload(control, 0)?;
+                    workload.device_map = device_map;
                     match criu.get() {
                         Some(criu) => {
                             crate::criu::restore(&workload, &criu, &dir, &mut progress(json))?
@@ -189,8 +207,14 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             print_report(&report, tree.json);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Toggle { tree, dir, criu } => {
-            let workload = workload(tree.control_dir.clone(), tree.lock_timeout_ms)?;
+        Command::Toggle {
+            tree,
+            dir,
+            criu,
+            device_map,
+        } => {
+            let mut workload = workload(tree.control_dir.clone(), tree.lock_timeout_ms)?;
+            workload.device_map = device_map;
             let report = match criu.get() {
                 Some(criu) => {
                     let dir = dir
@@ -318,6 +342,7 @@ fn inspect(target: &Target, json: bool) -> Result<ExitCode, Failure> {
                     Ok(reply) => json!({
                         "phase": reply.phase.wire_name(),
                         "raw_imports": reply.raw_imports,
+                        "devices": reply.devices.iter().map(render::device_json).collect::<Vec<_>>(),
                         "records": reply.records.iter().map(render::record_json).collect::<Vec<_>>(),
                     }),
                     Err(error) => json!({ "error": error }),

@@ -76,5 +76,6 @@ pub(super) fn workload(control: Option<PathBuf>, lock_timeout_ms: u32) -> Result
         timeouts: timeouts()?,
         lock_timeout_ms,
         proc_dir: PathBuf::from("/proc"),
+        device_map: None,
     })
 }

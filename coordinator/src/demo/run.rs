@@ -138,6 +138,7 @@ fn run_in(
         timeouts: Timeouts::from_env().map_err(|e| setup(e.to_string()))?,
         lock_timeout_ms: 10_000,
         proc_dir: PathBuf::from("/proc"),
+        device_map: None,
     };
     let session = Session::open(&workload.control_dir, &[], workload.timeouts)
         .map_err(crate::commands::CommandError::from)?;

@@ -15,7 +15,8 @@ pub struct MachineDevice {
     pub name: String,
     /// `cuDeviceTotalMem`.
     pub memory: u64,
-    /// `cuMemGetInfo`'s free bytes, in the device's primary context.
+    /// `cuMemGetInfo`'s free bytes, in the device's primary context (when asked for; else
+    /// the total).
     pub free: u64,
 }
 
@@ -52,8 +53,10 @@ impl Driver {
         })
     }
 
-    /// Every GPU this process's driver sees, with its free memory.
-    pub fn devices(&self) -> Result<Vec<MachineDevice>, NativeError> {
+    /// Every GPU this process's driver sees; with `free`, also its free memory (which takes a
+    /// primary context on each, released again).
+    pub fn devices(&self, free: bool) -> Result<Vec<MachineDevice>, NativeError> {
+        let measure = free;
         let init: InitFn = self.device_entry("cuInit")?;
         let count_of: CountFn = self.device_entry("cuDeviceGetCount")?;
         let uuid_of: UuidFn = self.device_entry("cuDeviceGetUuid_v2")?;
@@ -63,37 +66,50 @@ impl Driver {
         let release: ReleaseFn = self.device_entry("cuDevicePrimaryCtxRelease_v2")?;
         let set_current: SetCurrentFn = self.device_entry("cuCtxSetCurrent")?;
         let info: InfoFn = self.device_entry("cuMemGetInfo_v2")?;
-        // SAFETY (all calls below): each is the driver's function of that prototype, and every
-        // pointer argument points at a live local of the type cuda.h asks for.
-        self.device_call("cuInit", unsafe { init(0) })?;
+        // SAFETY: each call below is the driver's function of that prototype, and every pointer
+        // argument points at a live local of the type cuda.h asks for.
+        let code = unsafe { init(0) };
+        self.device_call("cuInit", code)?;
         let mut count: c_int = 0;
-        self.device_call("cuDeviceGetCount", unsafe { count_of(&mut count) })?;
+        // SAFETY: as above.
+        let code = unsafe { count_of(&mut count) };
+        self.device_call("cuDeviceGetCount", code)?;
         let mut devices = Vec::new();
         for ordinal in 0..count {
             let mut uuid = [0u8; 16];
-            self.device_call("cuDeviceGetUuid_v2", unsafe { uuid_of(&mut uuid, ordinal) })?;
+            // SAFETY: as above.
+            let code = unsafe { uuid_of(&mut uuid, ordinal) };
+            self.device_call("cuDeviceGetUuid_v2", code)?;
             let mut name = [0 as c_char; 256];
-            self.device_call("cuDeviceGetName", unsafe {
-                name_of(name.as_mut_ptr(), name.len() as c_int, ordinal)
-            })?;
+            // SAFETY: as above; the driver writes at most `len` bytes, NUL included.
+            let code = unsafe { name_of(name.as_mut_ptr(), name.len() as c_int, ordinal) };
+            self.device_call("cuDeviceGetName", code)?;
             let mut total = 0usize;
-            self.device_call("cuDeviceTotalMem_v2", unsafe {
-                total_of(&mut total, ordinal)
-            })?;
-            let mut context: *mut c_void = std::ptr::null_mut();
-            self.device_call("cuDevicePrimaryCtxRetain", unsafe {
-                retain(&mut context, ordinal)
-            })?;
-            let (mut free, mut all) = (0usize, 0usize);
-            let measured = self
-                .device_call("cuCtxSetCurrent", unsafe { set_current(context) })
-                .and_then(|()| {
-                    self.device_call("cuMemGetInfo_v2", unsafe { info(&mut free, &mut all) })
+            // SAFETY: as above.
+            let code = unsafe { total_of(&mut total, ordinal) };
+            self.device_call("cuDeviceTotalMem_v2", code)?;
+            let total = total as u64;
+            let mut free = total as usize;
+            if measure {
+                let mut context: *mut c_void = std::ptr::null_mut();
+                // SAFETY: as above.
+                let code = unsafe { retain(&mut context, ordinal) };
+                self.device_call("cuDevicePrimaryCtxRetain", code)?;
+                let mut all = 0usize;
+                // SAFETY: as above.
+                let code = unsafe { set_current(context) };
+                let measured = self.device_call("cuCtxSetCurrent", code).and_then(|()| {
+                    // SAFETY: as above.
+                    let code = unsafe { info(&mut free, &mut all) };
+                    self.device_call("cuMemGetInfo_v2", code)
                 });
-            // Leave no context behind, whatever the measurement did.
-            let _ = unsafe { set_current(std::ptr::null_mut()) };
-            let _ = unsafe { release(ordinal) };
-            measured?;
+                // Leave no context behind, whatever the measurement did.
+                // SAFETY: as above (a null context unbinds the thread's).
+                let _ = unsafe { set_current(std::ptr::null_mut()) };
+                // SAFETY: as above.
+                let _ = unsafe { release(ordinal) };
+                measured?;
+            }
             let bytes: Vec<u8> = name
                 .iter()
                 .take_while(|c| **c != 0)
@@ -103,7 +119,7 @@ impl Driver {
                 ordinal,
                 uuid,
                 name: String::from_utf8_lossy(&bytes).into_owned(),
-                memory: total as u64,
+                memory: total,
                 free: free as u64,
             });
         }

@@ -1,0 +1,169 @@
+//! Restore onto other GPUs (`--device-map`) over the real shim and fakecuda: the workload of
+//! `build_with` (VMM sharing, legacy IPC, a multicast team of two devices) moved onto other
+//! GPUs of the same machine by `toggle`, and onto another machine (more GPUs, other UUIDs) by
+//! `checkpoint` then `restore`; a map onto another model or an incomplete one refused with
+//! nothing changed. Afterwards each participant sees its ordinals on the new GPUs (`inspect`),
+//! and the bytes, addresses and sharing are those of before.
+
+use std::process::Output;
+
+use cuinterpose_testkit::fakecuda_gpu;
+use serde_json::Value;
+
+use super::support::cli::{self, check_exit};
+use super::support::sandbox::Sandbox;
+use super::{SHARED, Workload, build_with, check_restored, root};
+
+/// The shared allocation filled with `seed` again (a check's cross writes changed it).
+fn refill(workload: &mut Workload, seed: u64) {
+    let address = workload.shared[0];
+    workload.workers[0]
+        .fill(address, SHARED, seed)
+        .expect("refill");
+}
+
+/// `cuinterpose ARGS` on the machine `env` describes (fakecuda's devices for its driver).
+fn on_machine(sandbox: &Sandbox, env: &[(&str, &str)], args: &[&str]) -> Output {
+    let root = sandbox.dir.path();
+    let mut command = cli::command(args);
+    command
+        .env("CUINTERPOSE_DRIVER", sandbox.fakecuda.join("libcuda.so.1"))
+        .env("CUINTERPOSE_CONTROL_DIR", Sandbox::control_dir(root))
+        .env("FAKECUDA_CONTROL_DIR", Sandbox::fakecuda_control_dir(root))
+        .env_remove("LD_PRELOAD")
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("FAKECUDA_MACHINE");
+    command.envs(env.iter().copied());
+    command.output().expect("run cuinterpose")
+}
+
+/// Each participant's devices as `inspect --json` shows them: `[[ordinal, uuid], …]` per
+/// participant, in participant order.
+fn devices(sandbox: &Sandbox) -> Vec<Vec<(i64, String)>> {
+    let out = on_machine(sandbox, &[], &["inspect", "--json"]);
+    let value: Value = cli::final_json(&String::from_utf8_lossy(&out.stdout));
+    value["participants"]
+        .as_object()
+        .expect("participants")
+        .values()
+        .map(|p| {
+            p["devices"]
+                .as_array()
+                .expect("devices")
+                .iter()
+                .map(|d| {
+                    let ordinal = d["ordinal"].as_i64().expect("ordinal");
+                    (ordinal, d["uuid"].as_str().expect("uuid").to_owned())
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Every participant sees ordinals 0 and 1 on machine `machine`'s GPUs `first` and `second`.
+fn check_devices(sandbox: &Sandbox, machine: &str, first: u32, second: u32, when: &str) {
+    let want = vec![
+        (0, fakecuda_gpu(machine, first)),
+        (1, fakecuda_gpu(machine, second)),
+    ];
+    assert_eq!(devices(sandbox), vec![want; 3], "{when}");
+}
+
+/// Four H200s; the workers see machine GPUs 0 and 1. `toggle --device-map` moves them onto
+/// 3 and 2 (the multicast team with them), `auto` keeps them there, an incomplete map is
+/// refused and the workload resumes where it was.
+pub fn a_toggle_moves_the_workload_onto_other_gpus(sandbox: &Sandbox) {
+    let machine = [("FAKECUDA_DEVICES", "4")];
+    let workers = [("FAKECUDA_DEVICES", "4"), ("CUDA_VISIBLE_DEVICES", "0,1")];
+    let mut workload = build_with(sandbox, &workers, &[None, None, None]);
+    check_devices(sandbox, "", 0, 1, "before");
+
+    let toggle = |map: &str| {
+        on_machine(
+            sandbox,
+            &machine,
+            &["toggle", "--pid", &root(), "--device-map", map],
+        )
+    };
+    check_exit(&toggle("0=3,1=2"), 0);
+    check_devices(sandbox, "", 3, 2, "after 0=3,1=2");
+    check_restored(&mut workload, 11);
+
+    refill(&mut workload, 12);
+    check_exit(&toggle("auto"), 0);
+    check_devices(sandbox, "", 3, 2, "auto keeps GPUs that are still here");
+    check_restored(&mut workload, 12);
+
+    refill(&mut workload, 13);
+    // Incomplete: the old GPU 1 (now machine GPU 2, which the state names by UUID) is unpaired.
+    let gpu3 = fakecuda_gpu("", 3);
+    let (_, stderr) = check_exit(&toggle(&format!("{gpu3}=0")), 3);
+    assert!(
+        stderr.contains("has no pair")
+            && stderr.contains(&fakecuda_gpu("", 2))
+            && stderr.contains("ABORTED"),
+        "{stderr}"
+    );
+    check_devices(sandbox, "", 3, 2, "a refused map changes nothing");
+    check_restored(&mut workload, 13);
+}
+
+/// Checkpointed on the default machine (two H200s), restored on "node-b" with four: a map
+/// onto another model is refused with the processes still checkpointed; then one onto
+/// node-b's GPUs 3 and 1, by UUID and by ordinal, restores them there.
+pub fn a_checkpoint_is_restored_onto_another_machine(sandbox: &Sandbox) {
+    let mut workload = build_with(sandbox, &[], &[None, None, None]);
+    check_devices(sandbox, "", 0, 1, "before");
+    let dir = sandbox.dir.path().join("checkpoint");
+    let dir = dir.to_str().expect("utf-8 path");
+    check_exit(
+        &on_machine(
+            sandbox,
+            &[],
+            &["checkpoint", "--pid", &root(), "--dir", dir],
+        ),
+        0,
+    );
+
+    let other_model = [
+        ("FAKECUDA_DEVICES", "A100,A100"),
+        ("FAKECUDA_MACHINE", "node-c"),
+    ];
+    let out = on_machine(
+        sandbox,
+        &other_model,
+        &["restore", "--dir", dir, "--device-map", "auto"],
+    );
+    let (_, stderr) = check_exit(&out, 1);
+    assert!(
+        stderr.contains("device map refused, nothing was changed")
+            && stderr.contains("no GPU of model fakecuda H200"),
+        "{stderr}"
+    );
+    let out = on_machine(
+        sandbox,
+        &other_model,
+        &["restore", "--dir", dir, "--device-map", "0=0,1=1"],
+    );
+    let (_, stderr) = check_exit(&out, 1);
+    assert!(
+        stderr.contains("is a fakecuda H200 but") && stderr.contains("is a fakecuda A100"),
+        "{stderr}"
+    );
+    assert_eq!(
+        cli::participant_phases(&on_machine(sandbox, &[], &["inspect", "--json"])),
+        ["released"; 3],
+        "refusals change nothing"
+    );
+
+    let node_b = [("FAKECUDA_DEVICES", "4"), ("FAKECUDA_MACHINE", "node-b")];
+    let map = format!("{}={},1=1", fakecuda_gpu("", 0), fakecuda_gpu("node-b", 3));
+    let out = on_machine(
+        sandbox,
+        &node_b,
+        &["restore", "--dir", dir, "--device-map", &map, "--json"],
+    );
+    check_exit(&out, 0);
+    check_devices(sandbox, "node-b", 3, 1, "restored on node-b");
+    check_restored(&mut workload, 11);
+}
