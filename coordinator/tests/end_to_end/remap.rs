@@ -114,7 +114,7 @@ pub fn a_toggle_moves_the_workload_onto_other_gpus(sandbox: &Sandbox) {
 pub fn a_checkpoint_is_restored_onto_another_machine(sandbox: &Sandbox) {
     let mut workload = build_with(sandbox, &[], &[None, None, None]);
     check_devices(sandbox, "", 0, 1, "before");
-    let dir = sandbox.dir.path().join("checkpoint");
+    let dir = sandbox.dir.path().join("remap-checkpoint");
     let dir = dir.to_str().expect("utf-8 path");
     check_exit(
         &on_machine(

@@ -1,0 +1,164 @@
+//! Restore onto other GPUs through CRIU: two workers of one PID namespace share a VMM
+//! allocation across their devices 0 and 1 and form a multicast team of both; `cuinterpose
+//! checkpoint --criu` dumps the tree (which ends it) on the default machine (two H200s), and
+//! `cuinterpose restore --criu --device-map auto` brings it back on "node-b", a machine with
+//! four H200s of other UUIDs. The restored processes see their ordinals on node-b's first two
+//! GPUs, the bytes are back at their addresses, and the sharing and the team are live.
+
+mod support;
+
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::time::Duration;
+
+use cuinterpose_coordinator::fixtures::TempDir;
+use cuinterpose_testkit::{fakecuda_gpu, fakecuda_lib_dir, slack};
+use cuinterpose_workload::Worker;
+use serde_json::Value;
+use support::cli::{self, check_exit, path};
+use support::criu;
+use support::tmpfs::unavailable;
+
+const MIB: u64 = 1 << 20;
+const GRAN: u64 = 2 * MIB;
+
+/// `cuinterpose ARGS` on the machine `env` describes; exits 0.
+fn cuinterpose(work: &Path, env: &[(&str, &str)], args: &[&str]) -> Value {
+    let output = cli::command(args)
+        .arg("--json")
+        .env("CUINTERPOSE_CONTROL_DIR", work.join("control"))
+        .env("FAKECUDA_CONTROL_DIR", work.join("fakecuda"))
+        .env(
+            "CUINTERPOSE_DRIVER",
+            fakecuda_lib_dir().join("libcuda.so.1"),
+        )
+        .env_remove("FAKECUDA_DEVICES")
+        .env_remove("FAKECUDA_MACHINE")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run cuinterpose");
+    let (stdout, _) = check_exit(&output, 0);
+    cli::final_json(&stdout)
+}
+
+#[test]
+fn a_criu_image_is_restored_onto_another_machine() {
+    let test = "a_criu_image_is_restored_onto_another_machine";
+    let binary = match criu::binary() {
+        Ok(binary) => binary,
+        Err(why) => return unavailable(test, &format!("CRIU is not usable here: {why}")),
+    };
+    let work = TempDir::new("criu-remap").expect("work dir");
+    let dir = work.path();
+    let (unshare, root, sockets) = criu::listening_tree(dir, 2, true);
+    let mut reaper = criu::Reaper(vec![unshare.id(), root]);
+    let connect = || -> Vec<Worker> {
+        sockets
+            .iter()
+            .map(|s| Worker::connect(s, slack(Duration::from_secs(30))).expect("connect"))
+            .collect()
+    };
+
+    let mut w = connect();
+    w[0].init(0).expect("cuInit");
+    w[1].init(1).expect("cuInit on device 1");
+    let shared = w[0].create(4 * MIB, 0, 1).expect("create");
+    let va = w[0].map_rw(shared, 4 * MIB, 0).expect("map");
+    w[0].fill(va, 4 * MIB, 31).expect("fill");
+    let ticket = w[0].export(shared).expect("export");
+    let imported = w[1].import(ticket.as_fd()).expect("import");
+    let vb = w[1].map_rw(imported, 4 * MIB, 1).expect("map on device 1");
+    drop(ticket);
+    // A multicast team of device 0 (worker 0) and device 1 (worker 1), a member each.
+    let mc = w[0].mc_create(2, GRAN, 1).expect("multicast");
+    let ticket = w[0].export(mc).expect("export multicast");
+    let mc_b = w[1].import(ticket.as_fd()).expect("import multicast");
+    drop(ticket);
+    w[0].mc_add_device(mc, 0).expect("add device 0");
+    w[1].mc_add_device(mc_b, 1).expect("add device 1");
+    let ha = w[0].create(GRAN, 0, 1).expect("member a");
+    let pa = w[0].map_rw(ha, GRAN, 0).expect("map member a");
+    w[0].fill(pa, GRAN, 32).expect("fill member a");
+    w[0].mc_bind_mem(mc, 0, ha, 0, GRAN, Some(0))
+        .expect("bind a");
+    let hb = w[1].create(GRAN, 1, 1).expect("member b");
+    let pb = w[1].map_rw(hb, GRAN, 1).expect("map member b");
+    w[1].fill(pb, GRAN, 32).expect("fill member b");
+    w[1].mc_bind_mem(mc_b, 0, hb, 0, GRAN, None)
+        .expect("bind b");
+    let view = w[0].map_rw(mc, GRAN, 0).expect("map multicast");
+    // Nothing outside the tree stays connected to it during a dump.
+    drop(w);
+
+    let images = dir.join("checkpoint");
+    let images = path(&images);
+    let criu = binary.to_str().expect("a UTF-8 CRIU path");
+    let root_arg = root.to_string();
+    let taken = cuinterpose(
+        dir,
+        &[],
+        &[
+            "checkpoint",
+            "--pid",
+            &root_arg,
+            "--criu",
+            "--criu-binary",
+            criu,
+            "--dir",
+            images,
+        ],
+    );
+    assert_eq!(taken["command"], "checkpoint", "{taken}");
+    let mut unshare = unshare;
+    let _ = unshare.wait();
+
+    let node_b = [("FAKECUDA_DEVICES", "4"), ("FAKECUDA_MACHINE", "node-b")];
+    let restored = cuinterpose(
+        dir,
+        &node_b,
+        &[
+            "restore",
+            "--criu",
+            "--criu-binary",
+            criu,
+            "--dir",
+            images,
+            "--device-map",
+            "auto",
+        ],
+    );
+    assert_eq!(restored["command"], "restore", "{restored}");
+    let pidfile = Path::new(images).join("criu/restore.pid");
+    let root: u32 = std::fs::read_to_string(&pidfile)
+        .expect("restore.pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    reaper.0 = vec![root];
+
+    // Each restored process sees its ordinals 0 and 1 on node-b's GPUs 0 and 1.
+    let inspection = cuinterpose(dir, &[], &["inspect"]);
+    let want: Vec<Value> = (0..2)
+        .map(|i| Value::String(fakecuda_gpu("node-b", i)))
+        .collect();
+    for (pid, participant) in inspection["participants"]
+        .as_object()
+        .expect("participants")
+    {
+        let seen: Vec<Value> = participant["devices"]
+            .as_array()
+            .expect("devices")
+            .iter()
+            .map(|d| d["uuid"].clone())
+            .collect();
+        assert_eq!(seen, want, "participant {pid}: {inspection}");
+    }
+    let mut w = connect();
+    w[0].verify(va, 4 * MIB, 31).expect("creator's bytes");
+    w[1].verify(vb, 4 * MIB, 31)
+        .expect("importer's bytes on its device 1");
+    w[0].verify(view, GRAN, 32).expect("the multicast view");
+    w[1].fill(vb + MIB, MIB, 33)
+        .expect("write through the importer");
+    w[0].verify(va + MIB, MIB, 33).expect("seen by the creator");
+}
