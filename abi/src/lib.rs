@@ -14,6 +14,7 @@ pub mod consts;
 #[rustfmt::skip]
 pub mod results;
 pub mod structs;
+pub mod uuid;
 
 pub use structs::{
     RawAccessDesc, RawAllocProp, RawIpcMemHandle, RawLocation, RawMulticastProp, RawPoolProps,

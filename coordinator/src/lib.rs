@@ -1,7 +1,7 @@
 //! The cuinterpose coordinator: inspects, validates, checkpoints and restores the processes of
 //! a multi-process CUDA workload through their shims' control sockets.
 //!
-//! Layout: a sans-I/O core ([`validate`], [`plan`], [`state::compare`], [`report`],
+//! Layout: a sans-I/O core ([`validate`], [`plan`], [`remap`], [`state::compare`], [`report`],
 //! [`events`], [`render`]) fed with replies and time, and the edges that do I/O: [`session`] (sockets,
 //! one thread per participant), [`state`] (the durable state file), [`native`] (the driver's
 //! checkpoint entry points), [`process`] (`/proc`). [`commands`] and [`compose`] put them

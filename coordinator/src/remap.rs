@@ -34,15 +34,7 @@ pub enum DeviceMapSpec {
 
 /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, as `nvidia-smi -L` prints a UUID.
 pub fn uuid_text(uuid: &DeviceUuid) -> String {
-    let hex: String = uuid.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "GPU-{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
+    cuinterpose_abi::uuid::gpu_uuid_text(uuid.as_bytes())
 }
 
 fn parse_ref(text: &str) -> Result<DeviceRef, String> {
@@ -50,22 +42,12 @@ fn parse_ref(text: &str) -> Result<DeviceRef, String> {
     if let Ok(ordinal) = text.parse::<u32>() {
         return Ok(DeviceRef::Ordinal(ordinal));
     }
-    let hex: String = text
-        .strip_prefix("GPU-")
-        .ok_or_else(|| format!("{text:?} is neither an ordinal nor a GPU UUID (GPU-…)"))?
-        .chars()
-        .filter(|c| *c != '-')
-        .collect();
-    let bytes: Option<Vec<u8>> = (hex.len() == 32 && hex.is_ascii())
-        .then(|| {
-            (0..16)
-                .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok())
-                .collect()
-        })
-        .flatten();
-    let bytes: [u8; 16] = bytes
-        .and_then(|b| b.try_into().ok())
-        .ok_or_else(|| format!("{text:?} is not a GPU UUID (32 hex digits after GPU-)"))?;
+    if !text.starts_with("GPU-") {
+        return Err(format!(
+            "{text:?} is neither an ordinal nor a GPU UUID (GPU-…)"
+        ));
+    }
+    let bytes = cuinterpose_abi::uuid::parse_gpu_uuid(text)?;
     DeviceUuid::new(bytes)
         .map(DeviceRef::Uuid)
         .ok_or_else(|| format!("{text:?} is the all-zero UUID, which names no GPU"))

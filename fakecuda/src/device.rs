@@ -162,15 +162,7 @@ pub fn uuid(machine: &str, index: u32) -> [u8; 16] {
 
 /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, as `nvidia-smi -L` prints UUIDs.
 pub fn uuid_string(u: &[u8; 16]) -> String {
-    let hex: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "GPU-{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
+    cuinterpose_abi::uuid::gpu_uuid_text(u)
 }
 
 #[derive(Debug, Clone)]

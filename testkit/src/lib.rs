@@ -166,13 +166,5 @@ pub fn fakecuda_gpu(machine: &str, index: u32) -> String {
         });
         u[12..].copy_from_slice(&hash.to_be_bytes());
     }
-    let hex: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "GPU-{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
+    cuinterpose_abi::uuid::gpu_uuid_text(&u)
 }

@@ -67,25 +67,6 @@ struct RestoreArgs {
     reserved: [u8; 52],
 }
 
-fn parse_uuid(text: &str) -> Result<[u8; 16], String> {
-    let hex: String = text
-        .strip_prefix("GPU-")
-        .ok_or_else(|| format!("{text:?} is not a GPU UUID (GPU-xxxxxxxx-…)"))?
-        .chars()
-        .filter(|c| *c != '-')
-        .collect();
-    if hex.len() != 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(format!(
-            "{text:?} is not a GPU UUID (32 hex digits after GPU-)"
-        ));
-    }
-    let mut uuid = [0u8; 16];
-    for (i, byte) in uuid.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|e| e.to_string())?;
-    }
-    Ok(uuid)
-}
-
 /// The pairs of one `--device-map` (a newtype: clap reads a bare `Vec` as repeated values).
 #[derive(Debug, Clone)]
 struct DeviceMap(Vec<GpuPair>);
@@ -97,8 +78,8 @@ fn parse_device_map(text: &str) -> Result<DeviceMap, String> {
                 .split_once('=')
                 .ok_or_else(|| format!("{pair:?} is not OLD=NEW"))?;
             Ok(GpuPair {
-                old: parse_uuid(old.trim())?,
-                new: parse_uuid(new.trim())?,
+                old: cuinterpose_abi::uuid::parse_gpu_uuid(old.trim())?,
+                new: cuinterpose_abi::uuid::parse_gpu_uuid(new.trim())?,
             })
         })
         .collect::<Result<_, String>>()
