@@ -29,7 +29,7 @@ use support::sandbox::{Sandbox, check_writes_cross};
 const MIB: u64 = 1 << 20;
 
 fn main() {
-    let tests: [Test<Sandbox>; 6] = [
+    let tests: [Test<Sandbox>; 7] = [
         ("toggle_keeps_bytes_addresses_and_sharing", toggle_in_place),
         (
             "checkpoint_then_restore_in_two_invocations",
@@ -47,6 +47,10 @@ fn main() {
         (
             "a_checkpoint_is_restored_onto_another_machine",
             remap::a_checkpoint_is_restored_onto_another_machine,
+        ),
+        (
+            "a_prepared_workload_restored_elsewhere_by_another_tool",
+            remap::a_prepared_workload_restored_elsewhere_by_another_tool,
         ),
     ];
     support::harness::run(&tests, || Sandbox::new("e2e"));

@@ -167,3 +167,62 @@ pub fn a_checkpoint_is_restored_onto_another_machine(sandbox: &Sandbox) {
     check_devices(sandbox, "node-b", 3, 1, "restored on node-b");
     check_restored(&mut workload, 11);
 }
+
+/// `fakecuda-checkpoint --toggle --pid PID [ARGS]` on the default machine: what another tool
+/// does to a process between `prepare` and `restore --checkpoint-dir`.
+fn native_toggle(sandbox: &Sandbox, pid: i32, args: &[&str]) {
+    let out = std::process::Command::new(cuinterpose_testkit::build_fakecuda_checkpoint())
+        .args(["--toggle", "--pid", &pid.to_string()])
+        .args(args)
+        .env("LD_LIBRARY_PATH", &sandbox.fakecuda)
+        .env(
+            "FAKECUDA_CONTROL_DIR",
+            Sandbox::fakecuda_control_dir(sandbox.dir.path()),
+        )
+        .env_remove("FAKECUDA_DEVICES")
+        .env_remove("FAKECUDA_MACHINE")
+        .env_remove("LD_PRELOAD")
+        .output()
+        .expect("run fakecuda-checkpoint");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `prepare`, then another tool restores every process natively with its GPUs swapped, then
+/// `restore --checkpoint-dir --device-map` rebuilds the sharing on the swapped GPUs: the map
+/// tells the final inspection where the processes went.
+pub fn a_prepared_workload_restored_elsewhere_by_another_tool(sandbox: &Sandbox) {
+    let mut workload = build_with(sandbox, &[], &[None, None, None]);
+    let dir = sandbox.dir.path().join("remap-prepared");
+    let dir = dir.to_str().expect("utf-8 path");
+    check_exit(
+        &on_machine(sandbox, &[], &["prepare", "--checkpoint-dir", dir]),
+        0,
+    );
+    let swap = format!(
+        "{}={},{}={}",
+        fakecuda_gpu("", 0),
+        fakecuda_gpu("", 1),
+        fakecuda_gpu("", 1),
+        fakecuda_gpu("", 0)
+    );
+    for worker in &workload.workers {
+        let pid = worker.worker_pid();
+        native_toggle(sandbox, pid, &[]);
+        native_toggle(sandbox, pid, &["--device-map", &swap]);
+    }
+    let restore = |map: &[&str]| {
+        let mut args = vec!["restore", "--checkpoint-dir", dir];
+        args.extend(map);
+        on_machine(sandbox, &[], &args)
+    };
+    // A map this machine cannot honour is refused before the restore starts.
+    let (_, stderr) = check_exit(&restore(&["--device-map", "0=1"]), 1);
+    assert!(stderr.contains("has no pair"), "{stderr}");
+    check_exit(&restore(&["--device-map", "0=1,1=0"]), 0);
+    check_devices(sandbox, "", 1, 0, "restored with the GPUs swapped");
+    check_restored(&mut workload, 11);
+}
