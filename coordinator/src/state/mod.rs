@@ -101,6 +101,9 @@ pub enum StateError {
         path: PathBuf,
         source: cuinterpose_protocol::DigestMismatch,
     },
+    /// It decodes and its digest matches, but its parts disagree.
+    #[error("{}: inconsistent checkpoint state: {message}", path.display())]
+    Inconsistent { path: PathBuf, message: String },
     #[error("cannot encode the checkpoint state: {0}")]
     Encode(#[from] EncodeError),
     #[error("the checkpoint state cannot hold these participants: {0}")]
@@ -345,6 +348,21 @@ pub fn load_file(path: &Path) -> Result<StateFile, StateError> {
     })?;
     state
         .check_digest()
-        .map_err(|source| StateError::Tampered { path, source })?;
+        .map_err(|source| StateError::Tampered {
+            path: path.clone(),
+            source,
+        })?;
+    // Sealed but not written by a checkpoint: devices of a process it did not record.
+    if let Some(pid) = state
+        .devices
+        .participants
+        .keys()
+        .find(|pid| state.participants.get(pid).is_none())
+    {
+        return Err(StateError::Inconsistent {
+            path,
+            message: format!("it lists devices of process {pid}, which is not a participant"),
+        });
+    }
     Ok(state)
 }

@@ -217,6 +217,27 @@ fn load_errors_are_distinct() {
         move |path| fs::write(path, other_version).expect("write"),
         "unsupported protocol version 99",
     );
+
+    // Sealed, but with the devices of a process that is not a participant.
+    let state = sample();
+    let device = cuinterpose_protocol::Device {
+        ordinal: 0,
+        uuid: cuinterpose_protocol::DeviceUuid::new([7; 16]).expect("nonzero"),
+        name: "H200".try_into().expect("short"),
+        memory: 1 << 30,
+    };
+    let mut devices = cuinterpose_protocol::DeviceInventory::empty();
+    devices
+        .participants
+        .insert(pid(999), vec![device].try_into().expect("one"))
+        .expect("bounded");
+    let stray = StateFile::seal(state.participants.clone(), devices);
+    let bytes = cuinterpose_protocol::encode(&stray).expect("encode");
+    let error = check_load_error(
+        move |path| fs::write(path, bytes).expect("write"),
+        "inconsistent checkpoint state: it lists devices of process 999, which is not a participant",
+    );
+    assert!(matches!(error, StateError::Inconsistent { .. }));
 }
 
 #[test]

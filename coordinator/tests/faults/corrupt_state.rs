@@ -96,22 +96,33 @@ pub(crate) fn corrupt_state(sandbox: &Sandbox) {
 
     // Well-formed, sealed states that do not match: another set of participants (refused
     // before any request), records that differ (refused at the read-only inspect).
+    // Sealed as a checkpoint would: the device tables follow the participants.
+    let seal = |map: std::collections::BTreeMap<NamespacePid, _>, rename: Option<NamespacePid>| {
+        let mut devices = saved.devices.clone();
+        let mut seen = devices.participants.clone().into_inner();
+        if let Some(to) = rename
+            && let Some(list) = seen.remove(&workload.pid(A))
+        {
+            seen.insert(to, list);
+        }
+        seen.retain(|pid, _| map.contains_key(pid));
+        devices.participants = seen.try_into().unwrap();
+        StateFile::seal(map.try_into().unwrap(), devices)
+    };
     let mut map = saved.participants.clone().into_inner();
     map.remove(&workload.pid(C));
-    let fewer = StateFile::seal(map.try_into().unwrap(), saved.devices.clone());
+    let fewer = seal(map, None);
     let mut map = saved.participants.clone().into_inner();
     let records = map.remove(&workload.pid(A)).unwrap();
-    map.insert(
-        NamespacePid::new(workload.pid(A).get() + 100_000).unwrap(),
-        records,
-    );
-    let renamed = StateFile::seal(map.try_into().unwrap(), saved.devices.clone());
+    let new_a = NamespacePid::new(workload.pid(A).get() + 100_000).unwrap();
+    map.insert(new_a, records);
+    let renamed = seal(map, Some(new_a));
     let mut map = saved.participants.clone().into_inner();
     let b_records = map.get_mut(&workload.pid(B)).unwrap();
     let mut records = b_records.clone().into_vec();
     records.pop();
     *b_records = records.try_into().unwrap();
-    let changed = StateFile::seal(map.try_into().unwrap(), saved.devices.clone());
+    let changed = seal(map, None);
     let live_only = format!(
         "the live participants are not the checkpointed ones (checkpointed but not live: []; \
          live but not checkpointed: [{}])",
