@@ -206,6 +206,12 @@ pub fn restore(
     dir: &Path,
     progress: &mut dyn FnMut(&Event),
 ) -> Result<Report, CommandError> {
+    // A device map this machine cannot honour is refused before CRIU brings anything back.
+    if let Some(spec) = &workload.device_map {
+        let saved = crate::state::load(dir)?;
+        let driver = crate::native::Driver::load()?;
+        crate::commands::resolve_device_map(&driver, spec, &saved)?;
+    }
     let started = Instant::now();
     progress(&Event::Started {
         phase: "criu_restore",

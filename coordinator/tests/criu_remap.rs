@@ -24,7 +24,22 @@ const GRAN: u64 = 2 * MIB;
 
 /// `cuinterpose ARGS` on the machine `env` describes; exits 0.
 fn cuinterpose(work: &Path, env: &[(&str, &str)], args: &[&str]) -> Value {
-    let output = cli::command(args)
+    let (stdout, _) = check_exit(&run(work, env, args), 0);
+    cli::final_json(&stdout)
+}
+
+/// The root CRIU restored from `images` (the namespace's init, as CRIU wrote it).
+fn restored_root(images: &str) -> u32 {
+    let pidfile = Path::new(images).join("criu/restore.pid");
+    std::fs::read_to_string(&pidfile)
+        .expect("restore.pid")
+        .trim()
+        .parse()
+        .expect("a pid")
+}
+
+fn run(work: &Path, env: &[(&str, &str)], args: &[&str]) -> std::process::Output {
+    cli::command(args)
         .arg("--json")
         .env("CUINTERPOSE_CONTROL_DIR", work.join("control"))
         .env("FAKECUDA_CONTROL_DIR", work.join("fakecuda"))
@@ -36,9 +51,7 @@ fn cuinterpose(work: &Path, env: &[(&str, &str)], args: &[&str]) -> Value {
         .env_remove("FAKECUDA_MACHINE")
         .envs(env.iter().copied())
         .output()
-        .expect("run cuinterpose");
-    let (stdout, _) = check_exit(&output, 0);
-    cli::final_json(&stdout)
+        .expect("run cuinterpose")
 }
 
 #[test]
@@ -112,6 +125,32 @@ fn a_criu_image_is_restored_onto_another_machine() {
     let mut unshare = unshare;
     let _ = unshare.wait();
 
+    // A map this machine cannot honour is refused before CRIU brings anything back.
+    let refused = run(
+        dir,
+        &[],
+        &[
+            "restore",
+            "--criu",
+            "--criu-binary",
+            criu,
+            "--dir",
+            images,
+            "--device-map",
+            "0=0",
+        ],
+    );
+    let (_, stderr) = check_exit(&refused, 1);
+    assert!(
+        stderr.contains("device map refused, nothing was changed")
+            && stderr.contains("has no pair"),
+        "{stderr}"
+    );
+    assert!(
+        !Path::new(images).join("criu/restore.pid").exists(),
+        "CRIU did not run"
+    );
+
     let node_b = [("FAKECUDA_DEVICES", "4"), ("FAKECUDA_MACHINE", "node-b")];
     let restored = cuinterpose(
         dir,
@@ -128,12 +167,7 @@ fn a_criu_image_is_restored_onto_another_machine() {
         ],
     );
     assert_eq!(restored["command"], "restore", "{restored}");
-    let pidfile = Path::new(images).join("criu/restore.pid");
-    let root: u32 = std::fs::read_to_string(&pidfile)
-        .expect("restore.pid")
-        .trim()
-        .parse()
-        .expect("a pid");
+    let root = restored_root(images);
     reaper.0 = vec![root];
 
     // Each restored process sees its ordinals 0 and 1 on node-b's GPUs 0 and 1.
@@ -161,4 +195,41 @@ fn a_criu_image_is_restored_onto_another_machine() {
     w[1].fill(vb + MIB, MIB, 33)
         .expect("write through the importer");
     w[0].verify(va + MIB, MIB, 33).expect("seen by the creator");
+    drop(w);
+
+    // `toggle --criu` with a map node-b cannot honour (its GPU 1 unpaired): the dump happened,
+    // so the tree comes back on its own GPUs (exit 3), bytes and sharing intact.
+    let again = dir.join("toggle");
+    let again = path(&again);
+    let root_arg = root.to_string();
+    let aborted = run(
+        dir,
+        &node_b,
+        &[
+            "toggle",
+            "--pid",
+            &root_arg,
+            "--criu",
+            "--criu-binary",
+            criu,
+            "--dir",
+            again,
+            "--device-map",
+            "0=0",
+        ],
+    );
+    let (_, stderr) = check_exit(&aborted, 3);
+    assert!(
+        stderr.contains("ABORTED") && stderr.contains("has no pair"),
+        "{stderr}"
+    );
+    reaper.0 = vec![restored_root(again)];
+    let mut w = connect();
+    w[0].verify(va, MIB, 31)
+        .expect("creator's bytes after the aborted toggle");
+    w[1].verify(vb + MIB, MIB, 33)
+        .expect("importer's bytes after the aborted toggle");
+    w[0].fill(va + 2 * MIB, MIB, 34)
+        .expect("write through the creator");
+    w[1].verify(vb + 2 * MIB, MIB, 34).expect("still shared");
 }

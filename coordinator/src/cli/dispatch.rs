@@ -227,12 +227,31 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
                         &dir,
                         &mut progress(tree.json),
                     )?);
-                    report.absorb(crate::criu::restore(
-                        &workload,
-                        &criu,
-                        &dir,
-                        &mut progress(tree.json),
-                    )?);
+                    match crate::criu::restore(&workload, &criu, &dir, &mut progress(tree.json)) {
+                        Ok(restored) => report.absorb(restored),
+                        // Refused before CRIU ran: the tree comes back on its own GPUs.
+                        Err(refused @ (CommandError::DeviceMap(_) | CommandError::Devices(_))) => {
+                            let in_place = compose::Workload {
+                                device_map: None,
+                                ..workload.clone()
+                            };
+                            let resumed = crate::criu::restore(
+                                &in_place,
+                                &criu,
+                                &dir,
+                                &mut progress(tree.json),
+                            )
+                            .map_err(|error| error.after_mutation("criu restore"))?;
+                            return Err(CommandError::Aborted {
+                                during: "restore onto other GPUs".into(),
+                                cause: refused.to_string(),
+                                source: Box::new(refused),
+                                resumed: Box::new(resumed),
+                            }
+                            .into());
+                        }
+                        Err(error) => return Err(error.into()),
+                    }
                     report
                 }
                 None => compose::toggle(
