@@ -222,16 +222,12 @@ pub fn restore_remapped(
 }
 
 /// A GPU as a checkpoint records it, from the driver's listing (`None` for an all-zero UUID,
-/// which names nothing).
+/// which names nothing; the name, read from a 256-byte buffer, is always within bounds).
 fn recorded(device: &crate::native::MachineDevice) -> Option<Device> {
-    let mut name = device.name.clone();
-    while name.len() > cuinterpose_protocol::MAX_TEXT_BYTES {
-        name.pop();
-    }
     Some(Device {
         ordinal: device.ordinal,
         uuid: DeviceUuid::new(device.uuid)?,
-        name: name.as_str().try_into().ok()?,
+        name: device.name.as_str().try_into().ok()?,
         memory: device.memory,
     })
 }

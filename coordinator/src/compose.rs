@@ -27,6 +27,9 @@ use crate::report::{PhaseReport, Report};
 use crate::session::Session;
 use crate::state;
 
+mod toggle;
+pub use toggle::{resume_unless_refused_map, toggle};
+
 /// Written next to the state by `checkpoint`: the processes it checkpointed natively, so that
 /// `restore --dir` finds them without a root PID.
 pub const PROCESSES_FILE_NAME: &str = "cuinterpose.processes";
@@ -548,84 +551,6 @@ pub fn is_restored(workload: &Workload, root: u32) -> Result<bool, CommandError>
             .as_ref()
             .is_ok_and(|inspection| inspection.phase == cuinterpose_protocol::Phase::Active)
     }))
-}
-
-/// Checkpoint and restore in place: the workload keeps running afterwards, with its sharing
-/// rebuilt. Uses `dir`, or a fresh temporary directory removed after success.
-pub fn toggle(
-    workload: &Workload,
-    root: u32,
-    dir: Option<&Path>,
-    progress: &mut dyn FnMut(&Event),
-) -> Result<Report, CommandError> {
-    let temporary = match dir {
-        Some(_) => None,
-        None => Some(temporary_dir(root)?),
-    };
-    let dir = dir.map_or_else(|| temporary.clone().expect("temporary"), Path::to_path_buf);
-    let mut report = Report::new("toggle");
-    match checkpoint(workload, root, &dir, progress) {
-        Ok(checkpointed) => report.absorb(checkpointed),
-        Err(error) => {
-            // Nothing was changed, or the workload was put back in place: the temporary
-            // directory holds nothing worth keeping. After a fail-stop it holds the state a
-            // recovery needs, so it stays.
-            if let Some(temporary) = &temporary
-                && matches!(error.exit_code(), 1 | 3)
-            {
-                let _ = fs::remove_dir_all(temporary);
-            }
-            return Err(error);
-        }
-    }
-    let restored = match restore(workload, Some(root), &dir, progress) {
-        // The map cannot be honoured on this machine (found before anything of the restore
-        // changed): the workload resumes on its own GPUs, and the toggle says why it aborted.
-        Err(refused @ (CommandError::DeviceMap(_) | CommandError::Devices(_))) => {
-            let in_place = Workload {
-                device_map: None,
-                ..workload.clone()
-            };
-            let resumed = restore(&in_place, Some(root), &dir, progress)
-                .map_err(|error| error.after_mutation("restore"))?;
-            if let Some(temporary) = &temporary {
-                let _ = fs::remove_dir_all(temporary);
-            }
-            return Err(CommandError::Aborted {
-                during: "restore onto other GPUs".into(),
-                cause: refused.to_string(),
-                source: Box::new(refused),
-                resumed: Box::new(resumed),
-            });
-        }
-        other => other.map_err(|error| error.after_mutation("restore"))?,
-    };
-    report.absorb(restored);
-    if let Some(temporary) = temporary {
-        let _ = fs::remove_dir_all(&temporary);
-        report.checkpoint_dir = None;
-    }
-    Ok(report)
-}
-
-fn temporary_dir(root: u32) -> Result<PathBuf, CommandError> {
-    use std::os::unix::fs::DirBuilderExt;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_nanos());
-    let path = std::env::temp_dir().join(format!(
-        "cuinterpose-toggle-{root}-{}-{nanos:x}",
-        std::process::id()
-    ));
-    fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&path)
-        .map_err(|source| CommandError::Io {
-            path: path.clone(),
-            during: "creating a temporary checkpoint directory",
-            source,
-        })?;
-    Ok(path)
 }
 
 #[cfg(test)]

@@ -206,7 +206,9 @@ pub fn restore(
     dir: &Path,
     progress: &mut dyn FnMut(&Event),
 ) -> Result<Report, CommandError> {
-    // A device map this machine cannot honour is refused before CRIU brings anything back.
+    // A device map this machine cannot honour is refused before CRIU brings anything back
+    // (`compose::restore` resolves it again once the tree is back, against the GPUs' free
+    // memory then).
     if let Some(spec) = &workload.device_map {
         let saved = crate::state::load(dir)?;
         let driver = crate::native::Driver::load()?;

@@ -143,7 +143,7 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
                 (Some(checkpoint_dir), None) => {
                     // The state first: a missing or corrupt one is named as such, not as
                     // "no participants" when nothing runs.
-                    state::load(&checkpoint_dir).map_err(CommandError::from)?;
+                    let saved = state::load(&checkpoint_dir).map_err(CommandError::from)?;
                     let session = session(&Target {
                         control_dir: control,
                         pids,
@@ -154,7 +154,6 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
                         Some(spec) => {
                             let driver =
                                 crate::native::Driver::load().map_err(CommandError::from)?;
-                            let saved = state::load(&checkpoint_dir).map_err(CommandError::from)?;
                             commands::resolve_device_map(&driver, spec, &saved)?
                         }
                         None => crate::remap::Remap::identity(),
@@ -227,31 +226,13 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
                         &dir,
                         &mut progress(tree.json),
                     )?);
-                    match crate::criu::restore(&workload, &criu, &dir, &mut progress(tree.json)) {
-                        Ok(restored) => report.absorb(restored),
-                        // Refused before CRIU ran: the tree comes back on its own GPUs.
-                        Err(refused @ (CommandError::DeviceMap(_) | CommandError::Devices(_))) => {
-                            let in_place = compose::Workload {
-                                device_map: None,
-                                ..workload.clone()
-                            };
-                            let resumed = crate::criu::restore(
-                                &in_place,
-                                &criu,
-                                &dir,
-                                &mut progress(tree.json),
-                            )
-                            .map_err(|error| error.after_mutation("criu restore"))?;
-                            return Err(CommandError::Aborted {
-                                during: "restore onto other GPUs".into(),
-                                cause: refused.to_string(),
-                                source: Box::new(refused),
-                                resumed: Box::new(resumed),
-                            }
-                            .into());
-                        }
-                        Err(error) => return Err(error.into()),
-                    }
+                    report.absorb(compose::resume_unless_refused_map(
+                        &workload,
+                        "criu restore",
+                        |workload| {
+                            crate::criu::restore(workload, &criu, &dir, &mut progress(tree.json))
+                        },
+                    )?);
                     report
                 }
                 None => compose::toggle(

@@ -53,10 +53,9 @@ impl Driver {
         })
     }
 
-    /// Every GPU this process's driver sees; with `free`, also its free memory (which takes a
-    /// primary context on each, released again).
-    pub fn devices(&self, free: bool) -> Result<Vec<MachineDevice>, NativeError> {
-        let measure = free;
+    /// Every GPU this process's driver sees; with `measure`, also its free memory (which takes
+    /// a primary context on each, released again).
+    pub fn devices(&self, measure: bool) -> Result<Vec<MachineDevice>, NativeError> {
         let init: InitFn = self.device_entry("cuInit")?;
         let count_of: CountFn = self.device_entry("cuDeviceGetCount")?;
         let uuid_of: UuidFn = self.device_entry("cuDeviceGetUuid_v2")?;

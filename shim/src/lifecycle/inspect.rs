@@ -193,15 +193,12 @@ fn list_devices() -> Result<BoundedVec<Device, MAX_DEVICES>, String> {
         .map(|(ordinal, d)| {
             let uuid = DeviceUuid::new(d.uuid)
                 .ok_or_else(|| format!("device {ordinal} reports an all-zero UUID"))?;
-            let mut name = d.name;
-            // Names are short; a longer one is cut at a character boundary, never refused.
-            while name.len() > cuinterpose_protocol::MAX_TEXT_BYTES {
-                name.pop();
-            }
+            // Read from a 256-byte buffer: always within MAX_TEXT_BYTES.
             Ok(Device {
                 ordinal,
                 uuid,
-                name: name
+                name: d
+                    .name
                     .as_str()
                     .try_into()
                     .map_err(|e| format!("device {ordinal}: {e}"))?,
