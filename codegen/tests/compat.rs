@@ -14,6 +14,14 @@ fn released() -> String {
 fn latest_released() -> String {
     std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
+        "/../schema/released/v6.ron"
+    ))
+    .expect("schema/released/v6.ron is readable")
+}
+
+fn released_v5() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
         "/../schema/released/v5.ron"
     ))
     .expect("schema/released/v5.ron is readable")
@@ -148,7 +156,7 @@ fn version_4_lists_its_changes() {
 #[test]
 fn version_5_lists_its_changes() {
     let old = compile("v4.ron", &released_v4()).expect("valid");
-    let new = compile("v5.ron", &latest_released()).expect("valid");
+    let new = compile("v5.ron", &released_v5()).expect("valid");
     let report = compat(&old, &new);
     let changes: Vec<String> = report.changes.iter().map(ToString::to_string).collect();
     assert_eq!(
@@ -161,6 +169,20 @@ fn version_5_lists_its_changes() {
             "struct DeviceInventory: added",
             "union Reply variant Inspection field devices: added",
         ],
+        "{report}"
+    );
+    assert!(report.is_compatible());
+}
+
+#[test]
+fn version_6_lists_its_changes() {
+    let old = compile("v5.ron", &released_v5()).expect("valid");
+    let new = compile("v6.ron", &latest_released()).expect("valid");
+    let report = compat(&old, &new);
+    let changes: Vec<String> = report.changes.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        changes,
+        ["union Reply variant Completed field copy_ns: added"],
         "{report}"
     );
     assert!(report.is_compatible());

@@ -390,7 +390,12 @@ impl FakeParticipant {
                     }
                     _ => 0,
                 };
-                CompletedReply { operation, bytes }.into()
+                CompletedReply {
+                    operation,
+                    bytes,
+                    copy_ns: 0,
+                }
+                .into()
             }
             Request::Export(_) => Self::refuse(
                 RefusalCode::UnknownAllocation,

@@ -20,14 +20,16 @@ pub struct PhaseReport {
     pub participants: usize,
 }
 
-/// One participant's part of a host-carrier copy phase: what its shim copied and how long its
-/// exchange took (from the request sent to the reply read).
+/// One participant's part of a host-carrier copy phase: what its shim copied, how long its
+/// exchange took (from the request sent to the reply read) and how much of that the transfers
+/// themselves took (the shim's measure; the rest laid out the carrier or recreated memory).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CopyReport {
     pub phase: String,
     pub participant: NamespacePid,
     pub bytes: u64,
     pub duration: Duration,
+    pub copying: Duration,
 }
 
 /// A finished command.
@@ -59,6 +61,17 @@ impl Report {
     /// Sum of the phases' durations.
     pub fn duration(&self) -> Duration {
         self.phases.iter().map(|phase| phase.duration).sum()
+    }
+
+    /// The copy throughput of the phase `name`: its participants' bytes over the longest
+    /// transfer time among them (they copy at the same time); 0 without copies.
+    pub fn copy_gigabytes_per_second(&self, name: &str) -> f64 {
+        let copies = self.copies.iter().filter(|c| c.phase == name);
+        let bytes = copies
+            .clone()
+            .fold(0u64, |sum, c| sum.saturating_add(c.bytes));
+        let longest = copies.map(|c| c.copying).max().unwrap_or_default();
+        gigabytes_per_second(bytes, longest)
     }
 
     /// Host-carrier bytes moved, all phases together.
@@ -126,20 +139,23 @@ impl Report {
             if phase.bytes > 0 {
                 let _ = write!(
                     out,
-                    ", {} bytes ({:.2} GB/s)",
+                    ", {} bytes ({:.2} GB/s; copies alone {:.2} GB/s)",
                     phase.bytes,
-                    gigabytes_per_second(phase.bytes, phase.duration)
+                    gigabytes_per_second(phase.bytes, phase.duration),
+                    self.copy_gigabytes_per_second(&phase.name)
                 );
             }
             out.push('\n');
             for copy in self.copies.iter().filter(|c| c.phase == phase.name) {
                 let _ = writeln!(
                     out,
-                    "    participant {:<19} {:>12}  {} bytes ({:.2} GB/s)",
+                    "    participant {:<19} {:>12}  {} bytes ({:.2} GB/s; copies {} at {:.2} GB/s)",
                     copy.participant,
                     milliseconds(copy.duration),
                     copy.bytes,
-                    gigabytes_per_second(copy.bytes, copy.duration)
+                    gigabytes_per_second(copy.bytes, copy.duration),
+                    milliseconds(copy.copying),
+                    gigabytes_per_second(copy.bytes, copy.copying)
                 );
             }
         }
@@ -167,6 +183,7 @@ impl Report {
                 "participants": phase.participants,
                 "bytes": phase.bytes,
                 "gb_per_s": gigabytes_per_second(phase.bytes, phase.duration),
+                "copy_gb_per_s": self.copy_gigabytes_per_second(&phase.name),
             })).collect::<Vec<_>>(),
             "copies": self.copies.iter().map(|copy| json!({
                 "phase": copy.phase,
@@ -174,6 +191,8 @@ impl Report {
                 "elapsed_ms": copy.duration.as_secs_f64() * 1e3,
                 "bytes": copy.bytes,
                 "gb_per_s": gigabytes_per_second(copy.bytes, copy.duration),
+                "copy_ms": copy.copying.as_secs_f64() * 1e3,
+                "copy_gb_per_s": gigabytes_per_second(copy.bytes, copy.copying),
             })).collect::<Vec<_>>(),
         })
     }
@@ -232,6 +251,7 @@ mod tests {
                 participant: pid(participant),
                 bytes: 2_000_000_000,
                 duration: Duration::from_millis(millis),
+                copying: Duration::from_millis(millis / 2),
             });
         }
         let text = report.text();
@@ -239,15 +259,27 @@ mod tests {
         assert_eq!(lines.len(), 6, "{text}");
         assert!(
             lines[4].starts_with("    participant 101")
-                && lines[4].ends_with("2000000000 bytes (2.00 GB/s)"),
+                && lines[4].ends_with("2000000000 bytes (2.00 GB/s; copies 500.0 ms at 4.00 GB/s)"),
             "{text}"
         );
-        assert!(lines[5].ends_with("(0.50 GB/s)"), "{text}");
+        assert!(
+            lines[5].ends_with("(0.50 GB/s; copies 2000.0 ms at 1.00 GB/s)"),
+            "{text}"
+        );
+        // 4 GB over the slower participant's 2 s of copying.
+        assert!(
+            lines[3].ends_with("(2.00 GB/s; copies alone 2.00 GB/s)"),
+            "{text}"
+        );
         let value = report.json();
         assert_eq!(value["copies"][1]["participant"], 102);
         assert_eq!(value["copies"][1]["phase"], "save_allocations");
         assert_eq!(value["copies"][1]["gb_per_s"], 0.5);
         assert_eq!(value["copies"][0]["elapsed_ms"], 1000.0);
+        assert_eq!(value["copies"][0]["copy_ms"], 500.0);
+        assert_eq!(value["copies"][0]["copy_gb_per_s"], 4.0);
+        assert_eq!(value["phases"][1]["copy_gb_per_s"], 2.0);
+        assert_eq!(sample().json()["phases"][1]["copy_gb_per_s"], 0.0);
         assert_eq!(sample().json()["copies"], json!([]));
     }
 
@@ -279,7 +311,8 @@ mod tests {
             "{text}"
         );
         assert!(
-            lines[3].ends_with("2 participants, 4000000000 bytes (2.00 GB/s)"),
+            lines[3]
+                .ends_with("2 participants, 4000000000 bytes (2.00 GB/s; copies alone 0.00 GB/s)"),
             "{text}"
         );
     }

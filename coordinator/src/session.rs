@@ -475,6 +475,7 @@ fn copy_reports(
                 participant,
                 bytes: done.bytes,
                 duration: *duration,
+                copying: Duration::from_nanos(done.copy_ns),
             }),
             _ => None,
         })

@@ -238,6 +238,24 @@ fn toggle_in_place(sandbox: &Sandbox) {
                 .all(|c| c["elapsed_ms"].as_f64().unwrap() > 0.0 && c["gb_per_s"].is_number()),
             "{phase}: {report}"
         );
+        // The shim times its transfers: part of the exchange, and a rate only where bytes moved.
+        for copy in &copies {
+            let (copy_ms, elapsed) = (copy["copy_ms"].as_f64(), copy["elapsed_ms"].as_f64());
+            let moved = copy["bytes"].as_u64() > Some(0);
+            assert!(
+                copy_ms.is_some_and(|ms| ms <= elapsed.unwrap() && (ms > 0.0) == moved)
+                    && (copy["copy_gb_per_s"].as_f64() > Some(0.0)) == moved,
+                "{phase}: {copy}"
+            );
+        }
+        let phase_entry = report["phases"]
+            .as_array()
+            .and_then(|all| all.iter().find(|p| p["phase"] == phase))
+            .expect("the copy phase");
+        assert!(
+            phase_entry["copy_gb_per_s"].as_f64() > Some(0.0),
+            "{phase_entry}"
+        );
     }
     let phases = cli::phase_names(&report);
     assert!(

@@ -223,6 +223,7 @@ fn request_from_peer(
         let reply = Reply::Completed(p::CompletedReply {
             operation: p::Operation::PrepareUnicast,
             bytes: 0,
+            copy_ns: 0,
         });
         connection.send_reply(&reply, None).expect("reply");
     }
@@ -427,6 +428,7 @@ fn fragmented_frame_is_reassembled() {
         let completed = p::encode(&Reply::Completed(p::CompletedReply {
             operation: p::Operation::PrepareUnicast,
             bytes: 0,
+            copy_ns: 0,
         }))
         .expect("encode");
         let expected = format!("peer-closed received={}", completed.len() + 4);
@@ -463,6 +465,7 @@ fn reply_descriptor_rules_are_enforced_before_sending() {
         let inspection = Reply::Completed(p::CompletedReply {
             operation: p::Operation::PrepareUnicast,
             bytes: 0,
+            copy_ns: 0,
         });
         let fd = fs::File::open("/dev/null").expect("/dev/null");
         let error = connection
@@ -785,7 +788,8 @@ fn descriptor_crosses_processes_and_is_usable() {
             reply,
             Reply::Completed(p::CompletedReply {
                 operation: p::Operation::SaveAllocations,
-                bytes: 0
+                bytes: 0,
+                copy_ns: 0
             })
         );
         let (reply, _) = transport::call(&endpoint, &Request::BeginCheckpoint, None, timeout)

@@ -350,8 +350,14 @@ fn transport_error_names_the_participant() {
 
 #[test]
 fn replies_of_the_wrong_kind_fail_the_phase() {
-    let completed =
-        |operation, bytes| -> Outcome { Ok(CompletedReply { operation, bytes }.into()) };
+    let completed = |operation, bytes| -> Outcome {
+        Ok(CompletedReply {
+            operation,
+            bytes,
+            copy_ns: bytes,
+        }
+        .into())
+    };
     let cases: Vec<(Stage, Outcome, &str)> = vec![
         (
             Stage::Inspect,

@@ -397,6 +397,7 @@ fn answer(pid: p::NamespacePid, request: &p::Request) -> Result<(p::Reply, Optio
             p::Reply::Completed(p::CompletedReply {
                 operation: execute.operation,
                 bytes: 0,
+                copy_ns: 0,
             }),
             None,
         ),

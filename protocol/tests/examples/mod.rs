@@ -222,6 +222,7 @@ pub fn replies() -> Vec<(&'static str, p::Reply)> {
             p::Reply::Completed(p::CompletedReply {
                 operation: p::Operation::SaveAllocations,
                 bytes: 4 << 20,
+                copy_ns: 2_500_000,
             }),
         ),
         (

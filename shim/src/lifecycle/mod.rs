@@ -148,6 +148,7 @@ fn run(r: &mut Registry, operation: Operation) -> Outcome {
     // leads to, so none mistakes a creator in the middle of prepare_unicast for one that still
     // holds its memory.
     crate::state::progress::set_phase(to);
+    crate::state::progress::reset_copy_time();
     let result = match operation {
         Operation::PrepareMulticast => multicast::prepare_multicast(d, r),
         Operation::SaveAllocations => unicast::save(d, r),
@@ -168,7 +169,11 @@ fn run(r: &mut Registry, operation: Operation) -> Outcome {
                 gate::hold(Timeouts::from_env().unwrap_or_default().control());
             }
             Outcome {
-                reply: Reply::Completed(CompletedReply { operation, bytes }),
+                reply: Reply::Completed(CompletedReply {
+                    operation,
+                    bytes,
+                    copy_ns: crate::state::progress::copy_ns(),
+                }),
                 after: if operation == Operation::LoadAllocations {
                     After::FreeArena
                 } else {

@@ -5,6 +5,7 @@
 
 use cuinterpose_protocol::{NamespacePid, Operation, Phase, ProgressReply};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy)]
 struct Progress {
@@ -13,6 +14,9 @@ struct Progress {
     done: u64,
     total: u64,
     phase: Phase,
+    /// When the running copy started; how long the copies of the current step took so far.
+    started: Option<Instant>,
+    copying: Duration,
 }
 
 static PROGRESS: Mutex<Progress> = Mutex::new(Progress {
@@ -21,6 +25,8 @@ static PROGRESS: Mutex<Progress> = Mutex::new(Progress {
     done: 0,
     total: 0,
     phase: Phase::Active,
+    started: None,
+    copying: Duration::ZERO,
 });
 
 fn update(change: impl FnOnce(&mut Progress)) {
@@ -36,6 +42,8 @@ pub fn start(operation: Operation, total: u64) {
             done: 0,
             total,
             phase: p.phase,
+            started: Some(Instant::now()),
+            copying: p.copying,
         }
     });
 }
@@ -47,7 +55,23 @@ pub fn advance(bytes: u64) {
 
 /// The copy ended (finished or failed: `done` says how far it got).
 pub fn finish() {
-    update(|p| p.running = false);
+    update(|p| {
+        p.running = false;
+        if let Some(started) = p.started.take() {
+            p.copying += started.elapsed();
+        }
+    });
+}
+
+/// A lifecycle step begins: its copy time starts from zero.
+pub fn reset_copy_time() {
+    update(|p| p.copying = Duration::ZERO);
+}
+
+/// Nanoseconds the copies of the current step took (for its `completed` reply).
+pub fn copy_ns() -> u64 {
+    let p = PROGRESS.lock().unwrap_or_else(|p| p.into_inner());
+    u64::try_from(p.copying.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The lifecycle reached `phase` (the registry's phase is the truth; this copy answers

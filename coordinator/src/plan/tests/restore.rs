@@ -97,6 +97,7 @@ fn restore_verifies_the_final_records() {
             return Ok(CompletedReply {
                 operation: Operation::LoadAllocations,
                 bytes: SIZE - 1,
+                copy_ns: 1,
             }
             .into());
         }
