@@ -175,9 +175,23 @@ pub struct Config {
 
 impl Config {
     /// The machine (`Machine::from_env`) as `CUDA_VISIBLE_DEVICES` shows it, and
-    /// `FAKECUDA_NUMA_NODES` (default 1).
+    /// `FAKECUDA_NUMA_NODES` (default 1). Also sets the process's allocation granularity
+    /// (`FAKECUDA_GRANULARITY_KIB`, a power of two from 4 KiB to 1 GiB, default 2 MiB: small
+    /// ones let a test or bench hold thousands of allocations) and how many threads a large
+    /// copy is split over (`FAKECUDA_COPY_THREADS`, 1 to 64, default the cores up to 4: a
+    /// GPU's copy engines are not the CPU, so fakecuda's copies use what the host has).
     pub fn from_env() -> CuResult<Config> {
         let machine = Machine::from_env()?;
+        let kib = parse_env("FAKECUDA_GRANULARITY_KIB", 2048, 4..=(1 << 20))?;
+        if !kib.is_power_of_two() {
+            eprintln!(
+                "fakecuda: cuInit failed: FAKECUDA_GRANULARITY_KIB={kib} is not a power of two"
+            );
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+        let threads = parse_env("FAKECUDA_COPY_THREADS", cores as u64, 1..=64)?;
+        crate::sys::configure(kib << 10, threads as usize);
         let numa_nodes = parse_env(
             "FAKECUDA_NUMA_NODES",
             u64::from(DEFAULT_NUMA_NODES),

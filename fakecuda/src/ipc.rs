@@ -7,7 +7,7 @@
 use crate::abi::consts as c;
 use crate::driver::Driver;
 use crate::error::{CuError, CuResult};
-use crate::sys::GRANULARITY;
+use crate::sys;
 use crate::vmm::{Backing, PhysAlloc};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
@@ -201,7 +201,7 @@ impl Driver {
         }
         let (context, device) = self.contexts.current()?;
         if size == 0
-            || !size.is_multiple_of(GRANULARITY)
+            || !size.is_multiple_of(sys::granularity())
             || crate::sys::file_size(std::os::fd::AsFd::as_fd(&fd))? < size
         {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);

@@ -4,7 +4,7 @@
 use crate::abi::consts as c;
 use crate::driver::Driver;
 use crate::error::{CuError, CuResult};
-use crate::sys::{self, GRANULARITY};
+use crate::sys;
 use std::collections::BTreeMap;
 
 #[derive(Debug)]
@@ -52,7 +52,8 @@ impl Driver {
         if bytes == 0 {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        let size = sys::round_up(bytes, GRANULARITY).ok_or(CuError::CUDA_ERROR_OUT_OF_MEMORY)?;
+        let size =
+            sys::round_up(bytes, sys::granularity()).ok_or(CuError::CUDA_ERROR_OUT_OF_MEMORY)?;
         let h = self.alloc_create(
             size,
             c::LOCATION_TYPE_DEVICE,

@@ -104,6 +104,36 @@ impl Raw {
     }
 }
 
+/// Copies from this size on are split over [`sys::copy_threads`] threads.
+const PARALLEL_COPY: usize = 8 << 20;
+
+/// Copies `n` bytes between ranges that do not overlap, a large copy in parts on several
+/// threads at once: most of a copy into fresh fake device memory is the kernel faulting its
+/// pages in, and that scales with cores as a GPU's copy engines do not need to.
+///
+/// # Safety
+/// `from` readable and `to` writable for `n` bytes, not overlapping, for the whole call.
+unsafe fn move_bytes(from: Raw, to: Raw, n: usize) {
+    let threads = sys::copy_threads();
+    if n < PARALLEL_COPY || threads < 2 {
+        // SAFETY: per this function's contract.
+        unsafe { std::ptr::copy_nonoverlapping(from.read(), to.write(), n) };
+        return;
+    }
+    let part = n.div_ceil(threads).next_multiple_of(1 << 12);
+    std::thread::scope(|scope| {
+        for offset in (0..n).step_by(part) {
+            let len = part.min(n - offset);
+            let (from, to) = (Raw(from.0 + offset), Raw(to.0 + offset));
+            // SAFETY: each part lies within the ranges of this function's contract, and the
+            // parts are disjoint; the scope joins every thread before the call returns.
+            scope.spawn(move || unsafe {
+                std::ptr::copy_nonoverlapping(from.read(), to.write(), len)
+            });
+        }
+    });
+}
+
 /// # Safety
 /// `src` must be readable for `n` bytes until the copy has run (the caller's host buffer).
 pub unsafe fn htod(dst: u64, src: *const u8, n: usize, stream: Option<u64>) -> CuResult<()> {
@@ -112,7 +142,7 @@ pub unsafe fn htod(dst: u64, src: *const u8, n: usize, stream: Option<u64>) -> C
         // SAFETY: `dst..dst+n` is mapped writable device memory (validated, and kept so by
         // the guard); `src` is the caller's readable buffer per this function's contract.
         // Device ranges live in fakecuda reservations, so they cannot overlap it.
-        unsafe { std::ptr::copy_nonoverlapping(from.read(), to.write(), n) }
+        unsafe { move_bytes(from, to, n) }
     })
 }
 
@@ -122,8 +152,9 @@ pub unsafe fn dtoh(dst: *mut u8, src: u64, n: usize, stream: Option<u64>) -> CuR
     let (from, to) = (Raw(src as usize), Raw(dst as usize));
     transfer(stream, Some(src), None, n as u64, move || {
         // SAFETY: `src..src+n` is mapped readable device memory (validated, kept by the
-        // guard); `dst` is the caller's writable buffer per this function's contract.
-        unsafe { std::ptr::copy_nonoverlapping(from.read(), to.write(), n) }
+        // guard); `dst` is the caller's writable buffer per this function's contract (device
+        // ranges live in fakecuda reservations, so they cannot overlap it).
+        unsafe { move_bytes(from, to, n) }
     })
 }
 

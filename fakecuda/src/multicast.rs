@@ -10,7 +10,7 @@
 use crate::abi::consts as c;
 use crate::driver::Driver;
 use crate::error::{CuError, CuResult};
-use crate::sys::{self, GRANULARITY};
+use crate::sys;
 use crate::vmm::Target;
 use cudarc::driver::sys::CUmulticastObjectProp;
 use std::collections::HashMap;
@@ -122,7 +122,7 @@ pub fn granularity(prop: &CUmulticastObjectProp, option: u32) -> CuResult<u64> {
     if prop.numDevices == 0 {
         return Err(CuError::CUDA_ERROR_INVALID_VALUE);
     }
-    Ok(GRANULARITY)
+    Ok(sys::granularity())
 }
 
 impl Driver {
@@ -141,7 +141,7 @@ impl Driver {
         if prop.numDevices == 0
             || prop.numDevices > crate::device::MAX_DEVICES
             || size == 0
-            || !size.is_multiple_of(GRANULARITY)
+            || !size.is_multiple_of(sys::granularity())
             || prop.flags != 0
             || types & !(c::HANDLE_TYPE_POSIX_FD | c::HANDLE_TYPE_FABRIC) != 0
         {
@@ -240,9 +240,9 @@ impl Driver {
         size: u64,
     ) -> CuResult<()> {
         if size == 0
-            || !size.is_multiple_of(GRANULARITY)
-            || !mc_offset.is_multiple_of(GRANULARITY)
-            || !mem_offset.is_multiple_of(GRANULARITY)
+            || !size.is_multiple_of(sys::granularity())
+            || !mc_offset.is_multiple_of(sys::granularity())
+            || !mem_offset.is_multiple_of(sys::granularity())
         {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
@@ -287,7 +287,9 @@ impl Driver {
 
     pub fn mc_unbind(&mut self, h: u64, dev: i32, mc_offset: u64, size: u64) -> CuResult<()> {
         let dev = self.config.check_device(dev)?;
-        if size == 0 || !size.is_multiple_of(GRANULARITY) || !mc_offset.is_multiple_of(GRANULARITY)
+        if size == 0
+            || !size.is_multiple_of(sys::granularity())
+            || !mc_offset.is_multiple_of(sys::granularity())
         {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }

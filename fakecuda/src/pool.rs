@@ -14,7 +14,7 @@
 use crate::abi::consts as c;
 use crate::driver::Driver;
 use crate::error::{CuError, CuResult};
-use crate::sys::{self, GRANULARITY};
+use crate::sys;
 use std::collections::{BTreeMap, HashMap};
 
 /// `CU_MEMPOOL_ATTR_*` (2, between these, allows opportunistic reuse).
@@ -289,7 +289,8 @@ impl Driver {
             let p = self.pool(h)?;
             (p.device, p.max_size, p.used)
         };
-        let size = sys::round_up(bytes, GRANULARITY).ok_or(CuError::CUDA_ERROR_OUT_OF_MEMORY)?;
+        let size =
+            sys::round_up(bytes, sys::granularity()).ok_or(CuError::CUDA_ERROR_OUT_OF_MEMORY)?;
         if self.pool(h)?.imported.is_some() {
             // Memory of an imported pool comes only from its creator, by imported pointers.
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
@@ -462,7 +463,7 @@ impl Driver {
         if self.pool(h)?.imported != Some((named.pid, named.pool)) {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        if named.size == 0 || !named.size.is_multiple_of(GRANULARITY) {
+        if named.size == 0 || !named.size.is_multiple_of(sys::granularity()) {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
         Ok(self

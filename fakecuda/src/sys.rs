@@ -7,8 +7,30 @@ use crate::error::{CuError, CuResult};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
-/// Allocation and mapping granularity: 2 MiB, as the driver reports for current GPUs.
-pub const GRANULARITY: u64 = 2 << 20;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Allocation and mapping granularity by default: 2 MiB, as the driver reports for current
+/// GPUs.
+pub const DEFAULT_GRANULARITY: u64 = 2 << 20;
+static GRANULARITY: AtomicU64 = AtomicU64::new(DEFAULT_GRANULARITY);
+/// Threads one large copy is split over (set by `cuInit`).
+static COPY_THREADS: AtomicUsize = AtomicUsize::new(1);
+
+/// Allocation and mapping granularity (`FAKECUDA_GRANULARITY_KIB`, read by `cuInit`).
+pub fn granularity() -> u64 {
+    GRANULARITY.load(Ordering::Relaxed)
+}
+
+/// How many threads a large copy is split over (`FAKECUDA_COPY_THREADS`).
+pub fn copy_threads() -> usize {
+    COPY_THREADS.load(Ordering::Relaxed)
+}
+
+/// Sets both at `cuInit`, before anything is allocated.
+pub fn configure(granularity: u64, copy_threads: usize) {
+    GRANULARITY.store(granularity, Ordering::Relaxed);
+    COPY_THREADS.store(copy_threads.max(1), Ordering::Relaxed);
+}
 
 /// Orders changes of the fake device's address space against copies into it. A copy holds a
 /// read guard from the moment its ranges were validated until its bytes have moved; every

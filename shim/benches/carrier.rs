@@ -1,7 +1,10 @@
-//! Host-carrier throughput: `save_allocations` + `load_allocations` of one shared 64 MiB
-//! allocation through the shim (its own control socket, in this process) over fakecuda,
-//! against plain `memcpy` of the same bytes in the same run: into a fresh anonymous mapping
-//! (what the carrier's arena is) and into warm memory.
+//! Host-carrier throughput, each direction on its own: `save_allocations` and
+//! `load_allocations` of one shared 64 MiB allocation through the shim (its own control socket,
+//! in this process) over fakecuda, as the whole exchange and as the transfers alone (the
+//! shim's `copy_ns`), against the copy limit measured in the same run: `memcpy` of the same
+//! bytes between warm (already faulted-in) buffers, by one thread and by one thread per core.
+//! The exchange minus the transfers is the preparation: laying out the arena for a save,
+//! recreating the device memory for a load.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -31,35 +34,32 @@ fn ask(endpoint: &Endpoint, request: Request) -> Reply {
         .0
 }
 
-fn execute(endpoint: &Endpoint, operation: Operation) -> Duration {
+/// The exchange's time and the shim's time for the transfers alone.
+fn execute(endpoint: &Endpoint, operation: Operation) -> (Duration, Duration) {
     let started = Instant::now();
     match ask(endpoint, Request::Execute(ExecuteRequest { operation })) {
-        Reply::Completed(_) => started.elapsed(),
+        Reply::Completed(done) => (started.elapsed(), Duration::from_nanos(done.copy_ns)),
         other => panic!("{operation}: {other:?}"),
     }
 }
 
-/// Copies `SIZE` bytes twice (out and back), as save + load do.
-fn memcpy_twice(source: &[u8], fresh: bool, warm: &mut [u8]) -> Duration {
+/// One direction of a cycle: the whole exchange and the transfers in it.
+#[derive(Clone, Copy)]
+struct Timed {
+    whole: Duration,
+    copy: Duration,
+}
+
+/// Copies `SIZE` warm bytes in `threads` parts at once.
+fn memcpy_warm(source: &[u8], warm: &mut [u8], threads: usize) -> Duration {
+    let part = SIZE.div_ceil(threads);
     let started = Instant::now();
-    if fresh {
-        let mut out = vec![0u8; 0];
-        out.reserve_exact(SIZE);
-        // SAFETY: `reserve_exact` gave SIZE bytes of capacity; they are written before use.
-        unsafe {
-            std::ptr::copy_nonoverlapping(source.as_ptr(), out.as_mut_ptr(), SIZE);
-            out.set_len(SIZE);
+    std::thread::scope(|scope| {
+        for (to, from) in warm.chunks_mut(part).zip(source.chunks(part)) {
+            scope.spawn(move || to.copy_from_slice(from));
         }
-        let mut back = Vec::with_capacity(SIZE);
-        back.extend_from_slice(&out);
-        black_box(&back);
-    } else {
-        warm.copy_from_slice(source);
-        let (a, b) = warm.split_at_mut(SIZE / 2);
-        b.copy_from_slice(&source[..SIZE / 2]);
-        a.copy_from_slice(&source[SIZE / 2..]);
-        black_box(&warm);
-    }
+    });
+    black_box(&warm);
     started.elapsed()
 }
 
@@ -74,6 +74,8 @@ fn bench(c: &mut Criterion) {
         flags: [0; 8],
     };
     let access: [u32; 3] = [1, 0, 3];
+    let (mut handle, mut va, mut fd): (u64, u64, c_int);
+    va = 0;
     // SAFETY: every call below uses cuda.h's prototype and valid pointers to locals.
     unsafe {
         let init: libloading::Symbol<unsafe extern "C" fn(c_uint) -> u32> =
@@ -101,7 +103,7 @@ fn bench(c: &mut Criterion) {
             shim.get(b"cuMemExportToShareableHandle\0").unwrap();
         let htod: libloading::Symbol<unsafe extern "C" fn(u64, *const c_void, usize) -> u32> =
             driver.get(b"cuMemcpyHtoD_v2\0").unwrap();
-        let (mut handle, mut va, mut fd) = (0, 0, -1);
+        (handle, fd) = (0, -1);
         assert_eq!(create(&mut handle, SIZE, &prop, 0), 0);
         assert_eq!(reserve(&mut va, SIZE, 0, 0, 0), 0);
         assert_eq!(map(va, SIZE, 0, handle, 0), 0);
@@ -110,20 +112,33 @@ fn bench(c: &mut Criterion) {
         assert_eq!(htod(va, bytes.as_ptr().cast(), SIZE), 0);
         assert_eq!(export(&mut fd, handle, 1, 0), 0);
     }
+    // SAFETY: cuda.h's prototype.
+    let dtoh: libloading::Symbol<unsafe extern "C" fn(*mut c_void, u64, usize) -> u32> =
+        unsafe { driver.get(b"cuMemcpyDtoH_v2\0").unwrap() };
+    let mut scratch = vec![0u8; SIZE];
+    let mut touch = || {
+        // SAFETY: `scratch` holds SIZE writable bytes; `va` maps SIZE bytes.
+        assert_eq!(unsafe { dtoh(scratch.as_mut_ptr().cast(), va, SIZE) }, 0);
+    };
     let endpoint = Endpoint::for_pid(
         &sandbox.control_dir(),
         NamespacePid::new(std::process::id()).unwrap(),
     )
     .unwrap();
-    let cycle = || {
+    // Between toggles the application uses its memory (reads all of it, untimed), so a save
+    // reads memory that is in use, not a mapping nobody touched since the last restore.
+    let mut cycle = || {
+        touch();
         assert!(matches!(
             ask(&endpoint, Request::BeginCheckpoint),
             Reply::Inspection(_)
         ));
         execute(&endpoint, Operation::PrepareMulticast);
-        let save = execute(&endpoint, Operation::SaveAllocations);
+        let (whole, copy) = execute(&endpoint, Operation::SaveAllocations);
+        let save = Timed { whole, copy };
         execute(&endpoint, Operation::PrepareUnicast);
-        let load = execute(&endpoint, Operation::LoadAllocations);
+        let (whole, copy) = execute(&endpoint, Operation::LoadAllocations);
+        let load = Timed { whole, copy };
         for operation in [
             Operation::RestoreUnicast,
             Operation::RestoreMulticastCreators,
@@ -133,25 +148,31 @@ fn bench(c: &mut Criterion) {
         ] {
             execute(&endpoint, operation);
         }
-        save + load
+        (save, load)
     };
     let source: Vec<u8> = (0..SIZE).map(|i| (i * 13) as u8).collect();
     let mut warm = vec![1u8; SIZE];
-    let mut group = c.benchmark_group("carrier_64MiB_save_plus_load");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut group = c.benchmark_group("carrier_64MiB");
     group.sample_size(10);
-    group.throughput(criterion::Throughput::Bytes(2 * SIZE as u64));
-    group.bench_function("shim_carrier", |b| {
-        b.iter_custom(|n| (0..n).map(|_| cycle()).sum())
+    group.throughput(criterion::Throughput::Bytes(SIZE as u64));
+    type Pick = fn(&(Timed, Timed)) -> Duration;
+    let picks: [(&str, Pick); 4] = [
+        ("save_copy", |(save, _)| save.copy),
+        ("save_whole", |(save, _)| save.whole),
+        ("load_copy", |(_, load)| load.copy),
+        ("load_whole", |(_, load)| load.whole),
+    ];
+    for (name, pick) in picks {
+        group.bench_function(name, |b| {
+            b.iter_custom(|n| (0..n).map(|_| pick(&cycle())).sum())
+        });
+    }
+    group.bench_function("memcpy_warm_1_thread", |b| {
+        b.iter_custom(|n| (0..n).map(|_| memcpy_warm(&source, &mut warm, 1)).sum())
     });
-    group.bench_function("memcpy_fresh_memory", |b| {
-        b.iter_custom(|n| (0..n).map(|_| memcpy_twice(&source, true, &mut warm)).sum())
-    });
-    group.bench_function("memcpy_warm_memory", |b| {
-        b.iter_custom(|n| {
-            (0..n)
-                .map(|_| memcpy_twice(&source, false, &mut warm))
-                .sum()
-        })
+    group.bench_function(format!("memcpy_warm_{cores}_threads"), |b| {
+        b.iter_custom(|n| (0..n).map(|_| memcpy_warm(&source, &mut warm, cores)).sum())
     });
     group.finish();
 }

@@ -154,7 +154,7 @@ pub unsafe extern "C" fn cuMemGetAllocationGranularity(
             _ => return Err(CuError::CUDA_ERROR_INVALID_VALUE),
         }
         // SAFETY: size_t out-parameter (cuda.h).
-        unsafe { put(granularity, crate::sys::GRANULARITY as usize) }
+        unsafe { put(granularity, crate::sys::granularity() as usize) }
     })
 }
 

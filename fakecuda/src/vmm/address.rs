@@ -13,11 +13,15 @@ impl Driver {
         if flags != 0 || size == 0 || !aligned(size) {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        let align = if align == 0 { GRANULARITY } else { align };
+        let align = if align == 0 {
+            sys::granularity()
+        } else {
+            align
+        };
         if !align.is_power_of_two() {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        let align = align.max(GRANULARITY);
+        let align = align.max(sys::granularity());
         self.reserve_internal(size, align, hint, Owner::User)
     }
 
@@ -25,7 +29,7 @@ impl Driver {
     /// the shape of `cuMemAlloc` and of an opened IPC handle. On failure nothing stays mapped
     /// or reserved, and the allocation is freed unless something else holds it.
     pub fn map_whole_readwrite(&mut self, h: u64, size: u64, device: u32) -> CuResult<u64> {
-        let base = match self.reserve_internal(size, GRANULARITY, 0, Owner::Internal) {
+        let base = match self.reserve_internal(size, sys::granularity(), 0, Owner::Internal) {
             Ok(base) => base,
             Err(error) => {
                 self.alloc_maybe_free(h);

@@ -5,7 +5,7 @@
 use crate::abi::{RawAccessDesc, RawAllocProp, RawLocation, consts as c};
 use crate::driver::Driver;
 use crate::error::{CuError, CuResult};
-use crate::sys::{self, GRANULARITY};
+use crate::sys;
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -119,7 +119,7 @@ pub struct Vmm {
 }
 
 pub fn aligned(v: u64) -> bool {
-    v.is_multiple_of(GRANULARITY)
+    v.is_multiple_of(sys::granularity())
 }
 
 /// Memfd names carry what an importer in another process must know: the location (`d` and

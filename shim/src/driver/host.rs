@@ -6,6 +6,11 @@ use crate::sys::abi::consts;
 use crate::sys::error::{CuError, CuResult};
 use std::ffi::c_void;
 
+/// Mappings from this size on are populated by several threads.
+const PARALLEL_POPULATE: usize = 32 << 20;
+const MAX_POPULATE_THREADS: usize = 8;
+const HUGE_PAGE: usize = 2 << 20;
+
 /// An anonymous private mapping of `len` bytes (at least one), unmapped on drop.
 #[derive(Debug)]
 pub struct HostMemory {
@@ -18,9 +23,11 @@ pub struct HostMemory {
 unsafe impl Send for HostMemory {}
 
 impl HostMemory {
-    /// Maps `len` bytes, asking for transparent huge pages and one bulk population instead of
-    /// a fault per 4 KiB during the copy (both hints: a kernel that declines them only makes
-    /// the copy slower). `OUT_OF_MEMORY` when the kernel refuses the mapping.
+    /// Maps `len` bytes, asking for transparent huge pages and a bulk population instead of a
+    /// fault per 4 KiB during the copy (both hints: a kernel that declines them only makes the
+    /// copy slower). A large mapping is populated by several threads, each its own part
+    /// (zeroing the pages is most of the cost, and it scales with cores). `OUT_OF_MEMORY` when
+    /// the kernel refuses the mapping.
     pub fn new(len: usize) -> CuResult<Self> {
         let len = len.max(1);
         // SAFETY: a fresh anonymous private mapping; no existing memory is affected.
@@ -38,14 +45,44 @@ impl HostMemory {
             return Err(CuError::OUT_OF_MEMORY);
         }
         // SAFETY: advice on the mapping just created, within its length.
-        unsafe {
-            libc::madvise(base, len, libc::MADV_HUGEPAGE);
-            libc::madvise(base, len, libc::MADV_POPULATE_WRITE);
-        }
-        Ok(HostMemory {
+        unsafe { libc::madvise(base, len, libc::MADV_HUGEPAGE) };
+        let memory = HostMemory {
             base: base.cast(),
             len,
-        })
+        };
+        memory.populate();
+        Ok(memory)
+    }
+
+    /// Faults the whole mapping in: in parts of whole huge pages, one thread each, for a
+    /// mapping of at least [`PARALLEL_POPULATE`] bytes.
+    fn populate(&self) {
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(MAX_POPULATE_THREADS);
+        let part = if self.len >= PARALLEL_POPULATE && threads > 1 {
+            self.len.div_ceil(threads).next_multiple_of(HUGE_PAGE)
+        } else {
+            self.len
+        };
+        let (base, total) = (self.base as usize, self.len);
+        let populate = move |offset: usize| {
+            let len = part.min(total - offset);
+            // SAFETY: advice on a part of this mapping, within its length; it changes no bytes.
+            unsafe {
+                libc::madvise(
+                    (base + offset) as *mut c_void,
+                    len,
+                    libc::MADV_POPULATE_WRITE,
+                )
+            };
+        };
+        std::thread::scope(|scope| {
+            for offset in (part..total).step_by(part) {
+                scope.spawn(move || populate(offset));
+            }
+            populate(0);
+        });
     }
 
     pub fn len(&self) -> usize {

@@ -2,9 +2,12 @@
 //! memory and its slot of the arena ([`crate::state::arena`]).
 //!
 //! The arena is page-locked (`cuMemHostRegister`) only for the duration of each transfer.
-//! Copies go through a temporary device alias of the whole allocation (reserve, map, grant
-//! read-write), so partial or read-only application mappings do not matter, on one stream per
-//! context; the stream holds the arena's slices until its copies have finished. Copies are
+//! A save reads through the application's own mapping where one covers the whole allocation
+//! readable from its device (the common case: no mapping calls, and memory the application
+//! already touched); every other copy goes through a temporary device alias of the whole
+//! allocation (reserve, map, grant read-write), so partial or read-only application mappings
+//! do not matter. Copies run on one stream per context; the stream holds the arena's slices
+//! until its copies have finished. Copies are
 //! queued in chunks of at most [`CHUNK`] bytes, and the stream is synchronized every
 //! [`PROGRESS_STEP`] bytes so `progress` requests see the copy advance (one wait per 256 MiB
 //! costs microseconds against the copy itself).
@@ -15,8 +18,9 @@ use crate::driver::{Driver, Stream};
 use crate::state::arena::Arena;
 use crate::state::progress;
 use crate::state::registry::Allocation;
+use crate::state::registry::{Kind, Registry};
 use crate::sys::error::{CuError, CuResult};
-use cuinterpose_protocol::{LocationType, Operation};
+use cuinterpose_protocol::{AccessFlags, AllocationId, LocationType, Operation};
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,16 +51,46 @@ pub fn device_of(a: &Allocation) -> i32 {
     }
 }
 
-/// Copies every allocation in `jobs` between its device memory and its arena slot.
+/// Where the application maps each of `ids` whole, readable from the device its copy runs on:
+/// a save can read there instead of through an alias.
+pub fn readable_mappings(r: &Registry, ids: &[AllocationId]) -> BTreeMap<AllocationId, u64> {
+    let mut found = BTreeMap::new();
+    for (&base, m) in &r.mappings {
+        let Some(a) = r.allocations.get(&m.id) else {
+            continue;
+        };
+        let readable = m.access.iter().any(|grant| {
+            grant.location.location_type == LocationType::Device
+                && grant.location.id == device_of(a)
+                && matches!(
+                    grant.flags,
+                    AccessFlags::ProtRead | AccessFlags::ProtReadWrite
+                )
+        });
+        if m.kind == Kind::Unicast
+            && m.offset == 0
+            && m.size == a.size
+            && readable
+            && ids.contains(&m.id)
+        {
+            found.entry(m.id).or_insert(base);
+        }
+    }
+    found
+}
+
+/// Copies every allocation in `jobs` between its device memory and its arena slot; a save
+/// reads an allocation listed in `through` at that address (see [`readable_mappings`]).
 pub fn transfer(
     d: &Driver,
     arena: &mut Arena,
     jobs: &[&Allocation],
+    through: &BTreeMap<AllocationId, u64>,
     direction: Direction,
 ) -> CuResult<()> {
     let total = jobs.iter().map(|a| a.size).fold(0u64, u64::saturating_add);
     progress::start(direction.operation(), total);
-    let result = transfer_all(d, arena, jobs, direction);
+    let result = transfer_all(d, arena, jobs, through, direction);
     progress::finish();
     result
 }
@@ -65,6 +99,7 @@ fn transfer_all(
     d: &Driver,
     arena: &mut Arena,
     jobs: &[&Allocation],
+    through: &BTreeMap<AllocationId, u64>,
     direction: Direction,
 ) -> CuResult<()> {
     let Some(first) = jobs.first() else {
@@ -88,7 +123,9 @@ fn transfer_all(
                     .ok_or(CuError::INVALID_VALUE)?;
                 mine.push((*a, slice));
             }
-            result = context::run(d, ctx, device, || copy_group(d, device, mine, direction));
+            result = context::run(d, ctx, device, || {
+                copy_group(d, device, mine, through, direction)
+            });
             if result.is_err() {
                 break;
             }
@@ -110,6 +147,7 @@ fn copy_group(
     d: &Driver,
     device: i32,
     members: Vec<(&Allocation, &mut [u8])>,
+    through: &BTreeMap<AllocationId, u64>,
     direction: Direction,
 ) -> CuResult<()> {
     let mut aliases: Vec<Alias> = Vec::new();
@@ -123,9 +161,14 @@ fn copy_group(
                 return Err(CuError::INVALID_VALUE);
             }
             let raw = a.driver.ok_or(CuError::INVALID_HANDLE)?;
-            let address = map_read_write(d, raw, a.size, device)?;
-            aliases.push(Alias { address, size });
-            let mut device_address = address;
+            let mut device_address = match through.get(&a.reference.id) {
+                Some(&address) if direction == Direction::Save => address,
+                _ => {
+                    let address = map_read_write(d, raw, a.size, device)?;
+                    aliases.push(Alias { address, size });
+                    address
+                }
+            };
             for chunk in host.chunks_mut(CHUNK) {
                 let len = chunk.len();
                 match direction {

@@ -29,7 +29,8 @@ pub fn save(d: &Driver, r: &mut Registry) -> Step<u64> {
     let sizes: Vec<_> = ids.iter().map(|id| (*id, r.allocations[id].size)).collect();
     let mut arena = Arena::for_sizes(&sizes)?;
     let jobs: Vec<_> = ids.iter().map(|id| &r.allocations[id]).collect();
-    carrier::transfer(d, &mut arena, &jobs, Direction::Save).map_err(at(|| {
+    let through = carrier::readable_mappings(r, &ids);
+    carrier::transfer(d, &mut arena, &jobs, &through, Direction::Save).map_err(at(|| {
         "copying shared allocations to the host carrier".to_owned()
     }))?;
     r.arena = Some(arena);
@@ -87,7 +88,7 @@ pub fn load(d: &Driver, r: &mut Registry) -> Step<u64> {
             r.allocations.get_mut(id).expect("listed above").driver = Some(raw);
         }
         let jobs: Vec<_> = ids.iter().map(|id| &r.allocations[id]).collect();
-        carrier::transfer(d, &mut arena, &jobs, Direction::Load)
+        carrier::transfer(d, &mut arena, &jobs, &Default::default(), Direction::Load)
             .map_err(at(|| "copying the host carrier back".to_owned()))?;
         let mut bytes = 0;
         for id in &ids {

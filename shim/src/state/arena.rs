@@ -4,17 +4,40 @@
 //!
 //! It is ordinary private memory, so CRIU saves it with the process and native checkpoint
 //! never sees it as device memory.
+//!
+//! Laying it out (mapping and faulting in its pages) is a large part of a save. With
+//! `CUINTERPOSE_KEEP_CARRIER=1` the memory of a freed arena is kept for the next one that
+//! fits in it, so repeated toggles pay that once; the price is that the memory stays
+//! resident between toggles, and a CRIU dump of the process includes it.
 
 use crate::driver::HostMemory;
 use crate::sys::error::{CuError, CuResult};
 use cuinterpose_protocol::AllocationId;
 use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock};
+
+/// Memory of the last freed arena, kept for reuse (only with `CUINTERPOSE_KEEP_CARRIER=1`).
+static SPARE: Mutex<Option<HostMemory>> = Mutex::new(None);
+
+fn keep_carrier() -> bool {
+    static KEEP: OnceLock<bool> = OnceLock::new();
+    *KEEP.get_or_init(|| std::env::var_os("CUINTERPOSE_KEEP_CARRIER").is_some_and(|v| v == "1"))
+}
 
 #[derive(Debug)]
 pub struct Arena {
-    memory: HostMemory,
+    /// Always `Some` until the arena is dropped (when it may move to [`SPARE`]).
+    memory: Option<HostMemory>,
     /// Each allocation's `(offset, size)` in `memory`: disjoint, within its length.
     slots: BTreeMap<AllocationId, (usize, u64)>,
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        if keep_carrier() {
+            *SPARE.lock().unwrap_or_else(|p| p.into_inner()) = self.memory.take();
+        }
+    }
 }
 
 impl Arena {
@@ -31,9 +54,32 @@ impl Arena {
                 .checked_add(len)
                 .ok_or("host carrier size overflows")?;
         }
-        let memory = HostMemory::new(total)
-            .map_err(|e: CuError| format!("allocating a {total}-byte host carrier: {e}"))?;
-        Ok(Arena { memory, slots })
+        let spare = SPARE.lock().unwrap_or_else(|p| p.into_inner()).take();
+        Self::lay_out(slots, total, spare)
+    }
+
+    /// An arena of `slots` (`total` bytes) in `spare` when it is large enough, else in new
+    /// memory.
+    fn lay_out(
+        slots: BTreeMap<AllocationId, (usize, u64)>,
+        total: usize,
+        spare: Option<HostMemory>,
+    ) -> Result<Self, String> {
+        let memory = match spare.filter(|memory| memory.len() >= total) {
+            Some(memory) => memory,
+            None => HostMemory::new(total)
+                .map_err(|e: CuError| format!("allocating a {total}-byte host carrier: {e}"))?,
+        };
+        Ok(Arena {
+            memory: Some(memory),
+            slots,
+        })
+    }
+
+    fn memory(&self) -> &HostMemory {
+        self.memory
+            .as_ref()
+            .expect("an arena holds its memory until dropped")
     }
 
     /// The size recorded for `id`, if the arena holds it.
@@ -42,7 +88,9 @@ impl Arena {
     }
 
     pub fn memory_mut(&mut self) -> &mut HostMemory {
-        &mut self.memory
+        self.memory
+            .as_mut()
+            .expect("an arena holds its memory until dropped")
     }
 
     /// Every slot as its own mutable slice (they are disjoint), by allocation.
@@ -53,7 +101,7 @@ impl Arena {
             .map(|(id, &(offset, size))| (offset, size as usize, *id))
             .collect();
         by_offset.sort_unstable();
-        let mut rest = self.memory.as_mut_slice();
+        let mut rest = self.memory_mut().as_mut_slice();
         let mut consumed = 0;
         let mut out = BTreeMap::new();
         for (offset, size, id) in by_offset {
@@ -69,7 +117,7 @@ impl Arena {
     /// The bytes held for `id`.
     pub fn slice(&self, id: &AllocationId) -> CuResult<&[u8]> {
         let &(offset, size) = self.slots.get(id).ok_or(CuError::INVALID_VALUE)?;
-        Ok(&self.memory.as_slice()[offset..offset + size as usize])
+        Ok(&self.memory().as_slice()[offset..offset + size as usize])
     }
 }
 
@@ -92,6 +140,25 @@ mod tests {
         assert!(arena.slice(&id(3)).unwrap().is_empty());
         assert_eq!(arena.size_of(&id(2)), Some(5));
         assert_eq!(arena.slice(&id(4)), Err(CuError::INVALID_VALUE));
+    }
+
+    #[test]
+    fn kept_memory_is_reused_only_when_it_fits() {
+        let spare = HostMemory::new(8 << 10).expect("maps");
+        let base = spare.as_slice().as_ptr();
+        let slots = BTreeMap::from([(id(1), (0, 4 << 10))]);
+        let mut reused = Arena::lay_out(slots.clone(), 4 << 10, Some(spare)).expect("fits");
+        assert_eq!(reused.memory().as_slice().as_ptr(), base);
+        reused.slices_mut().get_mut(&id(1)).expect("slot").fill(7);
+        assert_eq!(reused.slice(&id(1)).unwrap(), &[7; 4 << 10][..]);
+        let small = HostMemory::new(4 << 10).expect("maps");
+        let fresh = Arena::lay_out(
+            BTreeMap::from([(id(1), (0, 8 << 10))]),
+            8 << 10,
+            Some(small),
+        )
+        .expect("new memory");
+        assert_eq!(fresh.memory().len(), 8 << 10);
     }
 
     #[test]

@@ -144,6 +144,16 @@ pub fn worker(
     entry: cuinterpose_workload::EntryPath,
     shim: bool,
 ) -> cuinterpose_workload::Worker {
+    worker_with(sandbox, entry, shim, &[])
+}
+
+/// [`worker`] with extra environment variables.
+pub fn worker_with(
+    sandbox: &Sandbox,
+    entry: cuinterpose_workload::EntryPath,
+    shim: bool,
+    env: &[(&str, &str)],
+) -> cuinterpose_workload::Worker {
     let mut config = cuinterpose_workload::WorkerConfig::new(cuinterpose_testkit::build_worker())
         .entry(entry)
         .env("LD_LIBRARY_PATH", lib_dir())
@@ -154,6 +164,9 @@ pub fn worker(
     } else {
         config.env_remove("LD_PRELOAD")
     };
+    for (key, value) in env {
+        config = config.env(key, value);
+    }
     let mut worker = cuinterpose_workload::Worker::spawn(&config).expect("spawn worker");
     worker.init(0).expect("init");
     worker
