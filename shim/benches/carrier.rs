@@ -5,6 +5,11 @@
 //! bytes between warm (already faulted-in) buffers, by one thread and by one thread per core.
 //! The exchange minus the transfers is the preparation: laying out the arena for a save,
 //! recreating the device memory for a load.
+//!
+//! A load writes into device memory recreated moments before. fakecuda's device memory is
+//! shmem that Linux allocates, zeroes and maps 4 KiB at a time on first touch (a GPU has no
+//! such cost), so the floor of a load over fakecuda is the last baseline: the same bytes
+//! copied into a fresh memfd mapping by one thread per core.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -48,6 +53,37 @@ fn execute(endpoint: &Endpoint, operation: Operation) -> (Duration, Duration) {
 struct Timed {
     whole: Duration,
     copy: Duration,
+}
+
+/// Copies `SIZE` bytes into a new memfd mapping (first touch, as fakecuda's recreated device
+/// memory is), in `threads` parts at once; mapping and freeing it included.
+fn memcpy_fresh_memfd(source: &[u8], threads: usize) -> Duration {
+    let part = SIZE.div_ceil(threads);
+    let started = Instant::now();
+    // SAFETY: a new memfd of SIZE bytes mapped shared read-write at a kernel-chosen address;
+    // the slice over it is dropped before the mapping is removed.
+    unsafe {
+        let fd = libc::memfd_create(c"carrier-bench".as_ptr(), libc::MFD_CLOEXEC);
+        assert!(fd >= 0 && libc::ftruncate(fd, SIZE as libc::off_t) == 0);
+        let base = libc::mmap(
+            std::ptr::null_mut(),
+            SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
+        assert_ne!(base, libc::MAP_FAILED);
+        let fresh = std::slice::from_raw_parts_mut(base.cast::<u8>(), SIZE);
+        std::thread::scope(|scope| {
+            for (to, from) in fresh.chunks_mut(part).zip(source.chunks(part)) {
+                scope.spawn(move || to.copy_from_slice(from));
+            }
+        });
+        libc::munmap(base, SIZE);
+        libc::close(fd);
+    }
+    started.elapsed()
 }
 
 /// Copies `SIZE` warm bytes in `threads` parts at once.
@@ -173,6 +209,9 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function(format!("memcpy_warm_{cores}_threads"), |b| {
         b.iter_custom(|n| (0..n).map(|_| memcpy_warm(&source, &mut warm, cores)).sum())
+    });
+    group.bench_function(format!("memcpy_fresh_memfd_{cores}_threads"), |b| {
+        b.iter_custom(|n| (0..n).map(|_| memcpy_fresh_memfd(&source, cores)).sum())
     });
     group.finish();
 }
