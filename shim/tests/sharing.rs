@@ -478,3 +478,89 @@ fn shared_memory_pools_are_adapted_or_refused_by_name() {
     assert!(importer.wait().unwrap().success());
     assert!(creator.wait().unwrap().success());
 }
+
+#[test]
+fn a_creator_serves_a_series_of_exports_on_one_connection() {
+    use cuinterpose_protocol::transport::{Endpoint, ExportSeries, Timeouts};
+    use std::io::{Read, Write};
+    let sandbox = Sandbox::new("series");
+    let mut a = worker(&sandbox, EntryPath::Dlsym, true);
+    let small = a.create(2 * MIB, 0, POSIX).unwrap();
+    let large = a.create(4 * MIB, 0, POSIX).unwrap();
+    let small = read_ticket(a.export(small).unwrap().as_fd()).unwrap();
+    let large = read_ticket(a.export(large).unwrap().as_fd()).unwrap();
+    let ask_for = |ticket: &Ticket, capability| {
+        Request::Export(ExportRequest {
+            allocation: AllocationReference {
+                id: ticket.handle.allocation,
+                creator_pid: ticket.handle.creator_pid,
+            },
+            resource: ResourceKind::Unicast,
+            capability,
+        })
+    };
+    let endpoint = Endpoint::for_pid(
+        &sandbox.control_dir(),
+        NamespacePid::new(pid(&a) as u32).unwrap(),
+    )
+    .unwrap();
+    let timeouts = Timeouts::new(Duration::from_secs(10), Duration::from_secs(60)).unwrap();
+    let mut series = ExportSeries::connect(&endpoint, &timeouts).unwrap();
+    // A refusal in the middle answers that request only; the series goes on.
+    let wrong = CapabilityToken::new([7; 16]).unwrap();
+    for request in [
+        ask_for(&small, small.capability),
+        ask_for(&large, wrong),
+        ask_for(&large, large.capability),
+    ] {
+        series.send(&request).unwrap();
+    }
+    let sizes: Vec<_> = (0..3)
+        .map(|_| match series.receive().unwrap() {
+            (Reply::UnicastExport(e), Some(_fd)) => Ok(e.size),
+            (Reply::Refused(r), None) => Err(r.code),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        sizes,
+        vec![Ok(2 * MIB), Err(RefusalCode::Unauthorized), Ok(4 * MIB)]
+    );
+    drop(series);
+    // Anything but an export after an export is refused as invalid, and the connection ends.
+    let mut stream = std::os::unix::net::UnixStream::connect(endpoint.path()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut bytes = Vec::new();
+    for request in [ask_for(&small, small.capability), Request::Inspect] {
+        let body = cuinterpose_protocol::encode(&request).unwrap();
+        bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&body);
+    }
+    stream.write_all(&bytes).unwrap();
+    let mut replies = Vec::new();
+    let mut everything = Vec::new();
+    stream.read_to_end(&mut everything).unwrap();
+    let mut rest = &everything[..];
+    while rest.len() >= 4 {
+        let length = u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize;
+        replies.push(cuinterpose_protocol::decode::<Reply>(&rest[4..4 + length]).unwrap());
+        rest = &rest[4 + length..];
+    }
+    assert!(rest.is_empty(), "a partial frame: {rest:?}");
+    assert_eq!(replies.len(), 2, "{replies:?}");
+    assert!(matches!(replies[0], Reply::UnicastExport(_)), "{replies:?}");
+    match &replies[1] {
+        Reply::Refused(r) => {
+            assert_eq!(r.code, RefusalCode::Invalid);
+            assert!(
+                r.message.as_str().contains("only exports form a series"),
+                "{r:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // The shim serves on.
+    assert_eq!(inspect(&sandbox, pid(&a)).phase, Phase::Active);
+}

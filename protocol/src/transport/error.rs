@@ -106,6 +106,8 @@ pub enum TransportError {
     UnexpectedFd { peer: Peer, message: &'static str },
     #[error("{peer}: `{message}` came without the file descriptor it must carry")]
     MissingFd { peer: Peer, message: &'static str },
+    #[error("{peer}: `{message}` after an export on one connection: only exports form a series")]
+    NotAnExport { peer: Peer, message: &'static str },
     #[error("{peer}: {count} file descriptors came with one frame (at most one); all were closed")]
     ExcessFds { peer: Peer, count: usize },
     #[error(
@@ -148,6 +150,7 @@ impl TransportError {
             | Self::Version { peer, .. }
             | Self::UnexpectedFd { peer, .. }
             | Self::MissingFd { peer, .. }
+            | Self::NotAnExport { peer, .. }
             | Self::ExcessFds { peer, .. }
             | Self::Truncated { peer }
             | Self::Refused { peer, .. }
@@ -168,6 +171,7 @@ impl TransportError {
             Self::Version { .. } => "Version",
             Self::UnexpectedFd { .. } => "UnexpectedFd",
             Self::MissingFd { .. } => "MissingFd",
+            Self::NotAnExport { .. } => "NotAnExport",
             Self::ExcessFds { .. } => "ExcessFds",
             Self::Truncated { .. } => "Truncated",
             Self::Refused { .. } => "Refused",

@@ -21,7 +21,9 @@
 //!
 //! # Service model
 //!
-//! One exchange per connection: connect, one request, one reply, close. [`Listener::accept`]
+//! One exchange per connection: connect, one request, one reply, close; the exception is a
+//! series of exports ([`ExportSeries`]): a peer may send further export requests on the
+//! connection of its first, each answered in order, until it closes. [`Listener::accept`]
 //! reads nothing, so a server that hands each [`Connection`] to its own thread (or a bounded
 //! queue) is never held up by a slow peer. Every read and write runs against a deadline
 //! (re-arming `SO_RCVTIMEO`/`SO_SNDTIMEO` with the time left before each system call, so a peer
@@ -41,7 +43,7 @@ mod frame;
 mod server;
 mod timeouts;
 
-pub use client::{call, call_with};
+pub use client::{EXPORT_WINDOW, ExportReplies, ExportSeries, call, call_with, export_all};
 pub use endpoint::{
     CONTROL_DIR_VARIABLE, DEFAULT_CONTROL_DIR, Endpoint, MAX_SOCKET_PATH_BYTES, control_dir,
     control_dir_from, socket_name,

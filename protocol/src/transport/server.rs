@@ -292,7 +292,8 @@ fn remove_stale_socket(endpoint: &Endpoint) -> Result<(), TransportError> {
     }
 }
 
-/// One accepted connection: one request in, one reply out.
+/// One accepted connection: one request in, one reply out (or, for a series of exports,
+/// several of each in turn).
 #[derive(Debug)]
 pub struct Connection {
     socket: OwnedFd,

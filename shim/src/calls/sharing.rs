@@ -349,6 +349,47 @@ pub fn try_request_export(
     }
 }
 
+/// Asks `creator` for the export of each of `allocations` over one connection (a series) and
+/// hands each answer, in order, to `each` with its index: the export and its descriptor, or
+/// why the creator refused. Stops at the first error `each` returns or the connection gives.
+pub fn for_each_export(
+    creator: NamespacePid,
+    allocations: &[(AllocationReference, CapabilityToken)],
+    resource: ResourceKind,
+    mut each: impl FnMut(usize, Result<(Reply, OwnedFd), String>) -> Result<(), String>,
+) -> Result<(), String> {
+    let requests: Vec<Request> = allocations
+        .iter()
+        .map(|(reference, capability)| {
+            Request::Export(ExportRequest {
+                allocation: reference.clone(),
+                resource,
+                capability: *capability,
+            })
+        })
+        .collect();
+    let failed =
+        |e: &dyn std::fmt::Display| format!("asking creator {creator} for its allocations: {e}");
+    let dir = control_dir().map_err(|e| failed(&e))?;
+    let endpoint = Endpoint::for_pid(&dir, creator).map_err(|e| failed(&e))?;
+    let timeouts = Timeouts::from_env().map_err(|e| failed(&e))?;
+    let replies = cuinterpose_protocol::transport::export_all(&endpoint, &requests, &timeouts)
+        .map_err(|e| failed(&e))?;
+    for (index, reply) in replies.enumerate() {
+        let answer = match reply.map_err(|e| failed(&e))? {
+            (Reply::Refused(refused), _) => Err(format!(
+                "refused ({}): {}",
+                refused.code,
+                refused.message.as_str()
+            )),
+            (reply, Some(fd)) => Ok((reply, fd)),
+            (reply, None) => Err(format!("{} reply without a descriptor", reply.kind())),
+        };
+        each(index, answer)?;
+    }
+    Ok(())
+}
+
 /// One exchange with another participant's shim (its socket in the control directory), with
 /// the control timeouts; the registry lock must not be held.
 pub fn call_participant(

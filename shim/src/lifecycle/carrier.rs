@@ -54,6 +54,7 @@ pub fn device_of(a: &Allocation) -> i32 {
 /// Where the application maps each of `ids` whole, readable from the device its copy runs on:
 /// a save can read there instead of through an alias.
 pub fn readable_mappings(r: &Registry, ids: &[AllocationId]) -> BTreeMap<AllocationId, u64> {
+    let ids: std::collections::BTreeSet<&AllocationId> = ids.iter().collect();
     let mut found = BTreeMap::new();
     for (&base, m) in &r.mappings {
         let Some(a) = r.allocations.get(&m.id) else {

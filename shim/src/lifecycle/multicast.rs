@@ -1,7 +1,7 @@
 //! The multicast operations: release every multicast object before the unicast memory, and
 //! after the unicast restore recreate them in order: creators, importers, devices, bindings.
 
-use super::step::{Step, at, remap};
+use super::step::{MappingIndex, Step, at, remap};
 use crate::calls::sharing;
 use crate::driver::{Driver, context};
 use crate::state::cache;
@@ -138,6 +138,7 @@ pub fn restore_multicast_devices(d: &Driver, r: &mut Registry) -> Step<u64> {
 }
 
 pub fn restore_multicast_bindings(d: &Driver, r: &mut Registry) -> Step<u64> {
+    let index = MappingIndex::new(r, Kind::Multicast);
     for (id, m) in &r.multicasts {
         let raw = m
             .driver
@@ -176,7 +177,7 @@ pub fn restore_multicast_bindings(d: &Driver, r: &mut Registry) -> Step<u64> {
                     }
                 }
             }
-            remap(d, r, id, raw, Kind::Multicast)
+            remap(d, r, &index, id, raw)
         })
         .map_err(at(|| format!("rebinding multicast object {id}")))?;
     }

@@ -5,6 +5,8 @@ use crate::driver::Driver;
 use crate::state::registry::{Kind, Registry};
 use crate::sys::convert;
 use crate::sys::error::{CuError, CuResult};
+use cuinterpose_protocol::AllocationId;
+use std::collections::BTreeMap;
 
 /// A failure inside an operation, naming the object.
 pub type Step<T> = Result<T, String>;
@@ -13,19 +15,36 @@ pub fn at(what: impl FnOnce() -> String) -> impl FnOnce(CuError) -> String {
     move |e| format!("{}: {e}", what())
 }
 
-/// Maps every recorded mapping of `id` at its original address and restores its access.
+/// Each object's recorded mappings of one kind, by base address: built once per operation, so
+/// remapping N objects costs N lookups rather than N scans of every mapping.
+pub struct MappingIndex(BTreeMap<AllocationId, Vec<u64>>);
+
+impl MappingIndex {
+    pub fn new(r: &Registry, kind: Kind) -> Self {
+        let mut index: BTreeMap<AllocationId, Vec<u64>> = BTreeMap::new();
+        for (&base, m) in r.mappings.iter().filter(|(_, m)| m.kind == kind) {
+            index.entry(m.id).or_default().push(base);
+        }
+        MappingIndex(index)
+    }
+
+    /// The base addresses of `id`'s mappings, in address order.
+    pub fn of(&self, id: &AllocationId) -> &[u64] {
+        self.0.get(id).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// Maps every recorded mapping of `id` (as `index` lists them) at its original address and
+/// restores its access.
 pub fn remap(
     d: &Driver,
     r: &Registry,
-    id: &cuinterpose_protocol::AllocationId,
+    index: &MappingIndex,
+    id: &AllocationId,
     raw: u64,
-    kind: Kind,
 ) -> CuResult<()> {
-    for (&base, m) in r
-        .mappings
-        .iter()
-        .filter(|(_, m)| m.id == *id && m.kind == kind)
-    {
+    for base in index.of(id) {
+        let (base, m) = (*base, &r.mappings[base]);
         d.mem_map(base, m.size as usize, m.offset as usize, raw, m.flags)?;
         if !m.access.is_empty() {
             let descriptors: Vec<_> = m.access.iter().map(convert::raw_access).collect();

@@ -3,13 +3,14 @@
 //! import them again (importers), each at its recorded addresses.
 
 use super::carrier::{self, Direction};
-use super::step::{Step, at, remap};
+use super::step::{MappingIndex, Step, at, remap};
 use crate::calls::sharing;
 use crate::driver::{Driver, context};
 use crate::state::arena::Arena;
 use crate::state::cache;
 use crate::state::registry::{Kind, Registry};
-use cuinterpose_protocol::{Reply, ResourceKind};
+use cuinterpose_protocol::{AllocationId, NamespacePid, Reply, ResourceKind};
+use std::collections::BTreeMap;
 
 /// The allocations this process carries, in a fixed order.
 fn carried(r: &Registry) -> Vec<cuinterpose_protocol::AllocationId> {
@@ -39,15 +40,11 @@ pub fn save(d: &Driver, r: &mut Registry) -> Step<u64> {
 
 pub fn prepare_unicast(d: &Driver, r: &mut Registry) -> Step<u64> {
     cache::clear();
-    let mapped: Vec<(u64, u64, cuinterpose_protocol::AllocationId)> = r
-        .mappings
-        .iter()
-        .filter(|(_, m)| m.kind == Kind::Unicast)
-        .map(|(&base, m)| (base, m.size, m.id))
-        .collect();
+    let index = MappingIndex::new(r, Kind::Unicast);
     for (id, a) in r.allocations.iter_mut().filter(|(_, a)| a.shared) {
-        for (base, size, _) in mapped.iter().filter(|(_, _, owner)| owner == id) {
-            d.mem_unmap(*base, *size as usize)
+        for &base in index.of(id) {
+            let size = r.mappings[&base].size;
+            d.mem_unmap(base, size as usize)
                 .map_err(at(|| format!("unmapping allocation {id} at {base:#x}")))?;
         }
         if let Some(raw) = a.driver.take() {
@@ -90,12 +87,13 @@ pub fn load(d: &Driver, r: &mut Registry) -> Step<u64> {
         let jobs: Vec<_> = ids.iter().map(|id| &r.allocations[id]).collect();
         carrier::transfer(d, &mut arena, &jobs, &Default::default(), Direction::Load)
             .map_err(at(|| "copying the host carrier back".to_owned()))?;
+        let index = MappingIndex::new(r, Kind::Unicast);
         let mut bytes = 0;
         for id in &ids {
             let a = &r.allocations[id];
             let raw = a.driver.expect("recreated above");
             context::run(d, a.context, carrier::device_of(a), || {
-                remap(d, r, id, raw, Kind::Unicast)
+                remap(d, r, &index, id, raw)
             })
             .map_err(at(|| format!("remapping allocation {id}")))?;
             bytes += a.size;
@@ -118,43 +116,53 @@ pub fn load(d: &Driver, r: &mut Registry) -> Step<u64> {
 
 pub fn restore_unicast(d: &Driver, r: &mut Registry) -> Step<u64> {
     let me = r.pid;
-    let ids: Vec<_> = r
+    // Each creator is asked for all of its allocations over one connection.
+    let mut by_creator: BTreeMap<NamespacePid, Vec<AllocationId>> = BTreeMap::new();
+    for a in r
         .allocations
         .values()
         .filter(|a| a.shared && !a.is_creator(me))
-        .map(|a| a.reference.id)
-        .collect();
-    for id in ids {
-        let a = &r.allocations[&id];
-        let (reply, fd) =
-            sharing::request_export(&a.reference, ResourceKind::Unicast, a.capability).map_err(
-                at(|| {
-                    format!(
-                        "asking creator {} for allocation {id}",
-                        a.reference.creator_pid
-                    )
-                }),
-            )?;
-        match reply {
-            Reply::UnicastExport(export) if export.size == a.size => {}
-            other => {
-                return Err(format!(
-                    "allocation {id}: creator answered {other:?}, expected an export of {} bytes",
-                    a.size
-                ));
+    {
+        by_creator
+            .entry(a.reference.creator_pid)
+            .or_default()
+            .push(a.reference.id);
+    }
+    let index = MappingIndex::new(r, Kind::Unicast);
+    for (creator, ids) in by_creator {
+        let asks: Vec<_> = ids
+            .iter()
+            .map(|id| {
+                let a = &r.allocations[id];
+                (a.reference.clone(), a.capability)
+            })
+            .collect();
+        sharing::for_each_export(creator, &asks, ResourceKind::Unicast, |n, answer| {
+            let id = ids[n];
+            let (reply, fd) =
+                answer.map_err(|e| format!("asking creator {creator} for allocation {id}: {e}"))?;
+            let a = &r.allocations[&id];
+            match reply {
+                Reply::UnicastExport(export) if export.size == a.size => {}
+                other => {
+                    return Err(format!(
+                        "allocation {id}: creator answered {other:?}, expected an export of {} bytes",
+                        a.size
+                    ));
+                }
             }
-        }
-        let raw = context::run(d, a.context, carrier::device_of(a), || {
-            crate::calls::track::import_fd(d, std::os::fd::AsFd::as_fd(&fd))
-        })
-        .map_err(at(|| format!("importing allocation {id}")))?;
-        drop(fd);
-        r.allocations.get_mut(&id).expect("listed above").driver = Some(raw);
-        let a = &r.allocations[&id];
-        context::run(d, a.context, carrier::device_of(a), || {
-            remap(d, r, &id, raw, Kind::Unicast)
-        })
-        .map_err(at(|| format!("remapping allocation {id}")))?;
+            let raw = context::run(d, a.context, carrier::device_of(a), || {
+                crate::calls::track::import_fd(d, std::os::fd::AsFd::as_fd(&fd))
+            })
+            .map_err(at(|| format!("importing allocation {id}")))?;
+            drop(fd);
+            r.allocations.get_mut(&id).expect("listed above").driver = Some(raw);
+            let a = &r.allocations[&id];
+            context::run(d, a.context, carrier::device_of(a), || {
+                remap(d, r, &index, &id, raw)
+            })
+            .map_err(at(|| format!("remapping allocation {id}")))
+        })?;
     }
     Ok(0)
 }

@@ -90,9 +90,35 @@ fn handle(mut connection: Connection, queue: &SyncSender<Job>, timeouts: Timeout
         }
     };
     match request {
-        Request::Export(export) => {
-            let (reply, fd) = cache::serve(&export, connection.credentials().pid);
-            let _ = connection.send_reply(&reply, fd.as_ref().map(std::os::fd::AsFd::as_fd));
+        Request::Export(first) => {
+            // A series: further exports on this connection, each answered in order, until the
+            // peer closes (or stalls past the request timeout).
+            let mut export = first;
+            loop {
+                let (reply, fd) = cache::serve(&export, connection.credentials().pid);
+                let fd = fd.as_ref().map(std::os::fd::AsFd::as_fd);
+                if connection.send_reply(&reply, fd).is_err() {
+                    return;
+                }
+                match connection.read_request() {
+                    Ok((Request::Export(next), _)) => export = next,
+                    Ok((other, _)) => {
+                        let why = format!(
+                            "`{}` after an export: only exports form a series",
+                            other.kind()
+                        );
+                        log_refusal(format_args!("refused a request: {why}"));
+                        let _ =
+                            connection.send_reply(&cache::refused(RefusalCode::Invalid, why), None);
+                        return;
+                    }
+                    Err(TransportError::PeerClosed { .. }) => return,
+                    Err(e) => {
+                        log_refusal(format_args!("ended a series of exports: {e}"));
+                        return;
+                    }
+                }
+            }
         }
         // Answered here, never queued: the worker may be in the middle of the copy asked about.
         Request::Progress => {
