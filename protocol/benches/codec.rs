@@ -82,6 +82,9 @@ mod twin {
             phase: Phase,
             raw_imports: u64,
             records: Vec<Record>,
+            /// Empty in this bench (the records are what is measured); any element type
+            /// encodes an empty list the same way.
+            devices: Vec<Location>,
         },
     }
 

@@ -110,6 +110,8 @@ impl BudgetWriter {
 }
 
 impl Write for BudgetWriter {
+    // Called for every marker and field rmp-serde writes: worth inlining into the encoders.
+    #[inline]
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         if self.buffer.len() + bytes.len() > self.limit {
             self.exceeded = true;
@@ -128,6 +130,12 @@ impl Write for BudgetWriter {
         }
         self.buffer.extend_from_slice(bytes);
         Ok(bytes.len())
+    }
+
+    // `write` takes everything or fails, so this is `write`, inlined as well.
+    #[inline]
+    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.write(bytes).map(drop)
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -203,6 +211,20 @@ pub fn decode_with_limits<M: Message>(
         });
     }
     let body = &bytes[PREFIX_LEN..];
+    // The fast path borrows strings and byte strings from `body` instead of copying each one
+    // through a reader; it cannot say where the body ended, so a value followed by anything
+    // is decoded again through a cursor, which counts the trailing bytes for the error.
+    let mut borrowed = rmp_serde::Deserializer::from_read_ref(body);
+    borrowed.set_max_depth(limits.max_depth + 1);
+    if let Ok(value) = M::deserialize(&mut borrowed) {
+        if matches!(
+            <serde::de::IgnoredAny as serde::Deserialize>::deserialize(&mut borrowed),
+            Err(rmp_serde::decode::Error::InvalidMarkerRead(ref e))
+                if e.kind() == std::io::ErrorKind::UnexpectedEof
+        ) {
+            return Ok(value);
+        }
+    }
     let mut deserializer = rmp_serde::Deserializer::new(Cursor::new(body));
     // rmp-serde fails when its counter reaches zero, so allow one more than the levels.
     deserializer.set_max_depth(limits.max_depth + 1);
