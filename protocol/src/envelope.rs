@@ -216,14 +216,14 @@ pub fn decode_with_limits<M: Message>(
     // is decoded again through a cursor, which counts the trailing bytes for the error.
     let mut borrowed = rmp_serde::Deserializer::from_read_ref(body);
     borrowed.set_max_depth(limits.max_depth + 1);
-    if let Ok(value) = M::deserialize(&mut borrowed) {
-        if matches!(
+    if let Ok(value) = M::deserialize(&mut borrowed)
+        && matches!(
             <serde::de::IgnoredAny as serde::Deserialize>::deserialize(&mut borrowed),
             Err(rmp_serde::decode::Error::InvalidMarkerRead(ref e))
                 if e.kind() == std::io::ErrorKind::UnexpectedEof
-        ) {
-            return Ok(value);
-        }
+        )
+    {
+        return Ok(value);
     }
     let mut deserializer = rmp_serde::Deserializer::new(Cursor::new(body));
     // rmp-serde fails when its counter reaches zero, so allow one more than the levels.
