@@ -75,6 +75,40 @@ fn demo_toggles_and_verifies_every_byte() {
 }
 
 #[test]
+fn demo_mesh_adds_small_shared_allocations_each_verified_and_shared() {
+    let (processes, mesh) = (3u64, 40u64);
+    let output = demo()
+        .env("FAKECUDA_GRANULARITY_KIB", "64")
+        .args(["--processes", "3", "--mesh", "40", "--json"])
+        .output()
+        .unwrap();
+    let json: Value = cli::final_json(&check_success(&output));
+    let topology = json["topology"].to_string();
+    assert!(
+        topology.contains("mesh: 40 allocations of 64 KiB created by each process"),
+        "{topology}"
+    );
+    // Each mesh allocation is verified in its creator and its importer, on top of the rest.
+    let regions = json["regions_verified"].as_u64().unwrap();
+    assert!(regions >= 2 * processes * mesh + 3 * processes, "{json}");
+    // S0's importers and the IPC pair, then each process's first mesh allocation.
+    assert_eq!(
+        json["sharing_checks"].as_u64().unwrap(),
+        2 * processes,
+        "{json}"
+    );
+    let saved = cli::phase_names(&json["report"]);
+    assert!(saved.contains(&"restore_unicast"), "{saved:?}");
+
+    let output = demo().args(["--mesh", "4001"]).output().unwrap();
+    let (_, stderr) = check_exit(&output, 1);
+    assert!(
+        stderr.contains("--mesh 4001 is too many: at most 4000"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn demo_refuses_a_single_process() {
     let output = demo().args(["--processes", "1"]).output().unwrap();
     let (_, stderr) = check_exit(&output, 1);

@@ -36,6 +36,10 @@ else
   echo '{"check": "pinned_copy", "ok": false, "why": "nvcc failed"}'; cat "$OUT/nvcc.err" >&2; failed=1
 fi
 
+# 2b. The control plane at scale on the real driver: 8 processes, each creating 1000 shared
+#     2 MiB allocations that the next imports (16 GiB in all), toggled; the report's phases.
+check mesh "$BIN/cuinterpose" demo --driver libcuda.so.1 --processes 8 --mesh 1000 --json
+
 # 3. PyTorch: torch.multiprocessing sharing (legacy IPC and expandable segments), toggled.
 check clients python3 tests/gpu/clients.py
 

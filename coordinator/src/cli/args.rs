@@ -182,6 +182,12 @@ pub enum Command {
         /// saves and loads; raise it to measure copy throughput).
         #[arg(long, default_value_t = 8, value_name = "MIB")]
         shared_mib: u64,
+        /// Also N small shared allocations per process (one granule each: 2 MiB, or
+        /// FAKECUDA_GRANULARITY_KIB on the embedded driver), each imported and mapped by the
+        /// next process, filled and verified: the control plane at scale (each adds 4 records
+        /// to a process, so at most 4000).
+        #[arg(long, default_value_t = 0, value_name = "N")]
+        mesh: usize,
         /// The driver library for the workers and native checkpoint (default: the embedded
         /// fakecuda; `libcuda.so.1` for the system's NVIDIA driver).
         #[arg(long, value_name = "PATH")]

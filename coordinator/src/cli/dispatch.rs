@@ -248,6 +248,7 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
         Command::Demo {
             processes,
             shared_mib,
+            mesh,
             driver,
             keep,
             json,
@@ -259,6 +260,7 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             let options = crate::demo::Options {
                 processes,
                 shared_mib,
+                mesh,
                 criu: criu.get(),
                 criu_hook,
                 criu_plugins,

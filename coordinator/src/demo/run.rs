@@ -19,12 +19,24 @@ use crate::events::Event;
 use crate::report::{PhaseReport, Report};
 use crate::session::{self, Session};
 
+/// Mesh allocations per process: each process creates as many as it imports, two records each
+/// (allocation and mapping), and the rest of the topology needs a few dozen more.
+pub const MAX_MESH: usize = 4000;
+
 /// Runs the demo.
 pub fn run(options: &Options, progress: &mut dyn FnMut(&Event)) -> Result<Outcome, DemoError> {
     if options.processes < 2 {
         return Err(setup(
             "--processes must be at least 2 (sharing needs two processes)",
         ));
+    }
+    if options.mesh > MAX_MESH {
+        return Err(setup(format!(
+            "--mesh {} is too many: at most {MAX_MESH} (each adds 4 records to a process, and \
+             an inspection carries at most {} records)",
+            options.mesh,
+            cuinterpose_protocol::MAX_RECORDS
+        )));
     }
     let artifacts = artifacts()?;
     let work = std::env::temp_dir().join(format!("cuinterpose-demo-{}", std::process::id()));
@@ -113,7 +125,7 @@ fn run_in(
             connect_all(&sockets)?
         }
     };
-    let mut demo = Demo::new(workers, options.shared_mib << 20);
+    let mut demo = Demo::new(workers, options.shared_mib << 20, options.mesh);
     for i in 0..n {
         let device = 0;
         demo.w(i)

@@ -24,17 +24,20 @@ pub(super) struct Demo {
     pub(super) topology: Vec<String>,
     pub(super) granularity: u64,
     shared_bytes: u64,
+    /// Small shared allocations each process creates for the next to import.
+    mesh: usize,
 }
 
 impl Demo {
     /// A demo over `workers`, nothing filled yet (the granularity is set once CUDA is up).
-    pub(super) fn new(workers: Vec<Worker>, shared_bytes: u64) -> Self {
+    pub(super) fn new(workers: Vec<Worker>, shared_bytes: u64, mesh: usize) -> Self {
         Self {
             workers,
             regions: Vec::new(),
             topology: Vec::new(),
             granularity: 0,
             shared_bytes,
+            mesh,
         }
     }
 
@@ -137,6 +140,16 @@ impl Demo {
     }
 }
 
+/// `bytes` in MiB when whole MiB (the driver's 2 MiB granule), else in KiB (a small fakecuda
+/// granularity).
+fn size_text(bytes: u64) -> String {
+    if bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{} KiB", bytes >> 10)
+    }
+}
+
 /// The devices `worker` sees (at least one).
 pub(super) fn device_count(worker: &Worker) -> i32 {
     worker
@@ -169,8 +182,8 @@ pub(super) fn build_topology(demo: &mut Demo) -> Result<(), DemoError> {
         demo.expect(i, va, s0_size, 1000, format!("S0 imported by process {i}"));
     }
     demo.topology.push(format!(
-        "S0: {} MiB created by process 0, imported by processes 1..{}",
-        (s0_size) >> 20,
+        "S0: {} created by process 0, imported by processes 1..{}",
+        size_text(s0_size),
         n - 1
     ));
     // S1: created by process 1, its second half imported by the others from process 2 on.
@@ -200,8 +213,8 @@ pub(super) fn build_topology(demo: &mut Demo) -> Result<(), DemoError> {
             );
         }
         demo.topology.push(format!(
-            "S1: {} MiB created by process 1, second half imported by processes 2..{}",
-            (2 * gran) >> 20,
+            "S1: {} created by process 1, second half imported by processes 2..{}",
+            size_text(2 * gran),
             n - 1
         ));
     }
@@ -221,8 +234,8 @@ pub(super) fn build_topology(demo: &mut Demo) -> Result<(), DemoError> {
         }
     }
     demo.topology.push(format!(
-        "every process: one private tracked and one untracked allocation of {} MiB",
-        gran >> 20
+        "every process: one private tracked and one untracked allocation of {}",
+        size_text(gran)
     ));
     // Memory IPC: cuMemAlloc + cuIpcGetMemHandle in process 0, cuIpcOpenMemHandle in the last.
     let last = n - 1;
@@ -247,9 +260,50 @@ pub(super) fn build_topology(demo: &mut Demo) -> Result<(), DemoError> {
         5000,
         format!("IPC buffer opened by process {last}"),
     );
-    demo.topology.push(format!("IPC: a {} MiB cuMemAlloc buffer of process 0 opened by process {last} through cuIpcOpenMemHandle", gran >> 20));
+    demo.topology.push(format!("IPC: a {} cuMemAlloc buffer of process 0 opened by process {last} through cuIpcOpenMemHandle", size_text(gran)));
+    build_mesh(demo, &devices)?;
     // Before the checkpoint, everything reads back as written (sharing works).
     demo.verify_all()?;
+    Ok(())
+}
+
+/// `--mesh`: every process creates `demo.mesh` allocations of one granule, each imported,
+/// mapped and its handle released by the next process (as engines hold thousands of blocks).
+fn build_mesh(demo: &mut Demo, devices: &[i32]) -> Result<(), DemoError> {
+    let (n, gran, count) = (demo.workers.len(), demo.granularity, demo.mesh);
+    if count == 0 {
+        return Ok(());
+    }
+    for creator in 0..n {
+        let importer = (creator + 1) % n;
+        for k in 0..count {
+            let seed = 1_000_000 + (creator * count + k) as u64;
+            let name = format!("mesh allocation {k} of process {creator}");
+            let ticket = demo.create_shared(creator, gran, devices[creator], seed, &name)?;
+            let h = demo
+                .w(importer)
+                .import(std::os::fd::AsFd::as_fd(&ticket))
+                .map_err(worker_error(format!("importing {name}")))?;
+            let va = demo
+                .w(importer)
+                .map_rw(h, gran, devices[importer])
+                .map_err(worker_error(format!("mapping {name}")))?;
+            demo.w(importer)
+                .release(h)
+                .map_err(worker_error(format!("releasing {name}'s handle")))?;
+            demo.expect(
+                importer,
+                va,
+                gran,
+                seed,
+                format!("{name} in process {importer}"),
+            );
+        }
+    }
+    demo.topology.push(format!(
+        "mesh: {count} allocations of {} created by each process and imported by the next",
+        size_text(gran)
+    ));
     Ok(())
 }
 
@@ -266,11 +320,21 @@ pub(super) fn check_sharing(demo: &mut Demo) -> Result<usize, DemoError> {
         .iter()
         .find(|r| r.what == "IPC buffer in its producer")
         .cloned();
+    // The first mesh allocation of each process: its importer's writes reach the creator.
+    let mesh_creator = |what: &str| {
+        let name = what.strip_prefix("mesh allocation 0 of process ")?;
+        let (creator, _) = name.split_once(" in process ")?;
+        let of_creator = format!("mesh allocation 0 of process {creator} in its creator");
+        regions.iter().find(|r| r.what == of_creator).cloned()
+    };
     for r in &regions {
+        let mesh = mesh_creator(&r.what);
         let creator = if r.what.starts_with("S0 imported") {
             &s0_creator
         } else if r.what.starts_with("IPC buffer opened") {
             &ipc_creator
+        } else if mesh.is_some() {
+            &mesh
         } else {
             continue;
         };

@@ -22,6 +22,8 @@ pub struct Options {
     pub processes: usize,
     /// Size of the allocation every process imports (rounded up to the granularity).
     pub shared_mib: u64,
+    /// Small shared allocations per process, each imported by the next process.
+    pub mesh: usize,
     pub criu: Option<Criu>,
     /// With `criu`: plain `criu dump`/`criu restore` configured with the hook, twice.
     pub criu_hook: bool,
