@@ -233,3 +233,152 @@ fn a_criu_image_is_restored_onto_another_machine() {
         .expect("write through the creator");
     w[1].verify(vb + 2 * MIB, MIB, 34).expect("still shared");
 }
+
+/// Plain `criu dump` and `criu restore`, configured with the hook as CRIU's action script and
+/// no CUDA plugin, onto another machine: `CUINTERPOSE_DEVICE_MAP` is the hook's
+/// `--device-map`. A map node-b cannot honour stops CRIU at pre-restore, before any process
+/// exists; `auto` brings the tree back on node-b's GPUs with bytes and sharing intact.
+#[test]
+fn plain_criu_with_the_hook_restores_onto_another_machine() {
+    let test = "plain_criu_with_the_hook_restores_onto_another_machine";
+    let binary = match criu::binary() {
+        Ok(binary) => binary,
+        Err(why) => return unavailable(test, &format!("CRIU is not usable here: {why}")),
+    };
+    let work = TempDir::new("criu-hook-remap").expect("work dir");
+    let dir = work.path();
+    let (unshare, root, sockets) = criu::listening_tree(dir, 2, true);
+    let mut reaper = criu::Reaper(vec![unshare.id(), root]);
+    let connect = || -> Vec<Worker> {
+        sockets
+            .iter()
+            .map(|s| Worker::connect(s, slack(Duration::from_secs(30))).expect("connect"))
+            .collect()
+    };
+    let mut w = connect();
+    w[0].init(0).expect("cuInit");
+    w[1].init(1).expect("cuInit on device 1");
+    let shared = w[0].create(4 * MIB, 0, 1).expect("create");
+    let va = w[0].map_rw(shared, 4 * MIB, 0).expect("map");
+    w[0].fill(va, 4 * MIB, 41).expect("fill");
+    let ticket = w[0].export(shared).expect("export");
+    let imported = w[1].import(ticket.as_fd()).expect("import");
+    let vb = w[1].map_rw(imported, 4 * MIB, 1).expect("map on device 1");
+    drop((ticket, w));
+
+    let images = dir.join("images");
+    std::fs::create_dir_all(&images).unwrap();
+    let config = dir.join("criu.conf");
+    std::fs::write(
+        &config,
+        format!("action-script {}\n", env!("CARGO_BIN_EXE_cuinterpose")),
+    )
+    .unwrap();
+    let driver = fakecuda_lib_dir().join("libcuda.so.1");
+    let criu = |args: &[&str], log: &str, env: &[(&str, &str)]| {
+        std::process::Command::new(&binary)
+            .args(args)
+            .arg("-D")
+            .arg(&images)
+            .arg("-o")
+            .arg(images.join(log))
+            .args(["-v4", "--config"])
+            .arg(&config)
+            .env("CUINTERPOSE_CONTROL_DIR", dir.join("control"))
+            .env("FAKECUDA_CONTROL_DIR", dir.join("fakecuda"))
+            .env("CUINTERPOSE_DRIVER", &driver)
+            .env_remove("FAKECUDA_DEVICES")
+            .env_remove("FAKECUDA_MACHINE")
+            .env_remove("CUINTERPOSE_DEVICE_MAP")
+            .envs(env.iter().copied())
+            .output()
+            .expect("run criu")
+    };
+    let status = || -> Vec<Value> {
+        std::fs::read_to_string(images.join("cuinterpose-hook.status"))
+            .unwrap_or_default()
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON status line"))
+            .collect()
+    };
+
+    let root_arg = root.to_string();
+    let dumped = criu(&["dump", "-t", &root_arg], "dump.log", &[]);
+    assert!(dumped.status.success(), "criu dump: {dumped:?}");
+    let mut unshare = unshare;
+    let _ = unshare.wait();
+
+    let node_b = [("FAKECUDA_DEVICES", "4"), ("FAKECUDA_MACHINE", "node-b")];
+    let pidfile = images.join("restore.pid");
+    let pidfile_arg = path(&pidfile);
+    let restore = ["restore", "-d", "--pidfile", pidfile_arg];
+    // Old GPU 1 unpaired: refused at pre-restore, so CRIU creates no process.
+    let refused = criu(
+        &restore,
+        "refused.log",
+        &[node_b[0], node_b[1], ("CUINTERPOSE_DEVICE_MAP", "0=0")],
+    );
+    assert!(!refused.status.success(), "criu restore: {refused:?}");
+    assert!(!pidfile.exists(), "CRIU restored nothing");
+    let said = status();
+    let pre = said
+        .iter()
+        .rfind(|l| l["action"] == "pre-restore")
+        .expect("a pre-restore line");
+    assert_eq!(pre["status"], "failed", "{said:?}");
+    assert!(pre["message"].to_string().contains("has no pair"), "{pre}");
+    // A map that does not parse is named with its variable.
+    let malformed = criu(
+        &restore,
+        "malformed.log",
+        &[("CUINTERPOSE_DEVICE_MAP", "0:1")],
+    );
+    assert!(!malformed.status.success());
+    let log = std::fs::read_to_string(images.join("malformed.log")).unwrap_or_default()
+        + &cli::text(&malformed.stderr);
+    assert!(
+        log.contains("CUINTERPOSE_DEVICE_MAP=\"0:1\"") && log.contains("is not OLD=NEW"),
+        "{log}"
+    );
+    assert!(!pidfile.exists(), "CRIU restored nothing");
+
+    let restored = criu(
+        &restore,
+        "restore.log",
+        &[node_b[0], node_b[1], ("CUINTERPOSE_DEVICE_MAP", "auto")],
+    );
+    assert!(restored.status.success(), "criu restore: {restored:?}");
+    let root: u32 = std::fs::read_to_string(&pidfile)
+        .expect("restore.pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    reaper.0 = vec![root];
+    let said = status();
+    assert!(
+        said.iter()
+            .any(|l| l["action"] == "post-resume" && l["status"] == "ok"),
+        "{said:?}"
+    );
+    let inspection = cuinterpose(dir, &[], &["inspect"]);
+    let want: Vec<Value> = (0..2)
+        .map(|i| Value::String(fakecuda_gpu("node-b", i)))
+        .collect();
+    for (pid, participant) in inspection["participants"]
+        .as_object()
+        .expect("participants")
+    {
+        let seen: Vec<Value> = participant["devices"]
+            .as_array()
+            .expect("devices")
+            .iter()
+            .map(|d| d["uuid"].clone())
+            .collect();
+        assert_eq!(seen, want, "participant {pid}: {inspection}");
+    }
+    let mut w = connect();
+    w[0].verify(va, 4 * MIB, 41).expect("creator's bytes");
+    w[1].verify(vb, 4 * MIB, 41).expect("importer's bytes");
+    w[1].fill(vb, MIB, 42).expect("write through the importer");
+    w[0].verify(va, MIB, 42).expect("seen by the creator");
+}

@@ -242,11 +242,14 @@ pub enum Command {
     /// no arguments and CRTOOLS_SCRIPT_ACTION set is this command. At pre-dump: prepare into
     /// the image directory, then native lock and checkpoint of every CUDA process of the tree
     /// (a watcher puts the workload back if CRIU then ends without a dump, or leaves the tree
-    /// running); at pre-restore: the state must be intact; at post-resume: native restore and
-    /// unlock where needed, the restore phases and the comparison. Other actions do nothing.
-    /// Each outcome is appended to cuinterpose-hook.status in the image directory. Settings
-    /// come from the environment CRIU passes on (CUINTERPOSE_CONTROL_DIR, CUINTERPOSE_DRIVER,
-    /// the timeouts); a workload in a container is reached through /proc/ROOT/root.
+    /// running); at pre-restore: the state must be intact, and CUINTERPOSE_DEVICE_MAP (the
+    /// `--device-map` of a restore onto other GPUs) one this machine can honour; at
+    /// post-resume: native restore and unlock where needed, the restore phases and the
+    /// comparison. Other actions do nothing. Each outcome is appended to
+    /// cuinterpose-hook.status in the image directory. Settings come from the environment
+    /// CRIU passes on (CUINTERPOSE_CONTROL_DIR, CUINTERPOSE_DRIVER, CUINTERPOSE_DEVICE_MAP, the
+    /// timeouts) or /etc/cuinterpose/criu-hook.conf; a workload in a container is reached
+    /// through /proc/ROOT/root.
     CriuHook {
         /// Control directory as the workload sees it (default: $CUINTERPOSE_CONTROL_DIR, else
         /// /tmp/cuinterpose).

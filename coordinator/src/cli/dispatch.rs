@@ -83,6 +83,21 @@ fn adopt_hook_settings() -> Result<(), ExitCode> {
     Ok(())
 }
 
+/// The hook's `--device-map`: `CUINTERPOSE_DEVICE_MAP` (environment or settings file), the
+/// same forms, for a plain `criu restore` onto other GPUs.
+fn hook_device_map() -> Result<Option<crate::remap::DeviceMapSpec>, Usage> {
+    let name = crate::hook::DEVICE_MAP_VARIABLE;
+    match std::env::var(name) {
+        Ok(text) if text.trim().is_empty() => Ok(None),
+        Ok(text) => text
+            .parse()
+            .map(Some)
+            .map_err(|why| Usage(format!("{name}={text:?}: {why}"))),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(Usage(format!("{name} is not valid UTF-8"))),
+    }
+}
+
 /// One CRIU action: run, recorded in the status file, said on stderr.
 fn criu_hook(workload: &compose::Workload) -> ExitCode {
     use crate::hook::{self, Context};
@@ -298,13 +313,15 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             {
                 return Ok(code);
             }
-            let workload = workload(control_dir, lock_timeout_ms)?;
+            let mut workload = workload(control_dir, lock_timeout_ms)?;
             if let (Some(criu), Some(root), Some(dir)) = (watch_criu, root, dir) {
-                // The watcher's control directory was resolved by the hook that started it.
+                // The watcher's control directory was resolved by the hook that started it;
+                // it puts a tree CRIU left running back where it is, so no device map.
                 return Ok(ExitCode::from(crate::hook::watch::watch_and_record(
                     criu, root, &dir, &workload,
                 )));
             }
+            workload.device_map = hook_device_map()?;
             Ok(criu_hook(&workload))
         }
         Command::Launch {

@@ -46,6 +46,10 @@ pub const ACTION_VARIABLE: &str = "CRTOOLS_SCRIPT_ACTION";
 pub const IMAGE_DIR_VARIABLE: &str = "CRTOOLS_IMAGE_DIR";
 /// The host PID of the tree's root (at restore: of the restored root).
 pub const INIT_PID_VARIABLE: &str = "CRTOOLS_INIT_PID";
+/// Where the restored processes' GPUs go, as `--device-map` takes it (`auto`, or
+/// `OLD=NEW,…`): checked at pre-restore, honoured at post-resume. From the environment or the
+/// settings file.
+pub const DEVICE_MAP_VARIABLE: &str = "CUINTERPOSE_DEVICE_MAP";
 /// Appended to in the image directory: one JSON line per action the hook ran.
 pub const STATUS_FILE_NAME: &str = "cuinterpose-hook.status";
 
@@ -309,7 +313,7 @@ pub fn run(
     match &context.action {
         Action::PreDump => pre_dump(context, workload, progress),
         Action::PostDump => Ok(Done::ok("the dump completed", None)),
-        Action::PreRestore => pre_restore(context.need_dir()?),
+        Action::PreRestore => pre_restore(context.need_dir()?, workload),
         Action::PreResume => {
             let dir = context.need_dir()?;
             // Noted even without a state, so that post-resume finds the directory and sees
@@ -384,14 +388,24 @@ fn pre_dump(
     ))
 }
 
-fn pre_restore(dir: &Path) -> Result<Done, HookError> {
+fn pre_restore(dir: &Path, workload: &Workload) -> Result<Done, HookError> {
     let has_state = state::state_path(dir).exists();
     let has_processes = dir.join(compose::PROCESSES_FILE_NAME).exists();
     if !has_state && !has_processes {
         return Ok(Done::skipped("no cuinterpose state in these images"));
     }
     // Missing (with a process list) or corrupt: named, and CRIU stops before resuming anyone.
-    state::load(dir).map_err(CommandError::from)?;
+    let saved = state::load(dir).map_err(CommandError::from)?;
+    // So is a device map this machine cannot honour (post-resume resolves it again, against
+    // the GPUs' free memory once the tree is back).
+    if let Some(spec) = &workload.device_map {
+        let driver = Driver::load().map_err(CommandError::from)?;
+        crate::commands::resolve_device_map(&driver, spec, &saved)?;
+        return Ok(Done::ok(
+            format!("the state is present and intact; {DEVICE_MAP_VARIABLE} can be honoured"),
+            None,
+        ));
+    }
     Ok(Done::ok("the state is present and intact", None))
 }
 

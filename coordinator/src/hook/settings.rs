@@ -17,8 +17,9 @@ pub const SETTINGS_FILE: &str = "/etc/cuinterpose/criu-hook.conf";
 pub const SETTINGS_VARIABLE: &str = "CUINTERPOSE_HOOK_SETTINGS";
 
 /// The variables a settings file may set.
-pub const ALLOWED: [&str; 6] = [
+pub const ALLOWED: [&str; 7] = [
     "CUINTERPOSE_DRIVER",
+    "CUINTERPOSE_DEVICE_MAP",
     "CUINTERPOSE_CONTROL_DIR",
     "CUINTERPOSE_CONTROL_TIMEOUT_SECONDS",
     "CUINTERPOSE_COPY_TIMEOUT_SECONDS",
@@ -169,7 +170,7 @@ mod tests {
         std::fs::write(&path, "CUINTERPOSE_DRIVER=/a\nLD_PRELOAD=/evil.so\n").unwrap();
         let error = read(&path, true).expect_err("not allowed").to_string();
         assert!(
-            error.ends_with("hook.conf:2: LD_PRELOAD cannot be set here (allowed: CUINTERPOSE_DRIVER, CUINTERPOSE_CONTROL_DIR, CUINTERPOSE_CONTROL_TIMEOUT_SECONDS, CUINTERPOSE_COPY_TIMEOUT_SECONDS, FAKECUDA_CONTROL_DIR, FAKECUDA_LIBCUDA)"),
+            error.ends_with("hook.conf:2: LD_PRELOAD cannot be set here (allowed: CUINTERPOSE_DRIVER, CUINTERPOSE_DEVICE_MAP, CUINTERPOSE_CONTROL_DIR, CUINTERPOSE_CONTROL_TIMEOUT_SECONDS, CUINTERPOSE_COPY_TIMEOUT_SECONDS, FAKECUDA_CONTROL_DIR, FAKECUDA_LIBCUDA)"),
             "{error}"
         );
         std::fs::write(&path, "just words\n").unwrap();
