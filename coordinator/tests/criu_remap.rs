@@ -54,6 +54,69 @@ fn run(work: &Path, env: &[(&str, &str)], args: &[&str]) -> std::process::Output
         .expect("run cuinterpose")
 }
 
+/// Two workers of one PID namespace under the shim, the first on its device 0, the second on
+/// its device 1, with nothing connected to them once this returns.
+struct Tree {
+    unshare: std::process::Child,
+    root: u32,
+    sockets: Vec<std::path::PathBuf>,
+    reaper: criu::Reaper,
+}
+
+impl Tree {
+    fn start(dir: &Path) -> Tree {
+        let (unshare, root, sockets) = criu::listening_tree(dir, 2, true);
+        let reaper = criu::Reaper(vec![unshare.id(), root]);
+        Tree {
+            unshare,
+            root,
+            sockets,
+            reaper,
+        }
+    }
+
+    fn connect(&self) -> Vec<Worker> {
+        self.sockets
+            .iter()
+            .map(|s| Worker::connect(s, slack(Duration::from_secs(30))).expect("connect"))
+            .collect()
+    }
+
+    /// Worker 0 creates 4 MiB filled from `seed` and worker 1 maps it on its device 1; the
+    /// two addresses.
+    fn share(w: &mut [Worker], seed: u64) -> (u64, u64) {
+        w[0].init(0).expect("cuInit");
+        w[1].init(1).expect("cuInit on device 1");
+        let shared = w[0].create(4 * MIB, 0, 1).expect("create");
+        let va = w[0].map_rw(shared, 4 * MIB, 0).expect("map");
+        w[0].fill(va, 4 * MIB, seed).expect("fill");
+        let ticket = w[0].export(shared).expect("export");
+        let imported = w[1].import(ticket.as_fd()).expect("import");
+        let vb = w[1].map_rw(imported, 4 * MIB, 1).expect("map on device 1");
+        (va, vb)
+    }
+}
+
+/// Every participant `inspect` finds sees its ordinals 0 and 1 on node-b's GPUs 0 and 1.
+fn check_on_node_b(dir: &Path) {
+    let inspection = cuinterpose(dir, &[], &["inspect"]);
+    let want: Vec<Value> = (0..2)
+        .map(|i| Value::String(fakecuda_gpu("node-b", i)))
+        .collect();
+    for (pid, participant) in inspection["participants"]
+        .as_object()
+        .expect("participants")
+    {
+        let seen: Vec<Value> = participant["devices"]
+            .as_array()
+            .expect("devices")
+            .iter()
+            .map(|d| d["uuid"].clone())
+            .collect();
+        assert_eq!(seen, want, "participant {pid}: {inspection}");
+    }
+}
+
 #[test]
 fn a_criu_image_is_restored_onto_another_machine() {
     let test = "a_criu_image_is_restored_onto_another_machine";
@@ -63,25 +126,9 @@ fn a_criu_image_is_restored_onto_another_machine() {
     };
     let work = TempDir::new("criu-remap").expect("work dir");
     let dir = work.path();
-    let (unshare, root, sockets) = criu::listening_tree(dir, 2, true);
-    let mut reaper = criu::Reaper(vec![unshare.id(), root]);
-    let connect = || -> Vec<Worker> {
-        sockets
-            .iter()
-            .map(|s| Worker::connect(s, slack(Duration::from_secs(30))).expect("connect"))
-            .collect()
-    };
-
-    let mut w = connect();
-    w[0].init(0).expect("cuInit");
-    w[1].init(1).expect("cuInit on device 1");
-    let shared = w[0].create(4 * MIB, 0, 1).expect("create");
-    let va = w[0].map_rw(shared, 4 * MIB, 0).expect("map");
-    w[0].fill(va, 4 * MIB, 31).expect("fill");
-    let ticket = w[0].export(shared).expect("export");
-    let imported = w[1].import(ticket.as_fd()).expect("import");
-    let vb = w[1].map_rw(imported, 4 * MIB, 1).expect("map on device 1");
-    drop(ticket);
+    let mut tree = Tree::start(dir);
+    let mut w = tree.connect();
+    let (va, vb) = Tree::share(&mut w, 31);
     // A multicast team of device 0 (worker 0) and device 1 (worker 1), a member each.
     let mc = w[0].mc_create(2, GRAN, 1).expect("multicast");
     let ticket = w[0].export(mc).expect("export multicast");
@@ -106,7 +153,7 @@ fn a_criu_image_is_restored_onto_another_machine() {
     let images = dir.join("checkpoint");
     let images = path(&images);
     let criu = binary.to_str().expect("a UTF-8 CRIU path");
-    let root_arg = root.to_string();
+    let root_arg = tree.root.to_string();
     let taken = cuinterpose(
         dir,
         &[],
@@ -122,8 +169,7 @@ fn a_criu_image_is_restored_onto_another_machine() {
         ],
     );
     assert_eq!(taken["command"], "checkpoint", "{taken}");
-    let mut unshare = unshare;
-    let _ = unshare.wait();
+    let _ = tree.unshare.wait();
 
     // A map this machine cannot honour is refused before CRIU brings anything back.
     let refused = run(
@@ -168,26 +214,10 @@ fn a_criu_image_is_restored_onto_another_machine() {
     );
     assert_eq!(restored["command"], "restore", "{restored}");
     let root = restored_root(images);
-    reaper.0 = vec![root];
+    tree.reaper.0 = vec![root];
 
-    // Each restored process sees its ordinals 0 and 1 on node-b's GPUs 0 and 1.
-    let inspection = cuinterpose(dir, &[], &["inspect"]);
-    let want: Vec<Value> = (0..2)
-        .map(|i| Value::String(fakecuda_gpu("node-b", i)))
-        .collect();
-    for (pid, participant) in inspection["participants"]
-        .as_object()
-        .expect("participants")
-    {
-        let seen: Vec<Value> = participant["devices"]
-            .as_array()
-            .expect("devices")
-            .iter()
-            .map(|d| d["uuid"].clone())
-            .collect();
-        assert_eq!(seen, want, "participant {pid}: {inspection}");
-    }
-    let mut w = connect();
+    check_on_node_b(dir);
+    let mut w = tree.connect();
     w[0].verify(va, 4 * MIB, 31).expect("creator's bytes");
     w[1].verify(vb, 4 * MIB, 31)
         .expect("importer's bytes on its device 1");
@@ -223,8 +253,8 @@ fn a_criu_image_is_restored_onto_another_machine() {
         stderr.contains("ABORTED") && stderr.contains("has no pair"),
         "{stderr}"
     );
-    reaper.0 = vec![restored_root(again)];
-    let mut w = connect();
+    tree.reaper.0 = vec![restored_root(again)];
+    let mut w = tree.connect();
     w[0].verify(va, MIB, 31)
         .expect("creator's bytes after the aborted toggle");
     w[1].verify(vb + MIB, MIB, 33)
@@ -247,24 +277,10 @@ fn plain_criu_with_the_hook_restores_onto_another_machine() {
     };
     let work = TempDir::new("criu-hook-remap").expect("work dir");
     let dir = work.path();
-    let (unshare, root, sockets) = criu::listening_tree(dir, 2, true);
-    let mut reaper = criu::Reaper(vec![unshare.id(), root]);
-    let connect = || -> Vec<Worker> {
-        sockets
-            .iter()
-            .map(|s| Worker::connect(s, slack(Duration::from_secs(30))).expect("connect"))
-            .collect()
-    };
-    let mut w = connect();
-    w[0].init(0).expect("cuInit");
-    w[1].init(1).expect("cuInit on device 1");
-    let shared = w[0].create(4 * MIB, 0, 1).expect("create");
-    let va = w[0].map_rw(shared, 4 * MIB, 0).expect("map");
-    w[0].fill(va, 4 * MIB, 41).expect("fill");
-    let ticket = w[0].export(shared).expect("export");
-    let imported = w[1].import(ticket.as_fd()).expect("import");
-    let vb = w[1].map_rw(imported, 4 * MIB, 1).expect("map on device 1");
-    drop((ticket, w));
+    let mut tree = Tree::start(dir);
+    let mut w = tree.connect();
+    let (va, vb) = Tree::share(&mut w, 41);
+    drop(w);
 
     let images = dir.join("images");
     std::fs::create_dir_all(&images).unwrap();
@@ -302,11 +318,10 @@ fn plain_criu_with_the_hook_restores_onto_another_machine() {
             .collect()
     };
 
-    let root_arg = root.to_string();
+    let root_arg = tree.root.to_string();
     let dumped = criu(&["dump", "-t", &root_arg], "dump.log", &[]);
     assert!(dumped.status.success(), "criu dump: {dumped:?}");
-    let mut unshare = unshare;
-    let _ = unshare.wait();
+    let _ = tree.unshare.wait();
 
     let node_b = [("FAKECUDA_DEVICES", "4"), ("FAKECUDA_MACHINE", "node-b")];
     let pidfile = images.join("restore.pid");
@@ -353,30 +368,15 @@ fn plain_criu_with_the_hook_restores_onto_another_machine() {
         .trim()
         .parse()
         .expect("a pid");
-    reaper.0 = vec![root];
+    tree.reaper.0 = vec![root];
     let said = status();
     assert!(
         said.iter()
             .any(|l| l["action"] == "post-resume" && l["status"] == "ok"),
         "{said:?}"
     );
-    let inspection = cuinterpose(dir, &[], &["inspect"]);
-    let want: Vec<Value> = (0..2)
-        .map(|i| Value::String(fakecuda_gpu("node-b", i)))
-        .collect();
-    for (pid, participant) in inspection["participants"]
-        .as_object()
-        .expect("participants")
-    {
-        let seen: Vec<Value> = participant["devices"]
-            .as_array()
-            .expect("devices")
-            .iter()
-            .map(|d| d["uuid"].clone())
-            .collect();
-        assert_eq!(seen, want, "participant {pid}: {inspection}");
-    }
-    let mut w = connect();
+    check_on_node_b(dir);
+    let mut w = tree.connect();
     w[0].verify(va, 4 * MIB, 41).expect("creator's bytes");
     w[1].verify(vb, 4 * MIB, 41).expect("importer's bytes");
     w[1].fill(vb, MIB, 42).expect("write through the importer");

@@ -4,8 +4,7 @@
 
 use std::fs;
 use std::os::fd::AsFd;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -17,29 +16,7 @@ use p::{Reply, Request};
 
 mod support;
 
-use support::check;
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        let path = std::env::temp_dir().join(format!("cuise-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&path);
-        fs::create_dir(&path).expect("create scratch dir");
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o700)).expect("chmod scratch");
-        Self(path)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
+use support::{Scratch, check};
 
 fn pid(value: u32) -> p::NamespacePid {
     p::NamespacePid::new(value).expect("non-zero")

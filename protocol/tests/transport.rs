@@ -10,7 +10,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::UnixListener as StdListener;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -64,38 +64,13 @@ static ALLOCATOR: Counting = Counting;
 
 mod support;
 
-use support::check;
+use support::{Scratch, check};
 
 fn pid(value: u32) -> p::NamespacePid {
     p::NamespacePid::new(value).expect("non-zero")
 }
 
 /// A fresh private directory, removed afterwards.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        let path = std::env::temp_dir().join(format!("cuitr-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&path);
-        fs::create_dir(&path).expect("create scratch dir");
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o700)).expect("chmod scratch");
-        Self(path)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-
-    fn join(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A helper process and the lines it prints.
 struct PeerProcess {

@@ -28,7 +28,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use support::{Sandbox, lib_dir, shim};
+use support::{Sandbox, export_request, lib_dir, shim};
 
 const MIB: u64 = 1 << 20;
 use cuinterpose_abi::consts::HANDLE_TYPE_POSIX_FD as POSIX;
@@ -1117,17 +1117,6 @@ fn another_user_is_kept_out_by_modes_and_by_credentials() {
         std::thread::sleep(Duration::from_millis(20));
     }
     target.check_healthy("a peer of another user");
-}
-
-fn export_request(ticket: &Ticket, capability: CapabilityToken) -> Request {
-    Request::Export(ExportRequest {
-        allocation: AllocationReference {
-            id: ticket.handle.allocation,
-            creator_pid: ticket.handle.creator_pid,
-        },
-        resource: ResourceKind::Unicast,
-        capability,
-    })
 }
 
 /// Asks the shim for an export with the protocol client: the reply and whether a descriptor

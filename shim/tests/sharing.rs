@@ -7,15 +7,15 @@ mod support;
 use cuinterpose_protocol::ticket::{create_ticket, read_ticket};
 use cuinterpose_protocol::{
     AccessDescriptor, AccessFlags, AllocationProperties, AllocationRecord, AllocationReference,
-    AllocationType, BoundedVec, CapabilityToken, ExportRequest, HandleTypes, Location,
-    LocationType, MappingRecord, NamespacePid, Phase, Record, RefusalCode, Reply, Request,
-    ResourceKind, Ticket, VirtualShareableHandle,
+    AllocationType, BoundedVec, CapabilityToken, HandleTypes, Location, LocationType,
+    MappingRecord, NamespacePid, Phase, Record, RefusalCode, Reply, Request, Ticket,
+    VirtualShareableHandle,
 };
 use cuinterpose_workload::{EntryPath, Grant, Worker};
 use std::os::fd::AsFd;
 use std::process::Stdio;
 use std::time::Duration;
-use support::{Sandbox, ask, fake_runtime, inspect, share_program, worker};
+use support::{Sandbox, ask, export_request, fake_runtime, inspect, share_program, worker};
 
 const MIB: u64 = 1 << 20;
 use cuinterpose_abi::consts::HANDLE_TYPE_POSIX_FD as POSIX;
@@ -254,14 +254,7 @@ fn a_wrong_capability_token_gets_no_descriptor() {
     let wrong = CapabilityToken::new([7; 16]).unwrap();
     assert_ne!(ticket.capability, wrong);
     // Asked directly: refused as unauthorized, no descriptor.
-    let request = Request::Export(ExportRequest {
-        allocation: AllocationReference {
-            id: ticket.handle.allocation,
-            creator_pid: ticket.handle.creator_pid,
-        },
-        resource: ResourceKind::Unicast,
-        capability: wrong,
-    });
+    let request = export_request(&ticket, wrong);
     match ask(&sandbox, pid(&a), &request) {
         Reply::Refused(r) => assert_eq!(r.code, RefusalCode::Unauthorized, "{r:?}"),
         other => panic!("{other:?}"),
@@ -489,16 +482,7 @@ fn a_creator_serves_a_series_of_exports_on_one_connection() {
     let large = a.create(4 * MIB, 0, POSIX).unwrap();
     let small = read_ticket(a.export(small).unwrap().as_fd()).unwrap();
     let large = read_ticket(a.export(large).unwrap().as_fd()).unwrap();
-    let ask_for = |ticket: &Ticket, capability| {
-        Request::Export(ExportRequest {
-            allocation: AllocationReference {
-                id: ticket.handle.allocation,
-                creator_pid: ticket.handle.creator_pid,
-            },
-            resource: ResourceKind::Unicast,
-            capability,
-        })
-    };
+    let ask_for = export_request;
     let endpoint = Endpoint::for_pid(
         &sandbox.control_dir(),
         NamespacePid::new(pid(&a) as u32).unwrap(),

@@ -338,7 +338,12 @@ pub fn try_request_export(
         resource,
         capability,
     });
-    match call_participant(reference.creator_pid, &request)? {
+    export_answer(call_participant(reference.creator_pid, &request)?)
+}
+
+/// A creator's answer to an export: the export and its descriptor, or why there is none.
+fn export_answer((reply, fd): (Reply, Option<OwnedFd>)) -> Result<(Reply, OwnedFd), String> {
+    match (reply, fd) {
         (Reply::Refused(refused), _) => Err(format!(
             "refused ({}): {}",
             refused.code,
@@ -376,16 +381,7 @@ pub fn for_each_export(
     let replies = cuinterpose_protocol::transport::export_all(&endpoint, &requests, &timeouts)
         .map_err(|e| failed(&e))?;
     for (index, reply) in replies.enumerate() {
-        let answer = match reply.map_err(|e| failed(&e))? {
-            (Reply::Refused(refused), _) => Err(format!(
-                "refused ({}): {}",
-                refused.code,
-                refused.message.as_str()
-            )),
-            (reply, Some(fd)) => Ok((reply, fd)),
-            (reply, None) => Err(format!("{} reply without a descriptor", reply.kind())),
-        };
-        each(index, answer)?;
+        each(index, export_answer(reply.map_err(|e| failed(&e))?))?;
     }
     Ok(())
 }

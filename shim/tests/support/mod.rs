@@ -309,3 +309,19 @@ pub fn in_process(name: &str) -> InProcess {
         shim,
     }
 }
+
+/// An export request for the unicast allocation `ticket` names, with `capability`.
+pub fn export_request(
+    ticket: &cuinterpose_protocol::Ticket,
+    capability: cuinterpose_protocol::CapabilityToken,
+) -> cuinterpose_protocol::Request {
+    use cuinterpose_protocol::{AllocationReference, ExportRequest, Request, ResourceKind};
+    Request::Export(ExportRequest {
+        allocation: AllocationReference {
+            id: ticket.handle.allocation,
+            creator_pid: ticket.handle.creator_pid,
+        },
+        resource: ResourceKind::Unicast,
+        capability,
+    })
+}
