@@ -70,8 +70,6 @@ fn pid(value: u32) -> p::NamespacePid {
     p::NamespacePid::new(value).expect("non-zero")
 }
 
-/// A fresh private directory, removed afterwards.
-
 /// A helper process and the lines it prints.
 struct PeerProcess {
     child: Child,
