@@ -18,7 +18,7 @@ use cuinterpose_protocol::transport::{Endpoint, Timeouts, TransportError, call_w
 use cuinterpose_protocol::{InspectionReply, NamespacePid, Operation, Reply, Request, StateFile};
 
 use crate::events::{CopyProgress, CopyState, Event};
-use crate::plan::{Outcome, Run, Stage, Step};
+use crate::plan::{ExchangeError, Outcome, Run, Stage, Step};
 use crate::report::Report;
 pub use crate::stale::StaleSocket;
 use crate::stale::{self, Probe};
@@ -176,7 +176,7 @@ impl Session {
         &self,
         request: &Request,
         pids: &[NamespacePid],
-    ) -> BTreeMap<NamespacePid, Result<Reply, String>> {
+    ) -> BTreeMap<NamespacePid, Outcome> {
         self.broadcast_timed(request, pids)
             .into_iter()
             .map(|(pid, (outcome, _))| (pid, outcome))
@@ -188,7 +188,7 @@ impl Session {
         &self,
         request: &Request,
         pids: &[NamespacePid],
-    ) -> BTreeMap<NamespacePid, (Result<Reply, String>, Duration)> {
+    ) -> BTreeMap<NamespacePid, (Outcome, Duration)> {
         std::thread::scope(|scope| {
             let handles: Vec<_> = pids
                 .iter()
@@ -199,11 +199,14 @@ impl Session {
                         .spawn_scoped(scope, move || {
                             let started = Instant::now();
                             let outcome = endpoint
-                                .ok_or_else(|| format!("no endpoint for participant {pid}"))
+                                .ok_or_else(|| ExchangeError::Unsent {
+                                    kind: "NoEndpoint",
+                                    message: format!("no endpoint for participant {pid}"),
+                                })
                                 .and_then(|endpoint| {
                                     call_with(endpoint, request, &self.timeouts)
                                         .map(|(reply, _fd)| reply)
-                                        .map_err(|error| error.to_string())
+                                        .map_err(|error| ExchangeError::from(&error))
                                 });
                             (outcome, started.elapsed())
                         });
@@ -221,12 +224,18 @@ impl Session {
                                 .or_else(|| panic.downcast_ref::<String>().cloned())
                                 .unwrap_or_default();
                             (
-                                Err(format!("the exchange thread panicked: {message}")),
+                                Err(ExchangeError::Lost {
+                                    kind: "Panicked",
+                                    message: format!("the exchange thread panicked: {message}"),
+                                }),
                                 Duration::ZERO,
                             )
                         }),
                         Err(error) => (
-                            Err(format!("cannot start an exchange thread: {error}")),
+                            Err(ExchangeError::Unsent {
+                                kind: "NoThread",
+                                message: format!("cannot start an exchange thread: {error}"),
+                            }),
                             Duration::ZERO,
                         ),
                     };
@@ -367,7 +376,10 @@ impl Session {
             exchanges.join().unwrap_or_else(|_| {
                 pids.iter()
                     .map(|pid| {
-                        let lost = Err("the broadcast thread panicked".to_owned());
+                        let lost = Err(ExchangeError::Lost {
+                            kind: "Panicked",
+                            message: "the broadcast thread panicked".to_owned(),
+                        });
                         (*pid, (lost, Duration::ZERO))
                     })
                     .collect()
@@ -403,15 +415,17 @@ impl Session {
         self.broadcast(&Request::Inspect, &self.participants())
             .into_iter()
             .map(|(pid, outcome)| {
-                let inspection = outcome.and_then(|reply| match reply {
-                    Reply::Inspection(inspection) => Ok(inspection),
-                    Reply::Refused(refused) => Err(format!(
-                        "refused ({}): {}",
-                        refused.code,
-                        refused.message.as_str()
-                    )),
-                    other => Err(format!("replied `{}`, expected `inspection`", other.kind())),
-                });
+                let inspection = outcome
+                    .map_err(|e| e.to_string())
+                    .and_then(|reply| match reply {
+                        Reply::Inspection(inspection) => Ok(inspection),
+                        Reply::Refused(refused) => Err(format!(
+                            "refused ({}): {}",
+                            refused.code,
+                            refused.message.as_str()
+                        )),
+                        other => Err(format!("replied `{}`, expected `inspection`", other.kind())),
+                    });
                 (pid, inspection)
             })
             .collect()

@@ -552,7 +552,8 @@ fn bad_replies_get_the_matching_error() {
                 }
             ),
             "{error:?}"
-        )
+        );
+        assert!(error.may_have_arrived(), "the request was read: {error}");
     });
     check_reply("cut", "inspection", |error| {
         assert!(
@@ -850,6 +851,8 @@ fn full_listen_queue_and_silent_listener_time_out() {
             ),
             "{result:?}"
         );
+        // Sent and never answered: it may have changed the peer.
+        assert!(result.as_ref().expect_err("timed out").may_have_arrived());
         assert!(
             elapsed >= timeout && elapsed < timeout + SLACK,
             "{elapsed:?}"
@@ -868,6 +871,8 @@ fn full_listen_queue_and_silent_listener_time_out() {
             ),
             "{result:?}"
         );
+        // Never connected: nothing reached the peer.
+        assert!(!result.as_ref().expect_err("timed out").may_have_arrived());
         assert!(
             elapsed >= timeout && elapsed < timeout + SLACK,
             "{elapsed:?}"
@@ -907,6 +912,7 @@ fn missing_or_dead_listener_is_refused() {
         );
         if let Err(error) = &result {
             assert_names_endpoint(error, &path);
+            assert!(!error.may_have_arrived(), "{error}");
         }
     });
 }
@@ -938,6 +944,7 @@ fn call_refuses_a_request_descriptor_and_zero_timeout_before_connecting() {
             matches!(&result, Err(TransportError::InvalidTimeout { .. })),
             "{result:?}"
         );
+        assert!(!result.expect_err("refused").may_have_arrived());
         let result = transport::call(
             &endpoint,
             &Request::Inspect,

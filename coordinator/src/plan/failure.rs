@@ -10,13 +10,60 @@ use super::stage::{RunKind, Stage};
 use crate::state::RecordDifference;
 use crate::validate::TopologyError;
 
+/// Why an exchange with a participant gave no reply, as the plan must know it: whether the
+/// request can have reached the participant (and so changed it), the transport's name for
+/// the failure (`Refused`, `Timeout`, …, as [`cuinterpose_protocol::transport::TransportError::variant`]
+/// gives it, or the session's own `NoEndpoint`, `NoThread`, `Panicked`), and its message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExchangeError {
+    /// Nothing reached the participant (no socket, nothing listening, a bad endpoint or
+    /// timeout): it is as it was.
+    Unsent { kind: &'static str, message: String },
+    /// The request may have reached the participant: sent, then no valid reply.
+    Lost { kind: &'static str, message: String },
+}
+
+impl ExchangeError {
+    /// Whether the participant may have acted on the request.
+    pub fn may_have_arrived(&self) -> bool {
+        matches!(self, Self::Lost { .. })
+    }
+
+    /// The failure's name (the transport error's variant, or the session's own).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Unsent { kind, .. } | Self::Lost { kind, .. } => kind,
+        }
+    }
+}
+
+impl From<&cuinterpose_protocol::transport::TransportError> for ExchangeError {
+    fn from(error: &cuinterpose_protocol::transport::TransportError) -> Self {
+        let (kind, message) = (error.variant(), error.to_string());
+        if error.may_have_arrived() {
+            Self::Lost { kind, message }
+        } else {
+            Self::Unsent { kind, message }
+        }
+    }
+}
+
+impl fmt::Display for ExchangeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unsent { message, .. } => write!(f, "{message} (nothing was sent)"),
+            Self::Lost { message, .. } => f.write_str(message),
+        }
+    }
+}
+
 /// Why a participant (or the whole run) failed a stage.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reason {
     /// A topology rule (its message names the participant itself).
     Topology(TopologyError),
     /// No reply: connect, send or receive failed or timed out.
-    Transport(String),
+    Transport(ExchangeError),
     /// The participant refused the request.
     Refused {
         code: RefusalCode,

@@ -30,7 +30,7 @@ mod stage;
 #[cfg(test)]
 mod tests;
 
-pub use failure::{Failure, Reason, RunError};
+pub use failure::{ExchangeError, Failure, Reason, RunError};
 pub use run::{Outcome, Run, Step};
 pub use stage::{RunKind, Stage};
 

@@ -9,7 +9,7 @@ use cuinterpose_protocol::{
     Record, RefusalCode, Reply, Request, StateFile,
 };
 
-use super::failure::{Failure, Reason, RunError, only_refusals, topology_failures};
+use super::failure::{ExchangeError, Failure, Reason, RunError, only_refusals, topology_failures};
 use super::stage::{RunKind, Stage};
 use crate::remap::Remap;
 use crate::report::{PhaseReport, Report};
@@ -18,8 +18,8 @@ use crate::validate::{self, Topology, TopologyError};
 mod checks;
 use checks::Accepted;
 
-/// One participant's exchange: its reply, or why there is none (a transport error).
-pub type Outcome = Result<Reply, String>;
+/// One participant's exchange: its reply, or why there is none.
+pub type Outcome = Result<Reply, ExchangeError>;
 
 /// What to do next.
 #[derive(Debug, Clone, PartialEq)]
@@ -431,7 +431,9 @@ impl Run {
                 }
                 _ => false,
             },
-            Ok(_) | Err(_) => true,
+            Ok(_) => true,
+            // A request that never left cannot have changed anything.
+            Err(error) => error.may_have_arrived(),
         }
     }
 

@@ -59,7 +59,7 @@ fn a_busy_refusal_of_begin_checkpoint_is_not_fail_stop_while_others_froze() {
     // stays fail-stop.
     for outcome in [
         refused(RefusalCode::DriverError, "cuCtxSynchronize failed"),
-        Err("the peer closed the connection while receiving the reply".to_owned()),
+        lost("the peer closed the connection while receiving the reply"),
     ] {
         let mut fakes = fake_participants(&topology);
         let mut run = Run::capture(fakes.keys().copied());
@@ -316,7 +316,10 @@ fn transport_error_names_the_participant() {
     let mut run = Run::capture(fakes.keys().copied());
     let mut tamper = |stage: Stage, pid: NamespacePid, outcome: Outcome| {
         if stage == Stage::Execute(Operation::PrepareUnicast) && pid.get() == 103 {
-            return Err("socket /tmp/x/cuinterpose-103.sock: the peer closed the connection while receiving the reply".into());
+            return lost(
+                "socket /tmp/x/cuinterpose-103.sock: the peer closed the connection while \
+                 receiving the reply",
+            );
         }
         outcome
     };
@@ -334,7 +337,7 @@ fn transport_error_names_the_participant() {
     let mut run = Run::capture(fakes.keys().copied());
     let mut tamper = |_: Stage, pid: NamespacePid, outcome: Outcome| {
         if pid.get() == 101 {
-            return Err("timed out".into());
+            return lost("timed out");
         }
         outcome
     };
@@ -502,7 +505,7 @@ fn a_capture_stopped_before_prepare_unicast_is_rolled_back() {
     let stalled = |target: Stage| {
         move |stage: Stage, p: NamespacePid, outcome: Outcome| {
             if stage == target && p == pid(102) {
-                Err("timed out after 1s".to_owned())
+                lost("timed out after 1s")
             } else {
                 outcome
             }

@@ -24,6 +24,13 @@ fn deadline(peer: &Peer, timeout: Duration) -> Result<Deadline, TransportError> 
     })
 }
 
+/// What a client was doing when an error came before any byte of its request was sent (see
+/// [`TransportError::may_have_arrived`]).
+pub(crate) const CREATING_SOCKET: &str = "creating a socket";
+pub(crate) const SETTING_CONNECT_TIMEOUT: &str = "setting the connect timeout";
+pub(crate) const CONNECTING: &str = "connecting";
+pub(crate) const CONNECT_QUEUE_FULL: &str = "connecting (the listen queue is full)";
+
 /// Connects with `SO_SNDTIMEO` set first: on Linux it also bounds a blocking `connect` waiting
 /// for room in a full listen queue.
 pub(crate) fn connect_socket(
@@ -42,7 +49,7 @@ pub(crate) fn connect_socket(
         SockFlag::SOCK_CLOEXEC,
         None,
     )
-    .map_err(|errno| io("creating a socket", io::Error::from(errno)))?;
+    .map_err(|errno| io(CREATING_SOCKET, io::Error::from(errno)))?;
     let address = UnixAddr::new(endpoint.path()).map_err(|_| TransportError::InvalidEndpoint {
         path: endpoint.path().to_path_buf(),
         problem: EndpointProblem::TooLong {
@@ -53,12 +60,12 @@ pub(crate) fn connect_socket(
     loop {
         let timed_out = || TransportError::Timeout {
             peer: peer.clone(),
-            during: "connecting (the listen queue is full)",
+            during: CONNECT_QUEUE_FULL,
             after: deadline.total(),
         };
         let left = deadline.remaining_or_none().ok_or_else(timed_out)?;
         frame::set_socket_timeout(socket.as_fd(), libc::SO_SNDTIMEO, left)
-            .map_err(|source| io("setting the connect timeout", source))?;
+            .map_err(|source| io(SETTING_CONNECT_TIMEOUT, source))?;
         match socket::connect(socket.as_raw_fd(), &address) {
             Ok(()) => return Ok(socket),
             // A unix connect interrupted while queued leaves the socket unconnected: retry.
@@ -76,7 +83,7 @@ pub(crate) fn connect_socket(
                     reason: RefusalReason::NoSocket,
                 });
             }
-            Err(errno) => return Err(io("connecting", io::Error::from(errno))),
+            Err(errno) => return Err(io(CONNECTING, io::Error::from(errno))),
         }
     }
 }

@@ -161,6 +161,29 @@ impl TransportError {
         }
     }
 
+    /// Whether the request can have reached the peer, and so changed it. `false` only for
+    /// errors of a call that sent nothing: the endpoint or a timeout refused, the request not
+    /// encodable, the connection refused or failed, or a full listen queue that never took
+    /// it. Anything once sending began is `true`, a partial frame included (the peer may
+    /// have read all of it before the error), as is a descriptor where none belongs (a
+    /// request's is refused before connecting, a reply's after).
+    pub fn may_have_arrived(&self) -> bool {
+        use super::client::{
+            CONNECT_QUEUE_FULL, CONNECTING, CREATING_SOCKET, SETTING_CONNECT_TIMEOUT,
+        };
+        match self {
+            Self::Refused { .. }
+            | Self::InvalidEndpoint { .. }
+            | Self::InvalidTimeout { .. }
+            | Self::Encode { .. } => false,
+            Self::Timeout { during, .. } => *during != CONNECT_QUEUE_FULL,
+            Self::Io { during, .. } => {
+                ![CREATING_SOCKET, SETTING_CONNECT_TIMEOUT, CONNECTING].contains(during)
+            }
+            _ => true,
+        }
+    }
+
     /// The variant's name, for logs and for test helpers that report across processes.
     pub fn variant(&self) -> &'static str {
         match self {

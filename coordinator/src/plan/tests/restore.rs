@@ -212,3 +212,36 @@ fn an_interrupted_restore_completes_when_run_again() {
         false,
     );
 }
+
+/// A mutating phase whose requests never left (every participant's socket refused them)
+/// changed nothing: not fail-stop, nobody told, exit 1, and the message says nothing was
+/// sent. The same phase with requests sent and never answered is fail-stop.
+#[test]
+fn a_phase_that_reached_nobody_changed_nothing() {
+    let load = Stage::Execute(Operation::LoadAllocations);
+    for (outcome, mutated) in [
+        (
+            unsent("connection refused: nothing listens on the socket"),
+            false,
+        ),
+        (lost("timed out after 1s while receiving the reply"), true),
+    ] {
+        let (mut fakes, state) = captured();
+        let mut run = Run::restore(&state, fakes.keys().copied());
+        let mut tamper = |stage: Stage, _: NamespacePid, given: Outcome| {
+            if stage == load {
+                outcome.clone()
+            } else {
+                given
+            }
+        };
+        drive(&mut run, &mut fakes, &mut tamper, Ok(()));
+        let reason = if mutated {
+            "no reply: timed out after 1s"
+        } else {
+            "no reply: connection refused: nothing listens on the socket (nothing was sent)"
+        };
+        check_failed(&run, load, Some(101), reason, mutated);
+        assert_eq!(run.fail_stop_targets().is_some(), mutated);
+    }
+}

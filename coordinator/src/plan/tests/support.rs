@@ -72,6 +72,22 @@ pub(super) fn restore_stages() -> Vec<Stage> {
     stages
 }
 
+/// An exchange whose request was sent and never answered (a timeout, a closed connection).
+pub(super) fn lost(message: &str) -> Outcome {
+    Err(ExchangeError::Lost {
+        kind: "Timeout",
+        message: message.to_owned(),
+    })
+}
+
+/// An exchange that never sent its request (the participant's socket refused it).
+pub(super) fn unsent(message: &str) -> Outcome {
+    Err(ExchangeError::Unsent {
+        kind: "Refused",
+        message: message.to_owned(),
+    })
+}
+
 pub(super) fn refused(code: RefusalCode, message: &str) -> Outcome {
     Ok(RefusedReply {
         code,
