@@ -18,7 +18,7 @@ use cuinterpose_protocol::transport::{Endpoint, Timeouts, TransportError, call_w
 use cuinterpose_protocol::{InspectionReply, NamespacePid, Operation, Reply, Request, StateFile};
 
 use crate::events::{CopyProgress, CopyState, Event};
-use crate::plan::{ExchangeError, Outcome, Run, Stage, Step};
+use crate::plan::{ExchangeError, Outcome, Participants, Run, Stage};
 use crate::report::Report;
 pub use crate::stale::StaleSocket;
 use crate::stale::{self, Probe};
@@ -258,84 +258,24 @@ impl Session {
             .collect()
     }
 
-    /// Runs `run` to its end: broadcasts, publishes through `publish`, reports to `progress`
-    /// each phase as it starts and ends, and the copy phases' progress while they run.
+    /// Runs `run` to its end ([`crate::plan::drive`]): broadcasts, publishes through
+    /// `publish`, reports to `progress` each phase as it starts and ends, and the copy phases'
+    /// progress while they run; tells the participants when the run failed after changing them.
     pub fn drive(
         &self,
         run: &mut Run,
         publish: &mut dyn FnMut(&StateFile) -> Result<(), String>,
         progress: &mut dyn FnMut(&Event),
     ) -> Result<Report, crate::plan::RunError> {
-        let mut reported = 0;
-        let mut copies = Vec::new();
-        loop {
-            for phase in &run.phases()[reported..] {
-                progress(&Event::Done(phase));
-            }
-            reported = run.phases().len();
-            match run.step() {
-                Step::Broadcast {
-                    stage,
-                    request,
-                    participants,
-                } => {
-                    let (stage, request, participants) =
-                        (*stage, request.clone(), participants.clone());
-                    let phase = stage.name_in(run.kind());
-                    progress(&Event::Started {
-                        phase,
-                        participants: participants.len(),
-                    });
-                    let started = Instant::now();
-                    let outcomes: BTreeMap<NamespacePid, Outcome> = match stage {
-                        Stage::Execute(
-                            operation @ (Operation::SaveAllocations | Operation::LoadAllocations),
-                        ) => {
-                            let expected = participants
-                                .iter()
-                                .map(|pid| (*pid, run.topology().bytes_of(*pid)))
-                                .collect();
-                            let copy = Copy {
-                                operation,
-                                phase,
-                                expected,
-                            };
-                            let timed =
-                                self.broadcast_watching(&request, &participants, &copy, progress);
-                            copies.extend(copy_reports(phase, &timed));
-                            timed
-                                .into_iter()
-                                .map(|(pid, (outcome, _))| (pid, outcome))
-                                .collect()
-                        }
-                        _ => self.broadcast(&request, &participants),
-                    };
-                    run.feed(outcomes, started.elapsed());
-                }
-                Step::Publish(state) => {
-                    let state = state.clone();
-                    progress(&Event::Started {
-                        phase: Stage::PublishState.name(),
-                        participants: run.participants().len(),
-                    });
-                    let started = Instant::now();
-                    let result = publish(&state);
-                    run.feed_publish(result, started.elapsed());
-                }
-                Step::Done(report) => {
-                    let mut report = report.clone();
-                    report.copies = copies;
-                    return Ok(report);
-                }
-                Step::Failed(error) => {
-                    let mut error = error.clone();
-                    if let Some(pids) = run.fail_stop_targets() {
-                        error.told = self.declare_fail_stop(pids, &error.failures_text());
-                    }
-                    return Err(error);
-                }
-            }
-        }
+        let mut through = Sockets {
+            session: self,
+            publish,
+            progress,
+            copies: Vec::new(),
+        };
+        let mut report = crate::plan::drive(run, &mut through)?;
+        report.copies = through.copies;
+        Ok(report)
     }
 
     /// [`Session::broadcast`] of a copy operation, asking every participant for its progress
@@ -471,6 +411,74 @@ pub fn inspect(session: &Session) -> Inspection {
     Inspection {
         replies,
         validation,
+    }
+}
+
+/// A run's requests over the session's sockets, its state through the caller's `publish`.
+struct Sockets<'a> {
+    session: &'a Session,
+    publish: &'a mut dyn FnMut(&StateFile) -> Result<(), String>,
+    progress: &'a mut dyn FnMut(&Event),
+    /// Each participant's part of the copy phases so far.
+    copies: Vec<crate::report::CopyReport>,
+}
+
+impl Participants for Sockets<'_> {
+    fn broadcast(
+        &mut self,
+        run: &Run,
+        stage: Stage,
+        request: &Request,
+        participants: &[NamespacePid],
+    ) -> (BTreeMap<NamespacePid, Outcome>, Duration) {
+        let started = Instant::now();
+        let outcomes = match stage {
+            Stage::Execute(
+                operation @ (Operation::SaveAllocations | Operation::LoadAllocations),
+            ) => {
+                let phase = stage.name_in(run.kind());
+                let expected = participants
+                    .iter()
+                    .map(|pid| (*pid, run.topology().bytes_of(*pid)))
+                    .collect();
+                let copy = Copy {
+                    operation,
+                    phase,
+                    expected,
+                };
+                let timed =
+                    self.session
+                        .broadcast_watching(request, participants, &copy, self.progress);
+                self.copies.extend(copy_reports(phase, &timed));
+                timed
+                    .into_iter()
+                    .map(|(pid, (outcome, _))| (pid, outcome))
+                    .collect()
+            }
+            _ => self.session.broadcast(request, participants),
+        };
+        (outcomes, started.elapsed())
+    }
+
+    fn publish(&mut self, state: &StateFile) -> (Result<(), String>, Duration) {
+        let started = Instant::now();
+        let result = (self.publish)(state);
+        (result, started.elapsed())
+    }
+
+    fn declare_fail_stop(&mut self, pids: &[NamespacePid], reason: &str) -> Vec<NamespacePid> {
+        self.session.declare_fail_stop(pids, reason)
+    }
+
+    fn started(&mut self, phase: &'static str, participants: usize) {
+        (self.progress)(&Event::Started {
+            phase,
+            participants,
+        });
+    }
+
+    fn done(&mut self, phase: &crate::report::PhaseReport) {
+        (self.progress)(&Event::Done(phase));
     }
 }
 

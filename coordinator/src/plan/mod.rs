@@ -24,12 +24,14 @@
 
 use cuinterpose_protocol::{Operation, Phase};
 
+mod drive;
 mod failure;
 mod run;
 mod stage;
 #[cfg(test)]
 mod tests;
 
+pub use drive::{Participants, drive};
 pub use failure::{ExchangeError, Failure, Reason, RunError};
 pub use run::{Outcome, Run, Step};
 pub use stage::{RunKind, Stage};

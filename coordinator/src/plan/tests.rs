@@ -15,6 +15,7 @@ mod restore;
 mod support;
 
 use support::*;
+use support::{drive, drive_to_end};
 
 /// The stages of a capture stopped at `begin_checkpoint` and rolled back.
 const BEGIN_ROLLED_BACK: [Stage; 4] = [
@@ -308,6 +309,32 @@ fn refusals_without_mutation_are_not_fail_stop() {
     assert!(error.fail_stopped.is_empty());
     // Nothing was changed: nobody is told to fail-stop.
     assert_eq!(run.fail_stop_targets(), None);
+}
+
+/// The one loop tells every participant of a run that failed after changing them, and nobody
+/// of one that changed nothing.
+#[test]
+fn the_loop_tells_the_participants_of_a_fail_stop() {
+    for (stage, told) in [
+        (Stage::Execute(Operation::PrepareUnicast), true),
+        (Stage::Inspect, false),
+    ] {
+        let mut fakes = fake_participants(&shared_topology(101));
+        let mut run = Run::capture(fakes.keys().copied());
+        let mut tamper = |at: Stage, pid: NamespacePid, outcome: Outcome| {
+            if at == stage && pid.get() == 103 {
+                return lost("timed out");
+            }
+            outcome
+        };
+        let error = drive_to_end(&mut run, &mut fakes, &mut tamper).expect_err("failed");
+        let everyone: Vec<NamespacePid> = fakes.keys().copied().collect();
+        assert_eq!(
+            error.told,
+            if told { everyone } else { Vec::new() },
+            "{error}"
+        );
+    }
 }
 
 #[test]

@@ -1,12 +1,13 @@
 //! The workload every fault scenario starts from (three workers sharing one allocation, A
 //! creating it, B and C importing it), and driving a run over it through a session.
 
+use std::collections::BTreeMap;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use cuinterpose_coordinator::commands;
-use cuinterpose_coordinator::plan::{Run, RunError, Stage, Step};
+use cuinterpose_coordinator::plan::{Outcome, Participants, Run, RunError, Stage};
 use cuinterpose_coordinator::report::Report;
 use cuinterpose_coordinator::session::Session;
 use cuinterpose_protocol::transport::{Endpoint, Timeouts, call};
@@ -203,45 +204,75 @@ impl Drop for Workload {
     }
 }
 
-/// Runs `run` through `session`, calling `before` ahead of each broadcast; returns the outcome
-/// and the time the last step took.
+/// The session's sockets with a hook ahead of each broadcast, timing each stage.
+struct Hooked<'a> {
+    session: &'a Session,
+    publish: &'a mut dyn FnMut(&StateFile) -> Result<(), String>,
+    before: &'a mut dyn FnMut(Stage),
+    /// How long each stage's broadcast took, the first time it ran.
+    took: std::collections::BTreeMap<&'static str, Duration>,
+    last: Duration,
+}
+
+impl Participants for Hooked<'_> {
+    fn broadcast(
+        &mut self,
+        _: &Run,
+        stage: Stage,
+        request: &Request,
+        participants: &[NamespacePid],
+    ) -> (BTreeMap<NamespacePid, Outcome>, Duration) {
+        (self.before)(stage);
+        let started = Instant::now();
+        let outcomes = self.session.broadcast(request, participants);
+        self.last = started.elapsed();
+        self.took.entry(stage.name()).or_insert(self.last);
+        (outcomes, self.last)
+    }
+
+    fn publish(&mut self, state: &StateFile) -> (Result<(), String>, Duration) {
+        let started = Instant::now();
+        let result = (self.publish)(state);
+        self.last = started.elapsed();
+        (result, self.last)
+    }
+
+    /// These tests stand for a coordinator that is gone once the run failed (killed, or its
+    /// host lost): nobody is told, so each test sees what the shims do on their own and what a
+    /// second run finds. The notice itself is tested through `commands` (`fail_stop.rs`, the
+    /// end-to-end tests).
+    fn declare_fail_stop(&mut self, _: &[NamespacePid], _: &str) -> Vec<NamespacePid> {
+        Vec::new()
+    }
+}
+
+/// Runs `run` through `session` with the product's loop, calling `before` ahead of each
+/// broadcast and telling nobody of a fail-stop (see [`Hooked::declare_fail_stop`]); returns
+/// the outcome and the time the failed stage (or the last step) took: a rollback after a
+/// failure takes its own time.
 pub(crate) fn drive(
     session: &Session,
     run: &mut Run,
     publish: &mut dyn FnMut(&StateFile) -> Result<(), String>,
     before: &mut dyn FnMut(Stage),
 ) -> (Result<Report, RunError>, Duration) {
-    let mut last = Duration::ZERO;
-    // How long each stage took: a failed run reports the stage that failed (a rollback
-    // after it takes its own time).
-    let mut took = std::collections::BTreeMap::new();
-    loop {
-        match run.step().clone() {
-            Step::Broadcast {
-                stage,
-                request,
-                participants,
-            } => {
-                before(stage);
-                let started = Instant::now();
-                let outcomes = session.broadcast(&request, &participants);
-                last = started.elapsed();
-                took.entry(stage.name()).or_insert(last);
-                run.feed(outcomes, last);
-            }
-            Step::Publish(state) => {
-                let started = Instant::now();
-                let result = publish(&state);
-                last = started.elapsed();
-                run.feed_publish(result, last);
-            }
-            Step::Done(report) => return (Ok(report), last),
-            Step::Failed(error) => {
-                let took = took.get(error.stage.name()).copied().unwrap_or(last);
-                return (Err(error), took);
-            }
-        }
-    }
+    let mut hooked = Hooked {
+        session,
+        publish,
+        before,
+        took: std::collections::BTreeMap::new(),
+        last: Duration::ZERO,
+    };
+    let result = cuinterpose_coordinator::plan::drive(run, &mut hooked);
+    let took = match &result {
+        Err(error) => hooked
+            .took
+            .get(error.stage.name())
+            .copied()
+            .unwrap_or(hooked.last),
+        Ok(_) => hooked.last,
+    };
+    (result, took)
 }
 
 pub(crate) fn no_publish(_: &StateFile) -> Result<(), String> {

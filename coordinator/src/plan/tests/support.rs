@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use cuinterpose_protocol::{BoundedString, NamespacePid, RefusalCode, RefusedReply, StateFile};
+use cuinterpose_protocol::{
+    BoundedString, NamespacePid, RefusalCode, RefusedReply, Request, StateFile,
+};
 
 use crate::fixtures::*;
 use crate::plan::*;
@@ -14,6 +16,50 @@ pub(super) type Fakes = BTreeMap<NamespacePid, FakeParticipant>;
 /// Replaces one participant's outcome in one stage.
 pub(super) type Tamper<'a> = &'a mut dyn FnMut(Stage, NamespacePid, Outcome) -> Outcome;
 
+/// Fake participants answering through [`drive`], `tamper` replacing any outcome; records
+/// the stages broadcast, in order (`publish_state` included).
+struct Faked<'a, 'b> {
+    fakes: &'a mut Fakes,
+    tamper: Tamper<'b>,
+    publish: Result<(), String>,
+    stages: Vec<Stage>,
+}
+
+impl Participants for Faked<'_, '_> {
+    fn broadcast(
+        &mut self,
+        run: &Run,
+        stage: Stage,
+        request: &Request,
+        participants: &[NamespacePid],
+    ) -> (BTreeMap<NamespacePid, Outcome>, Duration) {
+        assert!(
+            participants.iter().all(|p| run.participants().contains(p)),
+            "{participants:?}"
+        );
+        assert_eq!(Some(request), stage.request().as_ref());
+        self.stages.push(stage);
+        let outcomes = participants
+            .iter()
+            .map(|pid| {
+                let reply = self.fakes.get_mut(pid).expect("fake").handle(request);
+                (*pid, (self.tamper)(stage, *pid, Ok(reply)))
+            })
+            .collect();
+        (outcomes, Duration::from_millis(2))
+    }
+
+    fn publish(&mut self, _: &StateFile) -> (Result<(), String>, Duration) {
+        self.stages.push(Stage::PublishState);
+        (self.publish.clone(), Duration::from_millis(1))
+    }
+
+    /// Every fake acknowledges.
+    fn declare_fail_stop(&mut self, pids: &[NamespacePid], _: &str) -> Vec<NamespacePid> {
+        pids.to_vec()
+    }
+}
+
 /// Runs `run` against `fakes` until it finishes; `tamper` may replace any outcome. Returns
 /// the stages broadcast, in order (`publish_state` included).
 pub(super) fn drive(
@@ -22,36 +68,30 @@ pub(super) fn drive(
     tamper: Tamper<'_>,
     publish: Result<(), String>,
 ) -> Vec<Stage> {
-    let mut stages = Vec::new();
-    loop {
-        match run.step().clone() {
-            Step::Broadcast {
-                stage,
-                request,
-                participants,
-            } => {
-                assert!(
-                    participants.iter().all(|p| run.participants().contains(p)),
-                    "{participants:?}"
-                );
-                assert_eq!(Some(&request), stage.request().as_ref());
-                stages.push(stage);
-                let outcomes = participants
-                    .iter()
-                    .map(|pid| {
-                        let reply = fakes.get_mut(pid).expect("fake").handle(&request);
-                        (*pid, tamper(stage, *pid, Ok(reply)))
-                    })
-                    .collect();
-                run.feed(outcomes, Duration::from_millis(2));
-            }
-            Step::Publish(_) => {
-                stages.push(Stage::PublishState);
-                run.feed_publish(publish.clone(), Duration::from_millis(1));
-            }
-            Step::Done(_) | Step::Failed(_) => return stages,
-        }
-    }
+    let mut faked = Faked {
+        fakes,
+        tamper,
+        publish,
+        stages: Vec::new(),
+    };
+    // The outcome is the run's final step, which the tests inspect.
+    let _ = crate::plan::drive(run, &mut faked);
+    faked.stages
+}
+
+/// [`drive`], returning what the loop returned (a failed run's `told` filled in).
+pub(super) fn drive_to_end(
+    run: &mut Run,
+    fakes: &mut Fakes,
+    tamper: Tamper<'_>,
+) -> Result<crate::report::Report, RunError> {
+    let mut faked = Faked {
+        fakes,
+        tamper,
+        publish: Ok(()),
+        stages: Vec::new(),
+    };
+    crate::plan::drive(run, &mut faked)
 }
 
 pub(super) fn untouched() -> impl FnMut(Stage, NamespacePid, Outcome) -> Outcome {

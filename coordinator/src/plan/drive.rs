@@ -1,0 +1,75 @@
+//! The one loop that runs a [`Run`] to its end, through whatever carries its requests: the
+//! session's sockets in the product ([`crate::session::Session::drive`]), fakes in the tests.
+//! The loop decides nothing; the run does. It sends what the run asks, feeds back what came,
+//! and, when the run failed after changing its participants, has them told.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cuinterpose_protocol::{NamespacePid, Request, StateFile};
+
+use super::failure::RunError;
+use super::run::{Outcome, Run, Step};
+use super::stage::Stage;
+use crate::report::{PhaseReport, Report};
+
+/// What a run's requests and its state go through.
+pub trait Participants {
+    /// Sends `request` (the request of `stage` in `run`) to each of `participants`: every
+    /// outcome, and how long the broadcast took.
+    fn broadcast(
+        &mut self,
+        run: &Run,
+        stage: Stage,
+        request: &Request,
+        participants: &[NamespacePid],
+    ) -> (BTreeMap<NamespacePid, Outcome>, Duration);
+
+    /// Makes `state` durable: whether it is, and how long it took.
+    fn publish(&mut self, state: &StateFile) -> (Result<(), String>, Duration);
+
+    /// Tells `pids` that the run failed after changing them, for `reason` (best effort):
+    /// those that acknowledged.
+    fn declare_fail_stop(&mut self, pids: &[NamespacePid], reason: &str) -> Vec<NamespacePid>;
+
+    /// A phase (`publish_state` included) begins with `participants` addressed.
+    fn started(&mut self, _phase: &'static str, _participants: usize) {}
+
+    /// A phase ended.
+    fn done(&mut self, _phase: &PhaseReport) {}
+}
+
+/// Runs `run` to its end through `through`.
+pub fn drive(run: &mut Run, through: &mut dyn Participants) -> Result<Report, RunError> {
+    let mut reported = 0;
+    loop {
+        for phase in &run.phases()[reported..] {
+            through.done(phase);
+        }
+        reported = run.phases().len();
+        match run.step().clone() {
+            Step::Broadcast {
+                stage,
+                request,
+                participants,
+            } => {
+                through.started(stage.name_in(run.kind()), participants.len());
+                let (outcomes, elapsed) = through.broadcast(run, stage, &request, &participants);
+                run.feed(outcomes, elapsed);
+            }
+            Step::Publish(state) => {
+                through.started(Stage::PublishState.name(), run.participants().len());
+                let (result, elapsed) = through.publish(&state);
+                run.feed_publish(result, elapsed);
+            }
+            Step::Done(report) => return Ok(report),
+            Step::Failed(mut error) => {
+                if let Some(pids) = run.fail_stop_targets() {
+                    let pids = pids.to_vec();
+                    error.told = through.declare_fail_stop(&pids, &error.failures_text());
+                }
+                return Err(error);
+            }
+        }
+    }
+}
