@@ -23,6 +23,8 @@ struct Faked<'a, 'b> {
     tamper: Tamper<'b>,
     publish: Result<(), String>,
     stages: Vec<Stage>,
+    /// The last state the run published.
+    published: Option<StateFile>,
 }
 
 impl Participants for Faked<'_, '_> {
@@ -49,8 +51,9 @@ impl Participants for Faked<'_, '_> {
         (outcomes, Duration::from_millis(2))
     }
 
-    fn publish(&mut self, _: &StateFile) -> (Result<(), String>, Duration) {
+    fn publish(&mut self, state: &StateFile) -> (Result<(), String>, Duration) {
         self.stages.push(Stage::PublishState);
+        self.published = Some(state.clone());
         (self.publish.clone(), Duration::from_millis(1))
     }
 
@@ -73,6 +76,7 @@ pub(super) fn drive(
         tamper,
         publish,
         stages: Vec::new(),
+        published: None,
     };
     // The outcome is the run's final step, which the tests inspect.
     let _ = crate::plan::drive(run, &mut faked);
@@ -90,6 +94,7 @@ pub(super) fn drive_to_end(
         tamper,
         publish: Ok(()),
         stages: Vec::new(),
+        published: None,
     };
     crate::plan::drive(run, &mut faked)
 }
@@ -206,4 +211,21 @@ pub(super) fn captured() -> (Fakes, StateFile) {
     drive(&mut run, &mut fakes, &mut untouched(), Ok(()));
     assert!(matches!(run.step(), Step::Done(_)), "{:?}", run.step());
     (fakes, state_file(&topology))
+}
+
+/// [`drive`] untouched, publishing successfully: the stages and the state published.
+pub(super) fn drive_publishing(
+    run: &mut Run,
+    fakes: &mut Fakes,
+) -> (Vec<Stage>, Option<StateFile>) {
+    let mut untouched = untouched();
+    let mut faked = Faked {
+        fakes,
+        tamper: &mut untouched,
+        publish: Ok(()),
+        stages: Vec::new(),
+        published: None,
+    };
+    let _ = crate::plan::drive(run, &mut faked);
+    (faked.stages, faked.published)
 }
