@@ -70,7 +70,7 @@ fn toggle(sandbox: &Sandbox, creator: i32, importer: i32) -> Vec<(Operation, u64
             }
         }
     };
-    run(&[O::PrepareMulticast, O::SaveAllocations, O::PrepareUnicast]);
+    run(&cuinterpose_protocol::CAPTURE_OPERATIONS);
     for pid in pids {
         support::native(sandbox, pid, "lock");
         support::native(sandbox, pid, "checkpoint");
@@ -79,14 +79,7 @@ fn toggle(sandbox: &Sandbox, creator: i32, importer: i32) -> Vec<(Operation, u64
         support::native(sandbox, pid, "restore");
         support::native(sandbox, pid, "unlock");
     }
-    run(&[
-        O::LoadAllocations,
-        O::RestoreUnicast,
-        O::RestoreMulticastCreators,
-        O::RestoreMulticastImporters,
-        O::RestoreMulticastDevices,
-        O::RestoreMulticastBindings,
-    ]);
+    run(&cuinterpose_protocol::RESTORE_OPERATIONS);
     // The verifying inspection, which lets the application's calls go on.
     for pid in pids {
         support::inspect(sandbox, pid);

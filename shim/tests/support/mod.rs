@@ -233,7 +233,7 @@ pub fn completed(sandbox: &Sandbox, pid: i32, operation: cuinterpose_protocol::O
 /// and restore, restore; then every process is active again with the records it had.
 /// Returns the bytes each phase moved, summed over processes.
 pub fn toggle(sandbox: &Sandbox, pids: &[i32]) -> (u64, u64) {
-    use cuinterpose_protocol::{Operation as O, Phase, Reply, Request};
+    use cuinterpose_protocol::{Phase, Reply, Request};
     let mut before = Vec::new();
     for &pid in pids {
         match ask(sandbox, pid, &Request::BeginCheckpoint) {
@@ -242,7 +242,7 @@ pub fn toggle(sandbox: &Sandbox, pids: &[i32]) -> (u64, u64) {
         }
     }
     let mut saved = 0;
-    for op in [O::PrepareMulticast, O::SaveAllocations, O::PrepareUnicast] {
+    for op in cuinterpose_protocol::CAPTURE_OPERATIONS {
         for &pid in pids {
             saved += completed(sandbox, pid, op);
         }
@@ -256,14 +256,7 @@ pub fn toggle(sandbox: &Sandbox, pids: &[i32]) -> (u64, u64) {
         native(sandbox, pid, "unlock");
     }
     let mut loaded = 0;
-    for op in [
-        O::LoadAllocations,
-        O::RestoreUnicast,
-        O::RestoreMulticastCreators,
-        O::RestoreMulticastImporters,
-        O::RestoreMulticastDevices,
-        O::RestoreMulticastBindings,
-    ] {
+    for op in cuinterpose_protocol::RESTORE_OPERATIONS {
         for &pid in pids {
             loaded += completed(sandbox, pid, op);
         }
