@@ -142,6 +142,11 @@ impl Workload {
 
     /// Polls until participant `index` is in `phase` (a request it read late takes effect).
     pub(crate) fn await_phase(&self, index: usize, phase: Phase) {
+        self.await_phase_within(index, phase, Duration::from_secs(5));
+    }
+
+    /// [`Self::await_phase`], giving up after `limit` (scaled by the test time factor).
+    pub(crate) fn await_phase_within(&self, index: usize, phase: Phase, limit: Duration) {
         let started = Instant::now();
         loop {
             let now = self.phase(index);
@@ -149,7 +154,7 @@ impl Workload {
                 return;
             }
             assert!(
-                started.elapsed() < cuinterpose_testkit::slack(Duration::from_secs(5)),
+                started.elapsed() < cuinterpose_testkit::slack(limit),
                 "{} stays in phase {now}, expected {phase}",
                 NAMES[index]
             );
