@@ -31,6 +31,14 @@ pub(crate) const SETTING_CONNECT_TIMEOUT: &str = "setting the connect timeout";
 pub(crate) const CONNECTING: &str = "connecting";
 pub(crate) const CONNECT_QUEUE_FULL: &str = "connecting (the listen queue is full)";
 
+/// The connected peer's PID as errors name it (`None` where the kernel does not say).
+fn peer_pid(socket: &OwnedFd) -> Option<u32> {
+    peer_credentials(socket.as_fd())
+        .ok()
+        .and_then(|credentials| u32::try_from(credentials.pid).ok())
+        .filter(|&pid| pid != 0)
+}
+
 /// Connects with `SO_SNDTIMEO` set first: on Linux it also bounds a blocking `connect` waiting
 /// for room in a full listen queue.
 pub(crate) fn connect_socket(
@@ -141,10 +149,7 @@ impl ExportSeries {
     pub fn connect(endpoint: &Endpoint, timeouts: &Timeouts) -> Result<Self, TransportError> {
         let mut peer = Peer::new(endpoint.path());
         let socket = connect_socket(endpoint, &peer, &deadline(&peer, timeouts.control())?)?;
-        peer.pid = peer_credentials(socket.as_fd())
-            .ok()
-            .and_then(|credentials| u32::try_from(credentials.pid).ok())
-            .filter(|&pid| pid != 0);
+        peer.pid = peer_pid(&socket);
         Ok(ExportSeries {
             socket,
             peer,
@@ -267,10 +272,7 @@ fn exchange(
         source,
     })?;
     let socket = connect_socket(endpoint, &peer, &connect_deadline)?;
-    peer.pid = peer_credentials(socket.as_fd())
-        .ok()
-        .and_then(|credentials| u32::try_from(credentials.pid).ok())
-        .filter(|&pid| pid != 0);
+    peer.pid = peer_pid(&socket);
     let deadline = match then {
         Some(timeout) => deadline(&peer, timeout)?,
         None => connect_deadline,

@@ -375,9 +375,7 @@ pub fn for_each_export(
         .collect();
     let failed =
         |e: &dyn std::fmt::Display| format!("asking creator {creator} for its allocations: {e}");
-    let dir = control_dir().map_err(|e| failed(&e))?;
-    let endpoint = Endpoint::for_pid(&dir, creator).map_err(|e| failed(&e))?;
-    let timeouts = Timeouts::from_env().map_err(|e| failed(&e))?;
+    let (endpoint, timeouts) = participant(creator).map_err(|e| failed(&e))?;
     let replies = cuinterpose_protocol::transport::export_all(&endpoint, &requests, &timeouts)
         .map_err(|e| failed(&e))?;
     for (index, reply) in replies.enumerate() {
@@ -392,8 +390,14 @@ pub fn call_participant(
     pid: NamespacePid,
     request: &Request,
 ) -> Result<(Reply, Option<OwnedFd>), String> {
+    let (endpoint, timeouts) = participant(pid)?;
+    call_with(&endpoint, request, &timeouts).map_err(|e| e.to_string())
+}
+
+/// Another participant's socket in the control directory, and the control timeouts.
+fn participant(pid: NamespacePid) -> Result<(Endpoint, Timeouts), String> {
     let dir = control_dir().map_err(|e| e.to_string())?;
     let endpoint = Endpoint::for_pid(&dir, pid).map_err(|e| e.to_string())?;
     let timeouts = Timeouts::from_env().map_err(|e| e.to_string())?;
-    call_with(&endpoint, request, &timeouts).map_err(|e| e.to_string())
+    Ok((endpoint, timeouts))
 }
