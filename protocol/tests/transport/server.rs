@@ -1,0 +1,203 @@
+//! A misbehaving server: the calling side refuses what it answers.
+
+use super::*;
+
+// ---------------------------------------------------------------- a misbehaving server
+
+type CallResult = Result<(Reply, Option<OwnedFd>), TransportError>;
+
+/// The helper binds, reads our request properly and answers with `scenario` around a valid
+/// reply of `kind`; this process calls it.
+fn call_peer(scenario: &str, kind: &str, timeout: Duration) -> (CallResult, Duration, Vec<String>) {
+    let dir = Scratch::new(&format!("reply-{scenario}-{kind}"));
+    let peer = PeerProcess::spawn(&[
+        "reply",
+        dir.path().to_str().expect("utf-8"),
+        "4343",
+        scenario,
+        kind,
+    ]);
+    assert_eq!(peer.line(), "ready");
+    let endpoint = Endpoint::for_pid(dir.path(), pid(4343)).expect("endpoint");
+    let start = Instant::now();
+    let result = transport::call(&endpoint, &Request::Inspect, None, timeout);
+    let elapsed = start.elapsed();
+    if let Err(error) = &result {
+        assert_names_endpoint(error, endpoint.path());
+        assert!(
+            error
+                .to_string()
+                .contains(&format!("peer pid {}", peer.pid())),
+            "{error}"
+        );
+    }
+    let lines = peer.finish();
+    (result, elapsed, lines)
+}
+
+fn check_reply(scenario: &str, kind: &str, expect: impl FnOnce(&TransportError)) -> Vec<String> {
+    let mut report = Vec::new();
+    check(|| {
+        let (result, elapsed, lines) = call_peer(scenario, kind, Duration::from_secs(10));
+        let error = result.expect_err("a bad reply must fail");
+        expect(&error);
+        assert!(
+            elapsed < Duration::from_secs(2),
+            "{scenario}: took {elapsed:?}"
+        );
+        assert_eq!(
+            lines.first().map(String::as_str),
+            Some("request inspect"),
+            "{lines:?}"
+        );
+        report = lines;
+    });
+    report
+}
+
+#[test]
+fn peer_that_never_answers_times_out() {
+    for scenario in ["silent", "half"] {
+        check(|| {
+            let timeout = Duration::from_millis(500);
+            let (result, elapsed, lines) = call_peer(scenario, "inspection", timeout);
+            assert!(
+                matches!(result, Err(TransportError::Timeout { during: "receiving the reply", after, .. }) if after == timeout),
+                "{result:?}"
+            );
+            assert!(
+                elapsed >= timeout && elapsed < timeout + SLACK,
+                "{elapsed:?}"
+            );
+            assert!(
+                lines.iter().any(|line| line.starts_with("peer-closed")),
+                "{lines:?}"
+            );
+        });
+    }
+}
+
+#[test]
+fn bad_replies_get_the_matching_error() {
+    check_reply("close", "inspection", |error| {
+        assert!(
+            matches!(
+                error,
+                TransportError::PeerClosed {
+                    during: "receiving the reply",
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert!(error.may_have_arrived(), "the request was read: {error}");
+    });
+    check_reply("cut", "inspection", |error| {
+        assert!(
+            matches!(error, TransportError::PeerClosed { .. }),
+            "{error:?}"
+        )
+    });
+    check_reply("oversized", "inspection", |error| {
+        assert!(
+            matches!(error, TransportError::Oversized { .. }),
+            "{error:?}"
+        )
+    });
+    check_reply("garbage", "inspection", |error| {
+        assert!(
+            matches!(
+                error,
+                TransportError::Malformed {
+                    source: DecodeError::NotEnvelope { .. },
+                    ..
+                }
+            ),
+            "{error:?}"
+        )
+    });
+    check_reply("version", "inspection", |error| {
+        assert!(matches!(error, TransportError::Version { .. }), "{error:?}")
+    });
+    check_reply("trailing", "export", |error| {
+        assert!(
+            matches!(
+                error,
+                TransportError::Malformed {
+                    source: DecodeError::Trailing { .. },
+                    ..
+                }
+            ),
+            "{error:?}"
+        )
+    });
+    check_reply("no-fd", "export", |error| {
+        assert!(
+            matches!(
+                error,
+                TransportError::MissingFd {
+                    message: "unicast_export",
+                    ..
+                }
+            ),
+            "{error:?}"
+        )
+    });
+}
+
+#[test]
+fn descriptors_where_none_belong_are_closed() {
+    let lines = check_reply("fd", "inspection", |error| {
+        assert!(
+            matches!(
+                error,
+                TransportError::UnexpectedFd {
+                    message: "inspection",
+                    ..
+                }
+            ),
+            "{error:?}"
+        )
+    });
+    assert!(lines.contains(&"fds-closed".to_string()), "{lines:?}");
+    let lines = check_reply("fd", "refused", |error| {
+        assert!(
+            matches!(
+                error,
+                TransportError::UnexpectedFd {
+                    message: "refused",
+                    ..
+                }
+            ),
+            "{error:?}"
+        )
+    });
+    assert!(lines.contains(&"fds-closed".to_string()), "{lines:?}");
+    let lines = check_reply("two-fds", "export", |error| {
+        assert!(
+            matches!(error, TransportError::ExcessFds { count: 2, .. }),
+            "{error:?}"
+        )
+    });
+    assert!(lines.contains(&"fds-closed".to_string()), "{lines:?}");
+    let lines = check_reply("many-fds", "export", |error| {
+        assert!(
+            matches!(error, TransportError::Truncated { .. }),
+            "{error:?}"
+        )
+    });
+    assert!(lines.contains(&"fds-closed".to_string()), "{lines:?}");
+}
+
+#[test]
+fn refused_reply_is_a_reply_not_an_error() {
+    check(|| {
+        let (result, _, _) = call_peer("valid", "refused", Duration::from_secs(10));
+        let (reply, fd) = result.expect("a refusal is a reply");
+        assert!(fd.is_none());
+        assert!(
+            matches!(&reply, Reply::Refused(refused) if refused.code == p::RefusalCode::OutOfOrder),
+            "{reply:?}"
+        );
+    });
+}
