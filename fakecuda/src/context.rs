@@ -5,7 +5,7 @@
 use crate::error::{CuError, CuResult};
 use crate::stream::{self, Stream};
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// Primary context handles are `PRIMARY_BASE + ordinal`, stable for the process lifetime as in
@@ -24,6 +24,16 @@ struct Context {
 pub struct Contexts {
     table: HashMap<u64, Context>,
     streams: HashMap<u64, Arc<Stream>>,
+    /// (accessing context, peer context) pairs of `cuCtxEnablePeerAccess`.
+    peers: BTreeSet<(u64, u64)>,
+}
+
+/// Who touches device memory in a copy or fill: the context it was issued in (the stream's,
+/// or the current one for the default streams) and that context's device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Actor {
+    pub ctx: u64,
+    pub device: u32,
 }
 
 /// Where a stream's work runs (see [`crate::stream`]).
@@ -57,7 +67,54 @@ impl Contexts {
         Contexts {
             table,
             streams: HashMap::new(),
+            peers: BTreeSet::new(),
         }
+    }
+
+    /// The live context `ctx` as the actor of work issued in it.
+    pub fn actor(&self, ctx: u64) -> CuResult<Actor> {
+        let device = self.live(ctx)?.device;
+        Ok(Actor { ctx, device })
+    }
+
+    /// `cuCtxEnablePeerAccess`: from now on the current context may access the memory
+    /// `peer` allocates (past and future). `capable` is `cuDeviceCanAccessPeer` of the two
+    /// devices. Errors as the driver documents them: no current context, a dead peer or the
+    /// current context itself is an invalid context; devices that cannot reach each other
+    /// are unsupported; a second enable is already enabled.
+    pub fn enable_peer(&mut self, peer: u64, capable: impl Fn(u32, u32) -> bool) -> CuResult<()> {
+        let (ctx, device) = self.current()?;
+        let peer_device = self.live(peer)?.device;
+        if peer == ctx {
+            return Err(CuError::CUDA_ERROR_INVALID_CONTEXT);
+        }
+        if !capable(device, peer_device) {
+            return Err(CuError::CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
+        }
+        if !self.peers.insert((ctx, peer)) {
+            return Err(CuError::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+        }
+        Ok(())
+    }
+
+    /// `cuCtxDisablePeerAccess`: the current context no longer reaches `peer`'s memory.
+    pub fn disable_peer(&mut self, peer: u64) -> CuResult<()> {
+        let (ctx, _) = self.current()?;
+        self.live(peer)?;
+        if !self.peers.remove(&(ctx, peer)) {
+            return Err(CuError::CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
+        }
+        Ok(())
+    }
+
+    /// Whether `ctx` has peer access to the memory of `peer`.
+    pub fn peer_enabled(&self, ctx: u64, peer: u64) -> bool {
+        self.peers.contains(&(ctx, peer))
+    }
+
+    /// A context that goes away takes its peer access (both ways) with it.
+    fn forget_peers(&mut self, ctx: u64) {
+        self.peers.retain(|(from, to)| *from != ctx && *to != ctx);
     }
 
     /// The device of context `ctx`, if it is live.
@@ -99,6 +156,7 @@ impl Contexts {
         c.refs -= 1;
         if c.refs == 0 {
             self.close_streams(h);
+            self.forget_peers(h);
         }
         Ok(())
     }
@@ -117,6 +175,7 @@ impl Contexts {
             .ok_or(CuError::CUDA_ERROR_INVALID_DEVICE)?;
         c.refs = 0;
         self.close_streams(h);
+        self.forget_peers(h);
         Ok(())
     }
 
@@ -151,6 +210,7 @@ impl Contexts {
         }
         self.table.remove(&ctx);
         self.close_streams(ctx);
+        self.forget_peers(ctx);
         // Only the calling thread's stack can be fixed up; other threads see an invalid
         // context on their next call, as with the real driver.
         STACK.with_borrow_mut(|s| s.retain(|c| *c != ctx));

@@ -171,6 +171,49 @@ pub struct Config {
     pub devices: Vec<Physical>,
     /// Host NUMA nodes (`CU_MEM_LOCATION_TYPE_HOST_NUMA` ids `0..numa_nodes`).
     pub numa_nodes: u32,
+    /// Which machine devices may reach each other's memory (`FAKECUDA_PEERS`).
+    pub peers: Peers,
+}
+
+/// Peer capability: islands of machine indices whose members may access each other's memory
+/// directly (an NVLink domain), and only between devices of one model, as on the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Peers {
+    /// Every pair of devices of one model (an NVSwitch machine: the default).
+    All,
+    /// Masks of machine indices: `none` is no island, `0+1,2+3` two of two devices.
+    Islands(Vec<u64>),
+}
+
+impl Peers {
+    /// `FAKECUDA_PEERS` (unset: all): `all`, `none`, or islands of `+`-joined machine indices
+    /// separated by commas, each index in at most one island.
+    pub fn parse(spec: &str, devices: u32) -> Result<Peers, String> {
+        match spec.trim() {
+            "" | "all" => return Ok(Peers::All),
+            "none" => return Ok(Peers::Islands(Vec::new())),
+            _ => {}
+        }
+        let mut seen = 0u64;
+        let mut islands = Vec::new();
+        for island in spec.split(',').map(str::trim) {
+            let mut mask = 0u64;
+            for index in island.split('+').map(str::trim) {
+                let i: u32 = index
+                    .parse()
+                    .ok()
+                    .filter(|i| *i < devices)
+                    .ok_or_else(|| format!("{index:?} is no machine index below {devices}"))?;
+                if seen & (1 << i) != 0 {
+                    return Err(format!("device {i} is in two islands"));
+                }
+                seen |= 1 << i;
+                mask |= 1 << i;
+            }
+            islands.push(mask);
+        }
+        Ok(Peers::Islands(islands))
+    }
 }
 
 impl Config {
@@ -197,10 +240,16 @@ impl Config {
             u64::from(DEFAULT_NUMA_NODES),
             1..=u64::from(MAX_NUMA_NODES),
         )?;
+        let raw = std::env::var("FAKECUDA_PEERS").unwrap_or_default();
+        let peers = Peers::parse(&raw, machine.devices.len() as u32).map_err(|why| {
+            eprintln!("fakecuda: cuInit failed: FAKECUDA_PEERS={raw:?}: {why}");
+            CuError::CUDA_ERROR_INVALID_VALUE
+        })?;
         let list = std::env::var("CUDA_VISIBLE_DEVICES").ok();
         Ok(Config {
             devices: machine.visible(list.as_deref()),
             numa_nodes: numa_nodes as u32,
+            peers,
         })
     }
 
@@ -226,6 +275,19 @@ impl Config {
 
     pub fn name(&self, dev: u32) -> String {
         format!("fakecuda {}", self.device(dev).model)
+    }
+
+    /// Whether ordinal `dev` may access `peer`'s memory directly (`cuDeviceCanAccessPeer`):
+    /// two distinct devices of one model in one island. A device is never its own peer.
+    pub fn can_access_peer(&self, dev: u32, peer: u32) -> bool {
+        let (a, b) = (self.device(dev), self.device(peer));
+        let together = match &self.peers {
+            Peers::All => true,
+            Peers::Islands(islands) => islands
+                .iter()
+                .any(|m| m & (1 << a.index) != 0 && m & (1 << b.index) != 0),
+        };
+        dev != peer && a.model == b.model && together
     }
 
     /// A host NUMA node id of `CU_MEM_LOCATION_TYPE_HOST_NUMA`.
@@ -329,6 +391,27 @@ mod tests {
         check("4", Some(&one[..33]), &[(3, "H200", 8)]);
         // "GPU-46414b45" is the prefix every fakecuda UUID shares: ambiguous.
         check("4", Some("GPU-46414b45"), &[]);
+    }
+
+    #[test]
+    fn peers_are_islands_of_one_model() {
+        let config = |spec: &str, peers: &str| Config {
+            devices: Machine::parse(spec, 8 << 20, "").expect(spec).devices,
+            numa_nodes: 1,
+            peers: Peers::parse(peers, 4).expect(peers),
+        };
+        let all = config("4", "");
+        assert!(all.can_access_peer(0, 3) && all.can_access_peer(3, 0));
+        assert!(!all.can_access_peer(1, 1), "a device is not its own peer");
+        let mixed = config("H200,H200,A100,A100", "all");
+        assert!(mixed.can_access_peer(0, 1) && mixed.can_access_peer(2, 3));
+        assert!(!mixed.can_access_peer(1, 2), "another model");
+        let islands = config("4", "0+1, 2+3");
+        assert!(islands.can_access_peer(1, 0) && !islands.can_access_peer(1, 2));
+        assert!(!config("4", "none").can_access_peer(0, 1));
+        for bad in ["0+4", "0+1,1+2", "x", "0+"] {
+            assert!(Peers::parse(bad, 4).is_err(), "{bad}");
+        }
     }
 
     #[test]

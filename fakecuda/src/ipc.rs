@@ -60,6 +60,14 @@ impl Ipc {
             .map(|o| (o.base, o.requested))
     }
 
+    /// The context that opened the block mapped at `base`.
+    pub fn context_at(&self, base: u64) -> Option<u64> {
+        self.opened
+            .values()
+            .find(|o| o.base == base)
+            .map(|o| o.context)
+    }
+
     /// Forgets every handle context `ctx` opened: the bases to unmap.
     pub fn close_context(&mut self, ctx: u64) -> Vec<u64> {
         let mut bases = Vec::new();

@@ -7,19 +7,32 @@
 //! stream's `CUDA_ERROR_ILLEGAL_ADDRESS`, as a GPU fault does.
 
 use crate::checkpoint;
-use crate::context::Target;
+use crate::context::{Actor, Target};
 use crate::driver;
 use crate::error::{CuError, CuResult};
 use crate::sys::{self, CopyGuard};
 
-/// The device ranges of a copy, validated; the guard keeps them so until it is dropped.
-fn ranges(src_dev: Option<u64>, dst_dev: Option<u64>, n: u64) -> CuResult<CopyGuard> {
+/// The device side of a copy: its address and, for `cuMemcpyPeer`, the context whose device
+/// touches it (`None`: the context the copy is issued in).
+#[derive(Debug, Clone, Copy)]
+struct Side {
+    at: u64,
+    by: Option<Actor>,
+}
+
+fn side(at: Option<u64>) -> Option<Side> {
+    at.map(|at| Side { at, by: None })
+}
+
+/// The device ranges of a copy issued by `issuer`, validated for the device that touches
+/// each; the guard keeps them so until it is dropped.
+fn ranges(issuer: Actor, src: Option<Side>, dst: Option<Side>, n: u64) -> CuResult<CopyGuard> {
     driver::with(|d| {
-        if let Some(s) = src_dev {
-            d.check_range(s, n, false)?;
+        if let Some(s) = src {
+            d.check_range(s.by.unwrap_or(issuer), s.at, n, false)?;
         }
-        if let Some(t) = dst_dev {
-            d.check_range(t, n, true)?;
+        if let Some(t) = dst {
+            d.check_range(t.by.unwrap_or(issuer), t.at, n, true)?;
         }
         // Taken under the driver lock, so no change can slip in between check and copy.
         Ok(sys::copy_guard())
@@ -38,17 +51,27 @@ pub fn target(stream: Option<u64>) -> CuResult<Target> {
     Ok(target)
 }
 
+/// The context (and device) work on `target` is issued in.
+pub fn actor(target: &Target) -> CuResult<Actor> {
+    let ctx = match target {
+        Target::Now { ctx, .. } => *ctx,
+        Target::Queue(s) => s.ctx,
+    };
+    driver::with(|d| d.contexts.actor(ctx))
+}
+
 /// Runs `op` on `stream` in order (now for a default stream), the device ranges validated
 /// before and, for queued work, again when it runs.
 fn transfer(
     stream: Option<u64>,
-    src_dev: Option<u64>,
-    dst_dev: Option<u64>,
+    src: Option<Side>,
+    dst: Option<Side>,
     n: u64,
     op: impl FnOnce() + Send + 'static,
 ) -> CuResult<()> {
     let target = target(stream)?;
-    let guard = ranges(src_dev, dst_dev, n)?;
+    let issuer = actor(&target)?;
+    let guard = ranges(issuer, src, dst, n)?;
     match target {
         Target::Now { .. } => {
             op();
@@ -58,7 +81,7 @@ fn transfer(
             drop(guard);
             let job = move || {
                 let _mapped =
-                    ranges(src_dev, dst_dev, n).map_err(|_| CuError::CUDA_ERROR_ILLEGAL_ADDRESS)?;
+                    ranges(issuer, src, dst, n).map_err(|_| CuError::CUDA_ERROR_ILLEGAL_ADDRESS)?;
                 op();
                 Ok(())
             };
@@ -75,8 +98,20 @@ fn transfer(
 /// # Safety
 /// A host side must be the application's buffer of `n` bytes (readable for `src`, writable
 /// for `dst`), valid while its graph runs (the CUDA contract for memcpy nodes).
-pub unsafe fn copy_now(dst: u64, dst_dev: bool, src: u64, src_dev: bool, n: u64) -> CuResult<()> {
-    let _mapped = ranges(src_dev.then_some(src), dst_dev.then_some(dst), n)?;
+pub unsafe fn copy_now(
+    issuer: Actor,
+    dst: u64,
+    dst_dev: bool,
+    src: u64,
+    src_dev: bool,
+    n: u64,
+) -> CuResult<()> {
+    let _mapped = ranges(
+        issuer,
+        side(src_dev.then_some(src)),
+        side(dst_dev.then_some(dst)),
+        n,
+    )?;
     // SAFETY: device sides are mapped with the needed access (validated, kept by the guard);
     // host sides per this function's contract; `copy` tolerates overlap within one allocation.
     unsafe {
@@ -138,7 +173,7 @@ unsafe fn move_bytes(from: Raw, to: Raw, n: usize) {
 /// `src` must be readable for `n` bytes until the copy has run (the caller's host buffer).
 pub unsafe fn htod(dst: u64, src: *const u8, n: usize, stream: Option<u64>) -> CuResult<()> {
     let (from, to) = (Raw(src as usize), Raw(dst as usize));
-    transfer(stream, None, Some(dst), n as u64, move || {
+    transfer(stream, None, side(Some(dst)), n as u64, move || {
         // SAFETY: `dst..dst+n` is mapped writable device memory (validated, and kept so by
         // the guard); `src` is the caller's readable buffer per this function's contract.
         // Device ranges live in fakecuda reservations, so they cannot overlap it.
@@ -150,7 +185,7 @@ pub unsafe fn htod(dst: u64, src: *const u8, n: usize, stream: Option<u64>) -> C
 /// `dst` must be writable for `n` bytes until the copy has run (the caller's host buffer).
 pub unsafe fn dtoh(dst: *mut u8, src: u64, n: usize, stream: Option<u64>) -> CuResult<()> {
     let (from, to) = (Raw(src as usize), Raw(dst as usize));
-    transfer(stream, Some(src), None, n as u64, move || {
+    transfer(stream, side(Some(src)), None, n as u64, move || {
         // SAFETY: `src..src+n` is mapped readable device memory (validated, kept by the
         // guard); `dst` is the caller's writable buffer per this function's contract (device
         // ranges live in fakecuda reservations, so they cannot overlap it).
@@ -160,9 +195,43 @@ pub unsafe fn dtoh(dst: *mut u8, src: u64, n: usize, stream: Option<u64>) -> CuR
 
 pub fn dtod(dst: u64, src: u64, n: usize, stream: Option<u64>) -> CuResult<()> {
     let (from, to) = (Raw(src as usize), Raw(dst as usize));
-    transfer(stream, Some(src), Some(dst), n as u64, move || {
-        // SAFETY: both ranges are mapped device memory with the needed access (validated,
-        // kept by the guard); `copy` tolerates overlap, as cuMemcpy does within one allocation.
+    transfer(
+        stream,
+        side(Some(src)),
+        side(Some(dst)),
+        n as u64,
+        move || {
+            // SAFETY: both ranges are mapped device memory with the needed access (validated,
+            // kept by the guard); `copy` tolerates overlap, as cuMemcpy does within one allocation.
+            unsafe { std::ptr::copy(from.read(), to.write(), n) }
+        },
+    )
+}
+
+/// `cuMemcpyPeer`/`cuMemcpyPeerAsync`: each side touched by its own context's device, so the
+/// copy needs no peer access (the driver stages it when there is none).
+pub fn peer(
+    dst: u64,
+    dst_ctx: u64,
+    src: u64,
+    src_ctx: u64,
+    n: usize,
+    stream: Option<u64>,
+) -> CuResult<()> {
+    let (src_by, dst_by) =
+        driver::with(|d| Ok((d.contexts.actor(src_ctx)?, d.contexts.actor(dst_ctx)?)))?;
+    let (from, to) = (Raw(src as usize), Raw(dst as usize));
+    let src = Some(Side {
+        at: src,
+        by: Some(src_by),
+    });
+    let dst = Some(Side {
+        at: dst,
+        by: Some(dst_by),
+    });
+    transfer(stream, src, dst, n as u64, move || {
+        // SAFETY: both ranges are mapped device memory with the needed access for their
+        // devices (validated, kept by the guard); `copy` tolerates overlap.
         unsafe { std::ptr::copy(from.read(), to.write(), n) }
     })
 }
@@ -186,8 +255,8 @@ pub unsafe fn unified(dst: u64, src: u64, n: usize, stream: Option<u64>) -> CuRe
     let (from, to) = (Raw(src as usize), Raw(dst as usize));
     transfer(
         stream,
-        src_dev.then_some(src),
-        dst_dev.then_some(dst),
+        side(src_dev.then_some(src)),
+        side(dst_dev.then_some(dst)),
         n as u64,
         move || {
             // SAFETY: device sides are validated mapped ranges (kept by the guard); host sides
@@ -212,7 +281,7 @@ pub fn memset(
         .checked_mul(width)
         .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
     let to = Raw(dst as usize);
-    transfer(stream, None, Some(dst), bytes as u64, move || {
+    transfer(stream, None, side(Some(dst)), bytes as u64, move || {
         let p = to.write();
         // SAFETY: `dst..dst+bytes` is mapped writable device memory (validated, kept by the
         // guard), aligned to `width` (checked above).
@@ -228,14 +297,14 @@ pub fn memset(
 
 /// Fills device memory now, from whichever thread (a graph launch running on a stream's
 /// worker): the range validated and kept mapped while it is written.
-pub fn fill_now(dst: u64, value: u32, width: usize, count: usize) -> CuResult<()> {
+pub fn fill_now(issuer: Actor, dst: u64, value: u32, width: usize, count: usize) -> CuResult<()> {
     if !dst.is_multiple_of(width as u64) {
         return Err(CuError::CUDA_ERROR_INVALID_VALUE);
     }
     let bytes = count
         .checked_mul(width)
         .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
-    let _mapped = ranges(None, Some(dst), bytes as u64)?;
+    let _mapped = ranges(issuer, None, side(Some(dst)), bytes as u64)?;
     let p = dst as usize as *mut u8;
     // SAFETY: `dst..dst+bytes` is mapped writable device memory (validated, kept by the
     // guard), aligned to `width` (checked above).

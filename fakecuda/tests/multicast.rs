@@ -121,7 +121,10 @@ fn team_rules_and_member_views() {
     // Member writes, then the multicast view through each member's device.
     let p0 = cu.map_rw(m0, size, 0);
     cu.write(p0, &pattern(1, size));
+    // A copy is the work of the current context's device, which needs access.
+    cu.setup(1);
     cu.write(p1, &pattern(2, size));
+    cu.setup(0);
     let v = cu.reserve(size);
     ok(cu.cuMemMap(v, size, 0, mc, 0));
     ok(cu.grant(v, size, 0, 3));
@@ -139,11 +142,13 @@ fn team_rules_and_member_views() {
     let v1 = cu.reserve(size);
     ok(cu.cuMemMap(v1, size, 0, mc, 0));
     ok(cu.grant(v1, size, 1, 3));
+    cu.setup(1);
     assert_eq!(
         cu.read(v1, size),
         pattern(2, size),
         "device 1's view shows device 1's member"
     );
+    cu.setup(0);
 
     // Unbinding leaves the view inaccessible.
     assert_eq!(cu.cuMulticastUnbind(mc, 0, 0, GRAN + 1), INVALID_VALUE);
@@ -154,11 +159,13 @@ fn team_rules_and_member_views() {
         ILLEGAL_ADDRESS,
         "nothing bound for device 0"
     );
+    cu.setup(1);
     assert_eq!(
         cu.read(v1, 4),
         pattern(2, 4),
         "device 1's binding is untouched"
     );
+    cu.setup(0);
 
     for (p, s) in [(v, size), (v1, size), (p0, size), (p1, size)] {
         ok(cu.cuMemUnmap(p, s));

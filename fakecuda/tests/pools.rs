@@ -166,6 +166,12 @@ fn pool_importer() {
         .unwrap();
     let mut pool = 0;
     ok(cu.cuMemPoolImportFromShareableHandle(&mut pool, number as usize as *mut c_void, 1, 0));
+    // The pool is device 0's: this process's device 1 copies only once granted access.
+    let grant = AccessDesc {
+        location: Location { type_: 1, id: 1 },
+        flags: 3,
+    };
+    ok(cu.cuMemPoolSetAccess(pool, &grant, 1));
     let data = unhex(&hear());
     let mut p = 0;
     ok(cu.cuMemPoolImportPointer(&mut p, pool, &data));

@@ -28,6 +28,7 @@ fn target() {
     assert_eq!(count, 2, "CUDA_VISIBLE_DEVICES={VISIBLE} shows two devices");
     let views: Vec<u64> = (0..2)
         .map(|dev| {
+            cu.setup(dev);
             let h = cu.create(SIZE, dev, POSIX_FD);
             let p = cu.map_rw(h, SIZE, dev);
             cu.write(p, &pattern(dev as u8 + 40, SIZE));
@@ -48,8 +49,10 @@ fn target() {
                 say("UUIDS", uuids.join(" "));
             }
             "verify" => {
-                let same =
-                    (0..2).all(|dev| cu.read(views[dev], SIZE) == pattern(dev as u8 + 40, SIZE));
+                let same = (0..2).all(|dev| {
+                    cu.setup(dev as i32);
+                    cu.read(views[dev], SIZE) == pattern(dev as u8 + 40, SIZE)
+                });
                 say("VERIFY", u8::from(same));
             }
             _ => break,

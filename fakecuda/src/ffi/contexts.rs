@@ -190,3 +190,20 @@ pub unsafe extern "C" fn cuCtxGetDevice(device: *mut CUdevice) -> RawResult {
         unsafe { put(device, dev as CUdevice) }
     })
 }
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxEnablePeerAccess(peer: CUcontext, flags: c_uint) -> RawResult {
+    with(|d| {
+        if flags != 0 {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let config = &d.config;
+        d.contexts
+            .enable_peer(peer as usize as u64, |a, b| config.can_access_peer(a, b))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxDisablePeerAccess(peer: CUcontext) -> RawResult {
+    with(|d| d.contexts.disable_peer(peer as usize as u64))
+}

@@ -91,3 +91,42 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
         }
     })
 }
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceCanAccessPeer(
+    can: *mut c_int,
+    dev: CUdevice,
+    peer: CUdevice,
+) -> RawResult {
+    with(|d| {
+        let (dev, peer) = (d.config.check_device(dev)?, d.config.check_device(peer)?);
+        let v = c_int::from(d.config.can_access_peer(dev, peer));
+        // SAFETY: int out-parameter (cuda.h).
+        unsafe { put(can, v) }
+    })
+}
+
+/// Between two distinct devices: the performance rank (0, one NVLink domain), and 1 for
+/// access, native atomics and array access exactly when the pair can access each other.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetP2PAttribute(
+    value: *mut c_int,
+    attrib: c_uint,
+    src: CUdevice,
+    dst: CUdevice,
+) -> RawResult {
+    with(|d| {
+        let (src, dst) = (d.config.check_device(src)?, d.config.check_device(dst)?);
+        if src == dst {
+            return Err(CuError::CUDA_ERROR_INVALID_DEVICE);
+        }
+        let capable = c_int::from(d.config.can_access_peer(src, dst));
+        let v = match attrib {
+            1 => 0,
+            2..=4 => capable,
+            _ => return Err(CuError::CUDA_ERROR_INVALID_VALUE),
+        };
+        // SAFETY: int out-parameter (cuda.h).
+        unsafe { put(value, v) }
+    })
+}

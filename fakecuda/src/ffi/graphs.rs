@@ -3,6 +3,7 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use super::*;
+use crate::context::Actor;
 use crate::graph::{Side, Work};
 use cudarc::driver::sys::{
     CUgraph, CUgraph_st, CUgraphExec, CUgraphExec_st, CUgraphNode, CUgraphNode_st,
@@ -337,20 +338,23 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
 pub extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> RawResult {
     gated(|| {
         let order = driver::with(|d| d.graphs.exec_order(h(exec)))?;
-        memcpy::host_work(Some(stream as usize as u64), move || {
-            run_works(&order);
+        let stream = Some(stream as usize as u64);
+        // Its copies and fills are the work of the stream's context.
+        let issuer = memcpy::actor(&memcpy::target(stream)?)?;
+        memcpy::host_work(stream, move || {
+            run_works(issuer, &order);
         })
     })
 }
 
 /// Runs a graph's work in order, child graphs included; a node that fails ends the launch
 /// (said on stderr: a GPU would fault). Returns whether every node ran.
-fn run_works(order: &[Work]) -> bool {
+fn run_works(issuer: Actor, order: &[Work]) -> bool {
     for work in order {
         match work {
             Work::Empty => {}
             Work::Child(nodes) => {
-                if !run_works(nodes) {
+                if !run_works(issuer, nodes) {
                     return false;
                 }
             }
@@ -372,8 +376,9 @@ fn run_works(order: &[Work]) -> bool {
                     let (to, from) = (dst.row(slice, row), src.row(slice, row));
                     // SAFETY: host sides are the application's buffers, which must stay valid
                     // while its graph runs (cuda.h); device sides are validated by the copy.
-                    let copied =
-                        unsafe { memcpy::copy_now(to, dst.device, from, src.device, *width) };
+                    let copied = unsafe {
+                        memcpy::copy_now(issuer, to, dst.device, from, src.device, *width)
+                    };
                     if let Err(e) = copied {
                         eprintln!("fakecuda: graph memcpy node to {to:#x} failed when it ran: {e}");
                         return false;
@@ -389,7 +394,9 @@ fn run_works(order: &[Work]) -> bool {
                 height,
             } => {
                 for row in 0..*height as u64 {
-                    if let Err(e) = memcpy::fill_now(dst + row * pitch, *value, *width, *count) {
+                    if let Err(e) =
+                        memcpy::fill_now(issuer, dst + row * pitch, *value, *width, *count)
+                    {
                         eprintln!(
                             "fakecuda: graph memset node at {dst:#x} failed when it ran: {e}"
                         );

@@ -110,6 +110,30 @@ pub extern "C" fn cuMemcpyDtoDAsync_v2(
 }
 
 #[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyPeer(
+    dst: CUdeviceptr,
+    dst_ctx: CUcontext,
+    src: CUdeviceptr,
+    src_ctx: CUcontext,
+    n: usize,
+) -> RawResult {
+    cuMemcpyPeerAsync(dst, dst_ctx, src, src_ctx, n, std::ptr::null_mut())
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyPeerAsync(
+    dst: CUdeviceptr,
+    dst_ctx: CUcontext,
+    src: CUdeviceptr,
+    src_ctx: CUcontext,
+    n: usize,
+    stream: CUstream,
+) -> RawResult {
+    let (dst_ctx, src_ctx) = (dst_ctx as usize as u64, src_ctx as usize as u64);
+    gated(|| memcpy::peer(dst, dst_ctx, src, src_ctx, n, Some(stream as usize as u64)))
+}
+
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> RawResult {
     // SAFETY: forwarded with the legacy default stream.
     unsafe { cuMemcpyAsync(dst, src, n, std::ptr::null_mut()) }

@@ -137,6 +137,11 @@ api! {
     cuCtxGetCurrent(ctx: *mut usize);
     cuCtxGetDevice(d: *mut c_int);
     cuCtxSynchronize();
+    cuDeviceCanAccessPeer(can: *mut c_int, dev: c_int, peer: c_int);
+    cuDeviceGetP2PAttribute(v: *mut c_int, attr: c_uint, src: c_int, dst: c_int);
+    cuCtxEnablePeerAccess(peer: usize, flags: c_uint);
+    cuCtxDisablePeerAccess(peer: usize);
+    cuMemcpyPeer(dst: u64, dst_ctx: usize, src: u64, src_ctx: usize, n: usize);
     cuStreamCreate(s: *mut usize, flags: c_uint);
     cuStreamCreateWithPriority(s: *mut usize, flags: c_uint, priority: c_int);
     cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int);

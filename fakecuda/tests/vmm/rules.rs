@@ -182,7 +182,14 @@ fn map_and_access_rules() {
     let mut f = 0;
     ok(cu.cuMemGetAccess(&mut f, &Location { type_: 1, id: 1 }, p));
     assert_eq!(f, 3);
+    assert_eq!(
+        cu.cuMemcpyHtoD_v2(p, buf.as_ptr().cast(), 16),
+        ILLEGAL_ADDRESS,
+        "device 1's grant is not device 0's: a copy is its context's device's work"
+    );
+    cu.setup(1);
     ok(cu.cuMemcpyHtoD_v2(p, buf.as_ptr().cast(), 16));
+    cu.setup(0);
     // Unmapped device memory is an invalid value.
     assert_eq!(
         cu.cuMemcpyHtoD_v2(p + 2 * GRAN as u64, buf.as_ptr().cast(), 16),

@@ -203,6 +203,13 @@ fn host_numa_allocations() {
     let q = cu.reserve(GRAN);
     ok(cu.cuMemMap(q, GRAN, 0, imported, 0));
     ok(cu.cuMemSetAccess(q, GRAN, &grants[1], 1));
+    let mut buf = [0u8; 4];
+    assert_eq!(
+        cu.cuMemcpyDtoH_v2(buf.as_mut_ptr().cast(), q, 4),
+        ILLEGAL_ADDRESS,
+        "the node's grant is the CPU's, not device 0's"
+    );
+    ok(cu.cuMemSetAccess(q, GRAN, grants.as_ptr(), 2));
     assert_eq!(cu.read(q, GRAN), pattern(5, GRAN));
     // A node grant on device memory is refused; so is binding host memory into multicast.
     let d = cu.create(GRAN, 0, POSIX_FD);
