@@ -87,6 +87,9 @@ fn import_from_pid_takes_the_kept_descriptor() {
     let (mut a, mut b) = (env.worker(), env.worker());
     let h = a.create(GRAN, 1, POSIX_FD).expect("create on device 1");
     let pa = a.map_rw(h, GRAN, 1).expect("map");
+    // Copies are the work of the current context's device: device 1's, which has access.
+    a.set_device(1).expect("device 1");
+    b.set_device(1).expect("device 1");
     a.fill(pa, GRAN, 99).expect("fill");
     let (ours, number) = a.export_kept(h).expect("export, kept");
     drop(ours);

@@ -2,15 +2,16 @@
 //! and the `cuIpc*Mem*` calls implemented on the shim's own peer service. The native IPC
 //! functions are never called: native checkpoint refuses memory they touched.
 
-use super::sharing;
 use super::track::{self, new_capability, new_id};
-use crate::driver::vmm::map_read_write;
+use super::{peer, sharing};
+use crate::driver::vmm::{map_read_write, unmap_and_free};
 use crate::driver::{Driver, context, driver};
 use crate::log;
 use crate::state::cache;
 use crate::state::process;
 use crate::state::registry::{Allocation, Kind, MallocInfo, Registry};
 use crate::sys::abi::{RawAllocProp, RawLocation, consts};
+use crate::sys::convert;
 use crate::sys::error::{CuError, CuResult};
 use cuinterpose_protocol::{
     AccessDescriptor, AccessFlags, AllocationProperties, AllocationReference, AllocationType,
@@ -48,6 +49,7 @@ fn record_region(
     mut allocation: Allocation,
     address: u64,
     device: i32,
+    peers: Vec<AccessDescriptor>,
 ) -> CuResult<()> {
     let id = allocation.reference.id;
     let extent = allocation.size;
@@ -60,8 +62,36 @@ fn record_region(
         .expect("inserted above")
         .primary_handle = handle;
     track::record_mapping(r, address, (id, Kind::Unicast, 0), extent, 0, 0);
-    r.mappings.get_mut(&address).expect("recorded above").access = vec![read_write(device)];
+    r.mappings.get_mut(&address).expect("recorded above").access =
+        convert::merge_access(&[read_write(device)], &peers);
     Ok(())
+}
+
+/// Maps `raw` read-write for `device` at a fresh address and grants `peers` (devices with peer
+/// access to the owning context) read-write too; on failure nothing stays mapped and `raw` is
+/// released. Returns the address and the peers' access to record.
+fn map_region(
+    d: &Driver,
+    raw: u64,
+    extent: u64,
+    device: i32,
+    peers: &[i32],
+) -> CuResult<(u64, Vec<AccessDescriptor>)> {
+    let address = match map_read_write(d, raw, extent, device) {
+        Ok(address) => address,
+        Err(e) => {
+            let _ = d.mem_release(raw);
+            return Err(e);
+        }
+    };
+    match peer::grant_new_region(d, address, extent, peers) {
+        Ok(granted) => Ok((address, granted)),
+        Err(e) => {
+            let _ = unmap_and_free(d, address, extent as usize);
+            let _ = d.mem_release(raw);
+            Err(e)
+        }
+    }
 }
 
 pub fn mem_alloc(size: usize) -> CuResult<u64> {
@@ -99,13 +129,13 @@ pub fn create_region(
     }
     let context = context::current(d);
     let raw = d.mem_create(extent as usize, &prop, 0)?;
-    let address = match map_read_write(d, raw, extent, device) {
-        Ok(address) => address,
-        Err(e) => {
-            let _ = d.mem_release(raw);
-            return Err(e);
-        }
+    // Pool memory obeys its pool's access; cuMemAlloc memory also the context's peers'.
+    let peers = if pool == 0 {
+        peer::peer_devices(r, context, device)
+    } else {
+        Vec::new()
     };
+    let (address, peers) = map_region(d, raw, extent, device, &peers)?;
     let allocation = Allocation {
         reference: AllocationReference {
             id: new_id(),
@@ -136,7 +166,7 @@ pub fn create_region(
             pool,
         }),
     };
-    record_region(r, allocation, address, device)?;
+    record_region(r, allocation, address, device, peers)?;
     Ok((address, extent))
 }
 
@@ -227,7 +257,11 @@ pub fn primary_ctx_reset(device: i32) -> CuResult<()> {
         }
         Ok(())
     })?;
-    d.primary_ctx_reset(device)
+    d.primary_ctx_reset(device)?;
+    process::with(|r| {
+        peer::forget_context(d, r, primary);
+        Ok(())
+    })
 }
 
 /// `cuCtxDestroy_v2`: the context's regions go with it.
@@ -243,7 +277,11 @@ pub fn ctx_destroy(ctx: usize) -> CuResult<()> {
         }
         Ok(())
     })?;
-    d.ctx_destroy(ctx)
+    d.ctx_destroy(ctx)?;
+    process::with(|r| {
+        peer::forget_context(d, r, ctx);
+        Ok(())
+    })
 }
 
 pub fn address_range(address: u64) -> CuResult<Option<(u64, u64)>> {
@@ -393,14 +431,13 @@ pub fn open_region(
             ipc_exported: true,
             pool,
         });
-        let address = match map_read_write(d, raw, extent, device) {
-            Ok(address) => address,
-            Err(e) => {
-                let _ = d.mem_release(raw);
-                return Err(e);
-            }
+        let peers = if pool == 0 {
+            peer::peer_devices(r, context, device)
+        } else {
+            Vec::new()
         };
-        record_region(r, allocation, address, device)?;
+        let (address, peers) = map_region(d, raw, extent, device, &peers)?;
+        record_region(r, allocation, address, device, peers)?;
         Ok(address)
     })
 }

@@ -4,11 +4,12 @@
 //!
 //! [`track`] records objects and mappings; [`vmm`] is the VMM calls; [`multicast`] the
 //! multicast calls; [`sharing`] POSIX-FD export and import through tickets; [`ipc`] the
-//! memory IPC adapter (`cuMemAlloc` as VMM, `cuIpc*`); [`pool`] the pool adapter (IPC memory
-//! pools as VMM regions).
+//! memory IPC adapter (`cuMemAlloc` as VMM, `cuIpc*`); [`peer`] peer access for its regions;
+//! [`pool`] the pool adapter (IPC memory pools as VMM regions).
 
 pub mod ipc;
 pub mod multicast;
+pub mod peer;
 pub mod pool;
 pub mod sharing;
 pub mod track;

@@ -85,6 +85,14 @@ impl Driver {
         call!(self, cuStreamSynchronize(stream))
     }
 
+    pub fn ctx_enable_peer_access(&self, peer: usize, flags: u32) -> CuResult<()> {
+        call!(self, cuCtxEnablePeerAccess(peer, flags))
+    }
+
+    pub fn ctx_disable_peer_access(&self, peer: usize) -> CuResult<()> {
+        call!(self, cuCtxDisablePeerAccess(peer))
+    }
+
     pub fn ctx_destroy(&self, ctx: usize) -> CuResult<()> {
         call!(self, cuCtxDestroy_v2(ctx))
     }

@@ -13,8 +13,13 @@ pub fn current_device(d: &Driver) -> CuResult<i32> {
     d.ctx_device()
 }
 
-/// Runs `body` with `ctx` current (or, when `ctx` is 0, the primary context of `device`),
-/// then restores the previous context. `body`'s error wins over a cleanup error.
+/// Runs `body` as work of `device`: with `ctx` current when it is a context of `device`,
+/// otherwise (0, or a context of another device) with the primary context of `device`; then
+/// restores the previous context. `body`'s error wins over a cleanup error.
+///
+/// A copy is the work of the current context's device, which needs access to the memory: an
+/// allocation made on one device while another device's context was current is copied in
+/// its own device's context.
 ///
 /// A primary context retained here stays retained: releasing the last reference would
 /// destroy it, and with it streams and state the restored memory may still need.
@@ -33,8 +38,13 @@ pub fn run<T>(
     if target != previous {
         d.ctx_set_current(target)?;
     }
-    let result = body();
-    let restored = if target != previous {
+    let result = (|| {
+        if ctx != 0 && d.ctx_device()? != device {
+            d.ctx_set_current(d.primary_ctx_retain(device)?)?;
+        }
+        body()
+    })();
+    let restored = if current(d) != previous {
         d.ctx_set_current(previous)
     } else {
         Ok(())

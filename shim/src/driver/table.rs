@@ -58,6 +58,8 @@ table! {
     cuCtxSetCurrent: fn(usize);
     cuCtxGetDevice: fn(*mut c_int);
     cuCtxSynchronize: fn();
+    cuCtxEnablePeerAccess: fn(usize, c_uint);
+    cuCtxDisablePeerAccess: fn(usize);
     cuStreamCreate: fn(*mut usize, c_uint);
     cuStreamSynchronize: fn(usize);
     cuStreamDestroy_v2: fn(usize);

@@ -354,6 +354,22 @@ pub extern "C" fn cuCtxDestroy_v2(ctx: usize) -> u32 {
     entry(id::cuCtxDestroy_v2, || crate::calls::ipc::ctx_destroy(ctx))
 }
 
+/// The driver's peer access, extended to the adapter's `cuMemAlloc` regions (VMM memory,
+/// which peer access alone would not reach).
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxEnablePeerAccess(peer: usize, flags: c_uint) -> u32 {
+    entry(id::cuCtxEnablePeerAccess, || {
+        crate::calls::peer::enable(peer, flags)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxDisablePeerAccess(peer: usize) -> u32 {
+    entry(id::cuCtxDisablePeerAccess, || {
+        crate::calls::peer::disable(peer)
+    })
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut u64, size: usize) -> u32 {
     entry(id::cuMemAlloc_v2, || {

@@ -923,30 +923,6 @@ pub unsafe extern "C" fn cuCtxDetach(a0: *mut c_void) -> u32 {
     )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxDisablePeerAccess(a0: *mut c_void) -> u32 {
-    forward(
-        22,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*mut c_void) -> u32,
-            >(f)(a0)
-        },
-    )
-}
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxEnablePeerAccess(a0: *mut c_void, a1: u32) -> u32 {
-    forward(
-        23,
-        |f| unsafe {
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*mut c_void, u32) -> u32,
-            >(f)(a0, a1)
-        },
-    )
-}
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxFromGreenCtx(a0: *mut c_void, a1: *mut c_void) -> u32 {
     forward(
         24,

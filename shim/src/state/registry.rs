@@ -223,6 +223,9 @@ pub struct Registry {
     pub unlocked_calls: u64,
     /// The host carrier between `save_allocations` and `load_allocations`.
     pub arena: Option<super::arena::Arena>,
+    /// Peer access the application enabled: (accessing context, peer context) → the
+    /// accessing context's device, which the peer context's `cuMemAlloc` regions grant.
+    pub peer_links: BTreeMap<(usize, usize), i32>,
     next_handle: u64,
 }
 
@@ -241,6 +244,7 @@ impl Registry {
             pools: super::pools::Pools::default(),
             unlocked_calls: 0,
             arena: None,
+            peer_links: BTreeMap::new(),
             next_handle: 0,
         }
     }

@@ -665,7 +665,7 @@ pub const OPEN: [bool; COUNT] = [
 /// generated pass-through.
 pub const HAND_WRITTEN: [bool; COUNT] = [
     false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, true, false, false, false,
+    false, false, false, false, false, false, false, false, true, false, true, true,
     false, false, false, false, false, false, false, false, false, false, false, false,
     false, false, false, false, false, false, false, false, false, false, false, false,
     false, false, false, false, false, false, false, false, false, true, false, false,
@@ -720,6 +720,8 @@ pub const HAND_WRITTEN: [bool; COUNT] = [
 #[allow(non_upper_case_globals)]
 pub mod id {
     pub const cuCtxDestroy_v2: usize = 20;
+    pub const cuCtxDisablePeerAccess: usize = 22;
+    pub const cuCtxEnablePeerAccess: usize = 23;
     pub const cuDeviceGetAttribute: usize = 57;
     pub const cuDeviceGetMemPool: usize = 69;
     pub const cuDevicePrimaryCtxRelease: usize = 80;
