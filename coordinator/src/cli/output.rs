@@ -55,6 +55,12 @@ pub(super) fn failure_json(command: &str, error: &CommandError) -> Value {
         value["phase"] = json!(run.stage.name_in(run.kind));
         value["mutated"] = json!(run.mutated);
         value["rolled_back"] = json!(run.rolled_back);
+        value["unconfirmed"] = json!(
+            run.unconfirmed
+                .iter()
+                .map(|pid| pid.get())
+                .collect::<Vec<_>>()
+        );
         if run.rolled_back && run.mutated {
             value["status"] = json!("aborted");
         }

@@ -29,6 +29,18 @@ impl ExchangeError {
         matches!(self, Self::Lost { .. })
     }
 
+    /// Sent, and not answered in time: the participant is alive (or stopped) and busy, not
+    /// gone.
+    pub fn timed_out(&self) -> bool {
+        matches!(
+            self,
+            Self::Lost {
+                kind: "Timeout",
+                ..
+            }
+        )
+    }
+
     /// The failure's name (the transport error's variant, or the session's own).
     pub fn kind(&self) -> &'static str {
         match self {
@@ -243,6 +255,11 @@ pub struct RunError {
     /// The capture stopped before `prepare_unicast` and every participant was put back
     /// (`roll_back`) and verified: the workload resumes.
     pub rolled_back: bool,
+    /// Rolled back, except these: they timed out in `begin_checkpoint` and again on their
+    /// `roll_back`. Frozen and busy (draining a long call, or stopped), each applies the
+    /// `roll_back` queued behind its work, or else thaws on its own after its quiet window;
+    /// they were not verified.
+    pub unconfirmed: Vec<NamespacePid>,
 }
 
 impl RunError {
@@ -292,11 +309,28 @@ impl fmt::Display for RunError {
         f.write_str(&self.failures_text())?;
         if self.rolled_back {
             if self.mutated {
-                write!(
-                    f,
-                    "\nABORTED: every participant was rolled back to where it was before the \
-                     checkpoint and verified; the workload resumes (nothing was checkpointed)"
-                )?;
+                if self.unconfirmed.is_empty() {
+                    write!(
+                        f,
+                        "\nABORTED: every participant was rolled back to where it was before \
+                         the checkpoint and verified; the workload resumes (nothing was \
+                         checkpointed)"
+                    )?;
+                } else {
+                    write!(
+                        f,
+                        "\nABORTED: the workload resumes (nothing was checkpointed). Every \
+                         participant was rolled back and verified except {}, which did not \
+                         answer begin_checkpoint or roll_back in time: frozen and busy, it \
+                         rolls back when it gets to the request, or on its own after its \
+                         quiet window",
+                        self.unconfirmed
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )?;
+                }
             } else {
                 write!(
                     f,

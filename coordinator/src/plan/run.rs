@@ -59,6 +59,9 @@ pub struct Run {
     fail_stopped: BTreeSet<NamespacePid>,
     /// The failure a rollback is undoing (capture stopped before `prepare_unicast`).
     stopped: Option<RunError>,
+    /// Participants whose rollback is unconfirmed (see [`RunError::unconfirmed`]): left out
+    /// of the verification.
+    unconfirmed: BTreeSet<NamespacePid>,
     /// Restore: each participant's phase, from its inspection and the steps since. A restore
     /// interrupted earlier (its coordinator killed, a reply lost) picks up where each
     /// participant stands: every operation goes to those still in the phase it starts from.
@@ -181,6 +184,7 @@ impl Run {
                 fail_stopped: Vec::new(),
                 told: Vec::new(),
                 rolled_back: false,
+                unconfirmed: Vec::new(),
             }),
             saved: BTreeMap::new(),
             saved_devices: BTreeMap::new(),
@@ -192,6 +196,7 @@ impl Run {
             mutated: false,
             fail_stopped: BTreeSet::new(),
             stopped: None,
+            unconfirmed: BTreeSet::new(),
             at: BTreeMap::new(),
         }
     }
@@ -259,8 +264,41 @@ impl Run {
                 .copied()
                 .filter(|pid| self.at.get(pid) == Some(&operation.from_phase()))
                 .collect(),
+            (_, Stage::Verify) => self
+                .participants
+                .iter()
+                .copied()
+                .filter(|pid| !self.unconfirmed.contains(pid))
+                .collect(),
             _ => self.participants.clone(),
         }
+    }
+
+    /// Of a `roll_back`'s failures, takes out those of participants that timed out in
+    /// `begin_checkpoint` and again now: frozen and busy, not gone. The shim thaws a frozen
+    /// process on its own after its quiet window, whichever order its requests reach it in,
+    /// so they need not fail the rollback; they become unconfirmed. Later stages keep every
+    /// timeout a failure: a process in `saved` cannot roll itself back.
+    fn excuse_slow(&mut self, failures: Vec<Failure>) -> Vec<Failure> {
+        let Some(stopped) = &self.stopped else {
+            return failures;
+        };
+        if stopped.stage != Stage::BeginCheckpoint {
+            return failures;
+        }
+        let slow_before: BTreeSet<NamespacePid> = stopped
+            .failures
+            .iter()
+            .filter(|f| matches!(&f.reason, Reason::Transport(e) if e.timed_out()))
+            .filter_map(|f| f.participant)
+            .collect();
+        let (excused, rest): (Vec<Failure>, Vec<Failure>) = failures.into_iter().partition(|f| {
+            matches!(&f.reason, Reason::Transport(e) if e.timed_out())
+                && f.participant.is_some_and(|pid| slow_before.contains(&pid))
+        });
+        self.unconfirmed
+            .extend(excused.iter().filter_map(|f| f.participant));
+        rest
     }
 
     fn fail_global(&mut self, stage: Stage, reason: Reason) {
@@ -283,6 +321,7 @@ impl Run {
             fail_stopped: self.fail_stopped.iter().copied().collect(),
             told: Vec::new(),
             rolled_back: false,
+            unconfirmed: Vec::new(),
         });
     }
 
@@ -373,6 +412,9 @@ impl Run {
             // watchdog, after its control timeout). Not fail-stop.
             self.mutated = false;
         }
+        if stage == Stage::RollBack {
+            failures = self.excuse_slow(failures);
+        }
         if !failures.is_empty() {
             self.stop(stage, failures);
             return &self.step;
@@ -455,6 +497,7 @@ impl Run {
                 // Rolled back and verified: the run still failed, but the workload resumes.
                 Some(mut error) => {
                     error.rolled_back = true;
+                    error.unconfirmed = self.unconfirmed.iter().copied().collect();
                     Step::Failed(error)
                 }
                 None => Step::Done(self.report()),

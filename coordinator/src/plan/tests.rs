@@ -12,6 +12,7 @@ use super::*;
 use crate::fixtures::*;
 
 mod restore;
+mod rollback;
 mod support;
 
 use support::*;
