@@ -6,7 +6,9 @@
 //! Restore: load the state → find the processes → native restore of each → native unlock of
 //! each → the coordinator's restore phases. A native step that fails after `prepare` changed
 //! the participants is aborted: the workload is put back in place from the host carriers and
-//! resumes (exit 3); only a failed rollback is fail-stop (exit 2).
+//! resumes (exit 3); only a failed rollback is fail-stop (exit 2). The checkpoint's steps and
+//! its way back are a sans-I/O [`Plan`] (in `compose/steps.rs`); this module and
+//! `compose/back.rs` execute it.
 
 use crate::events::Event;
 use crate::plan::Run;
@@ -27,7 +29,12 @@ use crate::report::{PhaseReport, Report};
 use crate::session::Session;
 use crate::state;
 
+mod back;
+mod steps;
 mod toggle;
+pub use back::resume_in_place;
+use back::way_back;
+pub use steps::{Plan, Step, Verdict};
 pub use toggle::{resume_unless_refused_map, toggle};
 
 /// Written next to the state by `checkpoint`: the processes it checkpointed natively, so that
@@ -213,136 +220,64 @@ pub fn checkpoint(
     dir: &Path,
     progress: &mut dyn FnMut(&Event),
 ) -> Result<Report, CommandError> {
+    checkpoint_with(workload, root, dir, progress, None)
+}
+
+/// A step the caller adds at the end of a checkpoint (`criu dump`), given the report so far.
+pub type Dump<'a> =
+    &'a mut dyn FnMut(&mut Report, &mut dyn FnMut(&Event)) -> Result<(), CommandError>;
+
+/// The steps of [`Plan::checkpoint`] done here: prepare, record the processes, lock each,
+/// checkpoint each, then `dump` when there is one. A failure after `prepare` takes the plan's
+/// way back ([`resume_in_place`]).
+pub fn checkpoint_with(
+    workload: &Workload,
+    root: u32,
+    dir: &Path,
+    progress: &mut dyn FnMut(&Event),
+    mut dump: Option<Dump<'_>>,
+) -> Result<Report, CommandError> {
     let driver = Driver::load()?;
     let members = find_members(workload, &driver, root)?;
     for member in members.iter().filter(|member| member.cuda) {
         driver.expect_state(member.host_pid, NativeStep::Lock, ProcessState::Running)?;
     }
-    let session = Session::open(
+    let mut session = Some(Session::open(
         &workload.control_dir,
         &participants(&members),
         workload.timeouts,
-    )?;
+    )?);
     let mut report = Report::new("checkpoint");
-    report.absorb(commands::prepare(&session, dir, progress)?);
-    drop(session);
-    if let Err(error) = native_checkpoint(
-        workload,
-        &driver,
-        root,
-        dir,
-        &members,
-        &mut report,
-        progress,
-    ) {
-        return Err(resume_in_place(
-            workload,
-            root,
-            dir,
-            progress,
-            "native checkpoint",
-            error,
-        ));
-    }
-    Ok(report)
-}
-
-/// The native half of `checkpoint`: record the processes, lock each, checkpoint each.
-fn native_checkpoint(
-    workload: &Workload,
-    driver: &Driver,
-    root: u32,
-    dir: &Path,
-    members: &[Member],
-    report: &mut Report,
-    progress: &mut dyn FnMut(&Event),
-) -> Result<(), CommandError> {
-    write_members(dir, root, members)?;
-    native_phase(report, progress, "native_lock", members, |member| {
-        driver.lock(member.host_pid, workload.lock_timeout_ms)
-    })?;
-    native_phase(report, progress, "native_checkpoint", members, |member| {
-        driver.checkpoint(member.host_pid)
-    })
-}
-
-/// Abort and resume: `during` failed after `prepare` released the sharing and published the
-/// state, with every process still alive. Undo the native steps where they happened (restore
-/// a checkpointed process, unlock a locked one), then run the coordinator's restore phases
-/// from the host carriers the shims still hold, ending with the record-by-record comparison.
-/// The workload runs on unchanged ([`CommandError::Aborted`], exit 3); if the rollback itself
-/// fails, it is fail-stop ([`CommandError::AfterMutation`], exit 2) naming both failures.
-pub fn resume_in_place(
-    workload: &Workload,
-    root: u32,
-    dir: &Path,
-    progress: &mut dyn FnMut(&Event),
-    during: &str,
-    error: CommandError,
-) -> CommandError {
-    let mut rollback = || -> Result<Report, CommandError> {
-        let driver = Driver::load()?;
-        let members = find_members(workload, &driver, root)?;
-        let mut report = Report::new("resume");
-        native_phase(
-            &mut report,
-            progress,
-            "native_undo",
-            &members,
-            |member| match driver.state(member.host_pid)? {
-                ProcessState::Checkpointed => {
-                    driver.restore(member.host_pid)?;
-                    driver.unlock(member.host_pid)
-                }
-                ProcessState::Locked => driver.unlock(member.host_pid),
-                _ => Ok(()),
+    let mut plan = Plan::checkpoint(dump.is_some());
+    loop {
+        let result = match plan.step() {
+            Step::Prepare => {
+                let session = session.take().expect("prepare is one step");
+                commands::prepare(&session, dir, progress).map(|done| report.absorb(done))
+            }
+            Step::RecordMembers => write_members(dir, root, &members),
+            Step::NativeLock => native_phase(&mut report, progress, "native_lock", &members, |m| {
+                driver.lock(m.host_pid, workload.lock_timeout_ms)
+            }),
+            Step::NativeCheckpoint => {
+                native_phase(&mut report, progress, "native_checkpoint", &members, |m| {
+                    driver.checkpoint(m.host_pid)
+                })
+            }
+            Step::CriuDump => match dump.as_mut() {
+                Some(dump) => dump(&mut report, progress),
+                None => unreachable!("a dump is planned only when there is one"),
             },
-        )?;
-        let session = Session::open(
-            &workload.control_dir,
-            &participants(&members),
-            workload.timeouts,
-        )?;
-        report.absorb(commands::restore(&session, dir, progress)?);
-        Ok(report)
-    };
-    let outcome = rollback().map_err(|rollback_error| {
-        // A participant that died meanwhile (as its tree collapsed) explains the failure.
-        match died_since(workload, root, dir, during) {
-            Some(died) => died,
-            None => rollback_error,
-        }
-    });
-    match outcome {
-        Ok(resumed) => {
-            commands::discard_checkpoint(dir);
-            CommandError::Aborted {
-                during: during.to_owned(),
-                cause: error.to_string(),
-                source: Box::new(error),
-                resumed: Box::new(resumed),
+            Step::Finished => {
+                return match plan.verdict() {
+                    Some(Verdict::NotTaken(error)) => Err(error),
+                    _ => Ok(report),
+                };
             }
-        }
-        Err(rollback_error) => {
-            let reason =
-                format!("{during}, and putting the workload back failed: {rollback_error}");
-            let told = match tell_survivors(workload, root, dir, &reason)[..] {
-                [] => String::new(),
-                ref pids => format!(
-                    "; told to fail-stop (their CUDA calls now fail instead of waiting): {}",
-                    pids.iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            };
-            CommandError::AfterMutation {
-                during: format!(
-                    "{during} (and putting the workload back failed too: {rollback_error}{told})"
-                ),
-                source: Box::new(error),
-            }
-        }
+            // A step after the capture failed.
+            _ => return Err(way_back(workload, root, dir, progress, plan)),
+        };
+        plan.feed(result);
     }
 }
 

@@ -166,7 +166,9 @@ fn timed(name: &str, started: Instant) -> PhaseReport {
     }
 }
 
-/// `compose::checkpoint`, then `criu dump` of the tree into `<dir>/criu`.
+/// `compose::checkpoint`, then `criu dump` of the tree into `<dir>/criu`: the dump is the
+/// last step of the checkpoint's plan, so a failed dump takes the plan's way back (CRIU leaves
+/// the tasks running when a dump fails).
 pub fn checkpoint(
     workload: &Workload,
     criu: &Criu,
@@ -174,29 +176,21 @@ pub fn checkpoint(
     dir: &Path,
     progress: &mut dyn FnMut(&Event),
 ) -> Result<Report, CommandError> {
-    let mut report = compose::checkpoint(workload, root, dir, progress)?;
-    let started = Instant::now();
-    progress(&Event::Started {
-        phase: "criu_dump",
-        participants: participant_count(&report),
-    });
-    if let Err(error) = criu.dump(root, &dir.join(IMAGES_DIR_NAME)) {
-        // CRIU leaves the tasks running when a dump fails: put the workload back.
-        return Err(compose::resume_in_place(
-            workload,
-            root,
-            dir,
-            progress,
-            "criu dump",
-            error,
-        ));
-    }
-    let mut phase = timed("criu_dump", started);
-    // CRIU dumped every participant of the tree (and its other processes).
-    phase.participants = participant_count(&report);
-    progress(&Event::Done(&phase));
-    report.phases.push(phase);
-    Ok(report)
+    let mut dump = |report: &mut Report, progress: &mut dyn FnMut(&Event)| {
+        let started = Instant::now();
+        progress(&Event::Started {
+            phase: "criu_dump",
+            participants: participant_count(report),
+        });
+        criu.dump(root, &dir.join(IMAGES_DIR_NAME))?;
+        let mut phase = timed("criu_dump", started);
+        // CRIU dumped every participant of the tree (and its other processes).
+        phase.participants = participant_count(report);
+        progress(&Event::Done(&phase));
+        report.phases.push(phase);
+        Ok(())
+    };
+    compose::checkpoint_with(workload, root, dir, progress, Some(&mut dump))
 }
 
 /// `criu restore` of `<dir>/criu`, then `compose::restore` of the restored tree.

@@ -152,7 +152,14 @@ pub fn watch(criu: u32, root: u32, dir: &Path, workload: &Workload) -> Result<Do
         during: "criu dump",
         source: std::io::Error::other("CRIU ended without completing the dump"),
     };
-    match compose::resume_in_place(workload, root, dir, &mut quiet, "criu dump", cause) {
+    match compose::resume_in_place(
+        workload,
+        root,
+        dir,
+        &mut quiet,
+        compose::Step::CriuDump,
+        cause,
+    ) {
         CommandError::Aborted { resumed, .. } => Ok(Done::ok(
             "CRIU ended without completing the dump: the workload was put back in place and \
              resumed",

@@ -1,13 +1,15 @@
 //! The worker over fakecuda, without any interposer.
 
+#[path = "../support/mod.rs"]
 mod support;
+
+mod entry;
 
 use cuinterpose_workload::{
     Command, EntryPath, ErrorKind, Grant, Reply, Worker, WorkloadError, checksum, cuda, pattern,
     pattern_byte, pattern_checksum,
 };
 use std::os::fd::{AsFd, AsRawFd};
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use support::{Env, FABRIC, GRAN, POSIX_FD};
 
@@ -122,151 +124,6 @@ fn import_from_pid_takes_the_kept_descriptor() {
     assert_eq!(err.errno(), Some(libc::EBADF), "{err}");
     let err = a.close_fd(number).expect_err("closed twice");
     assert_eq!(err.errno(), Some(libc::EBADF), "{err}");
-}
-
-fn check_entry(entry: EntryPath) {
-    let env = Env::new();
-    let mut w = env.worker_with(entry.clone());
-    let h = w.create(GRAN, 0, POSIX_FD).expect("create");
-    let p = w.map_rw(h, GRAN, 0).expect("map");
-    w.fill(p, GRAN, 5).expect("fill");
-    w.verify(p, GRAN, 5).expect("verify");
-    w.unmap(p, GRAN).expect("unmap");
-    w.free_address(p, GRAN).expect("free");
-    w.release(h).expect("release");
-
-    let d = w.mem_alloc(4096).expect("cuMemAlloc");
-    let (base, size) = w.address_range(d + 100).expect("range");
-    assert_eq!(base, d);
-    assert!(size >= 4096);
-    w.write(d, b"abc").expect("write");
-    assert_eq!(w.read(d, 3).expect("read"), b"abc");
-    w.mem_free(d).expect("free");
-    w.synchronize().expect("synchronize");
-    assert!(w.driver_version().expect("version") >= 12000);
-
-    let lib = support::fakecuda_library();
-    let r = w.resolve("cuMemCreate").expect("resolve");
-    let found = std::fs::canonicalize(r.library.as_deref().expect("dladdr names a library"))
-        .expect("library exists");
-    assert_eq!(found, lib, "{entry}: cuMemCreate comes from fakecuda");
-    assert_eq!(r.symbol.as_deref(), Some("cuMemCreate"));
-    assert_ne!(r.address, 0);
-    if entry.api_version().is_some() {
-        // By version, the unsuffixed name is the current ABI's function.
-        let r = w.resolve("cuMemAlloc").expect("resolve");
-        assert_eq!(r.symbol.as_deref(), Some("cuMemAlloc_v2"), "{entry}");
-        let r = w.resolve("cuIpcOpenMemHandle").expect("resolve");
-        assert_eq!(
-            r.symbol.as_deref(),
-            Some("cuIpcOpenMemHandle_v2"),
-            "{entry}"
-        );
-    } else {
-        let err = w.resolve("cuNoSuchFunction").expect_err("unknown symbol");
-        assert!(
-            matches!(&err, WorkloadError::Unresolved { symbol, message, .. }
-                if symbol == "cuNoSuchFunction" && message.contains(&entry.to_string())),
-            "{err}"
-        );
-    }
-}
-
-#[test]
-fn entry_path_dlsym() {
-    check_entry(EntryPath::Dlsym);
-}
-
-#[test]
-fn entry_path_default() {
-    check_entry(EntryPath::Default);
-}
-
-#[test]
-fn entry_path_next() {
-    check_entry(EntryPath::Next);
-}
-
-#[test]
-fn entry_path_proc_address() {
-    check_entry(EntryPath::ProcAddress(12030));
-}
-
-#[test]
-fn entry_path_proc_address_v1() {
-    check_entry(EntryPath::ProcAddressV1(12000));
-}
-
-/// Builds the stand-in runtime (`tests/c/fake_cudart.c`) with extra `cc` flags.
-fn fake_cudart(name: &str, flags: &[&str]) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/fake_cudart.c");
-    let lib = cuinterpose_testkit::target_profile_dir()
-        .join(format!("workload-{name}-{}.so", std::process::id()));
-    let out = std::process::Command::new("cc")
-        .args(["-Wall", "-Werror", "-shared", "-fPIC", "-o"])
-        .arg(&lib)
-        .args(flags)
-        .arg(&src)
-        .arg("-ldl")
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    lib
-}
-
-/// The runtime path: `cudaGetDriverEntryPointByVersion`, and `cudaGetDriverEntryPoint` where
-/// the runtime lacks it.
-#[test]
-fn entry_path_runtime() {
-    for (name, flags) in [
-        ("cudart", &[][..]),
-        ("cudart-legacy", &["-DLEGACY_ONLY"][..]),
-    ] {
-        let lib = fake_cudart(name, flags);
-        check_entry(EntryPath::Runtime(lib.clone()));
-        let _ = std::fs::remove_file(&lib);
-    }
-}
-
-/// A symbol the entry path cannot give is an error naming it and the path, on use only.
-#[test]
-fn unresolvable_symbols_are_reported_when_used() {
-    let env = Env::new();
-    let mut w = env.worker_with(EntryPath::ProcAddressV1(12000));
-    let err = w.mc_create(1, GRAN, 0).expect_err("multicast is 12.1");
-    match &err {
-        WorkloadError::Unresolved {
-            symbol,
-            message,
-            code,
-            ..
-        } => {
-            assert_eq!(symbol, "cuMulticastCreate");
-            assert!(message.contains("proc-address-v1:12000"), "{message}");
-            assert_eq!(*code, i64::from(cuda::NOT_FOUND));
-        }
-        other => panic!("expected Unresolved, got {other}"),
-    }
-    w.create(GRAN, 0, 0).expect("the worker carries on");
-
-    let missing = env.control_dir().join("no-such-libcudart.so");
-    let mut r = Worker::spawn(&env.config(EntryPath::Runtime(missing.clone()))).expect("spawn");
-    let err = r.init(0).expect_err("no runtime library");
-    assert!(
-        matches!(&err, WorkloadError::Unresolved { message, .. }
-            if message.contains(&missing.display().to_string())),
-        "{err}"
-    );
-    let mut d = Worker::spawn(
-        &env.config(EntryPath::Dlsym)
-            .driver("/nonexistent/libcuda.so.1"),
-    )
-    .expect("spawn");
-    assert!(matches!(d.init(0), Err(WorkloadError::Unresolved { .. })));
 }
 
 /// Legacy IPC: producer allocates and fills, consumer opens the handle and sees the bytes.
