@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use cuinterpose_coordinator::commands;
-use cuinterpose_coordinator::fixtures::{TempDir, properties, read_write};
 use cuinterpose_coordinator::session::Session;
 use cuinterpose_protocol::transport::Timeouts;
 use cuinterpose_protocol::{
     AllocationId, AllocationRecord, AllocationReference, BoundedVec, MappingRecord, NamespacePid,
     Record,
 };
+use cuinterpose_testkit::fixtures::{TempDir, properties, read_write};
 
 const PROCESSES: u32 = 8;
 const ALLOCATIONS: u32 = 1000;

@@ -1,7 +1,7 @@
 //! Unit tests of `compose`: who died while a step ran, from a made-up `/proc`.
 
 use super::*;
-use crate::fixtures::{TempDir, shared_topology, state_file};
+use cuinterpose_testkit::fixtures::{TempDir, shared_topology, state_file};
 
 /// A `/proc` with `root` (namespace PID 1) and children of the given namespace PIDs, each
 /// `(host pid, namespace pid, state)`.

@@ -13,7 +13,6 @@ pub mod compose;
 pub mod criu;
 pub mod demo;
 pub mod events;
-pub mod fixtures;
 pub mod hook;
 pub mod native;
 pub mod plan;

@@ -214,7 +214,7 @@ pub fn gigabytes_per_second(bytes: u64, duration: Duration) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::pid;
+    use cuinterpose_testkit::fixtures::pid;
 
     fn sample() -> Report {
         Report {

@@ -11,7 +11,7 @@ use std::os::fd::AsFd;
 use std::path::Path;
 use std::time::Duration;
 
-use cuinterpose_coordinator::fixtures::TempDir;
+use cuinterpose_testkit::fixtures::TempDir;
 use cuinterpose_testkit::{fakecuda_gpu, fakecuda_lib_dir, slack};
 use cuinterpose_workload::Worker;
 use serde_json::Value;

@@ -10,7 +10,7 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cuinterpose_coordinator::fixtures::TempDir;
+use cuinterpose_testkit::fixtures::TempDir;
 use cuinterpose_testkit::{fakecuda_lib_dir, slack};
 use cuinterpose_workload::Worker;
 use cuinterpose_workload::proto::{TrafficMode, TrafficThread};

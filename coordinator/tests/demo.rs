@@ -6,7 +6,7 @@ mod support;
 
 use std::process::{Command, Output};
 
-use cuinterpose_coordinator::fixtures::TempDir;
+use cuinterpose_testkit::fixtures::TempDir;
 use cuinterpose_testkit::{build_shim, build_worker, fakecuda_lib_dir};
 use serde_json::Value;
 use support::cli::{self, check_exit};

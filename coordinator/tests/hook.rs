@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use cuinterpose_coordinator::fixtures::TempDir;
+use cuinterpose_testkit::fixtures::TempDir;
 use cuinterpose_testkit::slack;
 use cuinterpose_workload::Worker;
 use serde_json::Value;

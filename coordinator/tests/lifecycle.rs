@@ -9,12 +9,12 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use cuinterpose_coordinator::commands::{self, CommandError};
-use cuinterpose_coordinator::fixtures::{SIZE, TempDir, pid, shared_topology, state_file};
 use cuinterpose_coordinator::plan::Stage;
 use cuinterpose_coordinator::session::Session;
 use cuinterpose_coordinator::state;
 use cuinterpose_protocol::transport::Timeouts;
 use cuinterpose_protocol::{NamespacePid, Operation, Phase, Record, Request};
+use cuinterpose_testkit::fixtures::{SIZE, TempDir, pid, shared_topology, state_file};
 use serde_json::Value;
 use support::cli::{check_exit, cuinterpose, path};
 use support::{FakeShim, Misbehaviour, Trigger, start_all};

@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
 use std::time::Duration;
 
-use cuinterpose_coordinator::fixtures::{FakeParticipant, SIZE, TempDir};
 use cuinterpose_coordinator::native::{Driver, NativeError, NativeStep, ProcessState};
 use cuinterpose_coordinator::{process, state};
 use cuinterpose_protocol::{
     AllocationId, AllocationRecord, AllocationReference, NamespacePid, Record, StateFile,
 };
+use cuinterpose_testkit::fixtures::{FakeParticipant, SIZE, TempDir};
 use cuinterpose_testkit::{cargo_build, target_profile_dir};
 use serde_json::Value;
 use support::FakeShim;
@@ -84,7 +84,7 @@ fn member() {
             creator_pid: pid,
         },
         size: SIZE,
-        properties: cuinterpose_coordinator::fixtures::properties(),
+        properties: cuinterpose_testkit::fixtures::properties(),
         host_carrier: false,
         handle_count: 1,
     };

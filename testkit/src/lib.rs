@@ -3,11 +3,14 @@
 //! Tests of one package cannot rely on another package's binaries or cdylibs being built, so
 //! these helpers run `cargo build` for the running test executable's own target directory and
 //! profile (once per process) and return where the artifact is. They panic with cargo's output
-//! when a build fails: they are for tests.
+//! when a build fails: they are for tests. [`fixtures`] builds records, topologies and fake
+//! participants for the coordinator's tests.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
+
+pub mod fixtures;
 
 /// `target/<profile>/` of the running executable: the directory above `deps/` (or
 /// `examples/`) for test and example executables, the executable's own directory otherwise.

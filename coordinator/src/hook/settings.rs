@@ -150,7 +150,7 @@ mod tests {
 
     #[test]
     fn a_settings_file_sets_only_allowed_names_and_says_where_it_is_wrong() {
-        let dir = crate::fixtures::TempDir::new("settings").expect("dir");
+        let dir = cuinterpose_testkit::fixtures::TempDir::new("settings").expect("dir");
         let path = dir.path().join("hook.conf");
         std::fs::write(
             &path,

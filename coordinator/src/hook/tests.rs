@@ -61,7 +61,7 @@ fn the_context_comes_from_criu_variables_only() {
 
 #[test]
 fn status_lines_say_what_happened() {
-    let dir = crate::fixtures::TempDir::new("status").expect("dir");
+    let dir = cuinterpose_testkit::fixtures::TempDir::new("status").expect("dir");
     let ok: Result<Done, HookError> = Ok(Done::skipped("nothing to do at network-lock"));
     record(Some(dir.path()), "network-lock", &ok);
     let failed: Result<Done, HookError> = Err(HookError::NotFromCriu);

@@ -9,7 +9,7 @@ use cuinterpose_protocol::{
 };
 
 use super::*;
-use crate::fixtures::*;
+use cuinterpose_testkit::fixtures::*;
 
 mod restore;
 mod rollback;

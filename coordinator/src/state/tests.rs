@@ -2,8 +2,8 @@
 //! way a file can be wrong, and comparison ignores order.
 
 use super::*;
-use crate::fixtures::*;
 use cuinterpose_protocol::Phase;
+use cuinterpose_testkit::fixtures::*;
 use std::os::unix::fs::PermissionsExt;
 
 fn sample() -> StateFile {

@@ -4,7 +4,7 @@ use cuinterpose_protocol::Record;
 
 use super::tests::{Participants, check, of, valid};
 use super::*;
-use crate::fixtures::*;
+use cuinterpose_testkit::fixtures::*;
 
 /// The shared topology with pool 20 of participant 101 imported by 102; allocation 1 (created
 /// by 101) is its member in both.

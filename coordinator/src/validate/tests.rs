@@ -7,7 +7,7 @@ use cuinterpose_protocol::{
 };
 
 use super::*;
-use crate::fixtures::*;
+use cuinterpose_testkit::fixtures::*;
 
 pub(super) type Participants = BTreeMap<NamespacePid, Vec<Record>>;
 

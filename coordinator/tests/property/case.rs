@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cuinterpose_coordinator::fixtures::TempDir;
+use cuinterpose_testkit::fixtures::TempDir;
 use cuinterpose_workload::pattern::splitmix64;
 use cuinterpose_workload::{EntryPath, Grant, Output, Worker, WorkerConfig, WorkloadError};
 

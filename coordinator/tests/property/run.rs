@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
-use cuinterpose_coordinator::fixtures::TempDir;
 use cuinterpose_coordinator::state;
 use cuinterpose_protocol::{NamespacePid, Record};
+use cuinterpose_testkit::fixtures::TempDir;
 
 use crate::case::{Case, CaseResult, Env, Stats, ensure};
 use crate::model::{check_model, records_diff, render_records};

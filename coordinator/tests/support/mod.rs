@@ -19,9 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use cuinterpose_coordinator::fixtures::FakeParticipant;
 use cuinterpose_protocol::transport::Listener;
 use cuinterpose_protocol::{NamespacePid, Phase, Record, Request};
+use cuinterpose_testkit::fixtures::FakeParticipant;
 
 /// What a fake shim does wrong, and when.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

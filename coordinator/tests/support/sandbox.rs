@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use cuinterpose_coordinator::fixtures::TempDir;
+use cuinterpose_testkit::fixtures::TempDir;
 use cuinterpose_testkit::{build_shim, build_worker, fakecuda_lib_dir};
 use cuinterpose_workload::{EntryPath, Output, Worker, WorkerConfig};
 

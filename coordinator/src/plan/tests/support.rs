@@ -8,8 +8,8 @@ use cuinterpose_protocol::{
     BoundedString, NamespacePid, RefusalCode, RefusedReply, Request, StateFile,
 };
 
-use crate::fixtures::*;
 use crate::plan::*;
+use cuinterpose_testkit::fixtures::*;
 
 pub(super) type Fakes = BTreeMap<NamespacePid, FakeParticipant>;
 

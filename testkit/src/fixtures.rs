@@ -376,13 +376,13 @@ impl FakeParticipant {
             ),
             Request::Execute(execute) => {
                 let operation = execute.operation;
-                if self.phase != crate::plan::phase_before(operation) {
+                if self.phase != operation.from_phase() {
                     return Self::refuse(
                         RefusalCode::OutOfOrder,
                         format!("{operation} in phase {}", self.phase),
                     );
                 }
-                self.phase = crate::plan::phase_after(operation);
+                self.phase = operation.to_phase();
                 let bytes = match operation {
                     Operation::SaveAllocations | Operation::LoadAllocations => {
                         self.last_copy = Some(operation);
