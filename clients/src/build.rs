@@ -1,7 +1,7 @@
 //! The artifacts the scenarios need, built for the running test's target directory and
 //! profile: the shim, fakecuda, the worker (through `cuinterpose-workload`), fakecuda's
-//! native checkpoint tool, two stand-in CUDA runtimes and the direct-symbol library (C, in
-//! `clients/c/`).
+//! native checkpoint tool, the test kit's two stand-in CUDA runtimes and the direct-symbol
+//! library (C, in `clients/c/`).
 
 use cuinterpose_testkit::{fakecuda_lib_dir, target_profile_dir};
 use cuinterpose_workload::EntryPath;
@@ -35,26 +35,10 @@ fn output_dir(what: &str) -> PathBuf {
     dir
 }
 
-/// A stand-in CUDA runtime (`c/fakecudart.c`) as `libcudart.so.13`. `legacy`: it exports only
-/// `cudaGetDriverEntryPoint` (CUDA 12.0–12.4), otherwise `cudaGetDriverEntryPointByVersion`
-/// too, which the worker prefers.
+/// The test kit's stand-in CUDA runtime as `libcudart.so.13` (see
+/// [`cuinterpose_testkit::stand_in_runtime`]).
 pub fn fake_runtime(legacy: bool) -> &'static Path {
-    static FULL: OnceLock<PathBuf> = OnceLock::new();
-    static LEGACY: OnceLock<PathBuf> = OnceLock::new();
-    let (cell, what, define) = if legacy {
-        (&LEGACY, "cudart-legacy", "-DLEGACY_ONLY")
-    } else {
-        (&FULL, "cudart", "-DBY_VERSION")
-    };
-    cell.get_or_init(|| {
-        let out = output_dir(what).join("libcudart.so.13");
-        compile(
-            "fakecudart.c",
-            &out,
-            &[define, "-Wl,-soname,libcudart.so.13", "-ldl"],
-        );
-        out
-    })
+    cuinterpose_testkit::stand_in_runtime(legacy)
 }
 
 /// The direct-symbol library (`c/direct.c`): linked against `libcuda.so.1`, it hands out the

@@ -108,6 +108,43 @@ pub fn build_shim() -> &'static Path {
     })
 }
 
+/// The stand-in CUDA runtime (`testkit/c/fakecudart.c`, built with `cc` once per process
+/// and variant) as `libcudart.so.13`: only the driver entry-point queries, answered through
+/// the driver's `cuGetProcAddress_v2` reached with glibc's own `dlsym`, as libcudart loads
+/// the driver. `legacy`: it exports only `cudaGetDriverEntryPoint` (CUDA 12.0–12.4),
+/// otherwise `cudaGetDriverEntryPointByVersion` too, which callers prefer.
+pub fn stand_in_runtime(legacy: bool) -> &'static Path {
+    static FULL: OnceLock<PathBuf> = OnceLock::new();
+    static LEGACY: OnceLock<PathBuf> = OnceLock::new();
+    let (cell, what, define) = if legacy {
+        (&LEGACY, "cudart-legacy", "-DLEGACY_ONLY")
+    } else {
+        (&FULL, "cudart", "-DBY_VERSION")
+    };
+    cell.get_or_init(|| {
+        let dir = target_profile_dir()
+            .join("testkit-c")
+            .join(format!("{what}.{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create the stand-in runtime's directory");
+        let out = dir.join("libcudart.so.13");
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/fakecudart.c");
+        let built = Command::new("cc")
+            .args(["-Wall", "-Werror", "-O1", "-shared", "-fPIC", "-o"])
+            .arg(&out)
+            .arg(&source)
+            .args([define, "-Wl,-soname,libcudart.so.13", "-ldl"])
+            .output()
+            .expect("run cc");
+        assert!(
+            built.status.success(),
+            "cc {} failed:\n{}",
+            source.display(),
+            String::from_utf8_lossy(&built.stderr)
+        );
+        out
+    })
+}
+
 /// The workspace root (for tests that read files of other packages).
 pub fn workspace() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))

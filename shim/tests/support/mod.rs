@@ -53,20 +53,9 @@ pub fn share_program() -> &'static Path {
     })
 }
 
-/// The stand-in CUDA runtime (tests/c/fakecudart.c) as `libcudart.so.13`.
+/// The test kit's stand-in CUDA runtime as `libcudart.so.13`.
 pub fn fake_runtime() -> &'static Path {
-    static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
-    LIBRARY.get_or_init(|| {
-        let dir = profile_dir().join(format!("shim-test-cudart.{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = dir.join("libcudart.so.13");
-        compile(
-            &["-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-ldl"],
-            "fakecudart.c",
-            &out,
-        );
-        out
-    })
+    cuinterpose_testkit::stand_in_runtime(false)
 }
 
 /// tests/c/nulldriver.c as a shared library: two driver functions that return at once.

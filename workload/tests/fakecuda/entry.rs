@@ -2,7 +2,6 @@
 //! lookups, cuGetProcAddress at each version), and symbols that cannot be resolved.
 
 use super::*;
-use std::path::{Path, PathBuf};
 
 fn check_entry(entry: EntryPath) {
     let env = Env::new();
@@ -77,38 +76,13 @@ fn entry_path_proc_address_v1() {
     check_entry(EntryPath::ProcAddressV1(12000));
 }
 
-/// Builds the stand-in runtime (`tests/c/fake_cudart.c`) with extra `cc` flags.
-fn fake_cudart(name: &str, flags: &[&str]) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/fake_cudart.c");
-    let lib = cuinterpose_testkit::target_profile_dir()
-        .join(format!("workload-{name}-{}.so", std::process::id()));
-    let out = std::process::Command::new("cc")
-        .args(["-Wall", "-Werror", "-shared", "-fPIC", "-o"])
-        .arg(&lib)
-        .args(flags)
-        .arg(&src)
-        .arg("-ldl")
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    lib
-}
-
 /// The runtime path: `cudaGetDriverEntryPointByVersion`, and `cudaGetDriverEntryPoint` where
 /// the runtime lacks it.
 #[test]
 fn entry_path_runtime() {
-    for (name, flags) in [
-        ("cudart", &[][..]),
-        ("cudart-legacy", &["-DLEGACY_ONLY"][..]),
-    ] {
-        let lib = fake_cudart(name, flags);
-        check_entry(EntryPath::Runtime(lib.clone()));
-        let _ = std::fs::remove_file(&lib);
+    for legacy in [false, true] {
+        let lib = cuinterpose_testkit::stand_in_runtime(legacy);
+        check_entry(EntryPath::Runtime(lib.to_path_buf()));
     }
 }
 
