@@ -33,13 +33,7 @@ fn device_properties(device: i32) -> RawAllocProp {
 }
 
 fn read_write(device: i32) -> AccessDescriptor {
-    AccessDescriptor {
-        location: Location {
-            location_type: LocationType::Device,
-            id: device,
-        },
-        flags: AccessFlags::ProtReadWrite,
-    }
+    convert::device_grant(device, AccessFlags::ProtReadWrite)
 }
 
 /// Records a `cuMemAlloc`-style region: the allocation, its whole-extent mapping with

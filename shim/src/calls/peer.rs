@@ -12,24 +12,14 @@ use crate::log;
 use crate::state::process;
 use crate::state::registry::{Kind, Registry};
 use crate::sys::abi::{RawAccessDesc, RawLocation, consts};
-use crate::sys::convert;
+use crate::sys::convert::{self, device_grant as grant};
 use crate::sys::error::CuResult;
-use cuinterpose_protocol::{AccessDescriptor, AccessFlags, Location, LocationType};
+use cuinterpose_protocol::{AccessDescriptor, AccessFlags, LocationType};
 
 fn descriptor(device: i32, flags: u32) -> RawAccessDesc {
     RawAccessDesc {
         location: RawLocation {
             type_: consts::LOCATION_TYPE_DEVICE,
-            id: device,
-        },
-        flags,
-    }
-}
-
-fn grant(device: i32, flags: AccessFlags) -> AccessDescriptor {
-    AccessDescriptor {
-        location: Location {
-            location_type: LocationType::Device,
             id: device,
         },
         flags,

@@ -15,6 +15,17 @@ pub fn location(raw: RawLocation) -> CuResult<Location> {
     })
 }
 
+/// `flags` for device `device`.
+pub fn device_grant(device: i32, flags: AccessFlags) -> AccessDescriptor {
+    AccessDescriptor {
+        location: Location {
+            location_type: LocationType::Device,
+            id: device,
+        },
+        flags,
+    }
+}
+
 pub fn raw_location(location: &Location) -> RawLocation {
     RawLocation {
         type_: location.location_type.as_u32(),
@@ -96,15 +107,7 @@ pub fn merge_access(
 mod tests {
     use super::*;
 
-    fn grant(device: i32, flags: AccessFlags) -> AccessDescriptor {
-        AccessDescriptor {
-            location: Location {
-                location_type: LocationType::Device,
-                id: device,
-            },
-            flags,
-        }
-    }
+    use super::device_grant as grant;
 
     fn check(
         current: &[AccessDescriptor],

@@ -4,47 +4,35 @@
 
 use super::*;
 
-/// Times out 102's exchanges in `stages` (its fake still acts on the request, as a slow
-/// process does later), and records who was asked to verify.
-fn slow_in<'a>(
-    stages: &'a [Stage],
-    verified: &'a mut Vec<NamespacePid>,
-) -> impl FnMut(Stage, NamespacePid, Outcome) -> Outcome + 'a {
-    move |stage, p, outcome| {
-        if stage == Stage::Verify {
+const SLOW: &str = "timed out after 2s";
+
+/// Captures the shared topology with `fault` replacing outcomes (the fakes still act on each
+/// request, as a slow process does later); the run must fail in `stage`, 102 named first with
+/// the timeout. Returns the error and who was asked to verify.
+fn check(
+    stage: Stage,
+    mut fault: impl FnMut(Stage, u32) -> Option<Outcome>,
+) -> (RunError, Vec<NamespacePid>, Run) {
+    let mut fakes = fake_participants(&shared_topology(101));
+    let mut run = Run::capture(fakes.keys().copied());
+    let mut verified = Vec::new();
+    let mut tamper = |s: Stage, p: NamespacePid, outcome: Outcome| {
+        if s == Stage::Verify {
             verified.push(p);
         }
-        if stages.contains(&stage) && p == pid(102) {
-            lost("timed out after 2s")
-        } else {
-            outcome
-        }
-    }
+        fault(s, p.get()).unwrap_or(outcome)
+    };
+    drive(&mut run, &mut fakes, &mut tamper, Ok(()));
+    let error = check_failed(&run, stage, Some(102), SLOW, true);
+    (error, verified, run)
 }
 
 #[test]
 fn a_participant_slow_in_begin_checkpoint_is_rolled_back_unconfirmed() {
-    let mut fakes = fake_participants(&shared_topology(101));
-    let mut run = Run::capture(fakes.keys().copied());
-    let mut verified = Vec::new();
-    let slow = [Stage::BeginCheckpoint, Stage::RollBack];
-    let stages = drive(
-        &mut run,
-        &mut fakes,
-        &mut slow_in(&slow, &mut verified),
-        Ok(()),
-    );
-    assert!(
-        stages.ends_with(&[Stage::BeginCheckpoint, Stage::RollBack, Stage::Verify]),
-        "{stages:?}"
-    );
-    let error = check_failed(
-        &run,
-        Stage::BeginCheckpoint,
-        Some(102),
-        "timed out after 2s",
-        true,
-    );
+    let (error, verified, run) = check(Stage::BeginCheckpoint, |s, p| match (s, p) {
+        (Stage::BeginCheckpoint | Stage::RollBack, 102) => Some(lost(SLOW)),
+        _ => None,
+    });
     assert!(error.rolled_back, "{error}");
     assert_eq!(error.unconfirmed, [pid(102)]);
     assert_eq!(
@@ -73,17 +61,9 @@ fn other_slow_rollbacks_stay_fail_stop() {
     // Slow in save_allocations and on its roll_back: a process in `saved` cannot thaw on its
     // own, so the rollback failed.
     let target = Stage::Execute(Operation::SaveAllocations);
-    let mut fakes = fake_participants(&shared_topology(101));
-    let mut run = Run::capture(fakes.keys().copied());
-    let mut verified = Vec::new();
-    let slow = [target, Stage::RollBack];
-    drive(
-        &mut run,
-        &mut fakes,
-        &mut slow_in(&slow, &mut verified),
-        Ok(()),
-    );
-    let error = check_failed(&run, target, Some(102), "timed out after 2s", true);
+    let (error, _, run) = check(target, |s, p| {
+        (p == 102 && (s == target || s == Stage::RollBack)).then(|| lost(SLOW))
+    });
     assert!(
         !error.rolled_back && error.unconfirmed.is_empty(),
         "{error}"
@@ -95,47 +75,25 @@ fn other_slow_rollbacks_stay_fail_stop() {
     assert!(run.fail_stop_targets().is_some());
 
     // Slow in begin_checkpoint, but its roll_back refused: that is an answer, and a failure.
-    let mut fakes = fake_participants(&shared_topology(101));
-    let mut run = Run::capture(fakes.keys().copied());
-    let mut fault = |stage: Stage, p: NamespacePid, outcome: Outcome| match (stage, p.get()) {
-        (Stage::BeginCheckpoint, 102) => lost("timed out after 2s"),
-        (Stage::RollBack, 102) => refused(RefusalCode::Invalid, "not now"),
-        _ => outcome,
-    };
-    drive(&mut run, &mut fakes, &mut fault, Ok(()));
-    let error = check_failed(
-        &run,
-        Stage::BeginCheckpoint,
-        Some(102),
-        "timed out after 2s",
-        true,
-    );
+    let (error, _, _) = check(Stage::BeginCheckpoint, |s, p| match (s, p) {
+        (Stage::BeginCheckpoint, 102) => Some(lost(SLOW)),
+        (Stage::RollBack, 102) => Some(refused(RefusalCode::Invalid, "not now")),
+        _ => None,
+    });
     assert!(
         !error.rolled_back && error.unconfirmed.is_empty(),
         "{error}"
     );
 
     // Another participant's timeout on roll_back is no excuse: only a slow one's own.
-    let mut fakes = fake_participants(&shared_topology(101));
-    let mut run = Run::capture(fakes.keys().copied());
-    let mut fault = |stage: Stage, p: NamespacePid, outcome: Outcome| match (stage, p.get()) {
-        (Stage::BeginCheckpoint, 102) | (Stage::RollBack, 102 | 103) => lost("timed out after 2s"),
-        _ => outcome,
-    };
-    drive(&mut run, &mut fakes, &mut fault, Ok(()));
-    let error = check_failed(
-        &run,
-        Stage::BeginCheckpoint,
-        Some(102),
-        "timed out after 2s",
-        true,
-    );
+    let (error, _, _) = check(Stage::BeginCheckpoint, |s, p| match (s, p) {
+        (Stage::BeginCheckpoint, 102) | (Stage::RollBack, 102 | 103) => Some(lost(SLOW)),
+        _ => None,
+    });
     assert!(!error.rolled_back, "{error}");
-    assert!(
-        error
-            .failures
-            .iter()
-            .any(|f| f.participant == Some(pid(103))),
-        "{error}"
-    );
+    let named_103 = error
+        .failures
+        .iter()
+        .any(|f| f.participant == Some(pid(103)));
+    assert!(named_103, "{error}");
 }
