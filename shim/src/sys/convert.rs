@@ -107,7 +107,9 @@ pub fn merge_access(
 mod tests {
     use super::*;
 
-    use super::device_grant as grant;
+    fn grant(device: i32, flags: AccessFlags) -> AccessDescriptor {
+        device_grant(device, flags)
+    }
 
     fn check(
         current: &[AccessDescriptor],
