@@ -339,6 +339,11 @@ pub fn attribute(attr: u32, physical_index: u32) -> CuResult<i32> {
         // Stream-ordered pools of device memory, shareable as POSIX FDs.
         x if x == A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED as u32 => 1,
         x if x == A::CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES as u32 => 1,
+        // Pinned host pools, on any node or one (not IPC capable here).
+        x if x == A::CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED as u32 => 1,
+        x if x == A::CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED as u32 => 1,
+        // Every device is attached to host node 0.
+        x if x == A::CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID as u32 => 0,
         x if x < A::CU_DEVICE_ATTRIBUTE_MAX as u32 && x > 0 => 0,
         _ => return Err(CuError::CUDA_ERROR_INVALID_VALUE),
     };

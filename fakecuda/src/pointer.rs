@@ -155,11 +155,13 @@ impl Driver {
             });
         }
         if let Some((base, pool, alloc, size)) = self.pools.allocation_at(p) {
+            // A host pool's memory is host memory the CPU reaches at the same address.
+            let host = self.pools.host_pool(pool);
             return Some(Facts {
-                memory_type: MEMORY_DEVICE,
+                memory_type: if host { MEMORY_HOST } else { MEMORY_DEVICE },
                 context: 0,
                 device: self.pools.device_of(pool).unwrap_or(0),
-                host_pointer: None,
+                host_pointer: host.then_some(p),
                 range: (base, size),
                 managed: false,
                 ipc_capable: false,

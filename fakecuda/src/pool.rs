@@ -28,9 +28,19 @@ pub use cuinterpose_abi::consts::{
     POOL_ATTR_USED_MEM_HIGH as ATTR_USED_MEM_HIGH,
 };
 
+/// Where a pool's memory lives: a device, or pinned host memory (on any node, or on one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Place {
+    Device(u32),
+    Host,
+    HostNuma(u32),
+}
+
 #[derive(Debug)]
 pub struct Pool {
+    /// The owning device (device pools; 0 for host pools, which no device owns).
     pub device: u32,
+    pub place: Place,
     /// A device's default pool (`cuDeviceGetDefaultMemPool`): never destroyed.
     pub default: bool,
     pub max_size: u64,
@@ -38,7 +48,8 @@ pub struct Pool {
     release_threshold: u64,
     used: u64,
     used_high: u64,
-    /// Granted access by device (the pool's own device always has read-write).
+    /// Granted access by device (a device pool's own device always has read-write; a host
+    /// pool's memory is the CPU's, and a device's only once granted).
     access: BTreeMap<u32, u32>,
     /// Destroyed while allocations were outstanding: released when the last one is freed.
     destroyed: bool,
@@ -54,8 +65,8 @@ pub struct Pool {
 #[derive(Debug, Default)]
 pub struct Pools {
     pools: HashMap<u64, Pool>,
-    default_of: HashMap<u32, u64>,
-    current_of: HashMap<u32, u64>,
+    default_of: HashMap<Place, u64>,
+    current_of: HashMap<Place, u64>,
     /// Every pool allocation: base → (pool, physical allocation, size).
     pub allocations: BTreeMap<u64, (u64, u64, u64)>,
     /// Pointers imported here: (creator pid, creator's allocation) → local base.
@@ -70,6 +81,13 @@ impl Pools {
     }
 
     /// Why native checkpoint cannot save this process's pools, if it cannot.
+    /// Whether pool `h` holds pinned host memory.
+    pub fn host_pool(&self, h: u64) -> bool {
+        self.pools
+            .get(&h)
+            .is_some_and(|p| !matches!(p.place, Place::Device(_)))
+    }
+
     pub fn shared(&self) -> Option<String> {
         self.pools.iter().find_map(|(h, p)| {
             if p.exported {
@@ -106,8 +124,19 @@ impl Driver {
             .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
     }
 
-    fn new_pool(&mut self, device: u32, default: bool, max_size: u64) -> u64 {
-        self.new_pool_with(device, default, max_size, c::HANDLE_TYPE_NONE, None)
+    fn new_pool(&mut self, place: Place, default: bool, max_size: u64) -> u64 {
+        let device = match place {
+            Place::Device(device) => device,
+            Place::Host | Place::HostNuma(_) => 0,
+        };
+        let h = self.new_pool_with(device, default, max_size, c::HANDLE_TYPE_NONE, None);
+        if let Some(pool) = self.pools.pools.get_mut(&h) {
+            pool.place = place;
+            if place != Place::Device(device) {
+                pool.access.clear();
+            }
+        }
+        h
     }
 
     fn new_pool_with(
@@ -125,6 +154,7 @@ impl Driver {
             h,
             Pool {
                 device,
+                place: Place::Device(device),
                 default,
                 max_size,
                 reuse: [true; 3],
@@ -141,34 +171,50 @@ impl Driver {
         h
     }
 
-    /// `cuDeviceGetDefaultMemPool`.
-    pub fn pool_default(&mut self, device: u32) -> u64 {
-        if let Some(&h) = self.pools.default_of.get(&device) {
+    /// `cuDeviceGetDefaultMemPool` (and the default pool of a host location).
+    pub fn pool_default(&mut self, place: Place) -> u64 {
+        if let Some(&h) = self.pools.default_of.get(&place) {
             return h;
         }
-        let h = self.new_pool(device, true, 0);
-        self.pools.default_of.insert(device, h);
+        let h = self.new_pool(place, true, 0);
+        self.pools.default_of.insert(place, h);
         h
     }
 
-    /// `cuDeviceGetMemPool`: the pool `cuMemAllocAsync` uses on `device`.
-    pub fn pool_current(&mut self, device: u32) -> u64 {
-        match self.pools.current_of.get(&device) {
+    /// `cuDeviceGetMemPool`, `cuMemGetMemPool`: the pool `cuMemAllocAsync` uses at `place`.
+    pub fn pool_current(&mut self, place: Place) -> u64 {
+        match self.pools.current_of.get(&place) {
             Some(&h) if self.pool(h).is_ok() => h,
-            _ => self.pool_default(device),
+            _ => self.pool_default(place),
         }
     }
 
     /// `cuDeviceSetMemPool`: a pool of that device.
     pub fn pool_set_current(&mut self, device: u32, h: u64) -> CuResult<()> {
-        if self.pool(h)?.device != device {
+        if self.pool(h)?.place != Place::Device(device) {
             return Err(CuError::CUDA_ERROR_INVALID_DEVICE);
         }
-        self.pools.current_of.insert(device, h);
+        self.pools.current_of.insert(Place::Device(device), h);
         Ok(())
     }
 
-    /// `cuMemPoolCreate`: pinned device memory, shareable as POSIX FDs or not at all.
+    /// A pool location (`CUmemLocation`) for pinned memory: a device, the host (any node, its
+    /// id ignored) or one host NUMA node.
+    pub fn pool_place(&self, location: (u32, i32)) -> CuResult<Place> {
+        match location.0 {
+            t if t == c::LOCATION_TYPE_DEVICE => {
+                Ok(Place::Device(self.config.check_device(location.1)?))
+            }
+            t if t == c::LOCATION_TYPE_HOST => Ok(Place::Host),
+            t if t == c::LOCATION_TYPE_HOST_NUMA => {
+                Ok(Place::HostNuma(self.config.check_numa_node(location.1)?))
+            }
+            _ => Err(CuError::CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+
+    /// `cuMemPoolCreate`: pinned device memory, shareable as POSIX FDs or not at all, or
+    /// pinned host memory (not shareable: fakecuda models no IPC host pools).
     pub fn pool_create(
         &mut self,
         alloc_type: u32,
@@ -176,15 +222,27 @@ impl Driver {
         location: (u32, i32),
         max_size: u64,
     ) -> CuResult<u64> {
-        if alloc_type != c::ALLOCATION_TYPE_PINNED || location.0 != c::LOCATION_TYPE_DEVICE {
+        if alloc_type != c::ALLOCATION_TYPE_PINNED {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        let device = self.config.check_device(location.1)?;
+        let place = self.pool_place(location)?;
         if handle_types != c::HANDLE_TYPE_NONE && handle_types != c::HANDLE_TYPE_POSIX_FD {
             // FABRIC needs IMEX; Windows handles need Windows.
             return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
         }
-        Ok(self.new_pool_with(device, false, max_size, handle_types, None))
+        match place {
+            Place::Device(device) => {
+                Ok(self.new_pool_with(device, false, max_size, handle_types, None))
+            }
+            // Host pools are never IPC capable (cuda.h).
+            Place::Host if handle_types != c::HANDLE_TYPE_NONE => {
+                Err(CuError::CUDA_ERROR_INVALID_VALUE)
+            }
+            Place::HostNuma(_) if handle_types != c::HANDLE_TYPE_NONE => {
+                Err(CuError::CUDA_ERROR_NOT_SUPPORTED)
+            }
+            host => Ok(self.new_pool(host, false, max_size)),
+        }
     }
 
     /// `cuMemPoolDestroy`: outstanding allocations stay valid until freed.
@@ -231,7 +289,10 @@ impl Driver {
 
     /// `cuMemPoolSetAccess`: device grants, applied to the pool's existing allocations too.
     pub fn pool_set_access(&mut self, h: u64, grants: &[(u32, i32, u32)]) -> CuResult<()> {
-        let own = self.pool(h)?.device;
+        let own = match self.pool(h)?.place {
+            Place::Device(device) => Some(device),
+            Place::Host | Place::HostNuma(_) => None,
+        };
         let mut checked = Vec::with_capacity(grants.len());
         for &(location_type, id, flags) in grants {
             if location_type != c::LOCATION_TYPE_DEVICE || flags > c::ACCESS_READWRITE || flags == 2
@@ -239,7 +300,7 @@ impl Driver {
                 return Err(CuError::CUDA_ERROR_INVALID_VALUE);
             }
             let device = self.config.check_device(id)?;
-            if device == own && flags != c::ACCESS_READWRITE {
+            if Some(device) == own && flags != c::ACCESS_READWRITE {
                 // The owning device keeps read-write access to its pool.
                 return Err(CuError::CUDA_ERROR_INVALID_DEVICE);
             }
@@ -285,9 +346,9 @@ impl Driver {
         if bytes == 0 {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        let (device, max, used) = {
+        let (device, place, max, used) = {
             let p = self.pool(h)?;
-            (p.device, p.max_size, p.used)
+            (p.device, p.place, p.max_size, p.used)
         };
         let size =
             sys::round_up(bytes, sys::granularity()).ok_or(CuError::CUDA_ERROR_OUT_OF_MEMORY)?;
@@ -298,18 +359,21 @@ impl Driver {
         if max != 0 && used.saturating_add(size) > max {
             return Err(CuError::CUDA_ERROR_OUT_OF_MEMORY);
         }
-        let alloc = self.alloc_create(
-            size,
-            c::LOCATION_TYPE_DEVICE,
-            device,
-            c::HANDLE_TYPE_NONE,
-            true,
-        )?;
+        let (location_type, id, node) = match place {
+            Place::Device(device) => (c::LOCATION_TYPE_DEVICE, device, None),
+            Place::Host => (c::LOCATION_TYPE_HOST_NUMA, 0, Some(0)),
+            Place::HostNuma(node) => (c::LOCATION_TYPE_HOST_NUMA, node, Some(node)),
+        };
+        let alloc = self.alloc_create(size, location_type, id, c::HANDLE_TYPE_NONE, true)?;
         let base = self.map_whole_readwrite(alloc, size, device)?;
         let access = self.pool(h)?.access.clone();
-        if access.len() > 1 {
+        if access.len() > 1 || node.is_some() {
             if let Some(m) = self.vmm.mappings.get_mut(&base) {
                 m.access = access;
+                // Host memory is the CPU's; devices reach it as the pool grants.
+                if let Some(node) = node {
+                    m.host_access.insert(node, c::ACCESS_READWRITE);
+                }
             }
             self.apply_access(base)?;
         }

@@ -252,3 +252,88 @@ fn a_shared_pool_shares_bytes_between_processes_and_refuses_checkpoint() {
     ok(cu.cuMemFreeAsync(p, 0));
     ok(cu.cuMemPoolDestroy(pool));
 }
+
+/// `props` for pinned host memory: location type 2 (any node) or 3 (host NUMA `node`).
+fn host_props(location_type: u64, node: u32, handle_types: u32) -> [u64; 11] {
+    let mut p = props(0, handle_types);
+    p[1] = location_type | (u64::from(node) << 32);
+    p
+}
+
+/// Pinned host pools: the CPU's memory, a device's once the pool grants it access; never IPC
+/// capable; host memory to `cuPointerGetAttribute`; a default pool per host location.
+#[test]
+fn host_pools_are_the_cpus_until_a_device_is_granted() {
+    let _serial = serial();
+    let cu = cuda();
+    cu.setup(0);
+    let mut v = 0;
+    for attr in [142, 144] {
+        ok(cu.cuDeviceGetAttribute(&mut v, attr, 0));
+        assert_eq!(v, 1, "host pools supported (attribute {attr})");
+    }
+    let mut pool = 0;
+    assert_eq!(
+        cu.cuMemPoolCreate(&mut pool, &host_props(2, 0, POSIX_FD)),
+        INVALID_VALUE,
+        "a host pool of any node is never IPC capable"
+    );
+    assert_eq!(
+        cu.cuMemPoolCreate(&mut pool, &host_props(3, 0, POSIX_FD)),
+        NOT_SUPPORTED,
+        "fakecuda models no IPC host pools"
+    );
+    assert_eq!(
+        cu.cuMemPoolCreate(&mut pool, &host_props(3, 7, 0)),
+        INVALID_VALUE,
+        "no such node"
+    );
+    assert_eq!(
+        cu.cuMemPoolCreate(&mut pool, &host_props(4, 0, 0)),
+        INVALID_VALUE
+    );
+    for location_type in [2, 3] {
+        ok(cu.cuMemPoolCreate(&mut pool, &host_props(location_type, 0, 0)));
+        let mut p = 0;
+        ok(cu.cuMemAllocFromPoolAsync(&mut p, GRAN, pool, 0));
+        let mut kind = 0u32;
+        ok(cu.cuPointerGetAttribute((&mut kind as *mut u32).cast(), 2, p));
+        assert_eq!(kind, 1, "CU_MEMORYTYPE_HOST");
+        let mut flags = 9;
+        ok(cu.cuMemPoolGetAccess(&mut flags, pool, &mut Location { type_: 1, id: 0 }));
+        assert_eq!(flags, 0, "no device has access at first");
+        let bytes = [5u8; 64];
+        assert_eq!(
+            cu.cuMemcpyHtoD_v2(p, bytes.as_ptr().cast(), 64),
+            ILLEGAL_ADDRESS,
+            "device 0 was not granted the pool"
+        );
+        // SAFETY: host pool memory is the CPU's, mapped read-write at its address.
+        unsafe { std::ptr::write_bytes(p as usize as *mut u8, 3, 64) };
+        let grant = AccessDesc {
+            location: Location { type_: 1, id: 0 },
+            flags: 3,
+        };
+        ok(cu.cuMemPoolSetAccess(pool, &grant, 1));
+        assert_eq!(cu.read(p, 64), [3u8; 64], "granted: the CPU's bytes");
+        cu.write(p, &bytes);
+        // SAFETY: as above.
+        let seen = unsafe { std::slice::from_raw_parts(p as usize as *const u8, 64) };
+        assert_eq!(seen, bytes, "the device's write, seen by the CPU");
+        ok(cu.cuMemFreeAsync(p, 0));
+        ok(cu.cuMemPoolDestroy(pool));
+    }
+    // Each host location has its current pool, a default one never destroyed.
+    let (mut any, mut node) = (0, 0);
+    ok(cu.cuMemGetMemPool(&mut any, &mut Location { type_: 2, id: 0 }, 1));
+    ok(cu.cuMemGetMemPool(&mut node, &mut Location { type_: 3, id: 0 }, 1));
+    assert!(any != 0 && node != 0 && any != node, "{any:#x} {node:#x}");
+    assert_eq!(
+        cu.cuMemPoolDestroy(any),
+        INVALID_VALUE,
+        "a default pool stays"
+    );
+    let mut again = 0;
+    ok(cu.cuMemGetMemPool(&mut again, &mut Location { type_: 2, id: 0 }, 1));
+    assert_eq!(again, any);
+}

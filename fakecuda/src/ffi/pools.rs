@@ -27,7 +27,7 @@ pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(
 ) -> RawResult {
     with(|d| {
         let dev = d.config.check_device(dev)?;
-        let h = d.pool_default(dev);
+        let h = d.pool_default(crate::pool::Place::Device(dev));
         // SAFETY: CUmemoryPool out-parameter (cuda.h).
         unsafe { put(out, handle_ptr::<CUmemPoolHandle_st>(h)) }
     })
@@ -37,7 +37,7 @@ pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(
 pub unsafe extern "C" fn cuDeviceGetMemPool(out: *mut CUmemoryPool, dev: CUdevice) -> RawResult {
     with(|d| {
         let dev = d.config.check_device(dev)?;
-        let h = d.pool_current(dev);
+        let h = d.pool_current(crate::pool::Place::Device(dev));
         // SAFETY: CUmemoryPool out-parameter (cuda.h).
         unsafe { put(out, handle_ptr::<CUmemPoolHandle_st>(h)) }
     })
@@ -51,7 +51,8 @@ pub extern "C" fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) -> RawRe
     })
 }
 
-/// `cuMemGetMemPool` (CUDA 13): the current pool of a device location for pinned memory.
+/// `cuMemGetMemPool` (CUDA 13): the current pool of a device or host location for pinned
+/// memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemGetMemPool(
     out: *mut CUmemoryPool,
@@ -61,14 +62,12 @@ pub unsafe extern "C" fn cuMemGetMemPool(
     with(|d| {
         // SAFETY: CUmemLocation input (cuda.h).
         let (kind, id) = unsafe { location(loc) }?;
-        if kind != crate::abi::consts::LOCATION_TYPE_DEVICE
-            || alloc_type != crate::abi::consts::ALLOCATION_TYPE_PINNED
-        {
-            // Host and managed pools are not modelled.
+        if alloc_type != crate::abi::consts::ALLOCATION_TYPE_PINNED {
+            // Managed pools are not modelled.
             return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
         }
-        let dev = d.config.check_device(id)?;
-        let h = d.pool_current(dev);
+        let place = d.pool_place((kind, id))?;
+        let h = d.pool_current(place);
         // SAFETY: CUmemoryPool out-parameter (cuda.h).
         unsafe { put(out, handle_ptr::<CUmemPoolHandle_st>(h)) }
     })
@@ -229,7 +228,7 @@ pub unsafe extern "C" fn cuMemAllocAsync(
                 .contexts
                 .device_of(ctx)
                 .ok_or(CuError::CUDA_ERROR_INVALID_CONTEXT)?;
-            let pool = d.pool_current(device);
+            let pool = d.pool_current(crate::pool::Place::Device(device));
             d.pool_alloc(pool, bytesize as u64)
         })?;
         // SAFETY: CUdeviceptr out-parameter (cuda.h), non-null.

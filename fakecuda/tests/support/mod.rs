@@ -200,6 +200,7 @@ api! {
     cuMemPoolSetAttribute(pool: usize, attr: c_uint, value: *mut c_void);
     cuMemPoolSetAccess(pool: usize, desc: *const AccessDesc, count: usize);
     cuMemPoolGetAccess(flags: *mut c_uint, pool: usize, loc: *mut Location);
+    cuMemGetMemPool(pool: *mut usize, loc: *mut Location, alloc_type: c_uint);
     cuMemAllocFromPoolAsync(p: *mut u64, n: usize, pool: usize, s: usize);
     cuMemAllocAsync(p: *mut u64, n: usize, s: usize);
     cuMemFreeAsync(p: u64, s: usize);

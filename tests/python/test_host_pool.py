@@ -1,0 +1,60 @@
+"""Pinned host memory pools through cuda.bindings: the CPU's memory, reachable from a device
+once the pool grants it access, reported as host memory; the same with and without the shim
+(which leaves pools that are not IPC pools to the driver)."""
+
+import ctypes
+
+import numpy as np
+from cuda.bindings import driver as cu
+
+from conftest import check
+
+R = cu.CUresult
+SIZE = 1 << 16
+
+
+def host_pool(numa):
+    props = cu.CUmemPoolProps()
+    props.allocType = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    props.location.type = (
+        cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_HOST_NUMA
+        if numa
+        else cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_HOST
+    )
+    props.location.id = 0
+    return props
+
+
+def test_host_pools_need_a_device_grant(context):
+    attr = cu.CUdevice_attribute
+    assert check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED, 0))
+    ipc = host_pool(False)
+    ipc.handleTypes = cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+    assert cu.cuMemPoolCreate(ipc)[0] == R.CUDA_ERROR_INVALID_VALUE, "never IPC capable"
+    stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING))
+    device = cu.CUmemLocation()
+    device.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    device.id = 0
+    for numa in (False, True):
+        pool = check(cu.cuMemPoolCreate(host_pool(numa)))
+        ptr = check(cu.cuMemAllocFromPoolAsync(SIZE, pool, stream))
+        kind = check(cu.cuPointerGetAttribute(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr))
+        assert kind == cu.CUmemorytype.CU_MEMORYTYPE_HOST
+        flags = check(cu.cuMemPoolGetAccess(pool, device))
+        assert flags == cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_NONE
+        assert cu.cuMemsetD8Async(ptr, 1, SIZE, stream)[0] == R.CUDA_ERROR_ILLEGAL_ADDRESS
+        ctypes.memset(int(ptr), 2, SIZE)  # the CPU's memory
+        grant = cu.CUmemAccessDesc()
+        grant.location = device
+        grant.flags = cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        check(cu.cuMemPoolSetAccess(pool, [grant], 1))
+        out = np.zeros(SIZE, dtype=np.uint8)
+        check(cu.cuMemcpyDtoHAsync(out.ctypes.data, ptr, SIZE, stream))
+        check(cu.cuMemsetD8Async(int(ptr) + 8, 4, 8, stream))
+        check(cu.cuStreamSynchronize(stream))
+        assert (out == 2).all()
+        assert ctypes.string_at(int(ptr), 17) == b"\x02" * 8 + b"\x04" * 8 + b"\x02"
+        check(cu.cuMemFreeAsync(ptr, stream))
+        check(cu.cuStreamSynchronize(stream))
+        check(cu.cuMemPoolDestroy(pool))
+    check(cu.cuStreamDestroy(stream))
