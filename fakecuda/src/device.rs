@@ -339,6 +339,10 @@ pub fn attribute(attr: u32, physical_index: u32) -> CuResult<i32> {
         // Stream-ordered pools of device memory, shareable as POSIX FDs.
         x if x == A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED as u32 => 1,
         x if x == A::CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES as u32 => 1,
+        // Managed memory (cuMemAllocManaged, managed pools) every device and the CPU reach at
+        // once: there is nothing to migrate.
+        x if x == A::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY as u32 => 1,
+        x if x == A::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS as u32 => 1,
         // Pinned host pools, on any node or one (not IPC capable here).
         x if x == A::CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED as u32 => 1,
         x if x == A::CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED as u32 => 1,

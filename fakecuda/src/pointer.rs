@@ -157,13 +157,14 @@ impl Driver {
         if let Some((base, pool, alloc, size)) = self.pools.allocation_at(p) {
             // A host pool's memory is host memory the CPU reaches at the same address.
             let host = self.pools.host_pool(pool);
+            let managed = self.pools.managed_pool(pool);
             return Some(Facts {
                 memory_type: if host { MEMORY_HOST } else { MEMORY_DEVICE },
                 context: 0,
                 device: self.pools.device_of(pool).unwrap_or(0),
-                host_pointer: host.then_some(p),
+                host_pointer: (host || managed).then_some(p),
                 range: (base, size),
-                managed: false,
+                managed,
                 ipc_capable: false,
                 handle_types: 0,
                 buffer_id: alloc,

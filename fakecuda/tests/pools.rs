@@ -337,3 +337,63 @@ fn host_pools_are_the_cpus_until_a_device_is_granted() {
     ok(cu.cuMemGetMemPool(&mut again, &mut Location { type_: 2, id: 0 }, 1));
     assert_eq!(again, any);
 }
+
+/// Managed pools: every device's and the CPU's memory at once, never IPC capable; a default
+/// pool per preferred location.
+#[test]
+fn managed_pools_are_every_devices() {
+    let _serial = serial();
+    let cu = cuda();
+    cu.setup(0);
+    let mut v = 0;
+    ok(cu.cuDeviceGetAttribute(&mut v, 89, 0));
+    assert_eq!(v, 1, "concurrent managed access");
+    let managed = |location_type: u64, id: u32, handle_types: u32| {
+        let mut p = props(0, handle_types);
+        p[0] = 2 | (u64::from(handle_types) << 32); // allocType MANAGED
+        p[1] = location_type | (u64::from(id) << 32);
+        p
+    };
+    let mut pool = 0;
+    assert_eq!(
+        cu.cuMemPoolCreate(&mut pool, &managed(1, 0, POSIX_FD)),
+        NOT_SUPPORTED,
+        "fakecuda models no IPC managed pools"
+    );
+    assert_eq!(
+        cu.cuMemPoolCreate(&mut pool, &managed(1, 9, 0)),
+        INVALID_DEVICE
+    );
+    ok(cu.cuMemPoolCreate(&mut pool, &managed(1, 1, 0)));
+    let mut p = 0;
+    ok(cu.cuMemAllocFromPoolAsync(&mut p, GRAN, pool, 0));
+    let mut is_managed = 0u32;
+    ok(cu.cuPointerGetAttribute((&mut is_managed as *mut u32).cast(), 8, p));
+    assert_eq!(is_managed, 1);
+    cu.write(p, &[6u8; 32]);
+    cu.setup(1);
+    assert_eq!(cu.read(p, 32), [6u8; 32], "device 1 needs no grant");
+    // SAFETY: managed memory is the CPU's too, mapped read-write at its address.
+    assert_eq!(unsafe { *(p as usize as *const u8) }, 6);
+    let less = AccessDesc {
+        location: Location { type_: 1, id: 0 },
+        flags: 1,
+    };
+    assert_eq!(cu.cuMemPoolSetAccess(pool, &less, 1), INVALID_VALUE);
+    ok(cu.cuMemFreeAsync(p, 0));
+    ok(cu.cuMemPoolDestroy(pool));
+    let (mut none, mut dev0) = (0, 0);
+    ok(cu.cuMemGetMemPool(&mut none, &mut Location { type_: 0, id: 0 }, 2));
+    ok(cu.cuMemGetMemPool(&mut dev0, &mut Location { type_: 1, id: 0 }, 2));
+    assert!(
+        none != 0 && dev0 != 0 && none != dev0,
+        "{none:#x} {dev0:#x}"
+    );
+    let mut pinned = 0;
+    ok(cu.cuMemGetMemPool(&mut pinned, &mut Location { type_: 1, id: 0 }, 1));
+    assert_ne!(
+        pinned, dev0,
+        "pinned and managed pools of one device differ"
+    );
+    cu.setup(0);
+}

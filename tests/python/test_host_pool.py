@@ -1,6 +1,7 @@
-"""Pinned host memory pools through cuda.bindings: the CPU's memory, reachable from a device
-once the pool grants it access, reported as host memory; the same with and without the shim
-(which leaves pools that are not IPC pools to the driver)."""
+"""Host and managed memory pools: pinned host pools through cuda.bindings (the CPU's memory,
+reachable from a device once the pool grants it access, reported as host memory) and managed
+pools through cuda.core's ManagedMemoryResource (every device's and the CPU's at once); the
+same with and without the shim, which leaves pools that are not IPC pools to the driver."""
 
 import ctypes
 
@@ -58,3 +59,31 @@ def test_host_pools_need_a_device_grant(context):
         check(cu.cuStreamSynchronize(stream))
         check(cu.cuMemPoolDestroy(pool))
     check(cu.cuStreamDestroy(stream))
+
+
+def test_cuda_core_managed_pools(context):
+    from cuda.core import Device, DeviceMemoryResource, ManagedMemoryResource
+    from cuda.core import ManagedMemoryResourceOptions
+
+    device = Device(0)
+    device.set_current()
+    stream = device.create_stream()
+    for options in (
+        None,
+        ManagedMemoryResourceOptions(preferred_location=0),
+        ManagedMemoryResourceOptions(preferred_location_type="host"),
+    ):
+        resource = ManagedMemoryResource(options)
+        buffer = resource.allocate(SIZE, stream=stream)
+        assert buffer.is_host_accessible and buffer.is_device_accessible
+        buffer.fill(7, stream=stream)
+        other = DeviceMemoryResource(device).allocate(SIZE, stream=stream)
+        other.copy_from(buffer, stream=stream)
+        stream.sync()
+        assert ctypes.string_at(int(buffer.handle), 4) == b"\x07" * 4, options
+        out = np.zeros(SIZE, dtype=np.uint8)
+        check(cu.cuMemcpyDtoH(out.ctypes.data, int(other.handle), SIZE))
+        assert (out == 7).all(), options
+        buffer.close(stream)
+        other.close(stream)
+    check(cu.cuCtxSetCurrent(context))

@@ -51,8 +51,7 @@ pub extern "C" fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) -> RawRe
     })
 }
 
-/// `cuMemGetMemPool` (CUDA 13): the current pool of a device or host location for pinned
-/// memory.
+/// `cuMemGetMemPool` (CUDA 13): the current pool of a location for pinned or managed memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemGetMemPool(
     out: *mut CUmemoryPool,
@@ -62,11 +61,7 @@ pub unsafe extern "C" fn cuMemGetMemPool(
     with(|d| {
         // SAFETY: CUmemLocation input (cuda.h).
         let (kind, id) = unsafe { location(loc) }?;
-        if alloc_type != crate::abi::consts::ALLOCATION_TYPE_PINNED {
-            // Managed pools are not modelled.
-            return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
-        }
-        let place = d.pool_place((kind, id))?;
+        let place = d.pool_place(alloc_type, (kind, id))?;
         let h = d.pool_current(place);
         // SAFETY: CUmemoryPool out-parameter (cuda.h).
         unsafe { put(out, handle_ptr::<CUmemPoolHandle_st>(h)) }

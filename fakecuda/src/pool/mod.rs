@@ -28,13 +28,18 @@ pub use cuinterpose_abi::consts::{
     POOL_ATTR_USED_MEM_HIGH as ATTR_USED_MEM_HIGH,
 };
 
-/// Where a pool's memory lives: a device, or pinned host memory (on any node, or on one).
+/// Where a pool's memory lives: a device, pinned host memory (on any node, or on one), or
+/// managed memory with its preferred location (`CUmemLocation` type and id; type 0: none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Place {
     Device(u32),
     Host,
     HostNuma(u32),
+    Managed(u32, u32),
 }
+
+/// `CU_MEM_ALLOCATION_TYPE_MANAGED`.
+const ALLOCATION_TYPE_MANAGED: u32 = 2;
 
 #[derive(Debug)]
 pub struct Pool {
@@ -85,7 +90,14 @@ impl Pools {
     pub fn host_pool(&self, h: u64) -> bool {
         self.pools
             .get(&h)
-            .is_some_and(|p| !matches!(p.place, Place::Device(_)))
+            .is_some_and(|p| matches!(p.place, Place::Host | Place::HostNuma(_)))
+    }
+
+    /// Whether pool `h` holds managed memory.
+    pub fn managed_pool(&self, h: u64) -> bool {
+        self.pools
+            .get(&h)
+            .is_some_and(|p| matches!(p.place, Place::Managed(..)))
     }
 
     pub fn shared(&self) -> Option<String> {
@@ -127,13 +139,20 @@ impl Driver {
     fn new_pool(&mut self, place: Place, default: bool, max_size: u64) -> u64 {
         let device = match place {
             Place::Device(device) => device,
-            Place::Host | Place::HostNuma(_) => 0,
+            _ => 0,
         };
         let h = self.new_pool_with(device, default, max_size, c::HANDLE_TYPE_NONE, None);
         if let Some(pool) = self.pools.pools.get_mut(&h) {
             pool.place = place;
-            if place != Place::Device(device) {
-                pool.access.clear();
+            match place {
+                Place::Device(_) => {}
+                Place::Host | Place::HostNuma(_) => pool.access.clear(),
+                // Managed memory is every device's.
+                Place::Managed(..) => {
+                    pool.access = (0..self.config.count())
+                        .map(|d| (d, c::ACCESS_READWRITE))
+                        .collect();
+                }
             }
         }
         h
@@ -198,9 +217,23 @@ impl Driver {
         Ok(())
     }
 
-    /// A pool location (`CUmemLocation`) for pinned memory: a device, the host (any node, its
-    /// id ignored) or one host NUMA node.
-    pub fn pool_place(&self, location: (u32, i32)) -> CuResult<Place> {
+    /// A pool location (`CUmemLocation`) for memory of `alloc_type`: for pinned memory a
+    /// device, the host (any node, its id ignored) or one host NUMA node; for managed memory
+    /// any of those as its preferred location, or none (type 0).
+    pub fn pool_place(&self, alloc_type: u32, location: (u32, i32)) -> CuResult<Place> {
+        if alloc_type == ALLOCATION_TYPE_MANAGED {
+            let id = match location.0 {
+                0 | c::LOCATION_TYPE_HOST => 0,
+                _ => match self.pool_place(c::ALLOCATION_TYPE_PINNED, location)? {
+                    Place::Device(id) | Place::HostNuma(id) => id,
+                    _ => 0,
+                },
+            };
+            return Ok(Place::Managed(location.0, id));
+        }
+        if alloc_type != c::ALLOCATION_TYPE_PINNED {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
         match location.0 {
             t if t == c::LOCATION_TYPE_DEVICE => {
                 Ok(Place::Device(self.config.check_device(location.1)?))
@@ -213,8 +246,9 @@ impl Driver {
         }
     }
 
-    /// `cuMemPoolCreate`: pinned device memory, shareable as POSIX FDs or not at all, or
-    /// pinned host memory (not shareable: fakecuda models no IPC host pools).
+    /// `cuMemPoolCreate`: pinned device memory, shareable as POSIX FDs or not at all; pinned
+    /// host memory; managed memory (neither shareable: fakecuda models no IPC host or managed
+    /// pools).
     pub fn pool_create(
         &mut self,
         alloc_type: u32,
@@ -222,10 +256,7 @@ impl Driver {
         location: (u32, i32),
         max_size: u64,
     ) -> CuResult<u64> {
-        if alloc_type != c::ALLOCATION_TYPE_PINNED {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let place = self.pool_place(location)?;
+        let place = self.pool_place(alloc_type, location)?;
         if handle_types != c::HANDLE_TYPE_NONE && handle_types != c::HANDLE_TYPE_POSIX_FD {
             // FABRIC needs IMEX; Windows handles need Windows.
             return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
@@ -238,7 +269,7 @@ impl Driver {
             Place::Host if handle_types != c::HANDLE_TYPE_NONE => {
                 Err(CuError::CUDA_ERROR_INVALID_VALUE)
             }
-            Place::HostNuma(_) if handle_types != c::HANDLE_TYPE_NONE => {
+            Place::HostNuma(_) | Place::Managed(..) if handle_types != c::HANDLE_TYPE_NONE => {
                 Err(CuError::CUDA_ERROR_NOT_SUPPORTED)
             }
             host => Ok(self.new_pool(host, false, max_size)),
@@ -292,6 +323,14 @@ impl Driver {
         let own = match self.pool(h)?.place {
             Place::Device(device) => Some(device),
             Place::Host | Place::HostNuma(_) => None,
+            // Every device keeps its access to managed memory.
+            Place::Managed(..) => {
+                return if grants.iter().all(|g| g.2 == c::ACCESS_READWRITE) {
+                    Ok(())
+                } else {
+                    Err(CuError::CUDA_ERROR_INVALID_VALUE)
+                };
+            }
         };
         let mut checked = Vec::with_capacity(grants.len());
         for &(location_type, id, flags) in grants {
@@ -363,6 +402,8 @@ impl Driver {
             Place::Device(device) => (c::LOCATION_TYPE_DEVICE, device, None),
             Place::Host => (c::LOCATION_TYPE_HOST_NUMA, 0, Some(0)),
             Place::HostNuma(node) => (c::LOCATION_TYPE_HOST_NUMA, node, Some(node)),
+            // Managed memory is host memory here, which every device and the CPU reach.
+            Place::Managed(..) => (c::LOCATION_TYPE_HOST_NUMA, 0, Some(0)),
         };
         let alloc = self.alloc_create(size, location_type, id, c::HANDLE_TYPE_NONE, true)?;
         let base = self.map_whole_readwrite(alloc, size, device)?;
@@ -413,186 +454,5 @@ impl Driver {
     }
 }
 
-const POOL_MAGIC: &[u8; 8] = b"FKCUPOOL";
-const POINTER_MAGIC: &[u8; 8] = b"FKCUPPTR";
-/// `CUmemPoolPtrExportData`.
-pub const POINTER_BYTES: usize = 64;
-
-/// What an exported pointer names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Named {
-    pub pid: u32,
-    pub pool: u64,
-    pub alloc: u64,
-    pub size: u64,
-}
-
-fn le(b: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(w)
-}
-
-impl Driver {
-    /// `cuMemPoolExportToShareableHandle`: a memfd naming this process and the pool.
-    pub fn pool_export(
-        &mut self,
-        h: u64,
-        handle_type: u32,
-        flags: u64,
-    ) -> CuResult<std::os::fd::OwnedFd> {
-        let p = self.pool(h)?;
-        if flags != 0 || handle_type != c::HANDLE_TYPE_POSIX_FD || p.handle_types != handle_type {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        if p.imported.is_some() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let device = p.device;
-        let mut bytes = [0u8; 32];
-        bytes[..8].copy_from_slice(POOL_MAGIC);
-        bytes[8..16].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
-        bytes[16..24].copy_from_slice(&h.to_le_bytes());
-        bytes[24..32].copy_from_slice(&u64::from(device).to_le_bytes());
-        let fd = sys::new_memfd("fakecuda-pool", bytes.len() as u64)?;
-        sys::write_all(&fd, &bytes)?;
-        self.pool_mut(h)?.exported = true;
-        Ok(fd)
-    }
-
-    /// `cuMemPoolImportFromShareableHandle`: a local pool standing for the creator's.
-    pub fn pool_import(
-        &mut self,
-        fd: std::os::fd::BorrowedFd<'_>,
-        handle_type: u32,
-        flags: u64,
-    ) -> CuResult<u64> {
-        if flags != 0 || handle_type != c::HANDLE_TYPE_POSIX_FD {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let bytes = sys::read_all(fd, 32).map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?;
-        if bytes.len() != 32 || &bytes[..8] != POOL_MAGIC {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let pid = u32::try_from(le(&bytes, 8)).map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?;
-        let (remote, device) = (le(&bytes, 16), le(&bytes, 24) as i32);
-        if pid == std::process::id() {
-            // The creator's own export names the pool it already has.
-            return self.pool(remote).map(|_| remote);
-        }
-        let device = self.config.check_device(device)?;
-        Ok(self.new_pool_with(device, false, 0, handle_type, Some((pid, remote))))
-    }
-
-    /// `cuMemPoolExportPointer`: the base of an allocation of a shareable pool.
-    pub fn pool_export_pointer(&mut self, ptr: u64) -> CuResult<[u8; POINTER_BYTES]> {
-        let &(h, alloc, size) = self
-            .pools
-            .allocations
-            .get(&ptr)
-            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
-        let p = self.pool(h)?;
-        if p.handle_types != c::HANDLE_TYPE_POSIX_FD || p.imported.is_some() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        // The control socket serves its FD from now on (and native checkpoint refuses).
-        if let Some(a) = self.vmm.allocs.get_mut(&alloc) {
-            a.ipc_handle = true;
-        }
-        let mut data = [0u8; POINTER_BYTES];
-        data[..8].copy_from_slice(POINTER_MAGIC);
-        data[8..16].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
-        data[16..24].copy_from_slice(&h.to_le_bytes());
-        data[24..32].copy_from_slice(&alloc.to_le_bytes());
-        data[32..40].copy_from_slice(&size.to_le_bytes());
-        Ok(data)
-    }
-
-    /// `cuMemPoolImportPointer`, first half: the base when it is imported here already, or
-    /// what to fetch from the creator.
-    pub fn pool_import_existing(
-        &self,
-        h: u64,
-        data: &[u8; POINTER_BYTES],
-    ) -> CuResult<Result<u64, Named>> {
-        if &data[..8] != POINTER_MAGIC {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let named = Named {
-            pid: u32::try_from(le(data, 8)).map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?,
-            pool: le(data, 16),
-            alloc: le(data, 24),
-            size: le(data, 32),
-        };
-        if self.pool(h)?.imported != Some((named.pid, named.pool)) {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        if named.size == 0 || !named.size.is_multiple_of(sys::granularity()) {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        Ok(self
-            .pools
-            .imported_ptrs
-            .get(&(named.pid, named.alloc))
-            .map_or(Err(named), |&base| Ok(base)))
-    }
-
-    /// Second half: maps the creator's allocation FD with the imported pool's access.
-    pub fn pool_import_map(
-        &mut self,
-        h: u64,
-        named: Named,
-        fd: std::os::fd::OwnedFd,
-    ) -> CuResult<u64> {
-        if let Some(&base) = self.pools.imported_ptrs.get(&(named.pid, named.alloc)) {
-            return Ok(base);
-        }
-        if sys::file_size(std::os::fd::AsFd::as_fd(&fd))? < named.size {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let (device, access) = {
-            let p = self.pool(h)?;
-            (p.device, p.access.clone())
-        };
-        let alloc = self.next_handle();
-        self.vmm.allocs.insert(
-            alloc,
-            crate::vmm::PhysAlloc {
-                size: named.size,
-                location_type: c::LOCATION_TYPE_DEVICE,
-                device,
-                handle_types: 0,
-                backing: crate::vmm::Backing::Device(fd),
-                handle_refs: 0,
-                users: 0,
-                exported: false,
-                imported: false,
-                ipc_handle: false,
-                ipc_opened: true,
-                legacy: false,
-            },
-        );
-        let base = self.map_whole_readwrite(alloc, named.size, device)?;
-        if access.len() > 1 {
-            if let Some(m) = self.vmm.mappings.get_mut(&base) {
-                m.access = access;
-            }
-            self.apply_access(base)?;
-        }
-        self.pools.allocations.insert(base, (h, alloc, named.size));
-        self.pools
-            .imported_ptrs
-            .insert((named.pid, named.alloc), base);
-        Ok(base)
-    }
-}
-
-/// `cuMemPoolImportPointer` as a whole: the FD is fetched without holding the driver lock.
-pub fn import_pointer(h: u64, data: &[u8; POINTER_BYTES]) -> CuResult<u64> {
-    let named = match crate::driver::with(|d| d.pool_import_existing(h, data))? {
-        Ok(base) => return Ok(base),
-        Err(named) => named,
-    };
-    let fd = crate::checkpoint::client::fetch_ipc_fd(named.pid, named.alloc)?;
-    crate::driver::with(|d| d.pool_import_map(h, named, fd))
-}
+mod ipc;
+pub use ipc::*;
