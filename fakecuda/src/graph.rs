@@ -37,6 +37,35 @@ pub enum Work {
     /// A child graph: a copy of its nodes' work, in dependency order, taken when the node was
     /// added (CUDA clones the child graph).
     Child(Vec<Work>),
+    /// A conditional node as added: its condition, kind ([`COND_IF`], [`COND_WHILE`],
+    /// [`COND_SWITCH`]) and body graphs, which the application fills after adding the node,
+    /// so they are read when the graph is instantiated.
+    Conditional {
+        condition: u64,
+        kind: u32,
+        bodies: Vec<u64>,
+    },
+    /// A conditional node as instantiated: the value its condition has at every launch (no
+    /// device code runs here to set it, so it is the handle's default) and each body's work.
+    Branch {
+        kind: u32,
+        value: u32,
+        bodies: Vec<Vec<Work>>,
+    },
+}
+
+/// `CUgraphConditionalNodeType`.
+pub const COND_IF: u32 = 0;
+pub const COND_WHILE: u32 = 1;
+pub const COND_SWITCH: u32 = 2;
+/// Most bodies a switch node may have here.
+pub const MAX_SWITCH: u32 = 64;
+
+/// `cuGraphConditionalHandleCreate`: the graph it belongs to and its default launch value.
+#[derive(Debug)]
+struct Condition {
+    graph: u64,
+    default: u32,
 }
 
 /// One side of a memcpy node.
@@ -83,6 +112,10 @@ pub struct Graphs {
     graphs: HashMap<u64, Graph>,
     nodes: HashMap<u64, Node>,
     execs: HashMap<u64, Exec>,
+    conditions: HashMap<u64, Condition>,
+    /// Each conditional node's body graphs, as the array `phGraph_out` points at (it lives as
+    /// long as the node).
+    bodies: HashMap<u64, Box<[usize]>>,
     next_id: u32,
 }
 
@@ -105,7 +138,8 @@ impl Graphs {
         id
     }
 
-    /// Destroys a graph and its nodes; executable graphs made from it stay.
+    /// Destroys a graph and its nodes (a conditional node's bodies with it); executable
+    /// graphs made from it stay.
     pub fn destroy(&mut self, graph: u64) -> CuResult<()> {
         let g = self
             .graphs
@@ -113,8 +147,57 @@ impl Graphs {
             .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         for n in g.nodes {
             self.nodes.remove(&n);
+            for body in self.bodies.remove(&n).unwrap_or_default() {
+                let _ = self.destroy(body as u64);
+            }
         }
+        self.conditions.retain(|_, c| c.graph != graph);
         Ok(())
+    }
+
+    /// `cuGraphConditionalHandleCreate`: a condition of `graph` whose value is `default` at
+    /// every launch (`flags` 1, `CU_GRAPH_COND_ASSIGN_DEFAULT`) or from the start (0).
+    pub fn condition_create(
+        &mut self,
+        handle: u64,
+        graph: u64,
+        default: u32,
+        flags: u32,
+    ) -> CuResult<()> {
+        if !self.graphs.contains_key(&graph) || flags > 1 {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        self.conditions.insert(handle, Condition { graph, default });
+        Ok(())
+    }
+
+    /// Checks a conditional node's arguments: a condition of `graph`, a known kind, and as
+    /// many bodies as the kind takes (if: 1 or 2, with an else; while: 1; switch: 1 to
+    /// [`MAX_SWITCH`]).
+    pub fn check_conditional(
+        &self,
+        graph: u64,
+        condition: u64,
+        kind: u32,
+        size: u32,
+    ) -> CuResult<()> {
+        let fits = match kind {
+            COND_IF => matches!(size, 1 | 2),
+            COND_WHILE => size == 1,
+            COND_SWITCH => (1..=MAX_SWITCH).contains(&size),
+            _ => false,
+        };
+        match self.conditions.get(&condition) {
+            Some(c) if c.graph == graph && fits => Ok(()),
+            _ => Err(CuError::CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+
+    /// Keeps node `node`'s body array and returns where it lives (for `phGraph_out`).
+    pub fn keep_bodies(&mut self, node: u64, bodies: &[u64]) -> *mut usize {
+        let array: Box<[usize]> = bodies.iter().map(|b| *b as usize).collect();
+        let at = self.bodies.entry(node).or_insert(array);
+        at.as_mut_ptr()
     }
 
     /// Adds a node depending on `deps` (nodes of the same graph).
@@ -195,7 +278,36 @@ impl Graphs {
                 return Err(CuError::CUDA_ERROR_INVALID_VALUE);
             }
         }
-        Ok(g.nodes.iter().map(|n| self.nodes[n].work.clone()).collect())
+        g.nodes
+            .iter()
+            .map(|n| self.resolved(&self.nodes[n].work))
+            .collect()
+    }
+
+    /// `work` with its conditional node resolved (bodies read now, the condition's value).
+    fn resolved(&self, work: &Work) -> CuResult<Work> {
+        let Work::Conditional {
+            condition,
+            kind,
+            bodies,
+        } = work
+        else {
+            return Ok(work.clone());
+        };
+        let value = self
+            .conditions
+            .get(condition)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?
+            .default;
+        let bodies = bodies
+            .iter()
+            .map(|b| self.ordered_work(*b))
+            .collect::<CuResult<_>>()?;
+        Ok(Work::Branch {
+            kind: *kind,
+            value,
+            bodies,
+        })
     }
 
     pub fn exec_order(&self, exec: u64) -> CuResult<Vec<Work>> {

@@ -77,6 +77,7 @@ exported!(
     cuGraphAddChildGraphNode,
     cuGraphAddNode,
     cuGraphAddNode_v2,
+    cuGraphConditionalHandleCreate,
     cuGraphInstantiateWithFlags,
     cuGraphLaunch,
     cuGraphExecDestroy,

@@ -9,7 +9,7 @@ use cudarc::driver::sys::{
     CUgraph, CUgraph_st, CUgraphExec, CUgraphExec_st, CUgraphNode, CUgraphNode_st,
 };
 
-fn h<T>(p: *mut T) -> u64 {
+pub(super) fn h<T>(p: *mut T) -> u64 {
     p as usize as u64
 }
 
@@ -17,7 +17,7 @@ fn h<T>(p: *mut T) -> u64 {
 ///
 /// # Safety
 /// `deps` is null or points at `n` node handles (cuda.h).
-unsafe fn deps(deps: *const CUgraphNode, n: usize) -> CuResult<Vec<u64>> {
+pub(super) unsafe fn deps(deps: *const CUgraphNode, n: usize) -> CuResult<Vec<u64>> {
     if n == 0 {
         return Ok(Vec::new());
     }
@@ -31,7 +31,12 @@ unsafe fn deps(deps: *const CUgraphNode, n: usize) -> CuResult<Vec<u64>> {
         .collect())
 }
 
-fn add(out: *mut CUgraphNode, graph: CUgraph, deps: Vec<u64>, work: Work) -> CuResult<()> {
+pub(super) fn add(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: Vec<u64>,
+    work: Work,
+) -> CuResult<()> {
     if out.is_null() {
         return Err(CuError::CUDA_ERROR_INVALID_VALUE);
     }
@@ -91,28 +96,45 @@ pub unsafe extern "C" fn cuGraphAddHostNode(
     gated(|| {
         // SAFETY: CUDA_HOST_NODE_PARAMS input (cuda.h).
         let p = unsafe { get(params) }?;
-        if p.function == 0 {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let work = Work::Host {
-            function: p.function,
-            user: p.user,
-        };
+        let work = host_node(p.function, p.user)?;
         // SAFETY: cuda.h's contract for the dependency list.
         add(out, graph, unsafe { deps(dependencies, n) }?, work)
     })
+}
+
+/// A host node's work: the application's function (non-null) and its argument.
+pub(super) fn host_node(function: usize, user: usize) -> CuResult<Work> {
+    if function == 0 {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    Ok(Work::Host { function, user })
 }
 
 /// `CUDA_MEMSET_NODE_PARAMS`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct MemsetNodeParams {
-    dst: u64,
-    pitch: usize,
-    value: c_uint,
-    element_size: c_uint,
-    width: usize,
-    height: usize,
+    pub(super) dst: u64,
+    pub(super) pitch: usize,
+    pub(super) value: c_uint,
+    pub(super) element_size: c_uint,
+    pub(super) width: usize,
+    pub(super) height: usize,
+}
+
+/// A memset node's work: elements of 1, 2 or 4 bytes, a non-empty area.
+pub(super) fn memset_node(p: &MemsetNodeParams) -> CuResult<Work> {
+    if !matches!(p.element_size, 1 | 2 | 4) || p.width == 0 || p.height == 0 {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    Ok(Work::Memset {
+        dst: p.dst,
+        pitch: p.pitch as u64,
+        value: p.value,
+        width: p.element_size as usize,
+        count: p.width,
+        height: p.height,
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -127,17 +149,7 @@ pub unsafe extern "C" fn cuGraphAddMemsetNode(
     gated(|| {
         // SAFETY: CUDA_MEMSET_NODE_PARAMS input (cuda.h).
         let p = unsafe { get(params) }?;
-        if !matches!(p.element_size, 1 | 2 | 4) || p.width == 0 || p.height == 0 {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let work = Work::Memset {
-            dst: p.dst,
-            pitch: p.pitch as u64,
-            value: p.value,
-            width: p.element_size as usize,
-            count: p.width,
-            height: p.height,
-        };
+        let work = memset_node(&p)?;
         // SAFETY: cuda.h's contract for the dependency list.
         add(out, graph, unsafe { deps(dependencies, n) }?, work)
     })
@@ -214,6 +226,42 @@ fn side(
     })
 }
 
+/// A memcpy node's work: host, device or unified sides, 1D to 3D, no arrays.
+pub(super) fn memcpy_node(p: &RawMemcpy3d) -> CuResult<Work> {
+    if p.width_in_bytes == 0 || p.height == 0 || p.depth == 0 || p.src_lod != 0 || p.dst_lod != 0 {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    let rows = p.height * p.depth;
+    let (src, dst) = driver::with(|d| {
+        let src = side(
+            d,
+            p.src_memory_type,
+            (p.src_host, p.src_device),
+            (p.src_x_in_bytes, p.src_y, p.src_z),
+            (p.src_pitch, p.src_height.max(p.height)),
+            rows,
+            p.width_in_bytes,
+        )?;
+        let dst = side(
+            d,
+            p.dst_memory_type,
+            (p.dst_host, p.dst_device),
+            (p.dst_x_in_bytes, p.dst_y, p.dst_z),
+            (p.dst_pitch, p.dst_height.max(p.height)),
+            rows,
+            p.width_in_bytes,
+        )?;
+        Ok((src, dst))
+    })?;
+    Ok(Work::Memcpy {
+        dst,
+        src,
+        width: p.width_in_bytes as u64,
+        height: p.height as u64,
+        depth: p.depth as u64,
+    })
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddMemcpyNode(
     out: *mut CUgraphNode,
@@ -226,46 +274,19 @@ pub unsafe extern "C" fn cuGraphAddMemcpyNode(
     gated(|| {
         // SAFETY: CUDA_MEMCPY3D input (cuda.h).
         let p = unsafe { get(params) }?;
-        if p.width_in_bytes == 0
-            || p.height == 0
-            || p.depth == 0
-            || p.src_lod != 0
-            || p.dst_lod != 0
-        {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let rows = p.height * p.depth;
-        let (src, dst) = driver::with(|d| {
-            let src = side(
-                d,
-                p.src_memory_type,
-                (p.src_host, p.src_device),
-                (p.src_x_in_bytes, p.src_y, p.src_z),
-                (p.src_pitch, p.src_height.max(p.height)),
-                rows,
-                p.width_in_bytes,
-            )?;
-            let dst = side(
-                d,
-                p.dst_memory_type,
-                (p.dst_host, p.dst_device),
-                (p.dst_x_in_bytes, p.dst_y, p.dst_z),
-                (p.dst_pitch, p.dst_height.max(p.height)),
-                rows,
-                p.width_in_bytes,
-            )?;
-            Ok((src, dst))
-        })?;
-        let work = Work::Memcpy {
-            dst,
-            src,
-            width: p.width_in_bytes as u64,
-            height: p.height as u64,
-            depth: p.depth as u64,
-        };
+        let work = memcpy_node(&p)?;
         // SAFETY: cuda.h's contract for the dependency list.
         add(out, graph, unsafe { deps(dependencies, n) }?, work)
     })
+}
+
+/// A child-graph node's work: a copy of `child`'s nodes (another graph), taken now.
+pub(super) fn child_node(graph: CUgraph, child: CUgraph) -> CuResult<Work> {
+    if h(child) == h(graph) {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    let nodes = driver::with(|d| d.graphs.ordered_work(h(child)))?;
+    Ok(Work::Child(nodes))
 }
 
 /// A child-graph node: a copy of `child`'s nodes, taken now (later changes to `child` are not
@@ -279,42 +300,10 @@ pub unsafe extern "C" fn cuGraphAddChildGraphNode(
     child: CUgraph,
 ) -> RawResult {
     gated(|| {
-        if h(child) == h(graph) {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let nodes = driver::with(|d| d.graphs.ordered_work(h(child)))?;
+        let work = child_node(graph, child)?;
         // SAFETY: cuda.h's contract for the dependency list.
-        add(
-            out,
-            graph,
-            unsafe { deps(dependencies, n) }?,
-            Work::Child(nodes),
-        )
+        add(out, graph, unsafe { deps(dependencies, n) }?, work)
     })
-}
-
-/// Generic node parameters (`CUgraphNodeParams`): no kind is modelled through them yet.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuGraphAddNode(
-    _out: *mut CUgraphNode,
-    _graph: CUgraph,
-    _deps: *const CUgraphNode,
-    _n: usize,
-    _params: *mut c_void,
-) -> RawResult {
-    CuError::CUDA_ERROR_NOT_SUPPORTED.raw()
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuGraphAddNode_v2(
-    _out: *mut CUgraphNode,
-    _graph: CUgraph,
-    _deps: *const CUgraphNode,
-    _edges: *const c_void,
-    _n: usize,
-    _params: *mut c_void,
-) -> RawResult {
-    CuError::CUDA_ERROR_NOT_SUPPORTED.raw()
 }
 
 #[unsafe(no_mangle)]
@@ -338,12 +327,32 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
 pub extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> RawResult {
     gated(|| {
         let order = driver::with(|d| d.graphs.exec_order(h(exec)))?;
+        if loops_forever(&order) {
+            // No device code runs here to clear the condition: the loop would never end.
+            return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
+        }
         let stream = Some(stream as usize as u64);
         // Its copies and fills are the work of the stream's context.
         let issuer = memcpy::actor(&memcpy::target(stream)?)?;
         memcpy::host_work(stream, move || {
             run_works(issuer, &order);
         })
+    })
+}
+
+/// Whether `order` holds a while node whose condition is set: nothing here could clear it.
+fn loops_forever(order: &[Work]) -> bool {
+    order.iter().any(|work| match work {
+        Work::Branch {
+            kind,
+            value,
+            bodies,
+        } => {
+            (*kind == crate::graph::COND_WHILE && *value != 0)
+                || bodies.iter().any(|b| loops_forever(b))
+        }
+        Work::Child(nodes) => loops_forever(nodes),
+        _ => false,
     })
 }
 
@@ -358,6 +367,28 @@ fn run_works(issuer: Actor, order: &[Work]) -> bool {
                     return false;
                 }
             }
+            Work::Branch {
+                kind,
+                value,
+                bodies,
+            } => {
+                // An if runs its body when set, its else (a second body) when not; a switch
+                // the body its value names; a while (clear: `loops_forever` refused a set
+                // one at launch) none.
+                let chosen = match *kind {
+                    crate::graph::COND_IF if *value != 0 => bodies.first(),
+                    crate::graph::COND_IF => bodies.get(1),
+                    crate::graph::COND_SWITCH => bodies.get(*value as usize),
+                    _ => None,
+                };
+                if let Some(body) = chosen
+                    && !run_works(issuer, body)
+                {
+                    return false;
+                }
+            }
+            // Resolved into a branch when the graph was instantiated.
+            Work::Conditional { .. } => return false,
             Work::Host { function, user } => {
                 // SAFETY: the application's CUhostFn with its own argument (cuda.h).
                 let f: unsafe extern "C" fn(*mut c_void) =

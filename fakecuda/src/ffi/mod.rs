@@ -73,6 +73,7 @@ fn handle_ptr<T>(h: u64) -> *mut T {
 mod contexts;
 mod devices;
 mod extras;
+mod graph_nodes;
 mod graphs;
 mod init;
 mod memory;
@@ -87,6 +88,7 @@ mod virtual_memory;
 pub use contexts::*;
 pub use devices::*;
 pub use extras::*;
+pub use graph_nodes::*;
 pub use graphs::*;
 pub use init::*;
 pub use memory::*;

@@ -1,0 +1,160 @@
+//! Graph nodes from generic parameters (`cuGraphAddNode`, `CUgraphNodeParams`) and
+//! conditional nodes (`cuGraphConditionalHandleCreate`): empty, host, memset, memcpy and
+//! child-graph nodes as their own calls make them, and if, while and switch nodes whose body
+//! graphs the driver creates for the application to fill.
+
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use super::graphs::{RawMemcpy3d, add, child_node, deps, h, host_node, memcpy_node, memset_node};
+use super::*;
+use crate::graph::Work;
+use cudarc::driver::sys::{
+    CUgraph, CUgraphConditionalHandle, CUgraphNode, CUgraphNodeParams, CUgraphNodeType as T,
+};
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphConditionalHandleCreate(
+    out: *mut CUgraphConditionalHandle,
+    graph: CUgraph,
+    ctx: CUcontext,
+    default: c_uint,
+    flags: c_uint,
+) -> RawResult {
+    with(|d| {
+        d.contexts.check_live(ctx as usize as u64)?;
+        let condition = d.next_handle();
+        d.graphs
+            .condition_create(condition, h(graph), default, flags)?;
+        // SAFETY: CUgraphConditionalHandle out-parameter (cuda.h).
+        unsafe { put(out, condition) }
+    })
+}
+
+/// A node from generic parameters. A conditional node's bodies are written back into
+/// `params` (`phGraph_out` then points at an array that lives as long as the node).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddNode(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    dependencies: *const CUgraphNode,
+    n: usize,
+    params: *mut CUgraphNodeParams,
+) -> RawResult {
+    gated(|| {
+        // SAFETY: CUgraphNodeParams input (cuda.h), a plain C struct read by value.
+        let p = unsafe { get(params.cast_const()) }?;
+        // SAFETY: cuda.h's contract for the dependency list.
+        let deps = unsafe { deps(dependencies, n) }?;
+        let work = match p.type_ {
+            T::CU_GRAPH_NODE_TYPE_EMPTY => Work::Empty,
+            T::CU_GRAPH_NODE_TYPE_HOST => {
+                // SAFETY: `type_` says the application filled the `host` member.
+                let host = unsafe { p.__bindgen_anon_1.host };
+                host_node(host.fn_.map_or(0, |f| f as usize), host.userData as usize)?
+            }
+            T::CU_GRAPH_NODE_TYPE_MEMSET => {
+                // SAFETY: `type_` says the application filled the `memset` member.
+                let m = unsafe { p.__bindgen_anon_1.memset };
+                memset_node(&graphs::MemsetNodeParams {
+                    dst: m.dst,
+                    pitch: m.pitch,
+                    value: m.value,
+                    element_size: m.elementSize,
+                    width: m.width,
+                    height: m.height,
+                })?
+            }
+            T::CU_GRAPH_NODE_TYPE_MEMCPY => {
+                // SAFETY: `type_` says the application filled the `memcpy` member.
+                let m = unsafe { p.__bindgen_anon_1.memcpy };
+                if m.flags != 0 {
+                    return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+                }
+                // SAFETY: `RawMemcpy3d` mirrors CUDA_MEMCPY3D field for field (its size is
+                // asserted equal); both are plain integers and pointers.
+                let raw: RawMemcpy3d = unsafe { std::mem::transmute(m.copyParams) };
+                memcpy_node(&raw)?
+            }
+            T::CU_GRAPH_NODE_TYPE_GRAPH => {
+                // SAFETY: `type_` says the application filled the `graph` member.
+                let child = unsafe { p.__bindgen_anon_1.graph }.graph;
+                child_node(graph, child)?
+            }
+            T::CU_GRAPH_NODE_TYPE_CONDITIONAL => {
+                // SAFETY: `type_` says the application filled the `conditional` member.
+                let c = unsafe { p.__bindgen_anon_1.conditional };
+                let bodies = add_conditional(out, graph, deps, c.handle, c.type_ as u32, c.size)?;
+                // SAFETY: `params` is the application's CUgraphNodeParams (read above); the
+                // driver owns and fills `phGraph_out` (cuda.h).
+                unsafe { (*params).__bindgen_anon_1.conditional.phGraph_out = bodies.cast() };
+                return Ok(());
+            }
+            // Kernels need device code; events, semaphores, memory and batch-op nodes are not
+            // modelled.
+            _ => return Err(CuError::CUDA_ERROR_NOT_SUPPORTED),
+        };
+        add(out, graph, deps, work)
+    })
+}
+
+/// Adds a conditional node with `size` fresh body graphs; returns where their handles lie.
+fn add_conditional(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: Vec<u64>,
+    condition: u64,
+    kind: u32,
+    size: u32,
+) -> CuResult<*mut usize> {
+    if out.is_null() {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    driver::with(|d| {
+        d.graphs
+            .check_conditional(h(graph), condition, kind, size)?;
+        let bodies: Vec<u64> = (0..size)
+            .map(|_| {
+                let body = d.next_handle();
+                d.graphs.create(body);
+                body
+            })
+            .collect();
+        let node = d.next_handle();
+        let work = Work::Conditional {
+            condition,
+            kind,
+            bodies: bodies.clone(),
+        };
+        if let Err(e) = d.graphs.add(node, h(graph), &deps, work) {
+            for body in bodies {
+                let _ = d.graphs.destroy(body);
+            }
+            return Err(e);
+        }
+        let array = d.graphs.keep_bodies(node, &bodies);
+        // SAFETY: CUgraphNode out-parameter (cuda.h), non-null.
+        unsafe { put(out, handle_ptr::<cudarc::driver::sys::CUgraphNode_st>(node)) }?;
+        Ok(array)
+    })
+}
+
+/// `cuGraphAddNode` with edge data: only default edges (null, or all zero) are modelled.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddNode_v2(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    dependencies: *const CUgraphNode,
+    edges: *const [u8; 8],
+    n: usize,
+    params: *mut CUgraphNodeParams,
+) -> RawResult {
+    if !edges.is_null() && n > 0 {
+        // SAFETY: `n` CUgraphEdgeData of 8 bytes each (cuda.h).
+        let edges = unsafe { std::slice::from_raw_parts(edges, n) };
+        if edges.iter().any(|e| *e != [0; 8]) {
+            return CuError::CUDA_ERROR_NOT_SUPPORTED.raw();
+        }
+    }
+    // SAFETY: the same contract as cuGraphAddNode.
+    unsafe { cuGraphAddNode(out, graph, dependencies, n, params) }
+}
