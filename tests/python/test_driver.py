@@ -158,9 +158,10 @@ def test_graphs_of_memset_nodes_run_in_dependency_order(context):
     check(cu.cuMemcpyDtoH(out.ctypes.data, dptr, 32))
     assert out[:16].tolist() == [0x22] * 16, "the dependent node ran second"
     assert out[16:].tolist() == [0x11] * 16
-    # Kernel-free generic node parameters are not modelled: a clear error, not a crash.
+    # Generic node parameters of a kind fakecuda cannot run (a kernel): a clear error, not a
+    # crash (the kinds it models are in test_graph_nodes.py).
     params = cu.CUgraphNodeParams()
-    params.type = cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_EMPTY
+    params.type = cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
     assert cu.cuGraphAddNode(graph, None, None, 0, params)[0] == R.CUDA_ERROR_NOT_SUPPORTED
     check(cu.cuGraphExecDestroy(exec_))
     check(cu.cuGraphDestroy(graph))
