@@ -8,7 +8,7 @@ use crate::abi::consts as c;
 use crate::driver::Driver;
 use crate::error::{CuError, CuResult};
 use crate::sys;
-use crate::vmm::{Backing, PhysAlloc};
+use crate::vmm::PhysAlloc;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -215,23 +215,9 @@ impl Driver {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
         let h = self.next_handle();
-        self.vmm.allocs.insert(
-            h,
-            PhysAlloc {
-                size,
-                location_type: c::LOCATION_TYPE_DEVICE,
-                device,
-                handle_types: 0,
-                backing: Backing::Device(fd),
-                handle_refs: 0,
-                users: 0,
-                exported: false,
-                imported: false,
-                ipc_handle: false,
-                ipc_opened: true,
-                legacy: false,
-            },
-        );
+        self.vmm
+            .allocs
+            .insert(h, PhysAlloc::opened(size, device, fd));
         let base = self.map_whole_readwrite(h, size, device)?;
         self.ipc.opened.insert(
             (pid, alloc),

@@ -7,7 +7,7 @@
 //! stream's `CUDA_ERROR_ILLEGAL_ADDRESS`, as a GPU fault does.
 
 use crate::checkpoint;
-use crate::context::{Actor, Target};
+use crate::context::Target;
 use crate::driver;
 use crate::error::{CuError, CuResult};
 use crate::sys::{self, CopyGuard};
@@ -17,22 +17,24 @@ use crate::sys::{self, CopyGuard};
 #[derive(Debug, Clone, Copy)]
 struct Side {
     at: u64,
-    by: Option<Actor>,
+    by: Option<u64>,
 }
 
 fn side(at: Option<u64>) -> Option<Side> {
     at.map(|at| Side { at, by: None })
 }
 
-/// The device ranges of a copy issued by `issuer`, validated for the device that touches
-/// each; the guard keeps them so until it is dropped.
-fn ranges(issuer: Actor, src: Option<Side>, dst: Option<Side>, n: u64) -> CuResult<CopyGuard> {
+/// The device ranges of a copy issued in context `issuer`, validated for the device that
+/// touches each (its context's, resolved under the same lock); the guard keeps them so until
+/// it is dropped.
+fn ranges(issuer: u64, src: Option<Side>, dst: Option<Side>, n: u64) -> CuResult<CopyGuard> {
     driver::with(|d| {
+        let actor = |side: &Side| d.contexts.actor(side.by.unwrap_or(issuer));
         if let Some(s) = src {
-            d.check_range(s.by.unwrap_or(issuer), s.at, n, false)?;
+            d.check_range(actor(&s)?, s.at, n, false)?;
         }
         if let Some(t) = dst {
-            d.check_range(t.by.unwrap_or(issuer), t.at, n, true)?;
+            d.check_range(actor(&t)?, t.at, n, true)?;
         }
         // Taken under the driver lock, so no change can slip in between check and copy.
         Ok(sys::copy_guard())
@@ -51,13 +53,12 @@ pub fn target(stream: Option<u64>) -> CuResult<Target> {
     Ok(target)
 }
 
-/// The context (and device) work on `target` is issued in.
-pub fn actor(target: &Target) -> CuResult<Actor> {
-    let ctx = match target {
+/// The context work on `target` is issued in.
+pub fn issuer(target: &Target) -> u64 {
+    match target {
         Target::Now { ctx, .. } => *ctx,
         Target::Queue(s) => s.ctx,
-    };
-    driver::with(|d| d.contexts.actor(ctx))
+    }
 }
 
 /// Runs `op` on `stream` in order (now for a default stream), the device ranges validated
@@ -70,7 +71,7 @@ fn transfer(
     op: impl FnOnce() + Send + 'static,
 ) -> CuResult<()> {
     let target = target(stream)?;
-    let issuer = actor(&target)?;
+    let issuer = issuer(&target);
     let guard = ranges(issuer, src, dst, n)?;
     match target {
         Target::Now { .. } => {
@@ -99,7 +100,7 @@ fn transfer(
 /// A host side must be the application's buffer of `n` bytes (readable for `src`, writable
 /// for `dst`), valid while its graph runs (the CUDA contract for memcpy nodes).
 pub unsafe fn copy_now(
-    issuer: Actor,
+    issuer: u64,
     dst: u64,
     dst_dev: bool,
     src: u64,
@@ -218,16 +219,14 @@ pub fn peer(
     n: usize,
     stream: Option<u64>,
 ) -> CuResult<()> {
-    let (src_by, dst_by) =
-        driver::with(|d| Ok((d.contexts.actor(src_ctx)?, d.contexts.actor(dst_ctx)?)))?;
     let (from, to) = (Raw(src as usize), Raw(dst as usize));
     let src = Some(Side {
         at: src,
-        by: Some(src_by),
+        by: Some(src_ctx),
     });
     let dst = Some(Side {
         at: dst,
-        by: Some(dst_by),
+        by: Some(dst_ctx),
     });
     transfer(stream, src, dst, n as u64, move || {
         // SAFETY: both ranges are mapped device memory with the needed access for their
@@ -297,7 +296,7 @@ pub fn memset(
 
 /// Fills device memory now, from whichever thread (a graph launch running on a stream's
 /// worker): the range validated and kept mapped while it is written.
-pub fn fill_now(issuer: Actor, dst: u64, value: u32, width: usize, count: usize) -> CuResult<()> {
+pub fn fill_now(issuer: u64, dst: u64, value: u32, width: usize, count: usize) -> CuResult<()> {
     if !dst.is_multiple_of(width as u64) {
         return Err(CuError::CUDA_ERROR_INVALID_VALUE);
     }

@@ -117,9 +117,9 @@ pub fn stand_in_runtime(legacy: bool) -> &'static Path {
     static FULL: OnceLock<PathBuf> = OnceLock::new();
     static LEGACY: OnceLock<PathBuf> = OnceLock::new();
     let (cell, what, define) = if legacy {
-        (&LEGACY, "cudart-legacy", "-DLEGACY_ONLY")
+        (&LEGACY, "cudart-legacy", Some("-DLEGACY_ONLY"))
     } else {
-        (&FULL, "cudart", "-DBY_VERSION")
+        (&FULL, "cudart", None)
     };
     cell.get_or_init(|| {
         let dir = target_profile_dir()
@@ -132,7 +132,8 @@ pub fn stand_in_runtime(legacy: bool) -> &'static Path {
             .args(["-Wall", "-Werror", "-O1", "-shared", "-fPIC", "-o"])
             .arg(&out)
             .arg(&source)
-            .args([define, "-Wl,-soname,libcudart.so.13", "-ldl"])
+            .args(define)
+            .args(["-Wl,-soname,libcudart.so.13", "-ldl"])
             .output()
             .expect("run cc");
         assert!(

@@ -33,13 +33,17 @@ pub(super) fn way_back(
     let mut resumed = Report::new("resume");
     let mut reason = String::new();
     let mut told = Vec::new();
+    // Found again by the native undo (the tree as it is now), then the restore's participants.
+    let mut members = Vec::new();
     loop {
         let step = plan.step();
         let result = match step {
-            Step::NativeUndo => native_undo(workload, root, &mut resumed, progress),
+            Step::NativeUndo => {
+                native_undo(workload, root, &mut resumed, progress).map(|found| members = found)
+            }
             Step::Resume => Session::open(
                 &workload.control_dir,
-                &participants_of(workload, root).unwrap_or_default(),
+                &participants(&members),
                 workload.timeouts,
             )
             .map_err(CommandError::from)
@@ -98,13 +102,13 @@ pub(super) fn way_back(
 }
 
 /// The way back's first step: every CUDA process of the tree, found again, restored where it
-/// was checkpointed and unlocked where it was locked.
+/// was checkpointed and unlocked where it was locked. Returns the processes found.
 fn native_undo(
     workload: &Workload,
     root: u32,
     report: &mut Report,
     progress: &mut dyn FnMut(&Event),
-) -> Result<(), CommandError> {
+) -> Result<Vec<Member>, CommandError> {
     let driver = Driver::load()?;
     let members = find_members(workload, &driver, root)?;
     native_phase(
@@ -120,11 +124,6 @@ fn native_undo(
             ProcessState::Locked => driver.unlock(member.host_pid),
             _ => Ok(()),
         },
-    )
-}
-
-/// The participants of the tree rooted at `root`, found again (the way back's restore).
-fn participants_of(workload: &Workload, root: u32) -> Result<Vec<NamespacePid>, CommandError> {
-    let driver = Driver::load()?;
-    Ok(participants(&find_members(workload, &driver, root)?))
+    )?;
+    Ok(members)
 }

@@ -3,7 +3,6 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use super::*;
-use crate::context::Actor;
 use crate::graph::{Side, Work};
 use cudarc::driver::sys::{
     CUgraph, CUgraph_st, CUgraphExec, CUgraphExec_st, CUgraphNode, CUgraphNode_st,
@@ -333,7 +332,7 @@ pub extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> RawResul
         }
         let stream = Some(stream as usize as u64);
         // Its copies and fills are the work of the stream's context.
-        let issuer = memcpy::actor(&memcpy::target(stream)?)?;
+        let issuer = memcpy::issuer(&memcpy::target(stream)?);
         memcpy::host_work(stream, move || {
             run_works(issuer, &order);
         })
@@ -358,7 +357,7 @@ fn loops_forever(order: &[Work]) -> bool {
 
 /// Runs a graph's work in order, child graphs included; a node that fails ends the launch
 /// (said on stderr: a GPU would fault). Returns whether every node ran.
-fn run_works(issuer: Actor, order: &[Work]) -> bool {
+fn run_works(issuer: u64, order: &[Work]) -> bool {
     for work in order {
         match work {
             Work::Empty => {}

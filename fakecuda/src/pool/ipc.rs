@@ -39,7 +39,7 @@ impl Driver {
         if p.imported.is_some() {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        let device = p.device;
+        let device = p.device();
         let mut bytes = [0u8; 32];
         bytes[..8].copy_from_slice(POOL_MAGIC);
         bytes[8..16].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
@@ -72,7 +72,13 @@ impl Driver {
             return self.pool(remote).map(|_| remote);
         }
         let device = self.config.check_device(device)?;
-        Ok(self.new_pool_with(device, false, 0, handle_type, Some((pid, remote))))
+        Ok(self.new_pool_with(
+            Place::Device(device),
+            false,
+            0,
+            handle_type,
+            Some((pid, remote)),
+        ))
     }
 
     /// `cuMemPoolExportPointer`: the base of an allocation of a shareable pool.
@@ -143,26 +149,12 @@ impl Driver {
         }
         let (device, access) = {
             let p = self.pool(h)?;
-            (p.device, p.access.clone())
+            (p.device(), p.access.clone())
         };
         let alloc = self.next_handle();
-        self.vmm.allocs.insert(
-            alloc,
-            crate::vmm::PhysAlloc {
-                size: named.size,
-                location_type: c::LOCATION_TYPE_DEVICE,
-                device,
-                handle_types: 0,
-                backing: crate::vmm::Backing::Device(fd),
-                handle_refs: 0,
-                users: 0,
-                exported: false,
-                imported: false,
-                ipc_handle: false,
-                ipc_opened: true,
-                legacy: false,
-            },
-        );
+        self.vmm
+            .allocs
+            .insert(alloc, crate::vmm::PhysAlloc::opened(named.size, device, fd));
         let base = self.map_whole_readwrite(alloc, named.size, device)?;
         if access.len() > 1 {
             if let Some(m) = self.vmm.mappings.get_mut(&base) {

@@ -43,8 +43,6 @@ const ALLOCATION_TYPE_MANAGED: u32 = 2;
 
 #[derive(Debug)]
 pub struct Pool {
-    /// The owning device (device pools; 0 for host pools, which no device owns).
-    pub device: u32,
     pub place: Place,
     /// A device's default pool (`cuDeviceGetDefaultMemPool`): never destroyed.
     pub default: bool,
@@ -64,6 +62,17 @@ pub struct Pool {
     exported: bool,
     /// Imported from another process: (its pid, its pool handle).
     imported: Option<(u32, u64)>,
+}
+
+impl Pool {
+    /// The owning device: a device pool's own; 0 for host and managed pools, which no device
+    /// owns.
+    pub fn device(&self) -> u32 {
+        match self.place {
+            Place::Device(device) => device,
+            _ => 0,
+        }
+    }
 }
 
 /// The pool memory of one process.
@@ -115,7 +124,7 @@ impl Pools {
 
     /// The device of pool `h`, if it exists.
     pub fn device_of(&self, h: u64) -> Option<u32> {
-        self.pools.get(&h).map(|p| p.device)
+        self.pools.get(&h).map(Pool::device)
     }
 }
 
@@ -137,43 +146,32 @@ impl Driver {
     }
 
     fn new_pool(&mut self, place: Place, default: bool, max_size: u64) -> u64 {
-        let device = match place {
-            Place::Device(device) => device,
-            _ => 0,
-        };
-        let h = self.new_pool_with(device, default, max_size, c::HANDLE_TYPE_NONE, None);
-        if let Some(pool) = self.pools.pools.get_mut(&h) {
-            pool.place = place;
-            match place {
-                Place::Device(_) => {}
-                Place::Host | Place::HostNuma(_) => pool.access.clear(),
-                // Managed memory is every device's.
-                Place::Managed(..) => {
-                    pool.access = (0..self.config.count())
-                        .map(|d| (d, c::ACCESS_READWRITE))
-                        .collect();
-                }
-            }
-        }
-        h
+        self.new_pool_with(place, default, max_size, c::HANDLE_TYPE_NONE, None)
     }
 
+    /// A pool at `place`, with the access that place starts with: read-write for its own
+    /// device; none for pinned host memory (the CPU's until a device is granted); every
+    /// device's for managed memory.
     fn new_pool_with(
         &mut self,
-        device: u32,
+        place: Place,
         default: bool,
         max_size: u64,
         handle_types: u32,
         imported: Option<(u32, u64)>,
     ) -> u64 {
         let h = self.next_handle();
-        let mut access = BTreeMap::new();
-        access.insert(device, c::ACCESS_READWRITE);
+        let access = match place {
+            Place::Device(device) => BTreeMap::from([(device, c::ACCESS_READWRITE)]),
+            Place::Host | Place::HostNuma(_) => BTreeMap::new(),
+            Place::Managed(..) => (0..self.config.count())
+                .map(|d| (d, c::ACCESS_READWRITE))
+                .collect(),
+        };
         self.pools.pools.insert(
             h,
             Pool {
-                device,
-                place: Place::Device(device),
+                place,
                 default,
                 max_size,
                 reuse: [true; 3],
@@ -263,7 +261,7 @@ impl Driver {
         }
         match place {
             Place::Device(device) => {
-                Ok(self.new_pool_with(device, false, max_size, handle_types, None))
+                Ok(self.new_pool_with(Place::Device(device), false, max_size, handle_types, None))
             }
             // Host pools are never IPC capable (cuda.h).
             Place::Host if handle_types != c::HANDLE_TYPE_NONE => {
@@ -387,7 +385,7 @@ impl Driver {
         }
         let (device, place, max, used) = {
             let p = self.pool(h)?;
-            (p.device, p.place, p.max_size, p.used)
+            (p.device(), p.place, p.max_size, p.used)
         };
         let size =
             sys::round_up(bytes, sys::granularity()).ok_or(CuError::CUDA_ERROR_OUT_OF_MEMORY)?;

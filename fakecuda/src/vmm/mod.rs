@@ -47,6 +47,25 @@ pub struct PhysAlloc {
 }
 
 impl PhysAlloc {
+    /// Another process's device memory, opened here from its memfd (a legacy IPC handle or
+    /// an imported pool pointer): no handle of its own, mapped by the opener.
+    pub fn opened(size: u64, device: u32, fd: OwnedFd) -> PhysAlloc {
+        PhysAlloc {
+            size,
+            location_type: c::LOCATION_TYPE_DEVICE,
+            device,
+            handle_types: 0,
+            backing: Backing::Device(fd),
+            handle_refs: 0,
+            users: 0,
+            exported: false,
+            imported: false,
+            ipc_handle: false,
+            ipc_opened: true,
+            legacy: false,
+        }
+    }
+
     pub fn fd(&self) -> CuResult<BorrowedFd<'_>> {
         match &self.backing {
             Backing::Device(fd) => Ok(fd.as_fd()),

@@ -35,16 +35,18 @@ pub fn run<T>(
     } else {
         d.primary_ctx_retain(device)?
     };
-    if target != previous {
+    let mut switched = target != previous;
+    if switched {
         d.ctx_set_current(target)?;
     }
     let result = (|| {
         if ctx != 0 && d.ctx_device()? != device {
             d.ctx_set_current(d.primary_ctx_retain(device)?)?;
+            switched = true;
         }
         body()
     })();
-    let restored = if current(d) != previous {
+    let restored = if switched {
         d.ctx_set_current(previous)
     } else {
         Ok(())
