@@ -2,53 +2,16 @@
 
 use cuinterpose_codegen::{compat, compile};
 
-fn released() -> String {
-    std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../schema/released/v1.ron"
-    ))
-    .expect("schema/released/v1.ron is readable")
-}
+/// The newest released version, which the current schema must match until the next bump.
+const LATEST: u32 = 7;
 
-/// The newest released schema, which the current one must match until the next bump.
-fn latest_released() -> String {
-    std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../schema/released/v6.ron"
-    ))
-    .expect("schema/released/v6.ron is readable")
-}
-
-fn released_v5() -> String {
-    std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../schema/released/v5.ron"
-    ))
-    .expect("schema/released/v5.ron is readable")
-}
-
-fn released_v4() -> String {
-    std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../schema/released/v4.ron"
-    ))
-    .expect("schema/released/v4.ron is readable")
-}
-
-fn released_v3() -> String {
-    std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../schema/released/v3.ron"
-    ))
-    .expect("schema/released/v3.ron is readable")
-}
-
-fn released_v2() -> String {
-    std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../schema/released/v2.ron"
-    ))
-    .expect("schema/released/v2.ron is readable")
+/// The frozen schema of release `version` (`schema/released/v{version}.ron`).
+fn released(version: u32) -> String {
+    let path = format!(
+        "{}/../schema/released/v{version}.ron",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path} is readable: {e}"))
 }
 
 fn current() -> String {
@@ -59,10 +22,21 @@ fn current() -> String {
     .expect("schema/protocol.ron is readable")
 }
 
+/// Release `version` against the one before: exactly `expected`, accepted because of the
+/// bump.
+fn check_release(version: u32, expected: &[&str]) {
+    let old = compile(&format!("v{}.ron", version - 1), &released(version - 1)).expect("valid");
+    let new = compile(&format!("v{version}.ron"), &released(version)).expect("valid");
+    let report = compat(&old, &new);
+    let changes: Vec<String> = report.changes.iter().map(ToString::to_string).collect();
+    assert_eq!(changes, expected, "{report}");
+    assert!(report.is_compatible());
+}
+
 /// Applies `edits` to the released schema and returns the compatibility report's changes as
 /// text, plus whether the change is accepted.
 fn check(edits: &[(&str, &str)]) -> (Vec<String>, bool) {
-    let old_text = released();
+    let old_text = released(1);
     let mut new_text = old_text.clone();
     for (from, to) in edits {
         assert_eq!(
@@ -83,7 +57,7 @@ fn check(edits: &[(&str, &str)]) -> (Vec<String>, bool) {
 
 #[test]
 fn current_schema_matches_the_released_one() {
-    let old = compile("old.ron", &latest_released()).expect("valid");
+    let old = compile("old.ron", &released(LATEST)).expect("valid");
     let new = compile("new.ron", &current()).expect("valid");
     let report = compat(&old, &new);
     assert!(report.changes.is_empty(), "{report}");
@@ -93,34 +67,24 @@ fn current_schema_matches_the_released_one() {
 /// changes, accepted because of the bump.
 #[test]
 fn version_2_lists_its_changes() {
-    let old = compile("v1.ron", &released()).expect("valid");
-    let new = compile("v2.ron", &released_v2()).expect("valid");
-    let report = compat(&old, &new);
-    let changes: Vec<String> = report.changes.iter().map(ToString::to_string).collect();
-    assert_eq!(
-        changes,
-        [
+    check_release(
+        2,
+        &[
             "identity StateDigest: added",
             "struct StateFile field digest: added",
             "union Reply variant Progress: added",
             "union Request variant Progress: added",
         ],
-        "{report}"
     );
-    assert!(report.is_compatible());
 }
 
 /// Version 3 (the pool adapter's tickets, pointer handles and records; the coordinator's
 /// fail-stop notice) against version 2.
 #[test]
 fn version_3_lists_its_changes() {
-    let old = compile("v2.ron", &released_v2()).expect("valid");
-    let new = compile("v3.ron", &released_v3()).expect("valid");
-    let report = compat(&old, &new);
-    let changes: Vec<String> = report.changes.iter().map(ToString::to_string).collect();
-    assert_eq!(
-        changes,
-        [
+    check_release(
+        3,
+        &[
             "enum ResourceKind value Pool: added",
             "union Record variant Pool: added",
             "union Record variant PoolMember: added",
@@ -128,40 +92,28 @@ fn version_3_lists_its_changes() {
             "union Request variant FailStop: added",
             "layout PoolPointerHandle: added",
         ],
-        "{report}"
     );
-    assert!(report.is_compatible());
 }
 
 /// Version 4 (the phase in every progress answer, which a shim reads before it rolls back on
 /// its own; the coordinator's roll_back) against version 3.
 #[test]
 fn version_4_lists_its_changes() {
-    let old = compile("v3.ron", &released_v3()).expect("valid");
-    let new = compile("v4.ron", &released_v4()).expect("valid");
-    let report = compat(&old, &new);
-    let changes: Vec<String> = report.changes.iter().map(ToString::to_string).collect();
-    assert_eq!(
-        changes,
-        [
+    check_release(
+        4,
+        &[
             "union Reply variant Progress field phase: added",
             "union Reply variant RolledBack: added",
             "union Request variant RollBack: added",
         ],
-        "{report}"
     );
-    assert!(report.is_compatible());
 }
 
 #[test]
 fn version_5_lists_its_changes() {
-    let old = compile("v4.ron", &released_v4()).expect("valid");
-    let new = compile("v5.ron", &released_v5()).expect("valid");
-    let report = compat(&old, &new);
-    let changes: Vec<String> = report.changes.iter().map(ToString::to_string).collect();
-    assert_eq!(
-        changes,
-        [
+    check_release(
+        5,
+        &[
             "limit MAX_DEVICES: added",
             "identity DeviceUuid: added",
             "struct StateFile field devices: added",
@@ -169,23 +121,26 @@ fn version_5_lists_its_changes() {
             "struct DeviceInventory: added",
             "union Reply variant Inspection field devices: added",
         ],
-        "{report}"
     );
-    assert!(report.is_compatible());
 }
 
 #[test]
 fn version_6_lists_its_changes() {
-    let old = compile("v5.ron", &released_v5()).expect("valid");
-    let new = compile("v6.ron", &latest_released()).expect("valid");
-    let report = compat(&old, &new);
-    let changes: Vec<String> = report.changes.iter().map(ToString::to_string).collect();
-    assert_eq!(
-        changes,
-        ["union Reply variant Completed field copy_ns: added"],
-        "{report}"
+    check_release(6, &["union Reply variant Completed field copy_ns: added"]);
+}
+
+/// Version 7: a coordinator killed before the state is published no longer leaves the
+/// released workload stranded (the hold, and the held flag a rolling-back importer reads).
+#[test]
+fn version_7_lists_its_changes() {
+    check_release(
+        7,
+        &[
+            "union Reply variant Progress field held: added",
+            "union Reply variant Held: added",
+            "union Request variant Hold: added",
+        ],
     );
-    assert!(report.is_compatible());
 }
 
 #[test]
@@ -305,7 +260,7 @@ fn cli_exits_non_zero_on_an_unbumped_change() {
     let dir = std::env::temp_dir().join(format!("cuinterpose-compat-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let new_path = dir.join("new.ron");
-    let edited = released().replacen(
+    let edited = released(1).replacen(
         r#"type: "i32", doc: "Device ordinal"#,
         r#"type: "u32", doc: "Device ordinal"#,
         1,
@@ -339,7 +294,7 @@ fn cli_check_reports_positions() {
     let path = dir.join("bad.ron");
     std::fs::write(
         &path,
-        released().replacen(r#"type: "LocationType""#, r#"type: "LocationKind""#, 1),
+        released(1).replacen(r#"type: "LocationType""#, r#"type: "LocationKind""#, 1),
     )
     .expect("write");
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_cuinterpose-codegen"))

@@ -156,11 +156,12 @@ pub fn prepare(
         }
         Err(error) => error,
     };
-    // Publishing failed (disk full, directory gone): every participant is released and
-    // holds its host carrier, so the workload is put back from the state in memory.
+    // Publishing failed (disk full, directory gone), or a participant did not take the hold:
+    // every participant is released and holds its host carrier, so the workload is put back
+    // from the state in memory.
     let Some(state) = run
         .state()
-        .filter(|_| error.stage == Stage::PublishState)
+        .filter(|_| error.stage.resumes_from_state())
         .cloned()
     else {
         return Err(error.into());
@@ -171,7 +172,7 @@ pub fn prepare(
         Ok(resumed) => {
             discard_checkpoint(checkpoint_dir);
             Err(CommandError::Aborted {
-                during: "publishing the state".into(),
+                during: aborted_during(error.stage).into(),
                 cause: error.failures_text(),
                 source: Box::new(error.into()),
                 resumed: Box::new(resumed),
@@ -179,10 +180,19 @@ pub fn prepare(
         }
         Err(rollback) => Err(CommandError::AfterMutation {
             during: format!(
-                "publishing the state (and putting the workload back failed too: {rollback})"
+                "{} (and putting the workload back failed too: {rollback})",
+                aborted_during(error.stage)
             ),
             source: Box::new(error.into()),
         }),
+    }
+}
+
+/// How an abort after `prepare_unicast` names the step that failed.
+fn aborted_during(stage: Stage) -> &'static str {
+    match stage {
+        Stage::Hold => "holding the participants for the published state",
+        _ => "publishing the state",
     }
 }
 

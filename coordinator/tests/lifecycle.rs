@@ -94,7 +94,8 @@ fn prepare_then_restore_through_the_library() {
             "prepare_multicast",
             "save_allocations",
             "prepare_unicast",
-            "publish_state"
+            "publish_state",
+            "hold"
         ]
     );
     assert_eq!(report.bytes(), SIZE);
@@ -144,6 +145,7 @@ fn prepare_then_restore_through_the_library() {
             "prepare_multicast",
             "save_allocations",
             "prepare_unicast",
+            "hold",
             "inspect",
             "load_allocations",
             "restore_unicast",

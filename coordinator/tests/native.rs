@@ -332,11 +332,12 @@ fn checkpoint_and_restore(library: &Path) {
             "save_allocations",
             "prepare_unicast",
             "publish_state",
+            "hold",
             "native_lock",
             "native_checkpoint"
         ]
     );
-    assert_eq!(report["phases"][7]["participants"], 3);
+    assert_eq!(report["phases"][8]["participants"], 3);
     assert_eq!(tree.native_states(), [ProcessState::Checkpointed; 3]);
     assert_eq!(tree.shim_phases(), ["released"; 3]);
     assert!(checkpoint.path().join("cuinterpose.state").exists());
@@ -440,8 +441,8 @@ fn toggle_and_refusals(library: &Path) {
     let phases = cli::phase_names(&report);
     assert_eq!(phases.first(), Some(&"inspect"));
     assert_eq!(phases.last(), Some(&"verify"));
-    // capture, native checkpoint, the state checked, native restore, restore.
-    assert_eq!(phases.len(), 6 + 2 + 1 + 2 + 8);
+    // capture (with its hold), native checkpoint, the state checked, native restore, restore.
+    assert_eq!(phases.len(), 7 + 2 + 1 + 2 + 8);
     assert_eq!(tree.native_states(), [ProcessState::Running; 2]);
     assert_eq!(tree.shim_phases(), ["active"; 2]);
 

@@ -303,6 +303,8 @@ pub struct FakeParticipant {
     pub records: Vec<Record>,
     /// The last host-carrier copy it ran (reported, complete, to `progress`).
     pub last_copy: Option<cuinterpose_protocol::Operation>,
+    /// A hold came in phase released (reported to `progress`).
+    pub held: bool,
 }
 
 impl FakeParticipant {
@@ -313,6 +315,7 @@ impl FakeParticipant {
             raw_imports: 0,
             records,
             last_copy: None,
+            held: false,
         }
     }
 
@@ -363,6 +366,7 @@ impl FakeParticipant {
                     done: bytes,
                     total: bytes,
                     phase: self.phase,
+                    held: self.held,
                 }
                 .into()
             }
@@ -416,6 +420,17 @@ impl FakeParticipant {
                     format!("roll_back in phase {other}"),
                 ),
             },
+            Request::Hold if self.phase == Phase::Released => {
+                self.held = true;
+                cuinterpose_protocol::HeldReply {
+                    namespace_pid: self.pid,
+                }
+                .into()
+            }
+            Request::Hold => Self::refuse(
+                RefusalCode::OutOfOrder,
+                format!("hold in phase {}", self.phase),
+            ),
             Request::FailStop(_) => {
                 self.phase = Phase::Failed;
                 cuinterpose_protocol::StoppedReply {

@@ -78,7 +78,7 @@ impl Run {
             .collect();
         let mut remaining = VecDeque::from([Stage::BeginCheckpoint]);
         remaining.extend(CAPTURE_OPERATIONS.map(Stage::Execute));
-        remaining.push_back(Stage::PublishState);
+        remaining.extend([Stage::PublishState, Stage::Hold]);
         let mut run = Self::new(RunKind::Capture, participants, remaining);
         if run.participants.is_empty() {
             run.fail_global(
@@ -233,7 +233,7 @@ impl Run {
     pub fn fail_stop_targets(&self) -> Option<&[NamespacePid]> {
         match &self.step {
             Step::Failed(error)
-                if error.mutated && !error.rolled_back && error.stage != Stage::PublishState =>
+                if error.mutated && !error.rolled_back && !error.stage.resumes_from_state() =>
             {
                 Some(&self.participants)
             }

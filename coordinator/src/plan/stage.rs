@@ -35,6 +35,9 @@ pub enum Stage {
     BeginCheckpoint,
     Execute(Operation),
     PublishState,
+    /// The state is published: every participant is told to stay released for a restore
+    /// from it, instead of rolling back on its own when its coordinator goes quiet.
+    Hold,
     /// A capture stopped before `prepare_unicast`: every participant puts itself back.
     RollBack,
     /// The final inspect, compared with the saved records (a restore's, or a rollback's).
@@ -49,6 +52,7 @@ impl Stage {
             Self::BeginCheckpoint => "begin_checkpoint",
             Self::Execute(operation) => operation.wire_name(),
             Self::PublishState => "publish_state",
+            Self::Hold => "hold",
             Self::RollBack => "roll_back",
             Self::Verify => "verify",
         }
@@ -69,6 +73,7 @@ impl Stage {
             Self::Inspect | Self::Verify => Some(Request::Inspect),
             Self::BeginCheckpoint => Some(Request::BeginCheckpoint),
             Self::RollBack => Some(Request::RollBack),
+            Self::Hold => Some(Request::Hold),
             Self::Execute(operation) => Some(Request::Execute(ExecuteRequest { operation })),
             Self::CheckState | Self::PublishState => None,
         }
@@ -80,6 +85,12 @@ impl Stage {
             self,
             Self::BeginCheckpoint | Self::Execute(_) | Self::RollBack
         )
+    }
+
+    /// Whether a capture that fails here is put back from the state in memory by the restore's
+    /// phases (every participant is released and holds its carrier), not told to fail-stop.
+    pub fn resumes_from_state(self) -> bool {
+        matches!(self, Self::PublishState | Self::Hold)
     }
 
     /// Whether a capture that fails here is rolled back (`roll_back`): nothing of the unicast

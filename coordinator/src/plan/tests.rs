@@ -90,7 +90,11 @@ fn capture_runs_every_phase_in_order_and_publishes_the_frozen_records() {
     let (stages, published) = drive_publishing(&mut run, &mut fakes);
     assert_eq!(stages, capture_stages());
     assert_eq!(published, Some(state_file(&topology)));
-    assert!(fakes.values().all(|fake| fake.phase == Phase::Released));
+    assert!(
+        fakes
+            .values()
+            .all(|fake| fake.phase == Phase::Released && fake.held)
+    );
     let Step::Done(report) = run.step() else {
         panic!("{:?}", run.step());
     };
@@ -108,13 +112,14 @@ fn capture_runs_every_phase_in_order_and_publishes_the_frozen_records() {
             "prepare_multicast",
             "save_allocations",
             "prepare_unicast",
-            "publish_state"
+            "publish_state",
+            "hold"
         ]
     );
     assert_eq!(report.phases[3].bytes, SIZE);
     assert_eq!(report.bytes(), SIZE);
-    // Five broadcasts of 2 ms each, then the publication's 1 ms.
-    assert_eq!(report.duration(), Duration::from_millis(11));
+    // Five broadcasts of 2 ms each, the publication's 1 ms, then the hold's 2 ms.
+    assert_eq!(report.duration(), Duration::from_millis(13));
     assert_eq!((report.shared_allocations, report.multicast_groups), (1, 1));
     assert_eq!(run.topology().bytes_of(pid(101)), SIZE);
 }
@@ -475,7 +480,7 @@ fn publish_failure_is_fail_stop() {
         &mut untouched(),
         Err("disk full".into()),
     );
-    assert_eq!(stages, capture_stages());
+    assert_eq!(stages, capture_stages()[..capture_stages().len() - 1]);
     check_failed(
         &run,
         Stage::PublishState,
@@ -486,6 +491,25 @@ fn publish_failure_is_fail_stop() {
     // The state is in memory: the caller puts the workload back instead of a fail-stop.
     assert!(run.state().is_some());
     assert_eq!(run.fail_stop_targets(), None);
+}
+
+/// A participant that does not take the hold (refused here; lost is the same): the state is
+/// published and everyone is released, so the caller puts the workload back from the state in
+/// memory, as after a failed publication; nobody is told to fail-stop.
+#[test]
+fn a_refused_hold_is_put_back_not_fail_stop() {
+    let mut fakes = fake_participants(&shared_topology(101));
+    let mut run = Run::capture(fakes.keys().copied());
+    let mut tamper = |stage, pid: NamespacePid, outcome| match (stage, pid.get()) {
+        (Stage::Hold, 102) => refused(RefusalCode::OutOfOrder, "hold in phase failed"),
+        _ => outcome,
+    };
+    let stages = drive(&mut run, &mut fakes, &mut tamper, Ok(()));
+    assert_eq!(stages, capture_stages());
+    check_failed(&run, Stage::Hold, Some(102), "hold in phase failed", true);
+    assert!(run.state().is_some());
+    assert_eq!(run.fail_stop_targets(), None);
+    assert!(fakes[&pid(101)].held && fakes[&pid(103)].held);
 }
 
 #[test]

@@ -1,13 +1,16 @@
 //! The coordinator gone between capture phases (killed, or it gave up without a word): each
 //! shim hears nothing for its quiet window and puts itself back, multicast team included,
-//! without any coordinator. Where a creator has already released its memory, its importers
-//! cannot, and fail-stop instead of keeping memory nobody shares any more.
+//! without any coordinator: after `prepare_unicast` too, from the host carrier, as long as the
+//! state was not published (no `hold`). Once held, a process waits, released, for a restore
+//! from the published state, and so does an importer whose creator is held.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use cuinterpose_protocol::transport::{Endpoint, call};
-use cuinterpose_protocol::{ExecuteRequest, NamespacePid, Operation, Phase, Reply, Request};
+use cuinterpose_protocol::{
+    ExecuteRequest, NamespacePid, Operation, Phase, RESTORE_OPERATIONS, Reply, Request,
+};
 use cuinterpose_workload::proto::{Command, Reply as WorkerReply};
 
 use super::support::cli::check_exit;
@@ -23,74 +26,117 @@ pub fn coordinator_gone(sandbox: &Sandbox) {
         Request::BeginCheckpoint,
         execute(Operation::PrepareMulticast),
         execute(Operation::SaveAllocations),
+        execute(Operation::PrepareUnicast),
     ];
     for steps in 1..=capture.len() {
+        let label = format!("gone after {}", request_name(&capture[steps - 1]));
         let (mut workload, logs) = start(sandbox, &format!("gone-{steps}"));
         for request in &capture[..steps] {
             for index in 0..3 {
                 ask(sandbox, &workload, index, request);
             }
         }
-        let what = format!("gone after {}", request_name(&capture[steps - 1]));
-        // Gated: a call waits for the coordinator, then for the rollback.
-        workload.workers[1]
-            .send(&Command::MemAlloc { size: GRAN }, None)
-            .expect("send cuMemAlloc");
-        assert!(
-            !workload.workers[1].reply_ready(Duration::from_millis(500)),
-            "{what}: cuMemAlloc passed the closed gate"
-        );
-        let started = Instant::now();
-        for log in &logs {
-            await_log(log, ROLLED_BACK, &what);
-        }
-        let took = started.elapsed();
-        let (reply, _) = workload.workers[1]
-            .receive()
-            .expect("cuMemAlloc after the rollback");
-        assert!(matches!(reply, WorkerReply::Address { .. }), "{reply:?}");
-        for index in 0..3 {
-            assert_eq!(phase(sandbox, &workload, index), Phase::Active, "{what}");
-        }
-        check_restored(&mut workload, 11);
-        // A later checkpoint is not disturbed by the rollback.
-        check_exit(&cuinterpose(sandbox, &["toggle", "--pid", &root()]), 0);
-        check_writes_cross(&mut workload.workers, &workload.shared, SHARED, 300);
-        workload.workers[0]
-            .verify(workload.multicast_view, GRAN, 14)
-            .expect("multicast view after the toggle");
-        println!("  {what}: every participant rolled back within {took:?} of the last request");
-        drop(workload);
+        check_rolls_back(sandbox, &mut workload, &logs, &label);
     }
 
-    // prepare_unicast reached the creator A alone: A released the memory B and C map, so they
-    // cannot roll back and fail-stop; A, released, waits (a process cannot tell a vanished
-    // coordinator from a native checkpoint in progress).
+    // prepare_unicast reached the creator A alone: A rebuilds its memory from its carrier,
+    // and its importers B and C, still saved, give up their imports of the memory A released
+    // and import A's new memory.
     let (mut workload, logs) = start(sandbox, "gone-mixed");
+    for request in &capture[..3] {
+        for index in 0..3 {
+            ask(sandbox, &workload, index, request);
+        }
+    }
+    ask(sandbox, &workload, 0, &capture[3]);
+    check_rolls_back(sandbox, &mut workload, &logs, "gone with only A released");
+
+    // The state was published and the hold reached A alone: A stays released for a restore
+    // from that state; B and C, finding their creator held, stay released with it. The
+    // restore's phases, sent as `cuinterpose restore` would, then put everyone back.
+    let (mut workload, logs) = start(sandbox, "gone-held");
     for request in &capture {
         for index in 0..3 {
             ask(sandbox, &workload, index, request);
         }
     }
-    ask(sandbox, &workload, 0, &execute(Operation::PrepareUnicast));
-    let a = workload.workers[0].worker_pid();
+    ask(sandbox, &workload, 0, &Request::Hold);
     for log in &logs[1..] {
         await_log(
             log,
-            &format!("cannot roll back: creator {a} is in phase released"),
-            "importers of a released creator",
+            "is held by a published state: this process stays released too",
+            "importers of a held creator",
         );
     }
-    for index in [1, 2] {
-        assert_eq!(phase(sandbox, &workload, index), Phase::Failed);
-        let error = workload.workers[index]
-            .memset(workload.shared[index], 1, GRAN)
-            .expect_err("a fail-stopped importer's calls fail");
-        assert!(error.to_string().contains("ILLEGAL_STATE"), "{error}");
+    std::thread::sleep(Duration::from_secs(4)); // past A's quiet window once more
+    for (index, log) in logs.iter().enumerate() {
+        assert_eq!(
+            phase(sandbox, &workload, index),
+            Phase::Released,
+            "held {index}"
+        );
+        assert!(!log_text(log).contains(ROLLED_BACK), "held {index}");
     }
-    assert_eq!(phase(sandbox, &workload, 0), Phase::Released);
-    assert!(!log_text(&logs[0]).contains(ROLLED_BACK));
+    for operation in RESTORE_OPERATIONS {
+        for index in 0..3 {
+            ask(sandbox, &workload, index, &execute(operation));
+        }
+    }
+    for index in 0..3 {
+        ask(sandbox, &workload, index, &Request::Inspect);
+    }
+    check_restored(&mut workload, 11);
+    check_writes_cross(&mut workload.workers, &workload.shared, SHARED, 301);
     drop(workload);
+
+    // A hold outside phase released is refused and changes nothing.
+    let (workload, _) = start(sandbox, "hold-refused");
+    let endpoint = endpoint(sandbox, &workload, 0);
+    match call(&endpoint, &Request::Hold, None, Duration::from_secs(5)) {
+        Ok((Reply::Refused(refused), _)) => assert!(
+            refused
+                .message
+                .as_str()
+                .contains("hold needs phase released; this process is in phase active"),
+            "{refused:?}"
+        ),
+        other => panic!("hold while active: {other:?}"),
+    }
+    assert_eq!(phase(sandbox, &workload, 0), Phase::Active);
+}
+
+/// With no further request, every participant rolls back on its own: a call waiting at the
+/// gate completes afterwards, the bytes are verified, and a later toggle works.
+fn check_rolls_back(sandbox: &Sandbox, workload: &mut Workload, logs: &[PathBuf], what: &str) {
+    // Gated: a call waits for the coordinator, then for the rollback.
+    workload.workers[1]
+        .send(&Command::MemAlloc { size: GRAN }, None)
+        .expect("send cuMemAlloc");
+    assert!(
+        !workload.workers[1].reply_ready(Duration::from_millis(500)),
+        "{what}: cuMemAlloc passed the closed gate"
+    );
+    let started = Instant::now();
+    for log in logs {
+        await_log(log, ROLLED_BACK, what);
+    }
+    let took = started.elapsed();
+    let (reply, _) = workload.workers[1]
+        .receive()
+        .expect("cuMemAlloc after the rollback");
+    assert!(matches!(reply, WorkerReply::Address { .. }), "{reply:?}");
+    for index in 0..3 {
+        assert_eq!(phase(sandbox, workload, index), Phase::Active, "{what}");
+    }
+    check_restored(workload, 11);
+    check_writes_cross(&mut workload.workers, &workload.shared, SHARED, 299);
+    // A later checkpoint is not disturbed by the rollback.
+    check_exit(&cuinterpose(sandbox, &["toggle", "--pid", &root()]), 0);
+    check_writes_cross(&mut workload.workers, &workload.shared, SHARED, 300);
+    workload.workers[0]
+        .verify(workload.multicast_view, GRAN, 14)
+        .expect("multicast view after the toggle");
+    println!("  {what}: every participant rolled back within {took:?} of the last request");
 }
 
 fn execute(operation: Operation) -> Request {
@@ -131,7 +177,10 @@ fn ask(sandbox: &Sandbox, workload: &Workload, index: usize, request: &Request) 
     let endpoint = endpoint(sandbox, workload, index);
     let (reply, _) = call(&endpoint, request, None, Duration::from_secs(10)).expect("reply");
     assert!(
-        matches!(reply, Reply::Inspection(_) | Reply::Completed(_)),
+        matches!(
+            reply,
+            Reply::Inspection(_) | Reply::Completed(_) | Reply::Held(_)
+        ),
         "{}: {reply:?}",
         request_name(request)
     );

@@ -343,9 +343,11 @@ fn answer(pid: p::NamespacePid, request: &p::Request) -> Result<(p::Reply, Optio
                 done: 0,
                 total: 0,
                 phase: p::Phase::Active,
+                held: false,
             }),
             None,
         ),
+        p::Request::Hold => (p::Reply::Held(p::HeldReply { namespace_pid: pid }), None),
         p::Request::FailStop(_) => (
             p::Reply::Stopped(p::StoppedReply { namespace_pid: pid }),
             None,

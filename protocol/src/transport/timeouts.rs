@@ -79,9 +79,11 @@ impl Timeouts {
             Request::Execute(execute) => self.for_operation(execute.operation),
             Request::BeginCheckpoint => self.begin_checkpoint(),
             Request::RollBack => self.roll_back(),
-            Request::Inspect | Request::Progress | Request::Export(_) | Request::FailStop(_) => {
-                self.control
-            }
+            Request::Inspect
+            | Request::Progress
+            | Request::Export(_)
+            | Request::FailStop(_)
+            | Request::Hold => self.control,
         }
     }
 

@@ -168,6 +168,7 @@ pub fn requests() -> Vec<(&'static str, p::Request)> {
         ("begin_checkpoint", p::Request::BeginCheckpoint),
         ("progress", p::Request::Progress),
         ("roll_back", p::Request::RollBack),
+        ("hold", p::Request::Hold),
         (
             "fail_stop",
             p::Request::FailStop(p::FailStopRequest {
@@ -199,6 +200,12 @@ pub fn replies() -> Vec<(&'static str, p::Reply)> {
             p::Reply::RolledBack(p::RolledBackReply {
                 namespace_pid: pid(100),
                 from: p::Phase::Saved,
+            }),
+        ),
+        (
+            "held",
+            p::Reply::Held(p::HeldReply {
+                namespace_pid: pid(100),
             }),
         ),
         (
@@ -234,6 +241,7 @@ pub fn replies() -> Vec<(&'static str, p::Reply)> {
                 done: 1 << 30,
                 total: 3 << 30,
                 phase: p::Phase::MulticastPrepared,
+                held: false,
             }),
         ),
         (
@@ -244,7 +252,8 @@ pub fn replies() -> Vec<(&'static str, p::Reply)> {
                 running: false,
                 done: 0,
                 total: 0,
-                phase: p::Phase::Active,
+                phase: p::Phase::Released,
+                held: true,
             }),
         ),
         (

@@ -51,7 +51,10 @@ fn reply(reply: Reply) -> Outcome {
 pub fn handle(request: &Request) -> Outcome {
     // Inspections are read-only and come from anyone (`cuinterpose inspect` polled by an
     // operator): only the steps of a run, and its copy polls, show a coordinator at work.
-    if matches!(request, Request::BeginCheckpoint | Request::Execute(_)) {
+    if matches!(
+        request,
+        Request::BeginCheckpoint | Request::Execute(_) | Request::Hold
+    ) {
         rollback::note_activity();
     }
     if let Request::BeginCheckpoint = request {
@@ -82,7 +85,33 @@ pub fn handle(request: &Request) -> Outcome {
         )),
         Request::Progress => reply(progress::reply(process::own_pid()).into()),
         Request::FailStop(stop) => reply(fail_stop(r, stop.reason.as_str())),
+        Request::Hold => reply(hold(r)),
     }
+}
+
+/// The capture's state is published: stay released until a restore, never rolling back on
+/// its own (a restore from that state expects this process released).
+fn hold(r: &Registry) -> Reply {
+    if let Some(failure) = &r.failure {
+        return refused(
+            RefusalCode::FailStopped,
+            format!("fail-stopped earlier: {failure}"),
+        );
+    }
+    if r.phase != Phase::Released {
+        return refused(
+            RefusalCode::OutOfOrder,
+            format!(
+                "hold needs phase released; this process is in phase {}",
+                r.phase
+            ),
+        );
+    }
+    progress::set_held();
+    cuinterpose_protocol::HeldReply {
+        namespace_pid: r.pid,
+    }
+    .into()
 }
 
 /// The coordinator gave up on this workload: fail-stop, said once, so that application

@@ -1,38 +1,42 @@
 //! A coordinator that went quiet mid-capture: the process puts itself back.
 //!
-//! From `begin_checkpoint` until `prepare_unicast`, nothing of the unicast sharing has been
-//! given up: every allocation is still backed and mapped, and `prepare_multicast` released only
-//! the multicast objects (their records stay). So a participant whose coordinator sends nothing
-//! for a whole [`quiet_window`] (it was killed between phases, or gave up) rolls back on its
-//! own: it recreates its multicast objects (creators), imports them again (importers, asking
-//! until their creators have recreated them), re-adds its devices and rebinds, drops its host
-//! copy, and reopens the gate.
+//! From `begin_checkpoint` until the capture's state is published, nothing is lost: every
+//! shared byte is either still in device memory or in the host carrier. So a participant
+//! whose coordinator sends nothing for a whole [`quiet_window`] (it was killed between
+//! phases, or gave up) rolls back on its own: a creator that released its memory
+//! (`prepare_unicast`) recreates it from its carrier at the same addresses and serves it
+//! again; an importer imports again what such a creator recreated (asking until the creator
+//! has); multicast objects are recreated and imported again, devices re-added, bindings
+//! rebuilt; the host copy is dropped and the gate reopens.
 //!
-//! It does that only where every creator it imports from still holds its memory (phase active,
-//! frozen, multicast_prepared or saved, read from the creator's `progress` answer, which never
-//! waits for its control worker): an importer that kept its mapping of memory its creator has
-//! released would silently stop sharing. Where it cannot roll back (a creator released, gone,
-//! or a step failed), it fail-stops: logged once, every gated call fails.
+//! It does that only where every creator it imports from still holds its memory or is
+//! rebuilding it (read from the creator's `progress` answer, which never waits for its control
+//! worker). Where it cannot (a creator gone, failed, or in a phase nothing rebuilds from), it
+//! fail-stops: logged once, every gated call fails.
 //!
 //! The coordinator asks for the same with `roll_back` when a capture stops before
 //! `prepare_unicast` (a participant refused, or did not answer in time).
 //!
-//! `released` is never rolled back here: it is where the native checkpoint starts and where
-//! `cuinterpose prepare` leaves a workload for a later restore, and a process cannot tell those
-//! apart from a vanished coordinator (`cuinterpose restore DIR` puts it back from the published
-//! state).
+//! Once the state is published the coordinator says `hold`: a restore from that state (the
+//! native checkpoint next, or `cuinterpose restore DIR` after `cuinterpose prepare`) expects
+//! the process released, so a held process never rolls back on its own, and neither does an
+//! importer that finds a creator held.
 
 use super::multicast;
 use super::step::Step;
+use super::unicast;
 use crate::calls::sharing;
 use crate::driver::driver;
 use crate::log;
 use crate::state::cache::refused;
 use crate::state::gate;
 use crate::state::process;
+use crate::state::progress;
 use crate::state::registry::Registry;
 use cuinterpose_protocol::transport::Timeouts;
-use cuinterpose_protocol::{NamespacePid, Phase, RefusalCode, Reply, Request, ResourceKind};
+use cuinterpose_protocol::{
+    NamespacePid, Phase, ProgressReply, RefusalCode, Reply, Request, ResourceKind,
+};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -56,17 +60,22 @@ pub fn quiet_window(timeouts: &Timeouts) -> Duration {
     timeouts.begin_checkpoint() + timeouts.control()
 }
 
-/// Phases a process rolls back from on its own.
-fn may_roll_back(phase: Phase) -> bool {
-    matches!(
-        phase,
-        Phase::Frozen | Phase::MulticastPrepared | Phase::Saved
-    )
+/// Phases a process rolls back from: on its own, released too unless a hold came; asked by
+/// the coordinator, only before `prepare_unicast` (after it the coordinator's way back is the
+/// restore's phases).
+fn may_roll_back(phase: Phase, asked: bool) -> bool {
+    match phase {
+        Phase::Frozen | Phase::MulticastPrepared | Phase::Saved => true,
+        Phase::Released => !asked && !progress::held(),
+        _ => false,
+    }
 }
 
-/// Creators' phases in which their memory is still the memory this process maps.
+/// Creators' phases in which their memory is still the memory this process maps, or serves
+/// again: before `prepare_unicast`, or past `load_allocations` (a rollback of its own sets
+/// loaded once its exports are served again).
 fn creator_holds(phase: Phase) -> bool {
-    phase == Phase::Active || may_roll_back(phase)
+    !matches!(phase, Phase::Released | Phase::Failed)
 }
 
 /// Called as `begin_checkpoint` freezes the process: watches the coordinator until the process
@@ -81,7 +90,7 @@ pub fn watch(timeouts: Timeouts) {
             loop {
                 std::thread::sleep(window);
                 if CHECKPOINTS.load(Ordering::SeqCst) != checkpoint
-                    || !may_roll_back(crate::state::progress::phase())
+                    || !may_roll_back(progress::phase(), false)
                 {
                     return;
                 }
@@ -133,6 +142,10 @@ impl Cause {
             }
     }
 
+    fn asked(self) -> bool {
+        matches!(self, Self::Asked)
+    }
+
     fn reason(self) -> String {
         match self {
             Self::Quiet { window, .. } => format!(
@@ -174,6 +187,40 @@ fn creators(r: &Registry) -> BTreeSet<NamespacePid> {
         .collect()
 }
 
+/// What the creators this process imports from say of their memory.
+#[derive(Debug, Default)]
+struct Creators {
+    /// Released, and rolling back on their own: their memory comes back at the same
+    /// addresses, but it is new memory, which this process must import again.
+    rebuilding: BTreeSet<NamespacePid>,
+    /// Why this process cannot roll back, one line per creator.
+    blocked: Vec<String>,
+    /// A creator held by a published state: stay released with it.
+    held: Option<NamespacePid>,
+}
+
+fn survey(creators: &BTreeSet<NamespacePid>, phase: Phase, cause: Cause) -> Creators {
+    let mut found = Creators::default();
+    for &pid in creators {
+        match standing_of(pid) {
+            Ok(p) if p.phase == Phase::Released && p.held && phase == Phase::Released => {
+                found.held = Some(pid);
+            }
+            Ok(p) if p.phase == Phase::Released && !p.held && !cause.asked() => {
+                found.rebuilding.insert(pid);
+            }
+            Ok(p) if creator_holds(p.phase) => {}
+            Ok(p) => found
+                .blocked
+                .push(format!("creator {pid} is in phase {}", p.phase)),
+            Err(e) => found
+                .blocked
+                .push(format!("creator {pid} does not answer ({e})")),
+        }
+    }
+    found
+}
+
 fn roll_back(cause: Cause, timeouts: &Timeouts) -> Rolled {
     let (phase, creators) = {
         let guard = process::lock();
@@ -181,33 +228,48 @@ fn roll_back(cause: Cause, timeouts: &Timeouts) -> Rolled {
         if let Some(failure) = &r.failure {
             return Rolled::Stopped(failure.clone());
         }
-        if r.phase == Phase::Active && matches!(cause, Cause::Asked) {
+        if r.phase == Phase::Active && cause.asked() {
             return Rolled::Back(Phase::Active);
         }
-        if !may_roll_back(r.phase) || !cause.holds() {
+        if !may_roll_back(r.phase, cause.asked()) || !cause.holds() {
             return Rolled::NotFrom(r.phase);
         }
         (r.phase, creators(r))
     };
     // Asked without the registry lock: a creator rolling back at the same moment may be
     // asking this process the same.
-    let blocked: Vec<String> = creators
-        .iter()
-        .filter_map(|&pid| match phase_of(pid) {
-            Ok(p) if creator_holds(p) => None,
-            Ok(p) => Some(format!("creator {pid} is in phase {p}")),
-            Err(e) => Some(format!("creator {pid} does not answer ({e})")),
-        })
-        .collect();
+    let mut found = survey(&creators, phase, cause);
+    if let Some(creator) = found.held {
+        progress::set_held();
+        log!(
+            "{} in phase released, but creator {creator} is held by a published state: this \
+             process stays released too, for `cuinterpose restore`",
+            cause.reason()
+        );
+        return Rolled::NotFrom(phase);
+    }
     let mut guard = process::lock();
     let r = guard.as_mut().expect("created by lock()");
     if r.phase != phase || !cause.holds() || r.failure.is_some() {
         return Rolled::NotFrom(r.phase); // the coordinator came back meanwhile
     }
-    let result = if blocked.is_empty() {
-        rebuild(r, cause.import_deadline(timeouts))
+    if phase == Phase::Frozen && !found.rebuilding.is_empty() {
+        // Its multicast imports are the objects such a creator released: nothing in this
+        // process could bind them to the creator's new ones.
+        for m in r.multicasts.values() {
+            if found.rebuilding.contains(&m.reference.creator_pid) {
+                found.blocked.push(format!(
+                    "creator {} released multicast object {} that this frozen process still \
+                     holds",
+                    m.reference.creator_pid, m.reference.id
+                ));
+            }
+        }
+    }
+    let result = if found.blocked.is_empty() {
+        rebuild(r, phase, &found.rebuilding, cause.import_deadline(timeouts))
     } else {
-        Err(blocked.join("; "))
+        Err(found.blocked.join("; "))
     };
     let (reason, how) = (cause.reason(), cause.how());
     match result {
@@ -216,8 +278,8 @@ fn roll_back(cause: Cause, timeouts: &Timeouts) -> Rolled {
             r.set_phase(Phase::Active);
             gate::open();
             log!(
-                "{reason} in phase {phase}; {how} (multicast objects rebuilt, host copy \
-                 dropped): back to phase active, application calls continue"
+                "{reason} in phase {phase}; {how} (shared memory and multicast objects rebuilt, \
+                 host copy dropped): back to phase active, application calls continue"
             );
             Rolled::Back(phase)
         }
@@ -255,13 +317,41 @@ pub fn asked() -> Reply {
     }
 }
 
-/// Rebuilds what `prepare_multicast` released, in the restore's order; imports wait for their
+/// Rebuilds what the capture released, in the restore's order, from `phase`: this process's
+/// shared memory from its carrier (released), its imports from creators that are `rebuilding`
+/// theirs (or all of them, released), then the multicast objects; imports wait for their
 /// creators (rolling back themselves) until `deadline`.
-fn rebuild(r: &mut Registry, deadline: Instant) -> Step<()> {
-    if r.phase == Phase::Frozen || r.multicasts.is_empty() {
+fn rebuild(
+    r: &mut Registry,
+    phase: Phase,
+    rebuilding: &BTreeSet<NamespacePid>,
+    deadline: Instant,
+) -> Step<()> {
+    let released = phase == Phase::Released;
+    if (phase == Phase::Frozen && rebuilding.is_empty())
+        || (r.allocations.is_empty() && r.multicasts.is_empty())
+    {
         return Ok(());
     }
     let d = driver().map_err(|e| format!("no driver: {e}"))?;
+    if released {
+        unicast::load(d, r)?;
+        // Its exports are served again: importers waiting for it go on.
+        progress::set_phase(Phase::Loaded);
+    }
+    for (creator, ids) in unicast::imports_by_creator(r) {
+        if !released && !rebuilding.contains(&creator) {
+            continue; // still mapped, and still the creator's memory
+        }
+        if !released {
+            unicast::release_imports(d, r, &ids)?;
+        }
+        await_creator(creator, deadline)?;
+        unicast::import_from(d, r, creator, &ids)?;
+    }
+    if phase == Phase::Frozen || r.multicasts.is_empty() {
+        return Ok(());
+    }
     multicast::restore_multicast_creators(d, r)?;
     multicast::import_multicast_objects(d, r, &|m| {
         let mut pause = Duration::from_millis(10);
@@ -284,10 +374,33 @@ fn rebuild(r: &mut Registry, deadline: Instant) -> Step<()> {
     Ok(())
 }
 
-/// A participant's phase, from its `progress` answer.
-fn phase_of(pid: NamespacePid) -> Result<Phase, String> {
+/// Waits until `creator` serves its shared memory again (see [`creator_holds`]).
+fn await_creator(creator: NamespacePid, deadline: Instant) -> Step<()> {
+    let mut pause = Duration::from_millis(10);
+    loop {
+        let why = match standing_of(creator) {
+            Ok(p) if creator_holds(p.phase) => return Ok(()),
+            Ok(p) if p.phase == Phase::Released && !p.held => None,
+            Ok(p) => Some(format!("creator {creator} is in phase {}", p.phase)),
+            Err(e) => Some(format!("creator {creator} does not answer ({e})")),
+        };
+        if let Some(why) = why {
+            return Err(why);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "creator {creator} did not recreate its shared memory in time"
+            ));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(200));
+    }
+}
+
+/// A participant's phase and hold, from its `progress` answer.
+fn standing_of(pid: NamespacePid) -> Result<ProgressReply, String> {
     match sharing::call_participant(pid, &Request::Progress)? {
-        (Reply::Progress(p), _) if p.namespace_pid == pid => Ok(p.phase),
+        (Reply::Progress(p), _) if p.namespace_pid == pid => Ok(p),
         (other, _) => Err(format!("answered `{}`", other.kind())),
     }
 }

@@ -115,8 +115,16 @@ pub fn load(d: &Driver, r: &mut Registry) -> Step<u64> {
 }
 
 pub fn restore_unicast(d: &Driver, r: &mut Registry) -> Step<u64> {
+    for (creator, ids) in imports_by_creator(r) {
+        import_from(d, r, creator, &ids)?;
+    }
+    Ok(0)
+}
+
+/// The shared allocations this process imports, by creator: each creator is asked for all of
+/// its allocations over one connection.
+pub fn imports_by_creator(r: &Registry) -> BTreeMap<NamespacePid, Vec<AllocationId>> {
     let me = r.pid;
-    // Each creator is asked for all of its allocations over one connection.
     let mut by_creator: BTreeMap<NamespacePid, Vec<AllocationId>> = BTreeMap::new();
     for a in r
         .allocations
@@ -128,41 +136,71 @@ pub fn restore_unicast(d: &Driver, r: &mut Registry) -> Step<u64> {
             .or_default()
             .push(a.reference.id);
     }
+    by_creator
+}
+
+/// Gives up this process's imports of `ids` (allocations of one creator that released, or
+/// will recreate, its memory): unmapped and released, as `prepare_unicast` does, so that
+/// [`import_from`] can import the creator's memory again.
+pub fn release_imports(d: &Driver, r: &mut Registry, ids: &[AllocationId]) -> Step<()> {
     let index = MappingIndex::new(r, Kind::Unicast);
-    for (creator, ids) in by_creator {
-        let asks: Vec<_> = ids
-            .iter()
-            .map(|id| {
-                let a = &r.allocations[id];
-                (a.reference.clone(), a.capability)
-            })
-            .collect();
-        sharing::for_each_export(creator, &asks, ResourceKind::Unicast, |n, answer| {
-            let id = ids[n];
-            let (reply, fd) =
-                answer.map_err(|e| format!("asking creator {creator} for allocation {id}: {e}"))?;
-            let a = &r.allocations[&id];
-            match reply {
-                Reply::UnicastExport(export) if export.size == a.size => {}
-                other => {
-                    return Err(format!(
-                        "allocation {id}: creator answered {other:?}, expected an export of {} bytes",
-                        a.size
-                    ));
-                }
-            }
-            let raw = context::run(d, a.context, carrier::device_of(a), || {
-                crate::calls::track::import_fd(d, std::os::fd::AsFd::as_fd(&fd))
-            })
-            .map_err(at(|| format!("importing allocation {id}")))?;
-            drop(fd);
-            r.allocations.get_mut(&id).expect("listed above").driver = Some(raw);
-            let a = &r.allocations[&id];
-            context::run(d, a.context, carrier::device_of(a), || {
-                remap(d, r, &index, &id, raw)
-            })
-            .map_err(at(|| format!("remapping allocation {id}")))
-        })?;
+    for id in ids {
+        for &base in index.of(id) {
+            let size = r.mappings[&base].size;
+            d.mem_unmap(base, size as usize)
+                .map_err(at(|| format!("unmapping allocation {id} at {base:#x}")))?;
+        }
+        let a = r
+            .allocations
+            .get_mut(id)
+            .expect("an import of this process");
+        if let Some(raw) = a.driver.take() {
+            d.mem_release(raw)
+                .map_err(at(|| format!("releasing allocation {id}")))?;
+        }
     }
-    Ok(0)
+    Ok(())
+}
+
+/// Imports `ids` from `creator` again and maps each at its recorded addresses.
+pub fn import_from(
+    d: &Driver,
+    r: &mut Registry,
+    creator: NamespacePid,
+    ids: &[AllocationId],
+) -> Step<()> {
+    let index = MappingIndex::new(r, Kind::Unicast);
+    let asks: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let a = &r.allocations[id];
+            (a.reference.clone(), a.capability)
+        })
+        .collect();
+    sharing::for_each_export(creator, &asks, ResourceKind::Unicast, |n, answer| {
+        let id = ids[n];
+        let (reply, fd) =
+            answer.map_err(|e| format!("asking creator {creator} for allocation {id}: {e}"))?;
+        let a = &r.allocations[&id];
+        match reply {
+            Reply::UnicastExport(export) if export.size == a.size => {}
+            other => {
+                return Err(format!(
+                    "allocation {id}: creator answered {other:?}, expected an export of {} bytes",
+                    a.size
+                ));
+            }
+        }
+        let raw = context::run(d, a.context, carrier::device_of(a), || {
+            crate::calls::track::import_fd(d, std::os::fd::AsFd::as_fd(&fd))
+        })
+        .map_err(at(|| format!("importing allocation {id}")))?;
+        drop(fd);
+        r.allocations.get_mut(&id).expect("listed above").driver = Some(raw);
+        let a = &r.allocations[&id];
+        context::run(d, a.context, carrier::device_of(a), || {
+            remap(d, r, &index, &id, raw)
+        })
+        .map_err(at(|| format!("remapping allocation {id}")))
+    })
 }

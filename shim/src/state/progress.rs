@@ -14,6 +14,8 @@ struct Progress {
     done: u64,
     total: u64,
     phase: Phase,
+    /// A hold reached this process in its current capture (see [`set_held`]).
+    held: bool,
     /// When the running copy started; how long the copies of the current step took so far.
     started: Option<Instant>,
     copying: Duration,
@@ -25,6 +27,7 @@ static PROGRESS: Mutex<Progress> = Mutex::new(Progress {
     done: 0,
     total: 0,
     phase: Phase::Active,
+    held: false,
     started: None,
     copying: Duration::ZERO,
 });
@@ -42,6 +45,7 @@ pub fn start(operation: Operation, total: u64) {
             done: 0,
             total,
             phase: p.phase,
+            held: p.held,
             started: Some(Instant::now()),
             copying: p.copying,
         }
@@ -75,9 +79,26 @@ pub fn copy_ns() -> u64 {
 }
 
 /// The lifecycle reached `phase` (the registry's phase is the truth; this copy answers
-/// peers without its lock).
+/// peers without its lock). A hold lasts for the capture it came in: a new capture (frozen)
+/// or a completed restore or rollback (active) ends it.
 pub fn set_phase(phase: Phase) {
-    update(|p| p.phase = phase);
+    update(|p| {
+        p.phase = phase;
+        if matches!(phase, Phase::Active | Phase::Frozen) {
+            p.held = false;
+        }
+    });
+}
+
+/// The capture's state is published (the coordinator's `hold`, or a creator's seen held):
+/// this process stays released until a restore, however quiet its coordinator.
+pub fn set_held() {
+    update(|p| p.held = true);
+}
+
+/// Whether this process is held (see [`set_held`]).
+pub fn held() -> bool {
+    PROGRESS.lock().unwrap_or_else(|p| p.into_inner()).held
 }
 
 /// The lifecycle phase as of the last completed step.
@@ -95,5 +116,6 @@ pub fn reply(namespace_pid: NamespacePid) -> ProgressReply {
         done: p.done,
         total: p.total,
         phase: p.phase,
+        held: p.held,
     }
 }

@@ -99,6 +99,13 @@ impl Run {
                 Reply::RolledBack(_) => Ok(Accepted::Completed(0)),
                 other => Err(unexpected(&other, "rolled_back")),
             },
+            Stage::Hold => match reply {
+                Reply::Held(held) if held.namespace_pid != pid => Err(Reason::PidMismatch {
+                    answered: held.namespace_pid,
+                }),
+                Reply::Held(_) => Ok(Accepted::Completed(0)),
+                other => Err(unexpected(&other, "held")),
+            },
             Stage::CheckState | Stage::PublishState => Err(unexpected(&reply, "nothing")),
         }
     }

@@ -106,7 +106,7 @@ pub(super) fn untouched() -> impl FnMut(Stage, NamespacePid, Outcome) -> Outcome
 pub(super) fn capture_stages() -> Vec<Stage> {
     let mut stages = vec![Stage::Inspect, Stage::BeginCheckpoint];
     stages.extend(CAPTURE_OPERATIONS.map(Stage::Execute));
-    stages.push(Stage::PublishState);
+    stages.extend([Stage::PublishState, Stage::Hold]);
     stages
 }
 
