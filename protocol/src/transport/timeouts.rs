@@ -105,6 +105,14 @@ impl Timeouts {
     pub fn begin_checkpoint(&self) -> Duration {
         self.control.saturating_mul(2)
     }
+
+    /// How long a shim's coordinator may be silent mid-capture before the shim rolls back on
+    /// its own: longer than anything a live coordinator waits for without sending
+    /// (`begin_checkpoint`'s reply takes up to twice the control timeout, every other step's
+    /// up to once; copies are polled every 250 ms).
+    pub fn quiet_window(&self) -> Duration {
+        self.begin_checkpoint().saturating_add(self.control)
+    }
 }
 
 fn parse_seconds(

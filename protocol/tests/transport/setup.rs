@@ -317,6 +317,19 @@ fn timeouts_default_override_and_reject_invalid_values() {
     });
 }
 
+/// The waits derived from the control timeout: what a shim's quiet watcher, a rollback and
+/// `begin_checkpoint` allow, each longer than what it must outlast.
+#[test]
+fn derived_timeouts_follow_the_control_timeout() {
+    check(|| {
+        let timeouts = Timeouts::new(Duration::from_secs(1), Duration::from_secs(5)).unwrap();
+        assert_eq!(timeouts.begin_checkpoint(), Duration::from_secs(2));
+        assert_eq!(timeouts.quiet_window(), Duration::from_secs(3));
+        assert_eq!(timeouts.roll_back(), Duration::from_secs(6));
+        assert!(timeouts.quiet_window() > timeouts.begin_checkpoint());
+    });
+}
+
 #[test]
 fn timeouts_are_read_from_the_process_environment() {
     check(|| {

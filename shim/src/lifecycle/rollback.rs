@@ -2,7 +2,7 @@
 //!
 //! From `begin_checkpoint` until the capture's state is published, nothing is lost: every
 //! shared byte is either still in device memory or in the host carrier. So a participant
-//! whose coordinator sends nothing for a whole [`quiet_window`] (it was killed between
+//! whose coordinator sends nothing for a whole quiet window ([`Timeouts::quiet_window`]) (it was killed between
 //! phases, or gave up) rolls back on its own: a creator that released its memory
 //! (`prepare_unicast`) recreates it from its carrier at the same addresses and serves it
 //! again; an importer imports again what such a creator recreated (asking until the creator
@@ -53,13 +53,6 @@ pub fn note_activity() {
     ACTIVITY.fetch_add(1, Ordering::SeqCst);
 }
 
-/// How long the coordinator may be silent before the process rolls back: longer than anything
-/// a live coordinator waits for without sending (`begin_checkpoint`'s drain takes up to twice
-/// the control timeout; every other step's reply up to once; copies are polled every 250 ms).
-pub fn quiet_window(timeouts: &Timeouts) -> Duration {
-    timeouts.begin_checkpoint() + timeouts.control()
-}
-
 /// Phases a process rolls back from: on its own, released too unless a hold came; asked by
 /// the coordinator, only before `prepare_unicast` (after it the coordinator's way back is the
 /// restore's phases).
@@ -82,7 +75,7 @@ fn creator_holds(phase: Phase) -> bool {
 /// leaves the phases it could roll back from.
 pub fn watch(timeouts: Timeouts) {
     let checkpoint = CHECKPOINTS.fetch_add(1, Ordering::SeqCst) + 1;
-    let window = quiet_window(&timeouts);
+    let window = timeouts.quiet_window();
     let spawned = std::thread::Builder::new()
         .name("cuinterpose-quiet".into())
         .spawn(move || {
