@@ -2,8 +2,8 @@
 //!
 //! From `begin_checkpoint` until the capture's state is published, nothing is lost: every
 //! shared byte is either still in device memory or in the host carrier. So a participant
-//! whose coordinator sends nothing for a whole quiet window ([`Timeouts::quiet_window`]) (it was killed between
-//! phases, or gave up) rolls back on its own: a creator that released its memory
+//! whose coordinator sends nothing for a whole quiet window
+//! ([`Timeouts::quiet_window`]; it was killed between phases, or gave up) rolls back on its own: a creator that released its memory
 //! (`prepare_unicast`) recreates it from its carrier at the same addresses and serves it
 //! again; an importer imports again what such a creator recreated (asking until the creator
 //! has); multicast objects are recreated and imported again, devices re-added, bindings
@@ -337,7 +337,7 @@ fn rebuild(
             continue; // still mapped, and still the creator's memory
         }
         if !released {
-            unicast::release_imports(d, r, &ids)?;
+            unicast::release(d, r, &ids)?;
         }
         await_creator(creator, deadline)?;
         unicast::import_from(d, r, creator, &ids)?;
@@ -347,20 +347,15 @@ fn rebuild(
     }
     multicast::restore_multicast_creators(d, r)?;
     multicast::import_multicast_objects(d, r, &|m| {
-        let mut pause = Duration::from_millis(10);
-        loop {
-            match sharing::try_request_export(&m.reference, ResourceKind::Multicast, m.capability) {
-                Ok(export) => return Ok(export),
-                Err(e) if Instant::now() >= deadline => {
-                    return Err(format!(
+        retry_until(deadline, || {
+            sharing::try_request_export(&m.reference, ResourceKind::Multicast, m.capability)
+                .map_err(|e| {
+                    Retry::Later(format!(
                         "creator {} did not export multicast object {} again: {e}",
                         m.reference.creator_pid, m.reference.id
-                    ));
-                }
-                Err(_) => std::thread::sleep(pause),
-            }
-            pause = (pause * 2).min(Duration::from_millis(200));
-        }
+                    ))
+                })
+        })
     })?;
     multicast::restore_multicast_devices(d, r)?;
     multicast::restore_multicast_bindings(d, r)?;
@@ -369,23 +364,40 @@ fn rebuild(
 
 /// Waits until `creator` serves its shared memory again (see [`creator_holds`]).
 fn await_creator(creator: NamespacePid, deadline: Instant) -> Step<()> {
+    retry_until(deadline, || match standing_of(creator) {
+        Ok(p) if creator_holds(p.phase) => Ok(()),
+        Ok(p) if p.phase == Phase::Released && !p.held => Err(Retry::Later(format!(
+            "creator {creator} did not recreate its shared memory in time"
+        ))),
+        Ok(p) => Err(Retry::Never(format!(
+            "creator {creator} is in phase {}",
+            p.phase
+        ))),
+        Err(e) => Err(Retry::Never(format!(
+            "creator {creator} does not answer ({e})"
+        ))),
+    })
+}
+
+/// Why an attempt of [`retry_until`] failed.
+enum Retry {
+    /// Not yet: try again (this is the error once the deadline passed).
+    Later(String),
+    /// It will not work: give up now.
+    Never(String),
+}
+
+/// Tries `attempt` until it succeeds, says never, or `deadline` passes, pausing 10 ms, then
+/// twice as long each time, up to 200 ms.
+fn retry_until<T>(deadline: Instant, mut attempt: impl FnMut() -> Result<T, Retry>) -> Step<T> {
     let mut pause = Duration::from_millis(10);
     loop {
-        let why = match standing_of(creator) {
-            Ok(p) if creator_holds(p.phase) => return Ok(()),
-            Ok(p) if p.phase == Phase::Released && !p.held => None,
-            Ok(p) => Some(format!("creator {creator} is in phase {}", p.phase)),
-            Err(e) => Some(format!("creator {creator} does not answer ({e})")),
-        };
-        if let Some(why) = why {
-            return Err(why);
+        match attempt() {
+            Ok(done) => return Ok(done),
+            Err(Retry::Never(why)) => return Err(why),
+            Err(Retry::Later(why)) if Instant::now() >= deadline => return Err(why),
+            Err(Retry::Later(_)) => std::thread::sleep(pause),
         }
-        if Instant::now() >= deadline {
-            return Err(format!(
-                "creator {creator} did not recreate its shared memory in time"
-            ));
-        }
-        std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(200));
     }
 }

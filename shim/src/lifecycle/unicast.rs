@@ -40,18 +40,13 @@ pub fn save(d: &Driver, r: &mut Registry) -> Step<u64> {
 
 pub fn prepare_unicast(d: &Driver, r: &mut Registry) -> Step<u64> {
     cache::clear();
-    let index = MappingIndex::new(r, Kind::Unicast);
-    for (id, a) in r.allocations.iter_mut().filter(|(_, a)| a.shared) {
-        for &base in index.of(id) {
-            let size = r.mappings[&base].size;
-            d.mem_unmap(base, size as usize)
-                .map_err(at(|| format!("unmapping allocation {id} at {base:#x}")))?;
-        }
-        if let Some(raw) = a.driver.take() {
-            d.mem_release(raw)
-                .map_err(at(|| format!("releasing allocation {id}")))?;
-        }
-    }
+    let shared: Vec<AllocationId> = r
+        .allocations
+        .values()
+        .filter(|a| a.shared)
+        .map(|a| a.reference.id)
+        .collect();
+    release(d, r, &shared)?;
     Ok(0)
 }
 
@@ -139,10 +134,10 @@ pub fn imports_by_creator(r: &Registry) -> BTreeMap<NamespacePid, Vec<Allocation
     by_creator
 }
 
-/// Gives up this process's imports of `ids` (allocations of one creator that released, or
-/// will recreate, its memory): unmapped and released, as `prepare_unicast` does, so that
-/// [`import_from`] can import the creator's memory again.
-pub fn release_imports(d: &Driver, r: &mut Registry, ids: &[AllocationId]) -> Step<()> {
+/// Unmaps `ids` at every recorded address and releases their handles (their records stay):
+/// `prepare_unicast` for every shared allocation, a rollback for the imports of a creator that
+/// recreates its memory, so that [`import_from`] can import it again.
+pub fn release(d: &Driver, r: &mut Registry, ids: &[AllocationId]) -> Step<()> {
     let index = MappingIndex::new(r, Kind::Unicast);
     for id in ids {
         for &base in index.of(id) {
@@ -150,10 +145,7 @@ pub fn release_imports(d: &Driver, r: &mut Registry, ids: &[AllocationId]) -> St
             d.mem_unmap(base, size as usize)
                 .map_err(at(|| format!("unmapping allocation {id} at {base:#x}")))?;
         }
-        let a = r
-            .allocations
-            .get_mut(id)
-            .expect("an import of this process");
+        let a = r.allocations.get_mut(id).expect("a tracked allocation");
         if let Some(raw) = a.driver.take() {
             d.mem_release(raw)
                 .map_err(at(|| format!("releasing allocation {id}")))?;
