@@ -70,11 +70,17 @@ impl Criu {
         }
         let tail = std::fs::read_to_string(log)
             .map(|text| {
-                text.lines()
+                let mut tail = text
+                    .lines()
                     .filter(|l| l.contains("Error") || l.contains("error"))
                     .take(8)
                     .collect::<Vec<_>>()
-                    .join("\n")
+                    .join("\n");
+                if let Some(hint) = hint(&text) {
+                    tail.push_str("\nhint: ");
+                    tail.push_str(hint);
+                }
+                tail
             })
             .unwrap_or_default();
         Err(CommandError::Io {
@@ -246,5 +252,30 @@ pub fn check(criu: &Criu) -> Result<(), String> {
             String::from_utf8_lossy(&out.stderr).trim()
         )),
         Err(e) => Err(format!("{}: {e}", criu.binary.display())),
+    }
+}
+
+/// What a user can do about a failure CRIU's log names only by its symptom.
+fn hint(log: &str) -> Option<&'static str> {
+    // CRIU's parasite mounts a /proc of the tree's own at `proc.crtools` in the dumped task's
+    // working directory when the tree's /proc is not its own (`unshare -fp` without
+    // `--mount-proc`); a second dump of a tree started in the same directory finds it there.
+    (log.contains("parasite.c") && log.contains("Can't create a directory (-17)")).then_some(
+        "another CRIU dump of a tree with the same working directory was running (CRIU mounts \
+         the tree's /proc at ./proc.crtools there); start each tree in a directory of its own, \
+         or with a /proc of its own (unshare --mount-proc), or dump one at a time",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hint;
+
+    #[test]
+    fn a_colliding_proc_mount_is_explained() {
+        let log = "pie: 1: Error (criu/pie/parasite.c:634): Can't create a directory (-17)\n\
+                   pie: 1: Error (criu/pie/parasite.c:828): can't get /proc fd\n";
+        assert!(hint(log).expect("a hint").contains("proc.crtools"));
+        assert_eq!(hint("Error (criu/cr-dump.c:2111): Dumping FAILED."), None);
     }
 }

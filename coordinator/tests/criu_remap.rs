@@ -320,7 +320,12 @@ fn plain_criu_with_the_hook_restores_onto_another_machine() {
 
     let root_arg = tree.root.to_string();
     let dumped = criu(&["dump", "-t", &root_arg], "dump.log", &[]);
-    assert!(dumped.status.success(), "criu dump: {dumped:?}");
+    assert!(
+        dumped.status.success(),
+        "criu dump: {dumped:?}\nhook status: {:?}\ndump log (tail):\n{}",
+        status(),
+        criu::log_tail(&images.join("dump.log"))
+    );
     let _ = tree.unshare.wait();
 
     let node_b = [("FAKECUDA_DEVICES", "4"), ("FAKECUDA_MACHINE", "node-b")];

@@ -43,7 +43,8 @@ def test_pool_sharing_survives_criu_dump_and_restore(tmp_path):
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        cwd=HERE,
+        # CRIU mounts the tree's /proc at ./proc.crtools: a directory of its own.
+        cwd=work,
     )
     root = None
     try:

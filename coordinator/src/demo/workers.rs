@@ -121,6 +121,9 @@ pub(super) fn start_namespace(
     command
         .args(["-fp", "setsid", "sh", "-c", &script])
         .arg(&artifacts.worker)
+        // Its own working directory: CRIU mounts the tree's /proc at `./proc.crtools` there,
+        // so two demos dumped at once do not collide.
+        .current_dir(work)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(

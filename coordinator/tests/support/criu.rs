@@ -82,6 +82,10 @@ pub fn listening_tree(dir: &Path, n: usize, shim: bool) -> (Child, u32, Vec<Path
     command
         .args(["-fp", "setsid", "sh", "-c", &script])
         .arg(cuinterpose_testkit::build_worker())
+        // CRIU's parasite mounts the tree's /proc at `./proc.crtools` (relative to the task's
+        // working directory) when /proc is not the tree's own: two trees dumped at once from
+        // one directory collide there (EEXIST, "Can't create a directory (-17)").
+        .current_dir(dir)
         .env("LD_LIBRARY_PATH", cuinterpose_testkit::fakecuda_lib_dir())
         .env("CUINTERPOSE_CONTROL_DIR", dir.join("control"))
         .env("FAKECUDA_CONTROL_DIR", dir.join("fakecuda"))
@@ -111,4 +115,12 @@ impl Drop for Reaper {
                 .status();
         }
     }
+}
+
+/// The last lines of a CRIU log, for a failure message: CRIU prints nothing on stderr when `-o`
+/// sends its log to a file, so a failed dump says why only there.
+pub fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_else(|e| format!("({}: {e})", log.display()));
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(60)..].join("\n")
 }
