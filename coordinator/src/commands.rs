@@ -156,12 +156,13 @@ pub fn prepare(
         }
         Err(error) => error,
     };
-    // Publishing failed (disk full, directory gone), or a participant did not take the hold:
+    // Publishing failed (disk full, directory gone), a participant did not take the hold, or
+    // one did not answer prepare_unicast in time and the run waited until all were released:
     // every participant is released and holds its host carrier, so the workload is put back
     // from the state in memory.
     let Some(state) = run
         .state()
-        .filter(|_| error.stage.resumes_from_state())
+        .filter(|_| error.resumes_from_state())
         .cloned()
     else {
         return Err(error.into());
@@ -172,7 +173,7 @@ pub fn prepare(
         Ok(resumed) => {
             discard_checkpoint(checkpoint_dir);
             Err(CommandError::Aborted {
-                during: aborted_during(error.stage).into(),
+                during: aborted_during(&error).into(),
                 cause: error.failures_text(),
                 source: Box::new(error.into()),
                 resumed: Box::new(resumed),
@@ -181,7 +182,7 @@ pub fn prepare(
         Err(rollback) => Err(CommandError::AfterMutation {
             during: format!(
                 "{} (and putting the workload back failed too: {rollback})",
-                aborted_during(error.stage)
+                aborted_during(&error)
             ),
             source: Box::new(error.into()),
         }),
@@ -189,8 +190,9 @@ pub fn prepare(
 }
 
 /// How an abort after `prepare_unicast` names the step that failed.
-fn aborted_during(stage: Stage) -> &'static str {
-    match stage {
+fn aborted_during(error: &RunError) -> &'static str {
+    match error.stage {
+        _ if error.settled => "prepare_unicast (a participant did not answer in time)",
         Stage::Hold => "holding the participants for the published state",
         _ => "publishing the state",
     }

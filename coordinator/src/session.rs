@@ -267,6 +267,9 @@ impl Session {
         publish: &mut dyn FnMut(&StateFile) -> Result<(), String>,
         progress: &mut dyn FnMut(&Event),
     ) -> Result<Report, crate::plan::RunError> {
+        // A silent participant is waited for no longer than a released one waits for this
+        // coordinator before it rolls back on its own.
+        run.set_settle_limit(self.timeouts.quiet_window());
         let mut through = Sockets {
             session: self,
             publish,

@@ -212,7 +212,11 @@ impl fmt::Display for Reason {
             Self::Publish(error) => write!(f, "cannot publish the state: {error}"),
             Self::State(error) => write!(f, "{error}"),
             Self::RollingBack { stage, reason } => {
-                write!(f, "then, rolling back ({stage}): {reason}")
+                let doing = match stage {
+                    Stage::RollBack | Stage::Verify => "rolling back",
+                    _ => "waiting for every participant to be released",
+                };
+                write!(f, "then, {doing} ({stage}): {reason}")
             }
         }
     }
@@ -260,9 +264,19 @@ pub struct RunError {
     /// `roll_back` queued behind its work, or else thaws on its own after its quiet window;
     /// they were not verified.
     pub unconfirmed: Vec<NamespacePid>,
+    /// A participant did not answer `prepare_unicast` in time, and the run waited until every
+    /// participant was released (each holds its host carrier): the caller puts the workload
+    /// back from the state in memory, as after a failed publication.
+    pub settled: bool,
 }
 
 impl RunError {
+    /// Whether the caller puts the workload back from the state in memory (every participant
+    /// released, holding its carrier) rather than declaring a fail-stop.
+    pub fn resumes_from_state(&self) -> bool {
+        self.settled || self.stage.resumes_from_state()
+    }
+
     /// The first participant named (the one a one-line summary names).
     pub fn participant(&self) -> Option<NamespacePid> {
         self.failures.iter().find_map(|failure| failure.participant)
@@ -339,6 +353,13 @@ impl fmt::Display for RunError {
                 )?;
             }
             return Ok(());
+        }
+        if self.settled {
+            return write!(
+                f,
+                "\nevery participant then reached phase released, each holding its host \
+                 carrier: the workload is put back from the state in memory"
+            );
         }
         if self.mutated {
             write!(

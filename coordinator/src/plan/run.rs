@@ -16,7 +16,9 @@ use crate::report::{PhaseReport, Report};
 use crate::validate::{self, Topology, TopologyError};
 
 mod checks;
+mod settle;
 use checks::Accepted;
+use settle::Settling;
 
 /// One participant's exchange: its reply, or why there is none.
 pub type Outcome = Result<Reply, ExchangeError>;
@@ -66,6 +68,11 @@ pub struct Run {
     /// interrupted earlier (its coordinator killed, a reply lost) picks up where each
     /// participant stands: every operation goes to those still in the phase it starts from.
     at: BTreeMap<NamespacePid, Phase>,
+    /// Capture: waiting for every participant to be released after a `prepare_unicast` that
+    /// timed out ([`Stage::Settle`]).
+    settling: Option<Settling>,
+    /// How long settling may wait for a silent participant.
+    settle_limit: Duration,
 }
 
 impl Run {
@@ -185,6 +192,7 @@ impl Run {
                 told: Vec::new(),
                 rolled_back: false,
                 unconfirmed: Vec::new(),
+                settled: false,
             }),
             saved: BTreeMap::new(),
             saved_devices: BTreeMap::new(),
@@ -198,6 +206,8 @@ impl Run {
             stopped: None,
             unconfirmed: BTreeSet::new(),
             at: BTreeMap::new(),
+            settling: None,
+            settle_limit: settle::DEFAULT_LIMIT,
         }
     }
 
@@ -233,7 +243,7 @@ impl Run {
     pub fn fail_stop_targets(&self) -> Option<&[NamespacePid]> {
         match &self.step {
             Step::Failed(error)
-                if error.mutated && !error.rolled_back && !error.stage.resumes_from_state() =>
+                if error.mutated && !error.rolled_back && !error.resumes_from_state() =>
             {
                 Some(&self.participants)
             }
@@ -264,6 +274,9 @@ impl Run {
                 .copied()
                 .filter(|pid| self.at.get(pid) == Some(&operation.from_phase()))
                 .collect(),
+            (RunKind::Capture, Stage::Execute(_)) if self.settling.is_some() => {
+                self.settling.iter().flat_map(Settling::resend).collect()
+            }
             (_, Stage::Verify) => self
                 .participants
                 .iter()
@@ -322,6 +335,7 @@ impl Run {
             told: Vec::new(),
             rolled_back: false,
             unconfirmed: Vec::new(),
+            settled: false,
         });
     }
 
@@ -372,6 +386,10 @@ impl Run {
             return &self.step;
         };
         let (stage, addressed) = (*stage, participants.clone());
+        if self.settling.is_some() {
+            self.feed_settling(stage, &addressed, outcomes, elapsed);
+            return &self.step;
+        }
         let mut failures = Vec::new();
         let mut replies = BTreeMap::new();
         for pid in addressed.clone() {
@@ -416,7 +434,11 @@ impl Run {
             failures = self.excuse_slow(failures);
         }
         if !failures.is_empty() {
-            self.stop(stage, failures);
+            if self.may_settle(stage, &failures) {
+                self.start_settling(stage, failures);
+            } else {
+                self.stop(stage, failures);
+            }
             return &self.step;
         }
         let bytes = replies

@@ -40,6 +40,10 @@ pub enum Stage {
     Hold,
     /// A capture stopped before `prepare_unicast`: every participant puts itself back.
     RollBack,
+    /// A participant did not answer `prepare_unicast` in time: everyone's phase is asked
+    /// (`progress`, which also keeps them from rolling back on their own) until every
+    /// participant is released, and the workload is put back from the state in memory.
+    Settle,
     /// The final inspect, compared with the saved records (a restore's, or a rollback's).
     Verify,
 }
@@ -54,6 +58,7 @@ impl Stage {
             Self::PublishState => "publish_state",
             Self::Hold => "hold",
             Self::RollBack => "roll_back",
+            Self::Settle => "settle",
             Self::Verify => "verify",
         }
     }
@@ -74,6 +79,7 @@ impl Stage {
             Self::BeginCheckpoint => Some(Request::BeginCheckpoint),
             Self::RollBack => Some(Request::RollBack),
             Self::Hold => Some(Request::Hold),
+            Self::Settle => Some(Request::Progress),
             Self::Execute(operation) => Some(Request::Execute(ExecuteRequest { operation })),
             Self::CheckState | Self::PublishState => None,
         }

@@ -13,6 +13,7 @@ use cuinterpose_testkit::fixtures::*;
 
 mod restore;
 mod rollback;
+mod settle;
 mod support;
 
 use support::*;
@@ -307,7 +308,7 @@ fn the_loop_tells_the_participants_of_a_fail_stop() {
         let mut run = Run::capture(fakes.keys().copied());
         let mut tamper = |at: Stage, pid: NamespacePid, outcome: Outcome| {
             if at == stage && pid.get() == 103 {
-                return lost("timed out");
+                return closed("the peer closed the connection");
             }
             outcome
         };
@@ -327,7 +328,7 @@ fn transport_error_names_the_participant() {
     let mut run = Run::capture(fakes.keys().copied());
     let mut tamper = |stage: Stage, pid: NamespacePid, outcome: Outcome| {
         if stage == Stage::Execute(Operation::PrepareUnicast) && pid.get() == 103 {
-            return lost(
+            return closed(
                 "socket /tmp/x/cuinterpose-103.sock: the peer closed the connection while \
                  receiving the reply",
             );

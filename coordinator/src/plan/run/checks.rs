@@ -106,7 +106,10 @@ impl Run {
                 Reply::Held(_) => Ok(Accepted::Completed(0)),
                 other => Err(unexpected(&other, "held")),
             },
-            Stage::CheckState | Stage::PublishState => Err(unexpected(&reply, "nothing")),
+            // Settle rounds are checked where they are fed (`settle.rs`).
+            Stage::CheckState | Stage::PublishState | Stage::Settle => {
+                Err(unexpected(&reply, "nothing"))
+            }
         }
     }
 

@@ -125,6 +125,15 @@ pub(super) fn lost(message: &str) -> Outcome {
     })
 }
 
+/// An exchange whose participant hung up after the request was sent (it died, or its peer
+/// thread did): gone, not busy.
+pub(super) fn closed(message: &str) -> Outcome {
+    Err(ExchangeError::Lost {
+        kind: "PeerClosed",
+        message: message.to_owned(),
+    })
+}
+
 /// An exchange that never sent its request (the participant's socket refused it).
 pub(super) fn unsent(message: &str) -> Outcome {
     Err(ExchangeError::Unsent {

@@ -1,0 +1,233 @@
+//! Unit tests of settling: a participant that does not answer `prepare_unicast` in time is
+//! waited for (`progress` rounds) until every participant is released, then the workload is
+//! put back from the state in memory; one silent past the limit, failed or gone is fail-stop.
+
+use super::*;
+use cuinterpose_protocol::ProgressReply;
+
+const SLOW: &str = "timed out after 1s";
+const PREPARE_UNICAST: Stage = Stage::Execute(Operation::PrepareUnicast);
+
+/// What becomes of one request to one participant.
+enum Fate {
+    /// The fake acts and answers.
+    Answers,
+    /// The fake acts; its reply never comes (a timeout).
+    ActsSilently,
+    /// The request never reaches the fake (lost or still queued): a timeout.
+    Unheard,
+    /// The fake acts; this outcome replaces its reply.
+    Instead(Outcome),
+}
+
+/// Captures the shared topology (101 creates, 102 and 103 import), `fate` deciding each
+/// request's fate from the stage, the participant and how many settle rounds went before.
+/// Returns the stages broadcast and the fakes.
+fn check(run: &mut Run, mut fate: impl FnMut(Stage, u32, usize) -> Fate) -> (Vec<Stage>, Fakes) {
+    let mut fakes = fake_participants(&shared_topology(101));
+    let mut stages = Vec::new();
+    let mut rounds = 0;
+    loop {
+        match run.step().clone() {
+            Step::Broadcast {
+                stage,
+                request,
+                participants,
+            } => {
+                stages.push(stage);
+                let outcomes = participants
+                    .iter()
+                    .map(|p| {
+                        let fate = fate(stage, p.get(), rounds);
+                        if matches!(fate, Fate::Unheard) {
+                            return (*p, lost(SLOW));
+                        }
+                        let reply = Ok(fakes.get_mut(p).expect("fake").handle(&request));
+                        let outcome = match fate {
+                            Fate::Answers => reply,
+                            Fate::Instead(outcome) => outcome,
+                            Fate::ActsSilently | Fate::Unheard => lost(SLOW),
+                        };
+                        (*p, outcome)
+                    })
+                    .collect();
+                if stage == Stage::Settle {
+                    rounds += 1;
+                }
+                run.feed(outcomes, Duration::from_millis(400));
+            }
+            Step::Publish(_) => {
+                run.feed_publish(Ok(()), Duration::from_millis(1));
+            }
+            Step::Done(_) | Step::Failed(_) => return (stages, fakes),
+        }
+    }
+}
+
+fn failed(run: &Run) -> &RunError {
+    match run.step() {
+        Step::Failed(error) => error,
+        other => panic!("expected a failure, got {other:?}"),
+    }
+}
+
+fn until_prepare_unicast() -> Vec<Stage> {
+    let mut stages = capture_stages();
+    stages.truncate(stages.iter().position(|s| *s == PREPARE_UNICAST).unwrap() + 1);
+    stages
+}
+
+#[test]
+fn a_participant_silent_in_prepare_unicast_is_waited_for_then_put_back() {
+    let mut run = Run::capture((101..104).map(pid));
+    // 102 did the step (the fake acts) but answers nothing for two settle rounds.
+    let (stages, fakes) = check(&mut run, |stage, p, rounds| match (stage, p) {
+        (PREPARE_UNICAST, 102) => Fate::ActsSilently,
+        (Stage::Settle, 102) if rounds < 2 => Fate::Unheard,
+        _ => Fate::Answers,
+    });
+    let mut expected = until_prepare_unicast();
+    expected.extend([Stage::Settle; 3]);
+    assert_eq!(stages, expected);
+    let error = failed(&run);
+    assert!(error.settled && error.mutated && error.resumes_from_state(), "{error}");
+    assert_eq!(error.stage, PREPARE_UNICAST);
+    assert_eq!(run.fail_stop_targets(), None, "nobody is told to fail-stop");
+    assert!(run.state().is_some(), "the state to put it back from");
+    assert!(fakes.values().all(|f| f.phase == Phase::Released));
+    let settle = run.phases().last().expect("a settle phase");
+    assert_eq!(
+        (settle.name.as_str(), settle.duration),
+        ("settle", Duration::from_millis(1200))
+    );
+    assert!(error.to_string().contains("put back from the state in memory"), "{error}");
+}
+
+/// 102's `prepare_unicast` never arrived: found still `saved`, it gets the step again (and
+/// only it), then every participant is released.
+#[test]
+fn a_participant_still_saved_gets_prepare_unicast_again() {
+    let mut run = Run::capture((101..104).map(pid));
+    let mut sent_again = 0;
+    let (stages, fakes) = check(&mut run, |stage, p, rounds| match (stage, p) {
+        (PREPARE_UNICAST, 102) if rounds == 0 => Fate::Unheard,
+        (PREPARE_UNICAST, _) if rounds > 0 => {
+            sent_again += 1;
+            assert_eq!(p, 102, "only the one still saved");
+            Fate::Answers
+        }
+        _ => Fate::Answers,
+    });
+    assert_eq!(sent_again, 1);
+    let mut expected = until_prepare_unicast();
+    expected.extend([Stage::Settle, PREPARE_UNICAST, Stage::Settle]);
+    assert_eq!(stages, expected);
+    assert!(failed(&run).settled, "{}", failed(&run));
+    assert!(fakes.values().all(|f| f.phase == Phase::Released));
+}
+
+/// Sent again while its first `prepare_unicast` still runs, it refuses the second as out of
+/// order; the next round finds it released.
+#[test]
+fn a_second_prepare_unicast_refused_as_out_of_order_is_not_a_failure() {
+    let mut run = Run::capture((101..104).map(pid));
+    let (stages, _) = check(&mut run, |stage, p, rounds| match (stage, p, rounds) {
+        (PREPARE_UNICAST, 102, 0) => Fate::Unheard,
+        // Its progress said saved: the first request had not started yet.
+        (Stage::Settle, 102, 0) => Fate::Instead(Ok(ProgressReply {
+            namespace_pid: pid(102),
+            operation: Some(Operation::SaveAllocations),
+            running: false,
+            done: 0,
+            total: 0,
+            phase: Phase::Saved,
+            held: false,
+        }
+        .into())),
+        (PREPARE_UNICAST, 102, 1) => Fate::Instead(refused(
+            RefusalCode::OutOfOrder,
+            "prepare_unicast needs phase saved; this process is in phase released",
+        )),
+        _ => Fate::Answers,
+    });
+    let mut expected = until_prepare_unicast();
+    expected.extend([Stage::Settle, PREPARE_UNICAST, Stage::Settle]);
+    assert_eq!(stages, expected);
+    assert!(failed(&run).settled, "{}", failed(&run));
+}
+
+/// Silent past the limit: fail-stop, naming the timeouts of both the step and the wait.
+#[test]
+fn a_participant_silent_past_the_limit_is_fail_stop() {
+    let mut run = Run::capture((101..104).map(pid));
+    run.set_settle_limit(Duration::from_secs(1));
+    let (stages, _) = check(&mut run, |stage, p, _| match (stage, p) {
+        (PREPARE_UNICAST | Stage::Settle, 102) => Fate::Unheard,
+        _ => Fate::Answers,
+    });
+    // Rounds of 400 ms: the third passes the limit.
+    let mut expected = until_prepare_unicast();
+    expected.extend([Stage::Settle; 3]);
+    assert_eq!(stages, expected);
+    let error = failed(&run);
+    assert!(!error.settled && error.mutated && !error.resumes_from_state());
+    assert_eq!(error.stage, PREPARE_UNICAST);
+    assert_eq!(run.fail_stop_targets().map(<[_]>::len), Some(3));
+    let text = error.to_string();
+    assert!(
+        text.contains("participant 102: no reply: timed out after 1s")
+            && text.contains("then, waiting for every participant to be released (settle)")
+            && text.contains("FAIL-STOP"),
+        "{text}"
+    );
+}
+
+/// While it settles, a participant that hung up (died), failed, or reports another phase
+/// ends the wait: fail-stop, naming it.
+#[test]
+fn a_participant_gone_or_failed_while_settling_is_fail_stop() {
+    let progress = |phase| {
+        Fate::Instead(Ok(ProgressReply {
+            namespace_pid: pid(103),
+            operation: None,
+            running: false,
+            done: 0,
+            total: 0,
+            phase,
+            held: false,
+        }
+        .into()))
+    };
+    let cases: [(Fate, &str); 3] = [
+        (Fate::Instead(closed("the peer closed the connection")), "the peer closed"),
+        (progress(Phase::Failed), "in phase failed, expected phase released"),
+        (progress(Phase::Active), "in phase active, expected phase released"),
+    ];
+    for (fate, said) in cases {
+        let mut fate = Some(fate);
+        let mut run = Run::capture((101..104).map(pid));
+        check(&mut run, |stage, p, _| match (stage, p) {
+            (PREPARE_UNICAST, 102) => Fate::ActsSilently,
+            (Stage::Settle, 103) => fate.take().unwrap_or(Fate::Answers),
+            _ => Fate::Answers,
+        });
+        let error = failed(&run);
+        assert!(!error.settled, "{error}");
+        assert_eq!(run.fail_stop_targets().map(<[_]>::len), Some(3), "{error}");
+        let text = error.to_string();
+        assert!(text.contains("participant 103") && text.contains(said), "{said}: {text}");
+    }
+}
+
+/// A participant that hung up in `prepare_unicast` itself (died) is not waited for.
+#[test]
+fn a_participant_gone_in_prepare_unicast_is_not_waited_for() {
+    let mut run = Run::capture((101..104).map(pid));
+    let (stages, _) = check(&mut run, |stage, p, _| match (stage, p) {
+        (PREPARE_UNICAST, 102) => Fate::Instead(closed("the peer closed the connection")),
+        _ => Fate::Answers,
+    });
+    assert_eq!(stages, until_prepare_unicast());
+    assert!(!failed(&run).settled);
+    assert_eq!(run.fail_stop_targets().map(<[_]>::len), Some(3));
+}
