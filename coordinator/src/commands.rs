@@ -160,11 +160,7 @@ pub fn prepare(
     // one did not answer prepare_unicast in time and the run waited until all were released:
     // every participant is released and holds its host carrier, so the workload is put back
     // from the state in memory.
-    let Some(state) = run
-        .state()
-        .filter(|_| error.resumes_from_state())
-        .cloned()
-    else {
+    let Some(state) = run.state().filter(|_| error.resumes_from_state()).cloned() else {
         return Err(error.into());
     };
     let mut back = Run::restore(&state, session.participants());

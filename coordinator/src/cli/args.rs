@@ -30,9 +30,11 @@ A restore, in order:
 `toggle` both in place.
 
 Exit status: 0 success; 1 refused or invalid (nothing was changed); 2 failed after the \
-participants were changed (fail-stop: do not resume the workload); 3 publishing the state, a \
-native checkpoint step or the CRIU dump failed and the workload was put back in place and \
-resumed (nothing was checkpointed); 64 usage error.
+participants were changed (fail-stop: do not resume the workload); 3 aborted: a participant \
+refused or did not answer in time (one silent in prepare_unicast is waited for up to the quiet \
+window, three control timeouts), publishing the state, a native checkpoint step or the CRIU \
+dump failed, and the workload was put back in place and resumed (nothing was checkpointed); \
+64 usage error.
 
 Environment: CUINTERPOSE_CONTROL_DIR (control directory, default /tmp/cuinterpose),
 CUINTERPOSE_CONTROL_TIMEOUT_SECONDS (default 10), CUINTERPOSE_COPY_TIMEOUT_SECONDS (for

@@ -383,9 +383,16 @@ pub(crate) fn stops_answering(sandbox: &Sandbox) {
         );
         assert_eq!(stage_failures[0].participant, Some(workload.pid(victim)));
         // Silent in begin_checkpoint, its roll_back is excused (it thaws on its own); in a
-        // later stage the failed roll_back is a failure of its own.
+        // later stage the failed roll_back is a failure of its own. Silent in prepare_unicast
+        // for good, it is waited for (settle) until the quiet window passes: a failure too.
         let excused = target == Stage::BeginCheckpoint;
-        assert_eq!(error.failures.len() > 1, rolled_back && !excused, "{error}");
+        let settled = target == Stage::Execute(Operation::PrepareUnicast);
+        assert_eq!(
+            error.failures.len() > 1,
+            (rolled_back && !excused) || settled,
+            "{error}"
+        );
+        assert!(!error.settled, "{error}");
         assert_eq!(
             error.unconfirmed,
             if excused {

@@ -83,6 +83,11 @@ impl Workload {
         .expect("session")
     }
 
+    /// The worker's host PID (for a signal sent from another thread).
+    pub(crate) fn host_pid(&self, index: usize) -> u32 {
+        self.workers[index].pid()
+    }
+
     pub(crate) fn signal(&self, index: usize, signal: libc::c_int) {
         // SAFETY: kill(2) on our own child's pid.
         let rc = unsafe { libc::kill(self.workers[index].pid() as i32, signal) };
@@ -186,6 +191,11 @@ impl Workload {
         for (worker, &address) in self.workers.iter_mut().zip(&self.addresses) {
             worker.verify(address, SHARED, seed).expect("bytes kept");
         }
+        self.check_writes_cross(seed);
+    }
+
+    /// Still shared: each writes, the others read (the bytes before are not checked).
+    pub(crate) fn check_writes_cross(&mut self, seed: u64) {
         check_writes_cross(&mut self.workers, &self.addresses, SHARED, 1000 + seed * 10);
     }
 }

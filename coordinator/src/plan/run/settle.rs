@@ -128,7 +128,9 @@ impl Run {
                         found,
                     })),
                 },
-                (Stage::Settle, Ok(other)) => failures.push(failure(unexpected(&other, "progress"))),
+                (Stage::Settle, Ok(other)) => {
+                    failures.push(failure(unexpected(&other, "progress")))
+                }
                 (_, Ok(reply)) => match self.check_reply(stage, pid, reply) {
                     Ok(_) => {}
                     // Its first request got there first: the next round reads its phase.

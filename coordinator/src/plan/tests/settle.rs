@@ -90,7 +90,10 @@ fn a_participant_silent_in_prepare_unicast_is_waited_for_then_put_back() {
     expected.extend([Stage::Settle; 3]);
     assert_eq!(stages, expected);
     let error = failed(&run);
-    assert!(error.settled && error.mutated && error.resumes_from_state(), "{error}");
+    assert!(
+        error.settled && error.mutated && error.resumes_from_state(),
+        "{error}"
+    );
     assert_eq!(error.stage, PREPARE_UNICAST);
     assert_eq!(run.fail_stop_targets(), None, "nobody is told to fail-stop");
     assert!(run.state().is_some(), "the state to put it back from");
@@ -100,7 +103,12 @@ fn a_participant_silent_in_prepare_unicast_is_waited_for_then_put_back() {
         (settle.name.as_str(), settle.duration),
         ("settle", Duration::from_millis(1200))
     );
-    assert!(error.to_string().contains("put back from the state in memory"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("put back from the state in memory"),
+        "{error}"
+    );
 }
 
 /// 102's `prepare_unicast` never arrived: found still `saved`, it gets the step again (and
@@ -199,9 +207,18 @@ fn a_participant_gone_or_failed_while_settling_is_fail_stop() {
         .into()))
     };
     let cases: [(Fate, &str); 3] = [
-        (Fate::Instead(closed("the peer closed the connection")), "the peer closed"),
-        (progress(Phase::Failed), "in phase failed, expected phase released"),
-        (progress(Phase::Active), "in phase active, expected phase released"),
+        (
+            Fate::Instead(closed("the peer closed the connection")),
+            "the peer closed",
+        ),
+        (
+            progress(Phase::Failed),
+            "in phase failed, expected phase released",
+        ),
+        (
+            progress(Phase::Active),
+            "in phase active, expected phase released",
+        ),
     ];
     for (fate, said) in cases {
         let mut fate = Some(fate);
@@ -215,7 +232,10 @@ fn a_participant_gone_or_failed_while_settling_is_fail_stop() {
         assert!(!error.settled, "{error}");
         assert_eq!(run.fail_stop_targets().map(<[_]>::len), Some(3), "{error}");
         let text = error.to_string();
-        assert!(text.contains("participant 103") && text.contains(said), "{said}: {text}");
+        assert!(
+            text.contains("participant 103") && text.contains(said),
+            "{said}: {text}"
+        );
     }
 }
 
