@@ -113,9 +113,18 @@ fn build(sandbox: &Sandbox) -> Workload {
 
 /// [`build`] with `env` in every worker and each worker's stderr in its entry of `logs`.
 fn build_with(sandbox: &Sandbox, env: &[(&str, &str)], logs: &[Option<&Path>; 3]) -> Workload {
-    let mut a = worker(sandbox, 0, env, logs[0]);
-    let mut b = worker(sandbox, 1, env, logs[1]);
-    let mut c = worker(sandbox, 0, env, logs[2]);
+    build_each(sandbox, [env; 3], logs)
+}
+
+/// [`build_with`], each worker with an environment of its own.
+fn build_each(
+    sandbox: &Sandbox,
+    envs: [&[(&str, &str)]; 3],
+    logs: &[Option<&Path>; 3],
+) -> Workload {
+    let mut a = worker(sandbox, 0, envs[0], logs[0]);
+    let mut b = worker(sandbox, 1, envs[1], logs[1]);
+    let mut c = worker(sandbox, 0, envs[2], logs[2]);
 
     let shared = a.create(SHARED, 0, 1).expect("create");
     let va = a.map_rw(shared, SHARED, 0).expect("map");

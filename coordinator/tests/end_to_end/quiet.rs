@@ -15,7 +15,7 @@ use cuinterpose_workload::proto::{Command, Reply as WorkerReply};
 
 use super::support::cli::check_exit;
 use super::support::sandbox::{Sandbox, check_writes_cross};
-use super::{GRAN, SHARED, Workload, build_with, check_restored, cuinterpose, root};
+use super::{GRAN, SHARED, Workload, build_each, check_restored, cuinterpose, root};
 
 /// A control timeout of 1 s: a quiet window of 3 s.
 const QUICK: [(&str, &str); 1] = [("CUINTERPOSE_CONTROL_TIMEOUT_SECONDS", "1")];
@@ -50,6 +50,35 @@ pub fn coordinator_gone(sandbox: &Sandbox) {
     }
     ask(sandbox, &workload, 0, &capture[3]);
     check_rolls_back(sandbox, &mut workload, &logs, "gone with only A released");
+
+    // The same, A's quiet window (3 s) shorter than its importers' (9 s): A has recreated its
+    // memory (phase loaded; its multicast binding then waits for B's device) before B and C
+    // look. They still import its new memory: A's last copy is a load, which in their saved
+    // phase only a rollback from released does.
+    let slow: [(&str, &str); 1] = [("CUINTERPOSE_CONTROL_TIMEOUT_SECONDS", "3")];
+    let (mut workload, logs) = start_each(sandbox, "gone-mixed-late", [&QUICK, &slow, &slow]);
+    for request in &capture[..3] {
+        for index in 0..3 {
+            ask(sandbox, &workload, index, request);
+        }
+    }
+    ask(sandbox, &workload, 0, &capture[3]);
+    check_rolls_back(
+        sandbox,
+        &mut workload,
+        &logs,
+        "gone with only A released, A rebuilt first",
+    );
+    for log in &logs[1..] {
+        assert!(
+            log_text(log).contains(&format!(
+                "shared allocation(s) of creator {} again",
+                workload.workers[0].worker_pid()
+            )),
+            "{}",
+            log_text(log)
+        );
+    }
 
     // The state was published and the hold reached A alone: A stays released for a restore
     // from that state; B and C, finding their creator held, stay released with it. The
@@ -108,6 +137,7 @@ pub fn coordinator_gone(sandbox: &Sandbox) {
 /// With no further request, every participant rolls back on its own: a call waiting at the
 /// gate completes afterwards, the bytes are verified, and a later toggle works.
 fn check_rolls_back(sandbox: &Sandbox, workload: &mut Workload, logs: &[PathBuf], what: &str) {
+    let _shown = ShowLogs(logs);
     // Gated: a call waits for the coordinator, then for the rollback.
     workload.workers[1]
         .send(&Command::MemAlloc { size: GRAN }, None)
@@ -153,15 +183,24 @@ fn request_name(request: &Request) -> &'static str {
 /// The multicast workload of [`build_with`] with the quick timeout, each worker logging to a
 /// file of its own.
 fn start(sandbox: &Sandbox, label: &str) -> (Workload, Vec<PathBuf>) {
+    start_each(sandbox, label, [&QUICK; 3])
+}
+
+/// [`start`], each worker with its own environment (its own quiet window).
+fn start_each(
+    sandbox: &Sandbox,
+    label: &str,
+    envs: [&[(&str, &str)]; 3],
+) -> (Workload, Vec<PathBuf>) {
     let dir = sandbox.dir.path().join(label);
     std::fs::create_dir_all(&dir).expect("log dir");
     let logs: Vec<PathBuf> = ["a", "b", "c"]
         .iter()
         .map(|name| dir.join(format!("{name}.log")))
         .collect();
-    let workload = build_with(
+    let workload = build_each(
         sandbox,
-        &QUICK,
+        envs,
         &[Some(&logs[0]), Some(&logs[1]), Some(&logs[2])],
     );
     (workload, logs)
@@ -195,6 +234,19 @@ fn phase(sandbox: &Sandbox, workload: &Workload, index: usize) -> Phase {
     }
 }
 
+/// Prints the shims' logs when a check fails while it lives: what each did on its own.
+struct ShowLogs<'a>(&'a [PathBuf]);
+
+impl Drop for ShowLogs<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for log in self.0 {
+                eprintln!("--- {}:\n{}", log.display(), log_text(log));
+            }
+        }
+    }
+}
+
 fn log_text(log: &PathBuf) -> String {
     std::fs::read_to_string(log).unwrap_or_default()
 }
@@ -203,7 +255,7 @@ fn await_log(log: &PathBuf, text: &str, what: &str) {
     let started = Instant::now();
     while !log_text(log).contains(text) {
         assert!(
-            started.elapsed() < cuinterpose_testkit::slack(Duration::from_secs(20)),
+            started.elapsed() < cuinterpose_testkit::slack(Duration::from_secs(30)),
             "{what}: no {text:?} in {}:\n{}",
             log.display(),
             log_text(log)

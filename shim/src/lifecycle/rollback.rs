@@ -35,7 +35,7 @@ use crate::state::progress;
 use crate::state::registry::Registry;
 use cuinterpose_protocol::transport::Timeouts;
 use cuinterpose_protocol::{
-    NamespacePid, Phase, ProgressReply, RefusalCode, Reply, Request, ResourceKind,
+    NamespacePid, Operation, Phase, ProgressReply, RefusalCode, Reply, Request, ResourceKind,
 };
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -192,6 +192,19 @@ struct Creators {
     held: Option<NamespacePid>,
 }
 
+/// Whether a creator that holds memory again already rolled back from released on its own,
+/// before this process (in `phase`) looked: its memory is new, and this process must import it
+/// again like a creator's still rebuilding. Read from its last copy: save_allocations is a
+/// barrier (nobody gets prepare_unicast before every participant saved), so while this
+/// process is still saved, a creator whose last copy is a load has loaded its carrier back in
+/// this capture, which only a rollback from released does.
+fn rebuilt(creator: &ProgressReply, phase: Phase, cause: Cause) -> bool {
+    phase == Phase::Saved
+        && !cause.asked()
+        && !creator.running
+        && creator.operation == Some(Operation::LoadAllocations)
+}
+
 fn survey(creators: &BTreeSet<NamespacePid>, phase: Phase, cause: Cause) -> Creators {
     let mut found = Creators::default();
     for &pid in creators {
@@ -200,6 +213,9 @@ fn survey(creators: &BTreeSet<NamespacePid>, phase: Phase, cause: Cause) -> Crea
                 found.held = Some(pid);
             }
             Ok(p) if p.phase == Phase::Released && !p.held && !cause.asked() => {
+                found.rebuilding.insert(pid);
+            }
+            Ok(p) if creator_holds(p.phase) && rebuilt(&p, phase, cause) => {
                 found.rebuilding.insert(pid);
             }
             Ok(p) if creator_holds(p.phase) => {}
@@ -339,8 +355,12 @@ fn rebuild(
         if !released {
             unicast::release(d, r, &ids)?;
         }
-        await_creator(creator, deadline)?;
+        let found = await_creator(creator, deadline)?;
         unicast::import_from(d, r, creator, &ids)?;
+        log!(
+            "imported {} shared allocation(s) of creator {creator} again (found in phase {found})",
+            ids.len()
+        );
     }
     if phase == Phase::Frozen || r.multicasts.is_empty() {
         return Ok(());
@@ -363,9 +383,9 @@ fn rebuild(
 }
 
 /// Waits until `creator` serves its shared memory again (see [`creator_holds`]).
-fn await_creator(creator: NamespacePid, deadline: Instant) -> Step<()> {
+fn await_creator(creator: NamespacePid, deadline: Instant) -> Step<Phase> {
     retry_until(deadline, || match standing_of(creator) {
-        Ok(p) if creator_holds(p.phase) => Ok(()),
+        Ok(p) if creator_holds(p.phase) => Ok(p.phase),
         Ok(p) if p.phase == Phase::Released && !p.held => Err(Retry::Later(format!(
             "creator {creator} did not recreate its shared memory in time"
         ))),
