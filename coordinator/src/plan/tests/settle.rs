@@ -3,7 +3,7 @@
 //! put back from the state in memory; one silent past the limit, failed or gone is fail-stop.
 
 use super::*;
-use cuinterpose_protocol::ProgressReply;
+use cuinterpose_protocol::{ProgressReply, Request, StateFile};
 
 const SLOW: &str = "timed out after 1s";
 const PREPARE_UNICAST: Stage = Stage::Execute(Operation::PrepareUnicast);
@@ -20,48 +20,66 @@ enum Fate {
     Instead(Outcome),
 }
 
-/// Captures the shared topology (101 creates, 102 and 103 import), `fate` deciding each
-/// request's fate from the stage, the participant and how many settle rounds went before.
-/// Returns the stages broadcast and the fakes.
-fn check(run: &mut Run, mut fate: impl FnMut(Stage, u32, usize) -> Fate) -> (Vec<Stage>, Fakes) {
-    let mut fakes = fake_participants(&shared_topology(101));
-    let mut stages = Vec::new();
-    let mut rounds = 0;
-    loop {
-        match run.step().clone() {
-            Step::Broadcast {
-                stage,
-                request,
-                participants,
-            } => {
-                stages.push(stage);
-                let outcomes = participants
-                    .iter()
-                    .map(|p| {
-                        let fate = fate(stage, p.get(), rounds);
-                        if matches!(fate, Fate::Unheard) {
-                            return (*p, lost(SLOW));
-                        }
-                        let reply = Ok(fakes.get_mut(p).expect("fake").handle(&request));
-                        let outcome = match fate {
-                            Fate::Answers => reply,
-                            Fate::Instead(outcome) => outcome,
-                            Fate::ActsSilently | Fate::Unheard => lost(SLOW),
-                        };
-                        (*p, outcome)
-                    })
-                    .collect();
-                if stage == Stage::Settle {
-                    rounds += 1;
+/// Fake participants whose requests meet the fate `fate` gives them.
+struct Fated<'a, F> {
+    fakes: Fakes,
+    fate: &'a mut F,
+    stages: Vec<Stage>,
+    rounds: usize,
+}
+
+impl<F: FnMut(Stage, u32, usize) -> Fate> Participants for Fated<'_, F> {
+    fn broadcast(
+        &mut self,
+        _: &Run,
+        stage: Stage,
+        request: &Request,
+        participants: &[NamespacePid],
+    ) -> (BTreeMap<NamespacePid, Outcome>, Duration) {
+        self.stages.push(stage);
+        let mut outcomes = BTreeMap::new();
+        for p in participants {
+            let fate = (self.fate)(stage, p.get(), self.rounds);
+            let outcome = if matches!(fate, Fate::Unheard) {
+                lost(SLOW)
+            } else {
+                let reply = Ok(self.fakes.get_mut(p).expect("fake").handle(request));
+                match fate {
+                    Fate::Answers => reply,
+                    Fate::Instead(outcome) => outcome,
+                    Fate::ActsSilently | Fate::Unheard => lost(SLOW),
                 }
-                run.feed(outcomes, Duration::from_millis(400));
-            }
-            Step::Publish(_) => {
-                run.feed_publish(Ok(()), Duration::from_millis(1));
-            }
-            Step::Done(_) | Step::Failed(_) => return (stages, fakes),
+            };
+            outcomes.insert(*p, outcome);
         }
+        if stage == Stage::Settle {
+            self.rounds += 1;
+        }
+        (outcomes, Duration::from_millis(400))
     }
+
+    fn publish(&mut self, _: &StateFile) -> (Result<(), String>, Duration) {
+        (Ok(()), Duration::from_millis(1))
+    }
+
+    fn declare_fail_stop(&mut self, pids: &[NamespacePid], _: &str) -> Vec<NamespacePid> {
+        pids.to_vec()
+    }
+}
+
+/// Captures the shared topology (101 creates, 102 and 103 import) through the one loop,
+/// `fate` deciding each request's fate from the stage, the participant and how many settle
+/// rounds went before. Returns the stages broadcast and the fakes.
+fn check(run: &mut Run, mut fate: impl FnMut(Stage, u32, usize) -> Fate) -> (Vec<Stage>, Fakes) {
+    let mut fated = Fated {
+        fakes: fake_participants(&shared_topology(101)),
+        fate: &mut fate,
+        stages: Vec::new(),
+        rounds: 0,
+    };
+    // The outcome is the run's final step, which the tests inspect.
+    let _ = crate::plan::drive(run, &mut fated);
+    (fated.stages, fated.fakes)
 }
 
 fn failed(run: &Run) -> &RunError {
