@@ -206,6 +206,18 @@ fn check_restored(workload: &mut Workload, seed: u64) {
     check_writes_cross(workers, shared, SHARED, 100 + seed * 10);
 }
 
+/// Sends `worker` a `cuMemAlloc` and checks that it waits at the closed gate; its reply is
+/// read once the gate reopens.
+fn send_gated_alloc(worker: &mut Worker, what: &str) {
+    worker
+        .send(&Command::MemAlloc { size: GRAN }, None)
+        .expect("send cuMemAlloc");
+    assert!(
+        !worker.reply_ready(Duration::from_millis(500)),
+        "{what}: cuMemAlloc passed the closed gate"
+    );
+}
+
 fn root() -> String {
     std::process::id().to_string()
 }
@@ -349,13 +361,7 @@ fn checkpoint_then_restore(sandbox: &Sandbox) {
     assert!(carried >= workload.shared_bytes, "{report}");
     assert_eq!(participant_phases(sandbox), ["released"; 3]);
     // While checkpointed, application calls wait at the gate for the restore.
-    workload.workers[0]
-        .send(&Command::MemAlloc { size: GRAN }, None)
-        .expect("send cuMemAlloc");
-    assert!(
-        !workload.workers[0].reply_ready(Duration::from_millis(500)),
-        "cuMemAlloc passed the closed gate"
-    );
+    send_gated_alloc(&mut workload.workers[0], "checkpointed");
 
     let shown = cuinterpose(sandbox, &["state", "show", dir]);
     assert!(shown.status.success());

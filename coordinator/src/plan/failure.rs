@@ -230,6 +230,14 @@ pub struct Failure {
     pub reason: Reason,
 }
 
+impl Failure {
+    /// Its request was sent and not answered in time: the participant is alive (or stopped)
+    /// and busy, so it may still act on it.
+    pub fn timed_out(&self) -> bool {
+        matches!(&self.reason, Reason::Transport(error) if error.timed_out())
+    }
+}
+
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (&self.reason, self.participant) {

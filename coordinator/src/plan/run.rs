@@ -207,7 +207,7 @@ impl Run {
             unconfirmed: BTreeSet::new(),
             at: BTreeMap::new(),
             settling: None,
-            settle_limit: settle::DEFAULT_LIMIT,
+            settle_limit: settle::default_limit(),
         }
     }
 
@@ -302,12 +302,11 @@ impl Run {
         let slow_before: BTreeSet<NamespacePid> = stopped
             .failures
             .iter()
-            .filter(|f| matches!(&f.reason, Reason::Transport(e) if e.timed_out()))
+            .filter(|f| f.timed_out())
             .filter_map(|f| f.participant)
             .collect();
         let (excused, rest): (Vec<Failure>, Vec<Failure>) = failures.into_iter().partition(|f| {
-            matches!(&f.reason, Reason::Transport(e) if e.timed_out())
-                && f.participant.is_some_and(|pid| slow_before.contains(&pid))
+            f.timed_out() && f.participant.is_some_and(|pid| slow_before.contains(&pid))
         });
         self.unconfirmed
             .extend(excused.iter().filter_map(|f| f.participant));
@@ -359,15 +358,23 @@ impl Run {
             self.step = Step::Failed(original);
             return;
         }
-        self.fail(stage, failures);
         if self.kind == RunKind::Capture && stage.rolls_back() && self.fail_stopped.is_empty() {
-            let Step::Failed(error) = &self.step else {
-                unreachable!("failed just now")
-            };
-            self.stopped = Some(error.clone());
+            self.undo(stage, failures, Stage::RollBack);
             self.remaining = VecDeque::from([Stage::Verify]);
-            self.step = self.broadcast(Stage::RollBack);
+        } else {
+            self.fail(stage, failures);
         }
+    }
+
+    /// `stage` failed, and the run goes on to put the workload back with `next`: the failure
+    /// is kept for the end (a failed way back adds its own failures to it, see [`Run::stop`]).
+    fn undo(&mut self, stage: Stage, failures: Vec<Failure>, next: Stage) {
+        self.fail(stage, failures);
+        let Step::Failed(error) = &self.step else {
+            unreachable!("failed just now")
+        };
+        self.stopped = Some(error.clone());
+        self.step = self.broadcast(next);
     }
 
     /// Feeds the outcomes of the current [`Step::Broadcast`] (one per participant) and the time

@@ -11,11 +11,13 @@ use cuinterpose_protocol::transport::{Endpoint, call};
 use cuinterpose_protocol::{
     ExecuteRequest, NamespacePid, Operation, Phase, RESTORE_OPERATIONS, Reply, Request,
 };
-use cuinterpose_workload::proto::{Command, Reply as WorkerReply};
+use cuinterpose_workload::proto::Reply as WorkerReply;
 
 use super::support::cli::check_exit;
 use super::support::sandbox::{Sandbox, check_writes_cross};
-use super::{GRAN, SHARED, Workload, build_each, check_restored, cuinterpose, root};
+use super::{
+    GRAN, SHARED, Workload, build_each, check_restored, cuinterpose, root, send_gated_alloc,
+};
 
 /// A control timeout of 1 s: a quiet window of 3 s.
 const QUICK: [(&str, &str); 1] = [("CUINTERPOSE_CONTROL_TIMEOUT_SECONDS", "1")];
@@ -139,13 +141,7 @@ pub fn coordinator_gone(sandbox: &Sandbox) {
 fn check_rolls_back(sandbox: &Sandbox, workload: &mut Workload, logs: &[PathBuf], what: &str) {
     let _shown = ShowLogs(logs);
     // Gated: a call waits for the coordinator, then for the rollback.
-    workload.workers[1]
-        .send(&Command::MemAlloc { size: GRAN }, None)
-        .expect("send cuMemAlloc");
-    assert!(
-        !workload.workers[1].reply_ready(Duration::from_millis(500)),
-        "{what}: cuMemAlloc passed the closed gate"
-    );
+    send_gated_alloc(&mut workload.workers[1], what);
     let started = Instant::now();
     for log in logs {
         await_log(log, ROLLED_BACK, what);

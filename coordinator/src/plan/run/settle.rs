@@ -27,7 +27,9 @@ use crate::report::PhaseReport;
 
 /// How long a run settles by default: the shims' default quiet window, after which a released
 /// participant that heard nothing would roll back on its own.
-pub(super) const DEFAULT_LIMIT: Duration = Duration::from_secs(30);
+pub(super) fn default_limit() -> Duration {
+    cuinterpose_protocol::transport::Timeouts::default().quiet_window()
+}
 
 const PREPARE_UNICAST: Stage = Stage::Execute(Operation::PrepareUnicast);
 
@@ -45,11 +47,6 @@ impl Settling {
     }
 }
 
-/// Sent, and not answered in time: alive and busy, so it may still answer.
-fn silent(failure: &Failure) -> bool {
-    matches!(&failure.reason, Reason::Transport(error) if error.timed_out())
-}
-
 impl Run {
     /// How long settling may wait for a silent participant (the session sets its quiet window).
     pub fn set_settle_limit(&mut self, limit: Duration) {
@@ -63,17 +60,12 @@ impl Run {
             && stage == PREPARE_UNICAST
             && self.fail_stopped.is_empty()
             && self.state.is_some()
-            && failures.iter().all(silent)
+            && failures.iter().all(Failure::timed_out)
     }
 
     pub(super) fn start_settling(&mut self, stage: Stage, failures: Vec<Failure>) {
-        self.fail(stage, failures);
-        let Step::Failed(error) = &self.step else {
-            unreachable!("failed just now")
-        };
-        self.stopped = Some(error.clone());
         self.settling = Some(Settling::default());
-        self.step = self.broadcast(Stage::Settle);
+        self.undo(stage, failures, Stage::Settle);
     }
 
     /// Feeds a settle round, or a `prepare_unicast` sent again.
@@ -107,7 +99,7 @@ impl Run {
             match (stage, outcome) {
                 (_, Err(error)) => {
                     let found = failure(Reason::Transport(error));
-                    if silent(&found) {
+                    if found.timed_out() {
                         waiting.push(found);
                     } else {
                         failures.push(found);
