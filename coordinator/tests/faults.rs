@@ -31,7 +31,7 @@ use faults::corrupt_state::corrupt_state;
 use faults::fail_stop::{fail_stopped, survivors_are_told};
 use faults::participants::{killed_in_each_phase, lost_reply, stops_answering};
 use faults::publication::{ROLE, publication_interrupted, publisher, publisher_killed};
-use faults::settle::silent_in_prepare_unicast;
+use faults::settle::{silent_in_a_restore_step, silent_in_prepare_unicast};
 use support::harness::Test;
 use support::sandbox::Sandbox;
 
@@ -40,13 +40,17 @@ fn main() {
         publisher();
         return;
     }
-    let tests: [Test<Sandbox>; 9] = [
+    let tests: [Test<Sandbox>; 10] = [
         ("a_participant_killed_in_each_phase", killed_in_each_phase),
         ("a_participant_that_stops_answering", stops_answering),
         ("a_lost_reply_is_not_repeated", lost_reply),
         (
             "a_participant_silent_in_prepare_unicast_is_waited_for",
             silent_in_prepare_unicast,
+        ),
+        (
+            "a_participant_silent_in_a_restore_step_is_waited_for",
+            silent_in_a_restore_step,
         ),
         (
             "publication_interrupted_at_each_step",

@@ -31,8 +31,8 @@ A restore, in order:
 
 Exit status: 0 success; 1 refused or invalid (nothing was changed); 2 failed after the \
 participants were changed (fail-stop: do not resume the workload); 3 aborted: a participant \
-refused or did not answer in time (one silent in prepare_unicast is waited for up to the quiet \
-window, three control timeouts), publishing the state, a native checkpoint step or the CRIU \
+refused or did not answer in time (one silent in prepare_unicast, or in a restore step, is \
+waited for up to the quiet window, three control timeouts; the restore then goes on), publishing the state, a native checkpoint step or the CRIU \
 dump failed, and the workload was put back in place and resumed (nothing was checkpointed); \
 64 usage error.
 

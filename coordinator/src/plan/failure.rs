@@ -131,6 +131,12 @@ pub enum Reason {
         stage: Stage,
         reason: Box<Reason>,
     },
+    /// A restore waited for participants that did not answer its step in time, and the wait
+    /// failed: the step leads to `phase`, which not every participant reached.
+    Settling {
+        phase: Phase,
+        reason: Box<Reason>,
+    },
 }
 
 impl fmt::Display for Reason {
@@ -218,6 +224,10 @@ impl fmt::Display for Reason {
                 };
                 write!(f, "then, {doing} ({stage}): {reason}")
             }
+            Self::Settling { phase, reason } => write!(
+                f,
+                "then, waiting for every participant to reach phase {phase} (settle): {reason}"
+            ),
         }
     }
 }

@@ -68,8 +68,8 @@ pub struct Run {
     /// interrupted earlier (its coordinator killed, a reply lost) picks up where each
     /// participant stands: every operation goes to those still in the phase it starts from.
     at: BTreeMap<NamespacePid, Phase>,
-    /// Capture: waiting for every participant to be released after a `prepare_unicast` that
-    /// timed out ([`Stage::Settle`]).
+    /// Waiting for participants that did not answer a step in time to get through it
+    /// ([`Stage::Settle`]): a capture's `prepare_unicast`, or a restore's operation.
     settling: Option<Settling>,
     /// How long settling may wait for a silent participant.
     settle_limit: Duration,
@@ -268,15 +268,17 @@ impl Run {
     /// phase it starts from (the others did it before the restore was interrupted).
     fn addressees(&self, stage: Stage) -> Vec<NamespacePid> {
         match (self.kind, stage) {
+            // Settling: the step goes again to those found still before it.
+            (_, Stage::Execute(_)) if self.settling.is_some() => {
+                self.settling.iter().flat_map(Settling::resend).collect()
+            }
             (RunKind::Restore, Stage::Execute(operation)) => self
                 .participants
                 .iter()
                 .copied()
                 .filter(|pid| self.at.get(pid) == Some(&operation.from_phase()))
                 .collect(),
-            (RunKind::Capture, Stage::Execute(_)) if self.settling.is_some() => {
-                self.settling.iter().flat_map(Settling::resend).collect()
-            }
+            (_, Stage::Confirm) => self.unsure().collect(),
             (_, Stage::Verify) => self
                 .participants
                 .iter()
@@ -440,18 +442,24 @@ impl Run {
         if stage == Stage::RollBack {
             failures = self.excuse_slow(failures);
         }
+        let bytes = replies
+            .values()
+            .map(Accepted::bytes)
+            .fold(0u64, u64::saturating_add);
+        let report = PhaseReport {
+            name: stage.name_in(self.kind).to_string(),
+            duration: elapsed,
+            bytes,
+            participants: addressed.len(),
+        };
         if !failures.is_empty() {
             if self.may_settle(stage, &failures) {
-                self.start_settling(stage, failures);
+                self.start_settling(stage, failures, report);
             } else {
                 self.stop(stage, failures);
             }
             return &self.step;
         }
-        let bytes = replies
-            .values()
-            .map(Accepted::bytes)
-            .fold(0u64, u64::saturating_add);
         if let Err(failures) = self.complete(stage, replies) {
             self.stop(stage, failures);
             return &self.step;
@@ -461,12 +469,7 @@ impl Run {
                 self.at.insert(*pid, operation.to_phase());
             }
         }
-        self.phases.push(PhaseReport {
-            name: stage.name_in(self.kind).to_string(),
-            duration: elapsed,
-            bytes,
-            participants: addressed.len(),
-        });
+        self.phases.push(report);
         self.advance();
         &self.step
     }

@@ -40,10 +40,14 @@ pub enum Stage {
     Hold,
     /// A capture stopped before `prepare_unicast`: every participant puts itself back.
     RollBack,
-    /// A participant did not answer `prepare_unicast` in time: everyone's phase is asked
-    /// (`progress`, which also keeps them from rolling back on their own) until every
-    /// participant is released, and the workload is put back from the state in memory.
+    /// A participant did not answer a step in time (a capture's `prepare_unicast`, a
+    /// restore's operation): everyone's phase is asked (`progress`, which also keeps them from
+    /// rolling back on their own) until every participant is through the step. A capture is
+    /// then put back from the state in memory; a restore goes on.
     Settle,
+    /// While a restore settles: an inspection of those that did not answer its step, which
+    /// their control worker runs only once the step is done there.
+    Confirm,
     /// The final inspect, compared with the saved records (a restore's, or a rollback's).
     Verify,
 }
@@ -59,6 +63,7 @@ impl Stage {
             Self::Hold => "hold",
             Self::RollBack => "roll_back",
             Self::Settle => "settle",
+            Self::Confirm => "confirm",
             Self::Verify => "verify",
         }
     }
@@ -75,7 +80,7 @@ impl Stage {
     /// The request this stage broadcasts; `None` for stages that send nothing.
     pub fn request(self) -> Option<Request> {
         match self {
-            Self::Inspect | Self::Verify => Some(Request::Inspect),
+            Self::Inspect | Self::Verify | Self::Confirm => Some(Request::Inspect),
             Self::BeginCheckpoint => Some(Request::BeginCheckpoint),
             Self::RollBack => Some(Request::RollBack),
             Self::Hold => Some(Request::Hold),

@@ -374,7 +374,12 @@ pub(crate) fn stops_answering(sandbox: &Sandbox) {
         let stage_failures: Vec<_> = error
             .failures
             .iter()
-            .filter(|f| !matches!(f.reason, Reason::RollingBack { .. }))
+            .filter(|f| {
+                !matches!(
+                    f.reason,
+                    Reason::RollingBack { .. } | Reason::Settling { .. }
+                )
+            })
             .collect();
         assert_eq!(
             stage_failures.len(),
@@ -384,9 +389,11 @@ pub(crate) fn stops_answering(sandbox: &Sandbox) {
         assert_eq!(stage_failures[0].participant, Some(workload.pid(victim)));
         // Silent in begin_checkpoint, its roll_back is excused (it thaws on its own); in a
         // later stage the failed roll_back is a failure of its own. Silent in prepare_unicast
-        // for good, it is waited for (settle) until the quiet window passes: a failure too.
+        // or a restore's step for good, it is waited for (settle) until the quiet window
+        // passes: a failure too.
         let excused = target == Stage::BeginCheckpoint;
-        let settled = target == Stage::Execute(Operation::PrepareUnicast);
+        let settled =
+            target == Stage::Execute(Operation::PrepareUnicast) || kind == RunKind::Restore;
         assert_eq!(
             error.failures.len() > 1,
             (rolled_back && !excused) || settled,

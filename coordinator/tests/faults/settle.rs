@@ -1,6 +1,6 @@
-//! A participant that stops answering in `prepare_unicast` and comes back: the coordinator
-//! waits for it (settle), then puts the workload back from the state in memory (exit 3)
-//! instead of declaring a fail-stop.
+//! A participant that stops answering a step and comes back: the coordinator waits for it
+//! (settle) instead of declaring a fail-stop. In `prepare_unicast` it then puts the workload
+//! back from the state in memory (exit 3); in a restore's step the restore goes on.
 
 use std::time::{Duration, Instant};
 
@@ -9,8 +9,57 @@ use cuinterpose_coordinator::events::Event;
 use cuinterpose_coordinator::state::{self, StateError};
 use cuinterpose_protocol::Phase;
 
-use crate::faults::workload::{A, B, NAMES, Workload};
+use crate::faults::workload::{A, B, NAMES, Workload, prepare};
 use crate::support::sandbox::Sandbox;
+
+/// Stops `victim` as `phase` starts and resumes it `after` later; counts the settle rounds.
+struct Stopper {
+    phase: &'static str,
+    host_pid: String,
+    after: Duration,
+    resumer: Option<std::thread::JoinHandle<()>>,
+    settle_rounds: usize,
+}
+
+impl Stopper {
+    fn new(workload: &Workload, victim: usize, phase: &'static str, after: Duration) -> Self {
+        Self {
+            phase,
+            host_pid: workload.host_pid(victim).to_string(),
+            after,
+            resumer: None,
+            settle_rounds: 0,
+        }
+    }
+
+    fn see(&mut self, event: &Event, workload: &Workload, victim: usize) {
+        match event {
+            Event::Started { phase, .. } if *phase == self.phase && self.resumer.is_none() => {
+                workload.signal(victim, libc::SIGSTOP);
+                let (host_pid, after) = (self.host_pid.clone(), self.after);
+                self.resumer = Some(std::thread::spawn(move || {
+                    std::thread::sleep(after);
+                    let sent = std::process::Command::new("kill")
+                        .args(["-CONT", &host_pid])
+                        .status();
+                    assert!(sent.is_ok_and(|s| s.success()), "SIGCONT to {host_pid}");
+                }));
+            }
+            Event::Started {
+                phase: "settle", ..
+            } => self.settle_rounds += 1,
+            _ => {}
+        }
+    }
+
+    /// Waits for the resume (sent even when the run failed) and returns the settle rounds.
+    fn join(self) -> usize {
+        if let Some(resumer) = self.resumer {
+            resumer.join().expect("the resumer");
+        }
+        self.settle_rounds
+    }
+}
 
 /// `victim` is stopped as `prepare_unicast` starts and resumed `after` later; the coordinator
 /// waits at most its quiet window (3 s at a 1 s control timeout).
@@ -20,33 +69,11 @@ fn check(sandbox: &Sandbox, victim: usize, after: Duration) {
     let dir = sandbox.fresh("checkpoint");
     let victim_pid = workload.pid(victim);
     let started = Instant::now();
-    let host_pid = workload.host_pid(victim).to_string();
-    let mut resumer = None;
-    let mut settle_rounds = 0;
-    let mut progress = |event: &Event| match event {
-        Event::Started {
-            phase: "prepare_unicast",
-            ..
-        } if resumer.is_none() => {
-            workload.signal(victim, libc::SIGSTOP);
-            let host_pid = host_pid.clone();
-            resumer = Some(std::thread::spawn(move || {
-                std::thread::sleep(after);
-                let sent = std::process::Command::new("kill")
-                    .args(["-CONT", &host_pid])
-                    .status();
-                assert!(sent.is_ok_and(|s| s.success()), "SIGCONT to {host_pid}");
-            }));
-        }
-        Event::Started {
-            phase: "settle", ..
-        } => settle_rounds += 1,
-        _ => {}
-    };
-    let result = commands::prepare(&session, &dir, &mut progress);
-    if let Some(resumer) = resumer {
-        resumer.join().expect("the resumer");
-    }
+    let mut stopper = Stopper::new(&workload, victim, "prepare_unicast", after);
+    let result = commands::prepare(&session, &dir, &mut |event| {
+        stopper.see(event, &workload, victim)
+    });
+    let settle_rounds = stopper.join();
     let took = started.elapsed();
     let what = format!("{} silent in prepare_unicast for {after:?}", NAMES[victim]);
     let error = result.expect_err(&what);
@@ -99,4 +126,37 @@ pub(crate) fn silent_in_prepare_unicast(sandbox: &Sandbox) {
     for victim in [A, B] {
         check(sandbox, victim, Duration::from_millis(1500));
     }
+}
+
+/// `victim` is stopped as a restore's `phase` starts and resumed `after` later: the restore
+/// waits for it and goes on, and completes.
+fn check_restore(sandbox: &Sandbox, victim: usize, phase: &'static str, after: Duration) {
+    let mut workload = Workload::start(sandbox, "settle-restore");
+    let dir = prepare(sandbox, &workload);
+    let session = workload.session(Duration::from_secs(1));
+    let started = Instant::now();
+    let mut stopper = Stopper::new(&workload, victim, phase, after);
+    let result = commands::restore(&session, &dir, &mut |event| {
+        stopper.see(event, &workload, victim)
+    });
+    let settle_rounds = stopper.join();
+    let took = started.elapsed();
+    let what = format!("{} silent in {phase} for {after:?}", NAMES[victim]);
+    let report = result.unwrap_or_else(|e| panic!("{what}: {e}"));
+    let names: Vec<&str> = report.phases.iter().map(|p| p.name.as_str()).collect();
+    let at = names.iter().position(|n| *n == phase).expect(phase);
+    assert_eq!(names.get(at + 1), Some(&"settle"), "{what}: {names:?}");
+    assert_eq!(names.last(), Some(&"verify"), "{what}: {names:?}");
+    assert!(settle_rounds >= 1, "{what}: {settle_rounds} rounds");
+    println!("  {what}: restored after {took:.1?}, {settle_rounds} settle rounds");
+    assert_eq!(workload.phases(), [Phase::Active; 3], "{what}");
+    workload.check_shared(7);
+    workload.check_writes_cross(8);
+}
+
+/// The creator (A) silent in `load_allocations`, an importer (B) in `restore_unicast`, each
+/// for about two control timeouts.
+pub(crate) fn silent_in_a_restore_step(sandbox: &Sandbox) {
+    check_restore(sandbox, A, "load_allocations", Duration::from_millis(1500));
+    check_restore(sandbox, B, "restore_unicast", Duration::from_millis(1500));
 }

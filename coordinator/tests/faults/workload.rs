@@ -271,6 +271,8 @@ pub(crate) fn drive(
     publish: &mut dyn FnMut(&StateFile) -> Result<(), String>,
     before: &mut dyn FnMut(Stage),
 ) -> (Result<Report, RunError>, Duration) {
+    // As `Session::drive` does: a silent participant is waited for up to the quiet window.
+    run.set_settle_limit(session.timeouts().quiet_window());
     let mut hooked = Hooked {
         session,
         publish,

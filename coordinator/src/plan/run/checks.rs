@@ -107,7 +107,7 @@ impl Run {
                 other => Err(unexpected(&other, "held")),
             },
             // Settle rounds are checked where they are fed (`settle.rs`).
-            Stage::CheckState | Stage::PublishState | Stage::Settle => {
+            Stage::CheckState | Stage::PublishState | Stage::Settle | Stage::Confirm => {
                 Err(unexpected(&reply, "nothing"))
             }
         }

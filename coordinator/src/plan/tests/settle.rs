@@ -1,6 +1,8 @@
 //! Unit tests of settling: a participant that does not answer `prepare_unicast` in time is
 //! waited for (`progress` rounds) until every participant is released, then the workload is
-//! put back from the state in memory; one silent past the limit, failed or gone is fail-stop.
+//! put back from the state in memory; one that does not answer a restore's step in time is
+//! waited for until every participant is through it, and the restore goes on; one silent past
+//! the limit, failed or gone is fail-stop.
 
 use super::*;
 use cuinterpose_protocol::{ProgressReply, Request, StateFile};
@@ -70,9 +72,18 @@ impl<F: FnMut(Stage, u32, usize) -> Fate> Participants for Fated<'_, F> {
 /// Captures the shared topology (101 creates, 102 and 103 import) through the one loop,
 /// `fate` deciding each request's fate from the stage, the participant and how many settle
 /// rounds went before. Returns the stages broadcast and the fakes.
-fn check(run: &mut Run, mut fate: impl FnMut(Stage, u32, usize) -> Fate) -> (Vec<Stage>, Fakes) {
+fn check(run: &mut Run, fate: impl FnMut(Stage, u32, usize) -> Fate) -> (Vec<Stage>, Fakes) {
+    check_with(run, fake_participants(&shared_topology(101)), fate)
+}
+
+/// [`check`] of a run over `fakes` (a restore's: released by a capture).
+fn check_with(
+    run: &mut Run,
+    fakes: Fakes,
+    mut fate: impl FnMut(Stage, u32, usize) -> Fate,
+) -> (Vec<Stage>, Fakes) {
     let mut fated = Fated {
-        fakes: fake_participants(&shared_topology(101)),
+        fakes,
         fate: &mut fate,
         stages: Vec::new(),
         rounds: 0,
@@ -268,4 +279,197 @@ fn a_participant_gone_in_prepare_unicast_is_not_waited_for() {
     assert_eq!(stages, until_prepare_unicast());
     assert!(!failed(&run).settled);
     assert_eq!(run.fail_stop_targets().map(<[_]>::len), Some(3));
+}
+
+const LOAD: Stage = Stage::Execute(Operation::LoadAllocations);
+const RESTORE_UNICAST: Stage = Stage::Execute(Operation::RestoreUnicast);
+
+/// A restore of what [`captured`] left, `fate` deciding as in [`check`].
+fn check_restore(fate: impl FnMut(Stage, u32, usize) -> Fate) -> (Run, Vec<Stage>, Fakes) {
+    let (fakes, state) = captured();
+    let mut run = Run::restore(&state, fakes.keys().copied());
+    let (stages, fakes) = check_with(&mut run, fakes, fate);
+    (run, stages, fakes)
+}
+
+/// The restore's stages, `waited` after `stage`.
+fn restore_waiting(stage: Stage, waited: &[Stage]) -> Vec<Stage> {
+    let mut stages = restore_stages();
+    let at = stages
+        .iter()
+        .position(|s| *s == stage)
+        .expect("a restore stage")
+        + 1;
+    stages.splice(at..at, waited.iter().copied());
+    stages
+}
+
+/// The creator silent in `load_allocations` (it loaded; the reply is lost), then for one
+/// more round: the restore waits, and goes on once it reads `loaded`; its report shows the
+/// step and the wait.
+#[test]
+fn a_participant_silent_in_a_restore_step_is_waited_for_and_the_restore_goes_on() {
+    let (run, stages, fakes) = check_restore(|stage, p, rounds| match (stage, p) {
+        (LOAD, 101) => Fate::ActsSilently,
+        (Stage::Settle, 101) if rounds < 1 => Fate::Unheard,
+        _ => Fate::Answers,
+    });
+    // Its progress reads loaded; an inspection confirms the step is done there.
+    assert_eq!(
+        stages,
+        restore_waiting(LOAD, &[Stage::Settle, Stage::Settle, Stage::Confirm])
+    );
+    let Step::Done(report) = run.step() else {
+        panic!("{:?}", run.step());
+    };
+    let names: Vec<&str> = report.phases.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        &names[..4],
+        ["inspect", "load_allocations", "settle", "restore_unicast"]
+    );
+    assert_eq!(report.phases[2].duration, Duration::from_millis(1200));
+    assert!(fakes.values().all(|f| f.phase == Phase::Active));
+}
+
+/// Its progress reads the phase the step leads to as soon as the step starts: an inspection
+/// that times out (the step still runs in its control worker) means more rounds, not the
+/// next step.
+#[test]
+fn a_restore_step_still_running_is_confirmed_before_the_next() {
+    let mut confirms = 0;
+    let (run, stages, _) = check_restore(|stage, p, _| match (stage, p) {
+        (LOAD, 101) => Fate::ActsSilently,
+        (Stage::Confirm, 101) => {
+            confirms += 1;
+            if confirms == 1 {
+                Fate::Unheard
+            } else {
+                Fate::Answers
+            }
+        }
+        _ => Fate::Answers,
+    });
+    assert_eq!(
+        stages,
+        restore_waiting(
+            LOAD,
+            &[Stage::Settle, Stage::Confirm, Stage::Settle, Stage::Confirm]
+        )
+    );
+    assert!(matches!(run.step(), Step::Done(_)), "{:?}", run.step());
+}
+
+/// An importer's `restore_unicast` never arrived: found still `loaded`, it gets the step
+/// again (it alone); a second request refused as out of order (the first got there first)
+/// is no failure either.
+#[test]
+fn a_participant_behind_in_a_restore_gets_the_step_again() {
+    let mut sent_again = Vec::new();
+    let (run, stages, fakes) = check_restore(|stage, p, rounds| match (stage, p, rounds) {
+        (RESTORE_UNICAST, 102, 0) => Fate::Unheard,
+        (RESTORE_UNICAST, _, 1..) => {
+            sent_again.push(p);
+            Fate::Answers
+        }
+        _ => Fate::Answers,
+    });
+    assert_eq!(sent_again, [102]);
+    assert_eq!(
+        stages,
+        restore_waiting(
+            RESTORE_UNICAST,
+            &[Stage::Settle, RESTORE_UNICAST, Stage::Settle]
+        )
+    );
+    assert!(matches!(run.step(), Step::Done(_)), "{:?}", run.step());
+    assert!(fakes.values().all(|f| f.phase == Phase::Active));
+
+    let (run, stages, _) = check_restore(|stage, p, rounds| match (stage, p, rounds) {
+        (RESTORE_UNICAST, 102, 0) => Fate::Unheard,
+        (Stage::Settle, 102, 0) => Fate::Instead(Ok(ProgressReply {
+            namespace_pid: pid(102),
+            operation: Some(Operation::LoadAllocations),
+            running: false,
+            done: 0,
+            total: 0,
+            phase: Phase::Loaded,
+            held: false,
+        }
+        .into())),
+        (RESTORE_UNICAST, 102, 1) => Fate::Instead(refused(
+            RefusalCode::OutOfOrder,
+            "restore_unicast needs phase loaded; this process is in phase unicast_restored",
+        )),
+        _ => Fate::Answers,
+    });
+    // The refusal says nothing of where the first request stands: an inspection confirms.
+    assert_eq!(
+        stages,
+        restore_waiting(
+            RESTORE_UNICAST,
+            &[
+                Stage::Settle,
+                RESTORE_UNICAST,
+                Stage::Settle,
+                Stage::Confirm
+            ]
+        )
+    );
+    assert!(matches!(run.step(), Step::Done(_)), "{:?}", run.step());
+}
+
+/// Silent past the limit, or failed, gone or in another phase while the restore waits:
+/// fail-stop in the step, naming its timeout and what the wait found.
+#[test]
+fn a_restore_wait_that_fails_is_fail_stop_in_the_step() {
+    let progress = |phase| {
+        Fate::Instead(Ok(ProgressReply {
+            namespace_pid: pid(103),
+            operation: None,
+            running: false,
+            done: 0,
+            total: 0,
+            phase,
+            held: false,
+        }
+        .into()))
+    };
+    let cases: [(Option<Fate>, &str); 3] = [
+        (
+            None,
+            "participant 102: then, waiting for every participant to reach phase loaded (settle): no reply: timed out after 1s",
+        ),
+        (
+            Some(progress(Phase::Failed)),
+            "participant 103: then, waiting for every participant to reach phase loaded (settle): in phase failed, expected phase loaded",
+        ),
+        (
+            Some(Fate::Instead(closed("the peer closed the connection"))),
+            "participant 103: then, waiting for every participant to reach phase loaded (settle): no reply: the peer closed",
+        ),
+    ];
+    for (fate, said) in cases {
+        let silent_for_good = fate.is_none();
+        let mut fate = fate;
+        let (fakes, state) = captured();
+        let mut run = Run::restore(&state, fakes.keys().copied());
+        run.set_settle_limit(Duration::from_secs(1));
+        check_with(&mut run, fakes, |stage, p, _| match (stage, p) {
+            (LOAD, 102) => Fate::Unheard,
+            (Stage::Settle, 102) if silent_for_good => Fate::Unheard,
+            (Stage::Settle, 103) => fate.take().unwrap_or(Fate::Answers),
+            _ => Fate::Answers,
+        });
+        let error = failed(&run);
+        assert_eq!(error.stage, LOAD, "{said}");
+        assert!(error.mutated && !error.settled && !error.resumes_from_state());
+        assert_eq!(run.fail_stop_targets().map(<[_]>::len), Some(3), "{error}");
+        let text = error.to_string();
+        assert!(
+            text.contains("participant 102: no reply: timed out after 1s")
+                && text.contains(said)
+                && text.contains("FAIL-STOP"),
+            "{said}: {text}"
+        );
+    }
 }
