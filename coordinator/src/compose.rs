@@ -331,14 +331,16 @@ fn tell_survivors(workload: &Workload, root: u32, dir: &Path, reason: &str) -> V
 /// Which processes `restore` restores natively.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NativeRestore {
-    /// Every CUDA process must be checkpointed (the CLI's `restore --dir`).
+    /// Every CUDA process must be checkpointed (restore and unlock) or locked (unlock: a
+    /// checkpoint or restore whose coordinator was killed after the native lock, or between
+    /// the native restore and unlock); none may be running (the CLI's `restore --dir`).
     Strict,
     /// Only those still checkpointed (restore and unlock) or locked (unlock): another tool,
     /// CRIU's CUDA plugin, may have restored some already (the CRIU hook's `post-resume`).
     WhereNeeded,
 }
 
-/// [`restore_with`], every CUDA process checkpointed.
+/// [`restore_with`], every CUDA process checkpointed or locked.
 pub fn restore(
     workload: &Workload,
     root: Option<u32>,
@@ -368,7 +370,9 @@ pub fn restore_with(
     for member in members.iter().filter(|member| member.cuda) {
         let found = driver.state(member.host_pid)?;
         let accepted = match native {
-            NativeRestore::Strict => found == ProcessState::Checkpointed,
+            NativeRestore::Strict => {
+                matches!(found, ProcessState::Checkpointed | ProcessState::Locked)
+            }
             NativeRestore::WhereNeeded => matches!(
                 found,
                 ProcessState::Checkpointed | ProcessState::Locked | ProcessState::Running

@@ -356,6 +356,34 @@ fn checkpoint_and_restore(library: &Path) {
     );
     assert_eq!(tree.native_states(), [ProcessState::Running; 3]);
     assert_eq!(tree.shim_phases(), ["active"; 3]);
+
+    // A coordinator killed after the native lock (or between the native restore and unlock)
+    // leaves processes locked: `restore --dir` unlocks those, restores and unlocks the
+    // checkpointed ones, and puts the workload back.
+    let again = TempDir::new("ckpt").expect("checkpoint dir");
+    let root = tree.root.host_pid().to_string();
+    tree.check(
+        &["checkpoint", "--pid", &root, "--dir", path(again.path())],
+        0,
+    );
+    tree.driver
+        .restore_onto(tree.pids[1], &[])
+        .expect("one process restored natively, still locked");
+    assert_eq!(
+        tree.native_states(),
+        [
+            ProcessState::Checkpointed,
+            ProcessState::Locked,
+            ProcessState::Checkpointed
+        ]
+    );
+    let stdout = tree.check(&["restore", "--dir", path(again.path())], 0);
+    assert!(
+        stdout.starts_with("restore: ok in ") && stdout.contains("native_unlock"),
+        "{stdout}"
+    );
+    assert_eq!(tree.native_states(), [ProcessState::Running; 3]);
+    assert_eq!(tree.shim_phases(), ["active"; 3]);
     tree.root.stop();
 }
 

@@ -85,7 +85,8 @@ pub enum Command {
     /// inspect compared with the saved records.
     ///
     /// With --dir (after `cuinterpose checkpoint`): natively restore and unlock every CUDA
-    /// process first, then the same phases.
+    /// process first (a locked one, left by a coordinator killed after the native lock, is
+    /// only unlocked; a running one is refused), then the same phases.
     #[command(group(clap::ArgGroup::new("where").required(true).args(["checkpoint_dir", "dir"])))]
     Restore {
         /// Checkpoint directory written by `prepare`; run the coordinator phases only.
