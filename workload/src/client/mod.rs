@@ -79,7 +79,10 @@ fn unexpected(pid: u32, command: &Command, reply: &Reply) -> WorkloadError {
     WorkloadError::Protocol {
         pid,
         command: command.name(),
-        message: format!("unexpected reply {reply:?}"),
+        message: format!(
+            "unexpected reply {reply:?} (the command answers {})",
+            command.reply_name()
+        ),
     }
 }
 

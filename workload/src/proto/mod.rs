@@ -169,6 +169,53 @@ mod tests {
         assert!(serde_json::from_str::<Command>(r#"{"cmd":"nope"}"#).is_err());
     }
 
+    /// One command per group: where the table sends it, and the reply it declares.
+    #[test]
+    fn the_table_names_each_commands_group_and_reply() {
+        let check = |command: Command, group: Group, reply: Reply, kind: &str| {
+            assert_eq!(command.group(), group, "{command:?}");
+            assert!(command.answers()(&reply), "{command:?} answers {reply:?}");
+            assert!(
+                !command.answers()(&Reply::Count { count: 1 }),
+                "{command:?}"
+            );
+            assert_eq!(
+                (command.kind(), command.reply_name()),
+                kind.split_once(' ').unwrap()
+            );
+        };
+        check(
+            Command::Ping,
+            Group::Memory,
+            Reply::Hello {
+                pid: 1,
+                nspid: vec![1],
+                ppid: 0,
+            },
+            "Ping Hello",
+        );
+        check(
+            Command::Write {
+                address: 1,
+                bytes: vec![1],
+            },
+            Group::Data,
+            Reply::Done,
+            "Write Done",
+        );
+        check(
+            Command::McCreate {
+                device_count: 2,
+                size: 2 << 20,
+                handle_types: 1,
+                flags: 0,
+            },
+            Group::Objects,
+            Reply::Handle { handle: 7 },
+            "McCreate Handle",
+        );
+    }
+
     #[test]
     fn responses_round_trip() {
         let rs: [Response; 3] = [

@@ -8,8 +8,8 @@ use crate::cuda::{
 use crate::entry::EntryPath;
 use crate::pattern;
 use crate::proto::{
-    AllocationProperties, COPY_CHUNK, Command, DriverObjects, ErrorReply, FdTarget, MAX_TRANSFER,
-    Reply, Response,
+    AllocationProperties, COPY_CHUNK, Command, DriverObjects, ErrorReply, FdTarget, Group,
+    MAX_TRANSFER, Reply, Response,
 };
 use nix::errno::Errno;
 use std::collections::HashMap;
@@ -234,7 +234,16 @@ impl State {
 
     /// Runs `cmd`, turning a panic into an error reply.
     pub fn run_guarded(&mut self, cmd: Command, fd: Option<OwnedFd>) -> (Response, Option<Attach>) {
+        let (answers, kind, reply_name) = (cmd.answers(), cmd.kind(), cmd.reply_name());
         match catch_unwind(AssertUnwindSafe(|| self.run(cmd, fd))) {
+            Ok(Ok((r, _))) if !answers(&r) => {
+                let found: String = format!("{r:?}").chars().take(120).collect();
+                let message = format!(
+                    "{kind} answered {found}, not the {reply_name} its table entry names (a \
+                     worker bug)"
+                );
+                (Err(failure::request(message)), None)
+            }
             Ok(Ok((r, a))) => (Ok(r), a),
             Ok(Err(e)) => (Err(e), None),
             Err(p) => (Err(failure::panic(panic_text(p.as_ref()))), None),
@@ -243,69 +252,10 @@ impl State {
 
     fn run(&mut self, cmd: Command, fd: Option<OwnedFd>) -> Outcome {
         // Only Import uses an attached descriptor; any other is closed when `fd` drops.
-        match cmd {
-            Command::Ping
-            | Command::Init { .. }
-            | Command::SetDevice { .. }
-            | Command::DriverVersion
-            | Command::Granularity { .. }
-            | Command::Create { .. }
-            | Command::Release { .. }
-            | Command::Retain { .. }
-            | Command::Properties { .. }
-            | Command::Reserve { .. }
-            | Command::FreeAddress { .. }
-            | Command::Map { .. }
-            | Command::Unmap { .. }
-            | Command::SetAccess { .. }
-            | Command::GetAccess { .. }
-            | Command::Export { .. }
-            | Command::Import { .. }
-            | Command::ImportFromPid { .. }
-            | Command::PidGetFd { .. }
-            | Command::CloseFd { .. }
-            | Command::HoldFd
-            | Command::SendFd { .. }
-            | Command::ProxyExport { .. }
-            | Command::DeviceAttribute { .. }
-            | Command::PrimaryCtxReset { .. }
-            | Command::DriverObjects
-            | Command::DupFd { .. } => self.run_memory(cmd, fd),
-            Command::NativeIpcCalls
-            | Command::OpenFdCount
-            | Command::FdTargets
-            | Command::Fill { .. }
-            | Command::Verify { .. }
-            | Command::Read { .. }
-            | Command::Write { .. }
-            | Command::Checksum { .. }
-            | Command::Memset { .. }
-            | Command::MemAlloc { .. }
-            | Command::MemFree { .. }
-            | Command::AddressRange { .. }
-            | Command::IpcGet { .. }
-            | Command::IpcOpen { .. }
-            | Command::IpcClose { .. } => self.run_data(cmd),
-            Command::McGranularity { .. }
-            | Command::McCreate { .. }
-            | Command::McAddDevice { .. }
-            | Command::McBindMem { .. }
-            | Command::McBindAddr { .. }
-            | Command::McUnbind { .. }
-            | Command::CtxCreate { .. }
-            | Command::CtxDestroy { .. }
-            | Command::PrimaryCtxRelease { .. }
-            | Command::HostRegister { .. }
-            | Command::HostUnregister { .. }
-            | Command::Resolve { .. }
-            | Command::Synchronize
-            | Command::TrafficStart { .. }
-            | Command::TrafficStop
-            | Command::SynchronizeInThread { .. }
-            | Command::Sleep { .. }
-            | Command::Panic { .. }
-            | Command::Exit { .. }
-            | Command::Detach { .. } => self.run_objects(cmd),
+        match cmd.group() {
+            Group::Memory => self.run_memory(cmd, fd),
+            Group::Data => self.run_data(cmd),
+            Group::Objects => self.run_objects(cmd),
         }
     }
 }
