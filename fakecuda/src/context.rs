@@ -255,6 +255,15 @@ impl Contexts {
         Ok((h, c.device))
     }
 
+    /// Context `ctx` and its device, or the current one when `ctx` is null (CUDA 13's `_v2`
+    /// context calls).
+    pub fn given_or_current(&self, ctx: u64) -> CuResult<(u64, u32)> {
+        if ctx == 0 {
+            return self.current();
+        }
+        Ok((ctx, self.live(ctx)?.device))
+    }
+
     pub fn create_stream(&mut self, handle: u64, flags: u32, priority: i32) -> CuResult<u64> {
         // CU_STREAM_DEFAULT (0) and CU_STREAM_NON_BLOCKING (1) are the only flags.
         if flags > stream::NON_BLOCKING {

@@ -4,15 +4,21 @@
 
 use std::collections::BTreeMap;
 
-/// The names in the `exported!( ... );` list.
+/// The symbols of the `entry_points! { name: version => symbol, ...; }` list, each once.
 fn exported(source: &str) -> Vec<String> {
-    let start = source.find("exported!(\n").expect("the exported! list") + "exported!(\n".len();
-    let end = start + source[start..].find(");").expect("its end");
-    source[start..end]
-        .split(',')
-        .map(|name| name.trim().to_owned())
-        .filter(|name| !name.is_empty())
-        .collect()
+    let start = source
+        .find("entry_points! {\n")
+        .expect("the entry_points! list")
+        + "entry_points! {\n".len();
+    let end = start + source[start..].find("\n}").expect("its end");
+    let mut symbols: Vec<String> = source[start..end]
+        .split([',', ';'])
+        .filter_map(|entry| entry.split_once("=>"))
+        .map(|(_, symbol)| symbol.trim().to_owned())
+        .collect();
+    symbols.sort();
+    symbols.dedup();
+    symbols
 }
 
 /// Every `` `cu…` `` in the first column of the fidelity table, with how often it appears.
@@ -61,7 +67,8 @@ fn every_exported_function_has_one_row() {
 
 #[test]
 fn a_missing_duplicate_or_stale_row_is_named() {
-    let source = "exported!(\n    cuInit,\n    cuMemCreate,\n);";
+    let source = "entry_points! {\n    cuInit: 2000 => cuInit;\n    \
+                  cuMemCreate: 10020 => cuMemCreate, 10000 => cuMemCreate;\n}";
     let readme = "## Fidelity, function by function\n\n| Functions | a | b |\n| --- | --- | --- |\n\
                   | `cuInit`, `cuMemMap` | x | y |\n| `cuInit` | x | y |\n";
     assert_eq!(

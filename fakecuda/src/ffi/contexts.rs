@@ -167,12 +167,12 @@ pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> RawResult {
     })
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuCtxSynchronize() -> RawResult {
-    // Every stream of the context, non-blocking ones too; the first kept error is reported.
+/// Drains every stream of context `ctx` (null: the current one), non-blocking ones too; the
+/// first kept error is reported.
+fn synchronize(ctx: CUcontext) -> RawResult {
     gated(|| {
         let streams = driver::with(|d| {
-            let (ctx, _) = d.contexts.current()?;
+            let (ctx, _) = d.contexts.given_or_current(ctx as usize as u64)?;
             Ok(d.contexts.streams_of(ctx, false))
         })?;
         streams
@@ -183,12 +183,37 @@ pub extern "C" fn cuCtxSynchronize() -> RawResult {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxGetDevice(device: *mut CUdevice) -> RawResult {
+pub extern "C" fn cuCtxSynchronize() -> RawResult {
+    synchronize(std::ptr::null_mut())
+}
+
+/// CUDA 13: the context to drain is an argument (null: the current one).
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxSynchronize_v2(ctx: CUcontext) -> RawResult {
+    synchronize(ctx)
+}
+
+/// # Safety
+/// `device` is null or valid for one `CUdevice`.
+unsafe fn device_of(device: *mut CUdevice, ctx: CUcontext) -> RawResult {
     with(|d| {
-        let (_, dev) = d.contexts.current()?;
-        // SAFETY: CUdevice out-parameter (cuda.h).
+        let (_, dev) = d.contexts.given_or_current(ctx as usize as u64)?;
+        // SAFETY: CUdevice out-parameter (cuda.h), per the caller.
         unsafe { put(device, dev as CUdevice) }
     })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetDevice(device: *mut CUdevice) -> RawResult {
+    // SAFETY: the caller's out-parameter (cuda.h).
+    unsafe { device_of(device, std::ptr::null_mut()) }
+}
+
+/// CUDA 13: the context is an argument (null: the current one).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetDevice_v2(device: *mut CUdevice, ctx: CUcontext) -> RawResult {
+    // SAFETY: the caller's out-parameter (cuda.h).
+    unsafe { device_of(device, ctx) }
 }
 
 #[unsafe(no_mangle)]

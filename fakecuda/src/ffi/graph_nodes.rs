@@ -158,3 +158,42 @@ pub unsafe extern "C" fn cuGraphAddNode_v2(
     // SAFETY: the same contract as cuGraphAddNode.
     unsafe { cuGraphAddNode(out, graph, dependencies, n, params) }
 }
+
+/// Where CUDA 13's `CUDA_HOST_NODE_PARAMS_v2` keeps `syncMode` (after the function and its
+/// argument), which the bindings' older layout lacks.
+const HOST_SYNC_MODE_AT: usize = 16;
+
+/// The newest `cuGraphAddNode` ABI (`cuda.bindings` asks for it at 13041): a host node's `syncMode` is read (blocking or spin-wait, both
+/// run by the stream's worker here; anything else is `CUDA_ERROR_INVALID_VALUE`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddNode_v3(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    dependencies: *const CUgraphNode,
+    edges: *const [u8; 8],
+    n: usize,
+    params: *mut CUgraphNodeParams,
+) -> RawResult {
+    if params.is_null() {
+        return CuError::CUDA_ERROR_INVALID_VALUE.raw();
+    }
+    // SAFETY: a CUgraphNodeParams input (cuda.h), non-null; its `type_` is its first field.
+    let kind = unsafe { (*params).type_ };
+    if kind == T::CU_GRAPH_NODE_TYPE_HOST {
+        let at = std::mem::offset_of!(CUgraphNodeParams, __bindgen_anon_1);
+        // SAFETY: `type_` says the application filled the `host` member, which begins the
+        // union at `at`; the union is 232 bytes, past this field's end at 20.
+        let sync_mode = unsafe {
+            params
+                .cast::<u8>()
+                .add(at + HOST_SYNC_MODE_AT)
+                .cast::<c_uint>()
+                .read_unaligned()
+        };
+        if sync_mode > 1 {
+            return CuError::CUDA_ERROR_INVALID_VALUE.raw();
+        }
+    }
+    // SAFETY: the same contract as cuGraphAddNode_v2.
+    unsafe { cuGraphAddNode_v2(out, graph, dependencies, edges, n, params) }
+}

@@ -195,9 +195,28 @@ type StreamCallback = Option<unsafe extern "C" fn(CUstream, c_uint, *mut c_void)
 #[derive(Clone, Copy)]
 struct UserData(usize);
 
+/// `CU_HOST_TASK_SPINWAIT`, the greatest `CUhostTaskSyncMode`. How the stream waits for the
+/// host function (blocking or spinning) changes nothing here: a worker thread runs it.
+const HOST_TASK_SPINWAIT: c_uint = 1;
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchHostFunc(s: CUstream, f: HostFn, user: *mut c_void) -> RawResult {
+    // SAFETY: the caller's arguments, as cuda.h documents them; blocking is v1's mode.
+    unsafe { cuLaunchHostFunc_v2(s, f, user, 0) }
+}
+
+/// CUDA 13.2: the caller picks how the stream waits for the host function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchHostFunc_v2(
+    s: CUstream,
+    f: HostFn,
+    user: *mut c_void,
+    sync_mode: c_uint,
+) -> RawResult {
     gated(|| {
+        if sync_mode > HOST_TASK_SPINWAIT {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
         let f = f.ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         let user = UserData(user as usize);
         memcpy::host_work(Some(stream_of(s)), move || {
