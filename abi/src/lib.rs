@@ -17,5 +17,6 @@ pub mod structs;
 pub mod uuid;
 
 pub use structs::{
-    RawAccessDesc, RawAllocProp, RawIpcMemHandle, RawLocation, RawMulticastProp, RawPoolProps,
+    RawAccessDesc, RawAllocProp, RawIpcMemHandle, RawLocation, RawMemcpy3d, RawMulticastProp,
+    RawPoolProps,
 };

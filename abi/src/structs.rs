@@ -1,9 +1,10 @@
 //! C-layout mirrors of `CUmemLocation`, `CUmemAllocationProp`, `CUmemAccessDesc`,
-//! `CUmulticastObjectProp`, `CUmemPoolProps` and `CUipcMemHandle`, with plain-integer fields.
+//! `CUmulticastObjectProp`, `CUmemPoolProps`, `CUipcMemHandle` and `CUDA_MEMCPY3D`, with
+//! plain-integer fields.
 
 use cudarc::driver::sys::{
-    CUipcMemHandle, CUmemAccessDesc, CUmemAllocationProp, CUmemLocation, CUmemPoolProps,
-    CUmulticastObjectProp,
+    CUDA_MEMCPY3D, CUipcMemHandle, CUmemAccessDesc, CUmemAllocationProp, CUmemLocation,
+    CUmemPoolProps, CUmulticastObjectProp,
 };
 use std::ffi::c_void;
 use std::mem::{offset_of, size_of};
@@ -98,7 +99,45 @@ pub struct RawIpcMemHandle {
     pub reserved: [u8; 64],
 }
 
+/// `CUDA_MEMCPY3D` (200 bytes): a graph memcpy node's parameters, kept as given so the
+/// node's getters hand them back.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawMemcpy3d {
+    pub src_x_in_bytes: usize,
+    pub src_y: usize,
+    pub src_z: usize,
+    pub src_lod: usize,
+    pub src_memory_type: u32,
+    pub src_host: usize,
+    pub src_device: u64,
+    pub src_array: usize,
+    pub reserved0: usize,
+    pub src_pitch: usize,
+    pub src_height: usize,
+    pub dst_x_in_bytes: usize,
+    pub dst_y: usize,
+    pub dst_z: usize,
+    pub dst_lod: usize,
+    pub dst_memory_type: u32,
+    pub dst_host: usize,
+    pub dst_device: u64,
+    pub dst_array: usize,
+    pub reserved1: usize,
+    pub dst_pitch: usize,
+    pub dst_height: usize,
+    pub width_in_bytes: usize,
+    pub height: usize,
+    pub depth: usize,
+}
+
 const _: () = {
+    assert!(size_of::<RawMemcpy3d>() == size_of::<CUDA_MEMCPY3D>());
+    assert!(size_of::<RawMemcpy3d>() == 200);
+    assert!(offset_of!(RawMemcpy3d, src_device) == offset_of!(CUDA_MEMCPY3D, srcDevice));
+    assert!(offset_of!(RawMemcpy3d, dst_memory_type) == offset_of!(CUDA_MEMCPY3D, dstMemoryType));
+    assert!(offset_of!(RawMemcpy3d, dst_device) == offset_of!(CUDA_MEMCPY3D, dstDevice));
+    assert!(offset_of!(RawMemcpy3d, width_in_bytes) == offset_of!(CUDA_MEMCPY3D, WidthInBytes));
     assert!(size_of::<RawLocation>() == size_of::<CUmemLocation>());
     assert!(size_of::<RawLocation>() == 8);
     assert!(size_of::<RawAllocProp>() == size_of::<CUmemAllocationProp>());

@@ -4,4 +4,4 @@
 //! enum lacks, so fakecuda reads these mirrors and decodes every field explicitly.
 
 pub use cuinterpose_abi::consts;
-pub use cuinterpose_abi::{RawAccessDesc, RawAllocProp, RawLocation};
+pub use cuinterpose_abi::{RawAccessDesc, RawAllocProp, RawLocation, RawMemcpy3d};

@@ -1,8 +1,10 @@
-//! CUDA graphs, for the node kinds that run without device code: empty, host, memset, memcpy
-//! and child-graph nodes, with their dependencies, instantiated into executable graphs that a
-//! launch runs on a stream in dependency order (one unit of the stream's work). Kernel and
-//! conditional nodes are not modelled (`CUDA_ERROR_NOT_SUPPORTED`).
+//! CUDA graphs, for the node kinds that run without device code: empty, host, memset, memcpy,
+//! child-graph and conditional nodes, with their dependencies, instantiated into executable
+//! graphs that a launch runs on a stream in dependency order (one unit of the stream's work).
+//! Nodes' parameters can change, in a graph or in an executable graph. Kernel nodes are not
+//! modelled (`CUDA_ERROR_NOT_SUPPORTED`).
 
+use crate::abi::RawMemcpy3d;
 use crate::error::{CuError, CuResult};
 use std::collections::{BTreeMap, HashMap};
 
@@ -26,13 +28,15 @@ pub enum Work {
     },
     /// `depth` slices of `height` rows of `width` bytes; on each side rows are `pitch` apart
     /// and slices `slice` apart, from the first byte copied; `*_dev` says which sides are
-    /// device memory (the others are the application's host buffers).
+    /// device memory (the others are the application's host buffers). `given` is the
+    /// `CUDA_MEMCPY3D` as the application gave it, for the node's getters.
     Memcpy {
         dst: Side,
         src: Side,
         width: u64,
         height: u64,
         depth: u64,
+        given: Box<RawMemcpy3d>,
     },
     /// A child graph: a copy of its nodes' work, in dependency order, taken when the node was
     /// added (CUDA clones the child graph).
@@ -105,6 +109,8 @@ struct Exec {
     id: u32,
     /// The nodes' work in an order that respects every dependency.
     order: Vec<Work>,
+    /// The graph's node each entry of `order` was instantiated from.
+    nodes: Vec<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -259,8 +265,10 @@ impl Graphs {
     /// Instantiates `graph`: its nodes' work in dependency order.
     pub fn instantiate(&mut self, handle: u64, graph: u64) -> CuResult<()> {
         let order = self.ordered_work(graph)?;
+        // ordered_work keeps the graph's node order.
+        let nodes = self.graphs[&graph].nodes.clone();
         let id = self.id();
-        self.execs.insert(handle, Exec { id, order });
+        self.execs.insert(handle, Exec { id, order, nodes });
         Ok(())
     }
 
@@ -322,5 +330,94 @@ impl Graphs {
             .remove(&exec)
             .map(drop)
             .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
+    }
+
+    /// A node's work as it stands (after any `cuGraph*SetParams`).
+    pub fn work(&self, node: u64) -> CuResult<Work> {
+        self.nodes
+            .get(&node)
+            .map(|n| n.work.clone())
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
+    }
+
+    /// A graph's nodes, in the order they were added.
+    pub fn nodes_of(&self, graph: u64) -> CuResult<Vec<u64>> {
+        self.graphs
+            .get(&graph)
+            .map(|g| g.nodes.clone())
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
+    }
+
+    /// `cuGraphNodeSetParams` and the typed setters: new parameters of the same kind for a node
+    /// of a graph; executable graphs already made from it keep what they were given.
+    pub fn set_work(&mut self, node: u64, work: Work) -> CuResult<()> {
+        let n = self
+            .nodes
+            .get_mut(&node)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        settable(&n.work, &work)?;
+        n.work = work;
+        Ok(())
+    }
+
+    /// `cuGraphExecNodeSetParams` and the typed exec setters: new parameters for what node
+    /// `node` became in `exec`, under the driver's rules (the same kind; a memset or memcpy
+    /// stays one-dimensional and each copy side stays device or host memory).
+    pub fn exec_set_work(&mut self, exec: u64, node: u64, work: Work) -> CuResult<()> {
+        let e = self
+            .execs
+            .get_mut(&exec)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let at = e
+            .nodes
+            .iter()
+            .position(|n| *n == node)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let old = &e.order[at];
+        settable(old, &work)?;
+        let same_operands = match (old, &work) {
+            (Work::Memset { height: a, .. }, Work::Memset { height: b, .. }) => *a == 1 && *b == 1,
+            (
+                Work::Memcpy {
+                    src: s0,
+                    dst: d0,
+                    height: h0,
+                    depth: z0,
+                    ..
+                },
+                Work::Memcpy {
+                    src: s1,
+                    dst: d1,
+                    height: h1,
+                    depth: z1,
+                    ..
+                },
+            ) => {
+                (*h0, *z0, *h1, *z1) == (1, 1, 1, 1)
+                    && s0.device == s1.device
+                    && d0.device == d1.device
+            }
+            _ => true,
+        };
+        if !same_operands {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        e.order[at] = work;
+        Ok(())
+    }
+}
+
+/// Whether `new` may replace `old`: the same kind of node, one whose parameters can change
+/// here (child graphs and conditional nodes cannot: `CUDA_ERROR_NOT_SUPPORTED`).
+fn settable(old: &Work, new: &Work) -> CuResult<()> {
+    match (old, new) {
+        (Work::Empty, Work::Empty)
+        | (Work::Host { .. }, Work::Host { .. })
+        | (Work::Memset { .. }, Work::Memset { .. })
+        | (Work::Memcpy { .. }, Work::Memcpy { .. }) => Ok(()),
+        (Work::Child(_) | Work::Conditional { .. } | Work::Branch { .. }, _) => {
+            Err(CuError::CUDA_ERROR_NOT_SUPPORTED)
+        }
+        _ => Err(CuError::CUDA_ERROR_INVALID_VALUE),
     }
 }

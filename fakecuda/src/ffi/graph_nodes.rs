@@ -45,55 +45,60 @@ pub unsafe extern "C" fn cuGraphAddNode(
         let p = unsafe { get(params.cast_const()) }?;
         // SAFETY: cuda.h's contract for the dependency list.
         let deps = unsafe { deps(dependencies, n) }?;
-        let work = match p.type_ {
-            T::CU_GRAPH_NODE_TYPE_EMPTY => Work::Empty,
-            T::CU_GRAPH_NODE_TYPE_HOST => {
-                // SAFETY: `type_` says the application filled the `host` member.
-                let host = unsafe { p.__bindgen_anon_1.host };
-                host_node(host.fn_.map_or(0, |f| f as usize), host.userData as usize)?
+        if p.type_ == T::CU_GRAPH_NODE_TYPE_CONDITIONAL {
+            // SAFETY: `type_` says the application filled the `conditional` member.
+            let c = unsafe { p.__bindgen_anon_1.conditional };
+            let bodies = add_conditional(out, graph, deps, c.handle, c.type_ as u32, c.size)?;
+            // SAFETY: `params` is the application's CUgraphNodeParams (read above); the
+            // driver owns and fills `phGraph_out` (cuda.h).
+            unsafe { (*params).__bindgen_anon_1.conditional.phGraph_out = bodies.cast() };
+            return Ok(());
+        }
+        add(out, graph, deps, generic_work(graph, &p)?)
+    })
+}
+
+/// The work of a node from generic parameters, every kind but conditional nodes (which make
+/// graphs of their own); `graph` is the node's graph (a child may not be it).
+pub(super) fn generic_work(graph: CUgraph, p: &CUgraphNodeParams) -> CuResult<Work> {
+    Ok(match p.type_ {
+        T::CU_GRAPH_NODE_TYPE_EMPTY => Work::Empty,
+        T::CU_GRAPH_NODE_TYPE_HOST => {
+            // SAFETY: `type_` says the application filled the `host` member.
+            let host = unsafe { p.__bindgen_anon_1.host };
+            host_node(host.fn_.map_or(0, |f| f as usize), host.userData as usize)?
+        }
+        T::CU_GRAPH_NODE_TYPE_MEMSET => {
+            // SAFETY: `type_` says the application filled the `memset` member.
+            let m = unsafe { p.__bindgen_anon_1.memset };
+            memset_node(&graphs::MemsetNodeParams {
+                dst: m.dst,
+                pitch: m.pitch,
+                value: m.value,
+                element_size: m.elementSize,
+                width: m.width,
+                height: m.height,
+            })?
+        }
+        T::CU_GRAPH_NODE_TYPE_MEMCPY => {
+            // SAFETY: `type_` says the application filled the `memcpy` member.
+            let m = unsafe { p.__bindgen_anon_1.memcpy };
+            if m.flags != 0 {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
             }
-            T::CU_GRAPH_NODE_TYPE_MEMSET => {
-                // SAFETY: `type_` says the application filled the `memset` member.
-                let m = unsafe { p.__bindgen_anon_1.memset };
-                memset_node(&graphs::MemsetNodeParams {
-                    dst: m.dst,
-                    pitch: m.pitch,
-                    value: m.value,
-                    element_size: m.elementSize,
-                    width: m.width,
-                    height: m.height,
-                })?
-            }
-            T::CU_GRAPH_NODE_TYPE_MEMCPY => {
-                // SAFETY: `type_` says the application filled the `memcpy` member.
-                let m = unsafe { p.__bindgen_anon_1.memcpy };
-                if m.flags != 0 {
-                    return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-                }
-                // SAFETY: `RawMemcpy3d` mirrors CUDA_MEMCPY3D field for field (its size is
-                // asserted equal); both are plain integers and pointers.
-                let raw: RawMemcpy3d = unsafe { std::mem::transmute(m.copyParams) };
-                memcpy_node(&raw)?
-            }
-            T::CU_GRAPH_NODE_TYPE_GRAPH => {
-                // SAFETY: `type_` says the application filled the `graph` member.
-                let child = unsafe { p.__bindgen_anon_1.graph }.graph;
-                child_node(graph, child)?
-            }
-            T::CU_GRAPH_NODE_TYPE_CONDITIONAL => {
-                // SAFETY: `type_` says the application filled the `conditional` member.
-                let c = unsafe { p.__bindgen_anon_1.conditional };
-                let bodies = add_conditional(out, graph, deps, c.handle, c.type_ as u32, c.size)?;
-                // SAFETY: `params` is the application's CUgraphNodeParams (read above); the
-                // driver owns and fills `phGraph_out` (cuda.h).
-                unsafe { (*params).__bindgen_anon_1.conditional.phGraph_out = bodies.cast() };
-                return Ok(());
-            }
-            // Kernels need device code; events, semaphores, memory and batch-op nodes are not
-            // modelled.
-            _ => return Err(CuError::CUDA_ERROR_NOT_SUPPORTED),
-        };
-        add(out, graph, deps, work)
+            // SAFETY: `RawMemcpy3d` mirrors CUDA_MEMCPY3D field for field (its size is
+            // asserted equal); both are plain integers and pointers.
+            let raw: RawMemcpy3d = unsafe { std::mem::transmute(m.copyParams) };
+            memcpy_node(&raw)?
+        }
+        T::CU_GRAPH_NODE_TYPE_GRAPH => {
+            // SAFETY: `type_` says the application filled the `graph` member.
+            let child = unsafe { p.__bindgen_anon_1.graph }.graph;
+            child_node(graph, child)?
+        }
+        // Kernels need device code; events, semaphores, memory and batch-op nodes are not
+        // modelled.
+        _ => return Err(CuError::CUDA_ERROR_NOT_SUPPORTED),
     })
 }
 
@@ -163,8 +168,9 @@ pub unsafe extern "C" fn cuGraphAddNode_v2(
 /// argument), which the bindings' older layout lacks.
 const HOST_SYNC_MODE_AT: usize = 16;
 
-/// The newest `cuGraphAddNode` ABI (`cuda.bindings` asks for it at 13041): a host node's `syncMode` is read (blocking or spin-wait, both
-/// run by the stream's worker here; anything else is `CUDA_ERROR_INVALID_VALUE`).
+/// The newest `cuGraphAddNode` ABI (`cuda.bindings` asks for it at 13041): a host node's
+/// `syncMode` is read (blocking or spin-wait, both run by the stream's worker here; anything
+/// else is `CUDA_ERROR_INVALID_VALUE`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddNode_v3(
     out: *mut CUgraphNode,
@@ -174,26 +180,39 @@ pub unsafe extern "C" fn cuGraphAddNode_v3(
     n: usize,
     params: *mut CUgraphNodeParams,
 ) -> RawResult {
-    if params.is_null() {
-        return CuError::CUDA_ERROR_INVALID_VALUE.raw();
-    }
-    // SAFETY: a CUgraphNodeParams input (cuda.h), non-null; its `type_` is its first field.
-    let kind = unsafe { (*params).type_ };
-    if kind == T::CU_GRAPH_NODE_TYPE_HOST {
-        let at = std::mem::offset_of!(CUgraphNodeParams, __bindgen_anon_1);
-        // SAFETY: `type_` says the application filled the `host` member, which begins the
-        // union at `at`; the union is 232 bytes, past this field's end at 20.
-        let sync_mode = unsafe {
-            params
-                .cast::<u8>()
-                .add(at + HOST_SYNC_MODE_AT)
-                .cast::<c_uint>()
-                .read_unaligned()
-        };
-        if sync_mode > 1 {
-            return CuError::CUDA_ERROR_INVALID_VALUE.raw();
-        }
+    // SAFETY: the caller's CUgraphNodeParams (cuda.h).
+    if let Err(e) = unsafe { host_sync_mode(params) } {
+        return e.raw();
     }
     // SAFETY: the same contract as cuGraphAddNode_v2.
     unsafe { cuGraphAddNode_v2(out, graph, dependencies, edges, n, params) }
+}
+
+/// The check CUDA 13's node-parameter ABIs add: a host node's `syncMode` is blocking (0) or
+/// spin-wait (1).
+///
+/// # Safety
+/// `params` is null or a readable `CUgraphNodeParams`.
+pub(super) unsafe fn host_sync_mode(params: *const CUgraphNodeParams) -> CuResult<()> {
+    if params.is_null() {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: a CUgraphNodeParams input (cuda.h), non-null; its `type_` is its first field.
+    if unsafe { (*params).type_ } != T::CU_GRAPH_NODE_TYPE_HOST {
+        return Ok(());
+    }
+    let at = std::mem::offset_of!(CUgraphNodeParams, __bindgen_anon_1);
+    // SAFETY: `type_` says the application filled the `host` member, which begins the union
+    // at `at`; the union is 232 bytes, past this field's end at 20.
+    let sync_mode = unsafe {
+        params
+            .cast::<u8>()
+            .add(at + HOST_SYNC_MODE_AT)
+            .cast::<c_uint>()
+            .read_unaligned()
+    };
+    if sync_mode > 1 {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    Ok(())
 }

@@ -3,6 +3,7 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use super::*;
+pub(super) use crate::abi::RawMemcpy3d;
 use crate::graph::{Side, Work};
 use cudarc::driver::sys::{
     CUgraph, CUgraph_st, CUgraphExec, CUgraphExec_st, CUgraphNode, CUgraphNode_st,
@@ -80,8 +81,8 @@ pub unsafe extern "C" fn cuGraphAddEmptyNode(
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct HostNodeParams {
-    function: usize,
-    user: usize,
+    pub(super) function: usize,
+    pub(super) user: usize,
 }
 
 #[unsafe(no_mangle)]
@@ -154,41 +155,6 @@ pub unsafe extern "C" fn cuGraphAddMemsetNode(
     })
 }
 
-/// `CUDA_MEMCPY3D`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct RawMemcpy3d {
-    src_x_in_bytes: usize,
-    src_y: usize,
-    src_z: usize,
-    src_lod: usize,
-    src_memory_type: c_uint,
-    src_host: usize,
-    src_device: u64,
-    src_array: usize,
-    reserved0: usize,
-    src_pitch: usize,
-    src_height: usize,
-    dst_x_in_bytes: usize,
-    dst_y: usize,
-    dst_z: usize,
-    dst_lod: usize,
-    dst_memory_type: c_uint,
-    dst_host: usize,
-    dst_device: u64,
-    dst_array: usize,
-    reserved1: usize,
-    dst_pitch: usize,
-    dst_height: usize,
-    width_in_bytes: usize,
-    height: usize,
-    depth: usize,
-}
-
-const _: () = assert!(
-    std::mem::size_of::<RawMemcpy3d>() == std::mem::size_of::<cudarc::driver::sys::CUDA_MEMCPY3D>()
-);
-
 /// `CUmemorytype`.
 const MEMORY_HOST: c_uint = 1;
 const MEMORY_DEVICE: c_uint = 2;
@@ -258,6 +224,7 @@ pub(super) fn memcpy_node(p: &RawMemcpy3d) -> CuResult<Work> {
         width: p.width_in_bytes as u64,
         height: p.height as u64,
         depth: p.depth as u64,
+        given: Box::new(*p),
     })
 }
 
@@ -401,6 +368,7 @@ fn run_works(issuer: u64, order: &[Work]) -> bool {
                 width,
                 height,
                 depth,
+                ..
             } => {
                 for (slice, row) in (0..*depth).flat_map(|z| (0..*height).map(move |y| (z, y))) {
                     let (to, from) = (dst.row(slice, row), src.row(slice, row));

@@ -1,0 +1,339 @@
+//! Reading and changing graph nodes: the typed getters and setters (`cuGraphMemcpyNodeGetParams`
+//! and the rest), the generic ones (`cuGraphNodeGetParams`, `cuGraphNodeSetParams`,
+//! `cuGraphExecNodeSetParams`), node types and a graph's node list. Empty, host, memset and
+//! memcpy nodes can change; child-graph and conditional nodes are `CUDA_ERROR_NOT_SUPPORTED`.
+
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use super::graph_nodes::{generic_work, host_sync_mode};
+use super::graphs::{
+    HostNodeParams, MemsetNodeParams, RawMemcpy3d, h, host_node, memcpy_node, memset_node,
+};
+use super::*;
+use crate::graph::Work;
+use cudarc::driver::sys::{
+    CUgraph, CUgraphExec, CUgraphNode, CUgraphNode_st, CUgraphNodeParams, CUgraphNodeType as T,
+};
+
+/// `CUDA_MEMCPY_NODE_PARAMS`: the generic parameters' memcpy member.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct MemcpyNodeParams {
+    flags: c_int,
+    reserved: c_int,
+    ctx: usize,
+    copy: RawMemcpy3d,
+}
+
+/// The node type cuda.h gives `work`.
+fn node_type(work: &Work) -> T {
+    match work {
+        Work::Empty => T::CU_GRAPH_NODE_TYPE_EMPTY,
+        Work::Host { .. } => T::CU_GRAPH_NODE_TYPE_HOST,
+        Work::Memset { .. } => T::CU_GRAPH_NODE_TYPE_MEMSET,
+        Work::Memcpy { .. } => T::CU_GRAPH_NODE_TYPE_MEMCPY,
+        Work::Child(_) => T::CU_GRAPH_NODE_TYPE_GRAPH,
+        Work::Conditional { .. } | Work::Branch { .. } => T::CU_GRAPH_NODE_TYPE_CONDITIONAL,
+    }
+}
+
+/// A memset node's parameters as `CUDA_MEMSET_NODE_PARAMS`.
+fn memset_params(work: &Work) -> CuResult<MemsetNodeParams> {
+    match *work {
+        Work::Memset {
+            dst,
+            pitch,
+            value,
+            width,
+            count,
+            height,
+        } => Ok(MemsetNodeParams {
+            dst,
+            pitch: pitch as usize,
+            value,
+            element_size: width as c_uint,
+            width: count,
+            height,
+        }),
+        _ => Err(CuError::CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+fn node_work(node: CUgraphNode) -> CuResult<Work> {
+    driver::with(|d| d.graphs.work(h(node)))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphNodeGetType(node: CUgraphNode, out: *mut c_uint) -> RawResult {
+    gated(|| {
+        let kind = node_type(&node_work(node)?) as c_uint;
+        // SAFETY: CUgraphNodeType out-parameter (cuda.h), an enum the size of an int.
+        unsafe { put(out, kind) }
+    })
+}
+
+/// A graph's nodes in the order they were added: their count when `nodes` is null, else up to
+/// `*count` of them, the rest of the array nulled, and how many there were in `*count`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphGetNodes(
+    graph: CUgraph,
+    nodes: *mut CUgraphNode,
+    count: *mut usize,
+) -> RawResult {
+    gated(|| {
+        let all = driver::with(|d| d.graphs.nodes_of(h(graph)))?;
+        // SAFETY: size_t in-out parameter (cuda.h).
+        let room = unsafe { get(count.cast_const()) }?;
+        if !nodes.is_null() {
+            // SAFETY: the application's array of `*count` node handles (cuda.h).
+            let out = unsafe { std::slice::from_raw_parts_mut(nodes, room) };
+            for (i, slot) in out.iter_mut().enumerate() {
+                *slot = all
+                    .get(i)
+                    .map_or(std::ptr::null_mut(), |n| handle_ptr::<CUgraphNode_st>(*n));
+            }
+        }
+        let written = if nodes.is_null() {
+            all.len()
+        } else {
+            all.len().min(room)
+        };
+        // SAFETY: as above.
+        unsafe { put(count, written) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphMemcpyNodeGetParams(
+    node: CUgraphNode,
+    out: *mut RawMemcpy3d,
+) -> RawResult {
+    gated(|| match node_work(node)? {
+        // SAFETY: CUDA_MEMCPY3D out-parameter (cuda.h).
+        Work::Memcpy { given, .. } => unsafe { put(out, *given) },
+        _ => Err(CuError::CUDA_ERROR_INVALID_VALUE),
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphMemsetNodeGetParams(
+    node: CUgraphNode,
+    out: *mut MemsetNodeParams,
+) -> RawResult {
+    gated(|| {
+        let p = memset_params(&node_work(node)?)?;
+        // SAFETY: CUDA_MEMSET_NODE_PARAMS out-parameter (cuda.h).
+        unsafe { put(out, p) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphHostNodeGetParams(
+    node: CUgraphNode,
+    out: *mut HostNodeParams,
+) -> RawResult {
+    gated(|| match node_work(node)? {
+        // SAFETY: CUDA_HOST_NODE_PARAMS out-parameter (cuda.h).
+        Work::Host { function, user } => unsafe { put(out, HostNodeParams { function, user }) },
+        _ => Err(CuError::CUDA_ERROR_INVALID_VALUE),
+    })
+}
+
+/// Where new parameters go: a graph's node, or what a node became in an executable graph.
+#[derive(Clone, Copy)]
+enum Target {
+    Node(CUgraphNode),
+    Exec(CUgraphExec, CUgraphNode),
+}
+
+fn set(target: Target, work: Work) -> CuResult<()> {
+    driver::with(|d| match target {
+        Target::Node(node) => d.graphs.set_work(h(node), work),
+        Target::Exec(exec, node) => d.graphs.exec_set_work(h(exec), h(node), work),
+    })
+}
+
+/// Decodes generic parameters for `target` (child-graph and conditional ones cannot change).
+///
+/// # Safety
+/// `params` is null or a readable `CUgraphNodeParams`.
+unsafe fn set_generic(target: Target, params: *const CUgraphNodeParams) -> CuResult<()> {
+    // SAFETY: per the caller.
+    let p = unsafe { get(params) }?;
+    if matches!(
+        p.type_,
+        T::CU_GRAPH_NODE_TYPE_GRAPH | T::CU_GRAPH_NODE_TYPE_CONDITIONAL
+    ) {
+        return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
+    }
+    let node = match target {
+        Target::Node(n) | Target::Exec(_, n) => n,
+    };
+    let (_, _, graph) = driver::with(|d| d.graphs.node(h(node)))?;
+    set(target, generic_work(handle_ptr(graph), &p)?)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphMemcpyNodeSetParams(
+    node: CUgraphNode,
+    params: *const RawMemcpy3d,
+) -> RawResult {
+    // SAFETY: CUDA_MEMCPY3D input (cuda.h).
+    gated(|| set(Target::Node(node), memcpy_node(&unsafe { get(params) }?)?))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphMemsetNodeSetParams(
+    node: CUgraphNode,
+    params: *const MemsetNodeParams,
+) -> RawResult {
+    // SAFETY: CUDA_MEMSET_NODE_PARAMS input (cuda.h).
+    gated(|| set(Target::Node(node), memset_node(&unsafe { get(params) }?)?))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphHostNodeSetParams(
+    node: CUgraphNode,
+    params: *const HostNodeParams,
+) -> RawResult {
+    gated(|| {
+        // SAFETY: CUDA_HOST_NODE_PARAMS input (cuda.h).
+        let p = unsafe { get(params) }?;
+        set(Target::Node(node), host_node(p.function, p.user)?)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const RawMemcpy3d,
+    _ctx: CUcontext,
+) -> RawResult {
+    // SAFETY: CUDA_MEMCPY3D input (cuda.h).
+    gated(|| {
+        set(
+            Target::Exec(exec, node),
+            memcpy_node(&unsafe { get(params) }?)?,
+        )
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecMemsetNodeSetParams(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const MemsetNodeParams,
+    _ctx: CUcontext,
+) -> RawResult {
+    // SAFETY: CUDA_MEMSET_NODE_PARAMS input (cuda.h).
+    gated(|| {
+        set(
+            Target::Exec(exec, node),
+            memset_node(&unsafe { get(params) }?)?,
+        )
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecHostNodeSetParams(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const HostNodeParams,
+) -> RawResult {
+    gated(|| {
+        // SAFETY: CUDA_HOST_NODE_PARAMS input (cuda.h).
+        let p = unsafe { get(params) }?;
+        set(Target::Exec(exec, node), host_node(p.function, p.user)?)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphNodeSetParams(
+    node: CUgraphNode,
+    params: *mut CUgraphNodeParams,
+) -> RawResult {
+    // SAFETY: CUgraphNodeParams input (cuda.h).
+    gated(|| unsafe { set_generic(Target::Node(node), params) })
+}
+
+/// The newest `cuGraphNodeSetParams` ABI (`cuda.bindings` asks for it at 13041): a host
+/// node's sync mode is checked, as `cuGraphAddNode_v3` does.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphNodeSetParams_v2(
+    node: CUgraphNode,
+    params: *mut CUgraphNodeParams,
+) -> RawResult {
+    gated(|| {
+        // SAFETY: CUgraphNodeParams input (cuda.h).
+        unsafe { host_sync_mode(params) }?;
+        // SAFETY: as above.
+        unsafe { set_generic(Target::Node(node), params) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecNodeSetParams(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *mut CUgraphNodeParams,
+) -> RawResult {
+    // SAFETY: CUgraphNodeParams input (cuda.h).
+    gated(|| unsafe { set_generic(Target::Exec(exec, node), params) })
+}
+
+/// A node's parameters in the generic form: its type and its member of the union, the rest
+/// zero (no context is kept for a copy or a memset; a host function's sync mode is blocking).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphNodeGetParams(
+    node: CUgraphNode,
+    params: *mut CUgraphNodeParams,
+) -> RawResult {
+    gated(|| {
+        let work = node_work(node)?;
+        if params.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let kind = node_type(&work);
+        if matches!(
+            kind,
+            T::CU_GRAPH_NODE_TYPE_GRAPH | T::CU_GRAPH_NODE_TYPE_CONDITIONAL
+        ) {
+            return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
+        }
+        let at = std::mem::offset_of!(CUgraphNodeParams, __bindgen_anon_1);
+        let base = params.cast::<u8>();
+        // SAFETY: the application's CUgraphNodeParams (cuda.h), non-null: all zero bytes are
+        // a valid value of it (a node type, integers, null pointers and functions), then the
+        // type in its first field and the member at the union's offset, within its 232 bytes.
+        unsafe {
+            params.write_bytes(0, 1);
+            base.cast::<c_uint>().write(kind as c_uint);
+            let member = base.add(at);
+            match &work {
+                Work::Host { function, user } => {
+                    let p = HostNodeParams {
+                        function: *function,
+                        user: *user,
+                    };
+                    member.cast::<HostNodeParams>().write_unaligned(p);
+                }
+                Work::Memset { .. } => {
+                    let p = memset_params(&work)?;
+                    member.cast::<MemsetNodeParams>().write_unaligned(p);
+                }
+                Work::Memcpy { given, .. } => {
+                    let p = MemcpyNodeParams {
+                        flags: 0,
+                        reserved: 0,
+                        ctx: 0,
+                        copy: **given,
+                    };
+                    member.cast::<MemcpyNodeParams>().write_unaligned(p);
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    })
+}
