@@ -278,11 +278,13 @@ fn host_pools_are_the_cpus_until_a_device_is_granted() {
         INVALID_VALUE,
         "a host pool of any node is never IPC capable"
     );
-    assert_eq!(
-        cu.cuMemPoolCreate(&mut pool, &host_props(3, 0, POSIX_FD)),
-        NOT_SUPPORTED,
-        "fakecuda models no IPC host pools"
-    );
+    ok(cu.cuMemPoolCreate(&mut pool, &host_props(3, 0, POSIX_FD)));
+    let mut fd: i32 = -1;
+    ok(cu.cuMemPoolExportToShareableHandle((&mut fd as *mut i32).cast(), pool, POSIX_FD, 0));
+    assert!(fd >= 0, "a NUMA node's pool is IPC capable");
+    // SAFETY: the export returned a descriptor this test owns.
+    drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    ok(cu.cuMemPoolDestroy(pool));
     assert_eq!(
         cu.cuMemPoolCreate(&mut pool, &host_props(3, 7, 0)),
         INVALID_VALUE,

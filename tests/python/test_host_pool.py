@@ -1,7 +1,9 @@
 """Host and managed memory pools: pinned host pools through cuda.bindings (the CPU's memory,
 reachable from a device once the pool grants it access, reported as host memory) and managed
-pools through cuda.core's ManagedMemoryResource (every device's and the CPU's at once); the
-same with and without the shim, which leaves pools that are not IPC pools to the driver."""
+pools through cuda.core's ManagedMemoryResource (every device's and the CPU's at once), and
+pinned pools of a host NUMA node shared between processes (cuda.core's PinnedMemoryResource
+with IPC); the same with and without the shim, which leaves host and managed pools to the
+driver."""
 
 import ctypes
 
@@ -87,3 +89,48 @@ def test_cuda_core_managed_pools(context):
         buffer.close(stream)
         other.close(stream)
     check(cu.cuCtxSetCurrent(context))
+
+
+def test_host_numa_pools_share_bytes_between_processes(context):
+    import multiprocessing
+
+    from cuda.core import Device, PinnedMemoryResource, PinnedMemoryResourceOptions
+
+    import host_pool_ipc_child
+
+    # Only a NUMA node's pool is IPC capable; the host's as a whole never is (above).
+    props = host_pool(True)
+    props.handleTypes = cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+    check(cu.cuMemPoolDestroy(check(cu.cuMemPoolCreate(props))))
+    device = Device(0)
+    device.set_current()
+    stream = device.create_stream()
+    resource = PinnedMemoryResource(PinnedMemoryResourceOptions(ipc_enabled=True, numa_id=0))
+    assert resource.is_ipc_enabled and resource.is_host_accessible
+    buffer = resource.allocate(SIZE, stream=stream)
+    ctypes.memset(int(buffer.handle), 7, SIZE)
+    multiprocessing.set_start_method("spawn", force=True)
+    results = multiprocessing.Queue()
+    child = multiprocessing.Process(
+        target=host_pool_ipc_child.run,
+        args=(resource.allocation_handle, buffer.ipc_descriptor, SIZE, results),
+    )
+    child.start()
+    assert results.get(timeout=60) == ("saw", True), "the importer saw the creator's bytes"
+    assert results.get(timeout=60) == ("wrote", True)
+    child.join(60)
+    assert child.exitcode == 0
+    assert ctypes.string_at(int(buffer.handle), SIZE) == b"\x09" * SIZE, "the creator sees it"
+    # A device reaches the memory once the pool grants it, as for any host pool.
+    out = np.zeros(SIZE, dtype=np.uint8)
+    copy = (out.ctypes.data, int(buffer.handle), SIZE)
+    assert cu.cuMemcpyDtoH(*copy)[0] == R.CUDA_ERROR_ILLEGAL_ADDRESS
+    grant = cu.CUmemAccessDesc()
+    grant.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    grant.location.id = 0
+    grant.flags = cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+    check(cu.cuMemPoolSetAccess(int(resource.handle), [grant], 1))
+    check(cu.cuMemcpyDtoH(*copy))
+    assert (out == 9).all()
+    buffer.close(stream)
+    resource.close()

@@ -178,8 +178,11 @@ pub unsafe extern "C" fn cuGraphMemcpyNodeSetParams(
     node: CUgraphNode,
     params: *const RawMemcpy3d,
 ) -> RawResult {
-    // SAFETY: CUDA_MEMCPY3D input (cuda.h).
-    gated(|| set(Target::Node(node), memcpy_node(&unsafe { get(params) }?)?))
+    gated(|| {
+        // SAFETY: CUDA_MEMCPY3D input (cuda.h).
+        let p = unsafe { get(params) }?;
+        set(Target::Node(node), memcpy_node(&p)?)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -187,8 +190,11 @@ pub unsafe extern "C" fn cuGraphMemsetNodeSetParams(
     node: CUgraphNode,
     params: *const MemsetNodeParams,
 ) -> RawResult {
-    // SAFETY: CUDA_MEMSET_NODE_PARAMS input (cuda.h).
-    gated(|| set(Target::Node(node), memset_node(&unsafe { get(params) }?)?))
+    gated(|| {
+        // SAFETY: CUDA_MEMSET_NODE_PARAMS input (cuda.h).
+        let p = unsafe { get(params) }?;
+        set(Target::Node(node), memset_node(&p)?)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -210,12 +216,10 @@ pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams(
     params: *const RawMemcpy3d,
     _ctx: CUcontext,
 ) -> RawResult {
-    // SAFETY: CUDA_MEMCPY3D input (cuda.h).
     gated(|| {
-        set(
-            Target::Exec(exec, node),
-            memcpy_node(&unsafe { get(params) }?)?,
-        )
+        // SAFETY: CUDA_MEMCPY3D input (cuda.h).
+        let p = unsafe { get(params) }?;
+        set(Target::Exec(exec, node), memcpy_node(&p)?)
     })
 }
 
@@ -226,12 +230,10 @@ pub unsafe extern "C" fn cuGraphExecMemsetNodeSetParams(
     params: *const MemsetNodeParams,
     _ctx: CUcontext,
 ) -> RawResult {
-    // SAFETY: CUDA_MEMSET_NODE_PARAMS input (cuda.h).
     gated(|| {
-        set(
-            Target::Exec(exec, node),
-            memset_node(&unsafe { get(params) }?)?,
-        )
+        // SAFETY: CUDA_MEMSET_NODE_PARAMS input (cuda.h).
+        let p = unsafe { get(params) }?;
+        set(Target::Exec(exec, node), memset_node(&p)?)
     })
 }
 

@@ -8,6 +8,8 @@ const POOL_MAGIC: &[u8; 8] = b"FKCUPOOL";
 const POINTER_MAGIC: &[u8; 8] = b"FKCUPPTR";
 /// `CUmemPoolPtrExportData`.
 pub const POINTER_BYTES: usize = 64;
+/// In an exported pool's place: the pool is a host NUMA node's (the low bits its number).
+const HOST_NUMA_PLACE: u64 = 1 << 32;
 
 /// What an exported pointer names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,12 +41,16 @@ impl Driver {
         if p.imported.is_some() {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        let device = p.device();
+        // The place: a device's ordinal, or a host NUMA node's with HOST_NUMA_PLACE set.
+        let place = match p.place {
+            Place::HostNuma(node) => HOST_NUMA_PLACE | u64::from(node),
+            _ => u64::from(p.device()),
+        };
         let mut bytes = [0u8; 32];
         bytes[..8].copy_from_slice(POOL_MAGIC);
         bytes[8..16].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
         bytes[16..24].copy_from_slice(&h.to_le_bytes());
-        bytes[24..32].copy_from_slice(&u64::from(device).to_le_bytes());
+        bytes[24..32].copy_from_slice(&place.to_le_bytes());
         let fd = sys::new_memfd("fakecuda-pool", bytes.len() as u64)?;
         sys::write_all(&fd, &bytes)?;
         self.pool_mut(h)?.exported = true;
@@ -66,19 +72,19 @@ impl Driver {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
         let pid = u32::try_from(le(&bytes, 8)).map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?;
-        let (remote, device) = (le(&bytes, 16), le(&bytes, 24) as i32);
+        let (remote, place) = (le(&bytes, 16), le(&bytes, 24));
         if pid == std::process::id() {
             // The creator's own export names the pool it already has.
             return self.pool(remote).map(|_| remote);
         }
-        let device = self.config.check_device(device)?;
-        Ok(self.new_pool_with(
-            Place::Device(device),
-            false,
-            0,
-            handle_type,
-            Some((pid, remote)),
-        ))
+        let id = i32::try_from(place & !HOST_NUMA_PLACE)
+            .map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let place = if place & HOST_NUMA_PLACE != 0 {
+            Place::HostNuma(self.config.check_numa_node(id)?)
+        } else {
+            Place::Device(self.config.check_device(id)?)
+        };
+        Ok(self.new_pool_with(place, false, 0, handle_type, Some((pid, remote))))
     }
 
     /// `cuMemPoolExportPointer`: the base of an allocation of a shareable pool.
@@ -147,21 +153,11 @@ impl Driver {
         if sys::file_size(std::os::fd::AsFd::as_fd(&fd))? < named.size {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        let (device, access) = {
-            let p = self.pool(h)?;
-            (p.device(), p.access.clone())
-        };
+        let (location_type, id) = self.pool(h)?.place.memory();
         let alloc = self.next_handle();
-        self.vmm
-            .allocs
-            .insert(alloc, crate::vmm::PhysAlloc::opened(named.size, device, fd));
-        let base = self.map_whole_readwrite(alloc, named.size, device)?;
-        if access.len() > 1 {
-            if let Some(m) = self.vmm.mappings.get_mut(&base) {
-                m.access = access;
-            }
-            self.apply_access(base)?;
-        }
+        let opened = crate::vmm::PhysAlloc::opened_at(named.size, location_type, id, fd);
+        self.vmm.allocs.insert(alloc, opened);
+        let base = self.map_pool_memory(h, alloc, named.size)?;
         self.pools.allocations.insert(base, (h, alloc, named.size));
         self.pools
             .imported_ptrs

@@ -41,6 +41,19 @@ pub enum Place {
 /// `CU_MEM_ALLOCATION_TYPE_MANAGED`.
 const ALLOCATION_TYPE_MANAGED: u32 = 2;
 
+impl Place {
+    /// Where a pool at this place keeps its memory: (`CUmemLocationType`, device or NUMA node).
+    pub fn memory(self) -> (u32, u32) {
+        match self {
+            Place::Device(device) => (c::LOCATION_TYPE_DEVICE, device),
+            Place::Host => (c::LOCATION_TYPE_HOST_NUMA, 0),
+            Place::HostNuma(node) => (c::LOCATION_TYPE_HOST_NUMA, node),
+            // Managed memory is host memory here, which every device and the CPU reach.
+            Place::Managed(..) => (c::LOCATION_TYPE_HOST_NUMA, 0),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Pool {
     pub place: Place,
@@ -244,9 +257,9 @@ impl Driver {
         }
     }
 
-    /// `cuMemPoolCreate`: pinned device memory, shareable as POSIX FDs or not at all; pinned
-    /// host memory; managed memory (neither shareable: fakecuda models no IPC host or managed
-    /// pools).
+    /// `cuMemPoolCreate`: pinned memory of a device or a host NUMA node, shareable as POSIX
+    /// FDs or not at all; pinned host memory of any node and managed memory, never shareable
+    /// (fakecuda models no IPC managed pools).
     pub fn pool_create(
         &mut self,
         alloc_type: u32,
@@ -260,17 +273,17 @@ impl Driver {
             return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
         }
         match place {
-            Place::Device(device) => {
-                Ok(self.new_pool_with(Place::Device(device), false, max_size, handle_types, None))
+            Place::Device(_) | Place::HostNuma(_) => {
+                Ok(self.new_pool_with(place, false, max_size, handle_types, None))
             }
-            // Host pools are never IPC capable (cuda.h).
+            // A pool of the host as a whole is never IPC capable (cuda.h); one of a NUMA node is.
             Place::Host if handle_types != c::HANDLE_TYPE_NONE => {
                 Err(CuError::CUDA_ERROR_INVALID_VALUE)
             }
-            Place::HostNuma(_) | Place::Managed(..) if handle_types != c::HANDLE_TYPE_NONE => {
+            Place::Managed(..) if handle_types != c::HANDLE_TYPE_NONE => {
                 Err(CuError::CUDA_ERROR_NOT_SUPPORTED)
             }
-            host => Ok(self.new_pool(host, false, max_size)),
+            other => Ok(self.new_pool(other, false, max_size)),
         }
     }
 
@@ -383,9 +396,9 @@ impl Driver {
         if bytes == 0 {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        let (device, place, max, used) = {
+        let (place, max, used) = {
             let p = self.pool(h)?;
-            (p.device(), p.place, p.max_size, p.used)
+            (p.place, p.max_size, p.used)
         };
         let size =
             sys::round_up(bytes, sys::granularity()).ok_or(CuError::CUDA_ERROR_OUT_OF_MEMORY)?;
@@ -396,16 +409,29 @@ impl Driver {
         if max != 0 && used.saturating_add(size) > max {
             return Err(CuError::CUDA_ERROR_OUT_OF_MEMORY);
         }
-        let (location_type, id, node) = match place {
-            Place::Device(device) => (c::LOCATION_TYPE_DEVICE, device, None),
-            Place::Host => (c::LOCATION_TYPE_HOST_NUMA, 0, Some(0)),
-            Place::HostNuma(node) => (c::LOCATION_TYPE_HOST_NUMA, node, Some(node)),
-            // Managed memory is host memory here, which every device and the CPU reach.
-            Place::Managed(..) => (c::LOCATION_TYPE_HOST_NUMA, 0, Some(0)),
-        };
+        let (location_type, id) = place.memory();
         let alloc = self.alloc_create(size, location_type, id, c::HANDLE_TYPE_NONE, true)?;
+        let base = self.map_pool_memory(h, alloc, size)?;
+        self.pools.allocations.insert(base, (h, alloc, size));
+        let p = self.pool_mut(h)?;
+        p.used += size;
+        p.used_high = p.used_high.max(p.used);
+        Ok(base)
+    }
+
+    /// Maps a whole allocation of pool `h` (made here, or imported) with the pool's access:
+    /// its own device's, or, for host memory, the CPU's and what the pool grants devices.
+    fn map_pool_memory(&mut self, h: u64, alloc: u64, size: u64) -> CuResult<u64> {
+        let (device, place, access) = {
+            let p = self.pool(h)?;
+            (p.device(), p.place, p.access.clone())
+        };
+        let node = match place {
+            Place::Device(_) => None,
+            Place::Host | Place::Managed(..) => Some(0),
+            Place::HostNuma(node) => Some(node),
+        };
         let base = self.map_whole_readwrite(alloc, size, device)?;
-        let access = self.pool(h)?.access.clone();
         if access.len() > 1 || node.is_some() {
             if let Some(m) = self.vmm.mappings.get_mut(&base) {
                 m.access = access;
@@ -416,10 +442,6 @@ impl Driver {
             }
             self.apply_access(base)?;
         }
-        self.pools.allocations.insert(base, (h, alloc, size));
-        let p = self.pool_mut(h)?;
-        p.used += size;
-        p.used_high = p.used_high.max(p.used);
         Ok(base)
     }
 

@@ -50,9 +50,15 @@ impl PhysAlloc {
     /// Another process's device memory, opened here from its memfd (a legacy IPC handle or
     /// an imported pool pointer): no handle of its own, mapped by the opener.
     pub fn opened(size: u64, device: u32, fd: OwnedFd) -> PhysAlloc {
+        PhysAlloc::opened_at(size, c::LOCATION_TYPE_DEVICE, device, fd)
+    }
+
+    /// [`PhysAlloc::opened`] for memory at any location: a device, or a host NUMA node (an
+    /// imported pointer of a pinned host pool).
+    pub fn opened_at(size: u64, location_type: u32, device: u32, fd: OwnedFd) -> PhysAlloc {
         PhysAlloc {
             size,
-            location_type: c::LOCATION_TYPE_DEVICE,
+            location_type,
             device,
             handle_types: 0,
             backing: Backing::Device(fd),
