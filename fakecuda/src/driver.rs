@@ -23,6 +23,10 @@ pub struct Driver {
     pub pools: crate::pool::Pools,
     /// Events by handle.
     pub events: std::collections::HashMap<u64, std::sync::Arc<crate::stream::Event>>,
+    /// Managed memory's advice and prefetch locations.
+    pub advice: crate::managed::Advice,
+    /// Allocations (by buffer id) with `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS` set.
+    pub sync_memops: std::collections::BTreeSet<u64>,
     /// Source of every handle value (allocations, multicast objects, contexts, streams):
     /// values are never reused within a process.
     next_handle: u64,
@@ -106,6 +110,8 @@ pub fn init(flags: u32) -> CuResult<()> {
         events: std::collections::HashMap::new(),
         pools: crate::pool::Pools::default(),
         graphs: crate::graph::Graphs::default(),
+        advice: crate::managed::Advice::default(),
+        sync_memops: std::collections::BTreeSet::new(),
         next_handle: 0x1000,
     });
     Ok(())

@@ -80,10 +80,12 @@ impl Driver {
             // cuMemFree of stream-ordered memory frees it at once.
             return self.pool_free(ptr);
         }
-        if !self.legacy.by_base.contains_key(&ptr) {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        self.legacy.by_base.remove(&ptr);
+        let freed = self
+            .legacy
+            .by_base
+            .remove(&ptr)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        self.forget_advice(freed.alloc);
         self.unmap_one(ptr)?;
         self.free_reservation(ptr);
         Ok(())
@@ -162,7 +164,8 @@ impl Driver {
         self.legacy
             .host_registered
             .remove(&p)
-            .map(|_| ())
-            .ok_or(CuError::CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)
+            .ok_or(CuError::CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)?;
+        self.forget_advice(p);
+        Ok(())
     }
 }

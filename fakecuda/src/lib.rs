@@ -16,6 +16,7 @@ mod ffi;
 mod graph;
 mod ipc;
 mod legacy;
+mod managed;
 mod memcpy;
 mod multicast;
 mod pointer;

@@ -10,6 +10,9 @@ use crate::vmm::Target;
 /// `CU_MEMHOSTALLOC_PORTABLE | DEVICEMAP | WRITECOMBINED`.
 pub const HOST_ALLOC_FLAGS: u32 = 0x1 | 0x2 | 0x4;
 
+/// `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS`.
+const SYNC_MEMOPS: u32 = 6;
+
 /// `CUmemorytype`.
 const MEMORY_HOST: u32 = 1;
 const MEMORY_DEVICE: u32 = 2;
@@ -37,6 +40,7 @@ struct Facts {
     buffer_id: u64,
     access: u32,
     pool: u64,
+    sync_memops: bool,
 }
 
 impl Driver {
@@ -81,6 +85,7 @@ impl Driver {
             .host_allocs
             .remove(&p)
             .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        self.forget_advice(p);
         // SAFETY: unmaps exactly the mapping `host_alloc` made (removed from the table above,
         // so no second free can reach it).
         unsafe { libc::munmap(p as *mut libc::c_void, a.size as usize) };
@@ -119,7 +124,14 @@ impl Driver {
         }
     }
 
+    /// What the driver knows about `p`, with the settable attributes applied.
     fn facts(&self, p: u64) -> Option<Facts> {
+        let mut f = self.known(p)?;
+        f.sync_memops = self.sync_memops.contains(&f.buffer_id);
+        Some(f)
+    }
+
+    fn known(&self, p: u64) -> Option<Facts> {
         if let Some((base, size, context, _)) = self.host_range(p) {
             let device = self.contexts.device_of(context).unwrap_or(0);
             return Some(Facts {
@@ -134,6 +146,7 @@ impl Driver {
                 buffer_id: base,
                 access: crate::abi::consts::ACCESS_READWRITE,
                 pool: 0,
+                sync_memops: false,
             });
         }
         if let Some((&base, l)) = self.legacy.by_base.range(..=p).next_back()
@@ -152,6 +165,7 @@ impl Driver {
                 buffer_id: l.alloc,
                 access: crate::abi::consts::ACCESS_READWRITE,
                 pool: 0,
+                sync_memops: false,
             });
         }
         if let Some((base, pool, alloc, size)) = self.pools.allocation_at(p) {
@@ -170,6 +184,7 @@ impl Driver {
                 buffer_id: alloc,
                 access: crate::abi::consts::ACCESS_READWRITE,
                 pool,
+                sync_memops: false,
             });
         }
         let (start, m) = self.vmm.mapping_at(p)?;
@@ -190,6 +205,7 @@ impl Driver {
             buffer_id: h,
             access: m.access.get(&device).copied().unwrap_or(0),
             pool: 0,
+            sync_memops: false,
         })
     }
 
@@ -198,6 +214,30 @@ impl Driver {
     pub fn pointer_attribute(&self, attribute: u32, p: u64) -> CuResult<Value> {
         let facts = self.facts(p).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         value(&facts, attribute, p)
+    }
+
+    /// The allocation `p` lies in: (range start, size, buffer id, managed), for advice and
+    /// settable attributes.
+    pub fn allocation_of(&self, p: u64) -> Option<(u64, u64, u64, bool)> {
+        self.facts(p)
+            .map(|f| (f.range.0, f.range.1, f.buffer_id, f.managed))
+    }
+
+    /// `cuPointerSetAttribute`: only `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS` is settable, on memory
+    /// the driver knows; it holds for the whole allocation.
+    pub fn pointer_set_attribute(&mut self, attribute: u32, value: u32, p: u64) -> CuResult<()> {
+        if attribute != SYNC_MEMOPS {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let (_, _, buffer, _) = self
+            .allocation_of(p)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        if value != 0 {
+            self.sync_memops.insert(buffer);
+        } else {
+            self.sync_memops.remove(&buffer);
+        }
+        Ok(())
     }
 
     /// `cuPointerGetAttributes`: like [`Driver::pointer_attribute`], but an unknown address
@@ -239,7 +279,7 @@ fn value(f: &Facts, attribute: u32, p: u64) -> CuResult<Value> {
         2 => U32(f.memory_type),
         3 => U64(p),
         4 => U64(f.host_pointer.ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?),
-        6 => U32(0),
+        SYNC_MEMOPS => U32(u32::from(f.sync_memops)),
         7 | 20 => U64(f.buffer_id),
         8 => U32(u32::from(f.managed)),
         9 => U32(f.device),

@@ -161,6 +161,11 @@ entry_points! {
     cuMemAllocManaged: 6000 => cuMemAllocManaged;
     cuPointerGetAttribute: 4000 => cuPointerGetAttribute;
     cuPointerGetAttributes: 7000 => cuPointerGetAttributes;
+    cuPointerSetAttribute: 6000 => cuPointerSetAttribute;
+    cuMemAdvise: 12020 => cuMemAdvise_v2, 8000 => cuMemAdvise;
+    cuMemPrefetchAsync: 12020 => cuMemPrefetchAsync_v2, 8000 => cuMemPrefetchAsync;
+    cuMemRangeGetAttribute: 8000 => cuMemRangeGetAttribute;
+    cuMemRangeGetAttributes: 8000 => cuMemRangeGetAttributes;
     cuDeviceGetDefaultMemPool: 11020 => cuDeviceGetDefaultMemPool;
     cuDeviceGetMemPool: 11020 => cuDeviceGetMemPool;
     cuDeviceSetMemPool: 11020 => cuDeviceSetMemPool;

@@ -311,6 +311,20 @@ pub unsafe extern "C" fn cuPointerGetAttribute(
     })
 }
 
+/// Only `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS` (an unsigned boolean) is settable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuPointerSetAttribute(
+    value: *const c_void,
+    attribute: c_uint,
+    ptr: CUdeviceptr,
+) -> RawResult {
+    with(|d| {
+        // SAFETY: the attribute's value (cuda.h): an unsigned int for the settable one.
+        let v = unsafe { get(value.cast::<c_uint>()) }?;
+        d.pointer_set_attribute(attribute, v, ptr)
+    })
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuPointerGetAttributes(
     count: c_uint,

@@ -456,11 +456,12 @@ impl Driver {
 
     /// Returns a pool allocation (when the stream reaches the free).
     pub fn pool_free(&mut self, ptr: u64) -> CuResult<()> {
-        let (h, _, size) = self
+        let (h, alloc, size) = self
             .pools
             .allocations
             .remove(&ptr)
             .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        self.forget_advice(alloc);
         self.pools.imported_ptrs.retain(|_, base| *base != ptr);
         self.unmap_one(ptr)?;
         self.free_reservation(ptr);

@@ -1,0 +1,152 @@
+//! Managed memory's advice, prefetches and range attributes (see [`crate::managed`]), in both
+//! ABIs: the legacy one naming a device ordinal (`CU_DEVICE_CPU` for the host) and CUDA 12.2's
+//! `_v2` naming a `CUmemLocation`, which cuda.h hands out from then on.
+
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use super::*;
+use crate::abi::RawLocation;
+use crate::managed::{Place, RangeValue};
+
+fn advise(
+    ptr: CUdeviceptr,
+    count: usize,
+    advice: c_uint,
+    at: impl FnOnce(&Driver) -> CuResult<Place>,
+) -> RawResult {
+    with(|d| {
+        let at = at(d)?;
+        d.mem_advise(ptr, count as u64, advice, at)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemAdvise(
+    ptr: CUdeviceptr,
+    count: usize,
+    advice: c_uint,
+    device: CUdevice,
+) -> RawResult {
+    advise(ptr, count, advice, |d| d.advice_device(device))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemAdvise_v2(
+    ptr: CUdeviceptr,
+    count: usize,
+    advice: c_uint,
+    location: RawLocation,
+) -> RawResult {
+    advise(ptr, count, advice, |d| d.advice_place(location))
+}
+
+/// Records the prefetch when the stream reaches it (nothing moves here).
+fn prefetch(
+    ptr: CUdeviceptr,
+    count: usize,
+    to: impl FnOnce(&Driver) -> CuResult<Place>,
+    flags: c_uint,
+    stream: CUstream,
+) -> RawResult {
+    gated(|| {
+        if flags != 0 {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let to = driver::with(|d| {
+            d.check_prefetch(ptr, count as u64)?;
+            to(d)
+        })?;
+        memcpy::host_work(Some(stream as usize as u64), move || {
+            // The range was checked at the call; memory freed since has nothing to record.
+            let _ = driver::with(|d| d.prefetched(ptr, count as u64, to));
+        })
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemPrefetchAsync(
+    ptr: CUdeviceptr,
+    count: usize,
+    device: CUdevice,
+    stream: CUstream,
+) -> RawResult {
+    prefetch(ptr, count, |d| d.advice_device(device), 0, stream)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemPrefetchAsync_v2(
+    ptr: CUdeviceptr,
+    count: usize,
+    location: RawLocation,
+    flags: c_uint,
+    stream: CUstream,
+) -> RawResult {
+    prefetch(ptr, count, |d| d.advice_place(location), flags, stream)
+}
+
+/// Writes one range attribute into `size` bytes at `data`.
+///
+/// # Safety
+/// `data` is null or valid for writing `size` bytes.
+unsafe fn put_range(data: *mut c_void, size: usize, value: RangeValue) -> CuResult<()> {
+    if data.is_null() {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    let ints = match value {
+        RangeValue::Int(v) => vec![v],
+        RangeValue::List(list) => list,
+    };
+    debug_assert_eq!(ints.len() * 4, size);
+    // SAFETY: `size / 4` ints fit the caller's `size` bytes (checked by range_attribute).
+    unsafe { std::ptr::copy_nonoverlapping(ints.as_ptr(), data.cast::<i32>(), size / 4) };
+    Ok(())
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemRangeGetAttribute(
+    data: *mut c_void,
+    size: usize,
+    attribute: c_uint,
+    ptr: CUdeviceptr,
+    count: usize,
+) -> RawResult {
+    with(|d| {
+        let value = d.range_attribute(attribute, size, ptr, count as u64)?;
+        // SAFETY: `size` bytes of the caller's (cuda.h).
+        unsafe { put_range(data, size, value) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemRangeGetAttributes(
+    data: *mut *mut c_void,
+    sizes: *const usize,
+    attributes: *const c_uint,
+    n: usize,
+    ptr: CUdeviceptr,
+    count: usize,
+) -> RawResult {
+    with(|d| {
+        if n == 0 || data.is_null() || sizes.is_null() || attributes.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: cuda.h: `n` storage pointers, sizes and attributes.
+        let (slots, sizes, attributes) = unsafe {
+            (
+                std::slice::from_raw_parts(data, n),
+                std::slice::from_raw_parts(sizes, n),
+                std::slice::from_raw_parts(attributes, n),
+            )
+        };
+        let values = attributes
+            .iter()
+            .zip(sizes)
+            .map(|(&a, &size)| d.range_attribute(a, size, ptr, count as u64))
+            .collect::<CuResult<Vec<_>>>()?;
+        for ((slot, &size), value) in slots.iter().zip(sizes).zip(values) {
+            // SAFETY: each slot holds `size` bytes of the caller's (cuda.h).
+            unsafe { put_range(*slot, size, value) }?;
+        }
+        Ok(())
+    })
+}
