@@ -17,6 +17,6 @@ pub mod structs;
 pub mod uuid;
 
 pub use structs::{
-    RawAccessDesc, RawAllocProp, RawIpcMemHandle, RawLocation, RawMemcpy3d, RawMulticastProp,
-    RawPoolProps,
+    RawAccessDesc, RawAllocProp, RawIpcMemHandle, RawLocation, RawMemAllocNodeParams, RawMemcpy3d,
+    RawMulticastProp, RawPoolProps,
 };

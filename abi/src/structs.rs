@@ -1,10 +1,10 @@
 //! C-layout mirrors of `CUmemLocation`, `CUmemAllocationProp`, `CUmemAccessDesc`,
-//! `CUmulticastObjectProp`, `CUmemPoolProps`, `CUipcMemHandle` and `CUDA_MEMCPY3D`, with
-//! plain-integer fields.
+//! `CUmulticastObjectProp`, `CUmemPoolProps`, `CUipcMemHandle`, `CUDA_MEMCPY3D` and
+//! `CUDA_MEM_ALLOC_NODE_PARAMS`, with plain-integer fields.
 
 use cudarc::driver::sys::{
-    CUDA_MEMCPY3D, CUipcMemHandle, CUmemAccessDesc, CUmemAllocationProp, CUmemLocation,
-    CUmemPoolProps, CUmulticastObjectProp,
+    CUDA_MEM_ALLOC_NODE_PARAMS_v1, CUDA_MEMCPY3D, CUipcMemHandle, CUmemAccessDesc,
+    CUmemAllocationProp, CUmemLocation, CUmemPoolProps, CUmulticastObjectProp,
 };
 use std::ffi::c_void;
 use std::mem::{offset_of, size_of};
@@ -131,7 +131,28 @@ pub struct RawMemcpy3d {
     pub depth: usize,
 }
 
+/// `CUDA_MEM_ALLOC_NODE_PARAMS` (120 bytes): a graph allocation node's pool properties, the
+/// devices granted access, its size, and the address the driver writes back.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RawMemAllocNodeParams {
+    pub pool_props: RawPoolProps,
+    pub access_descs: *const RawAccessDesc,
+    pub access_desc_count: usize,
+    pub bytesize: usize,
+    pub dptr: u64,
+}
+
 const _: () = {
+    assert!(size_of::<RawMemAllocNodeParams>() == size_of::<CUDA_MEM_ALLOC_NODE_PARAMS_v1>());
+    assert!(size_of::<RawMemAllocNodeParams>() == 120);
+    assert!(
+        offset_of!(RawMemAllocNodeParams, bytesize)
+            == offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v1, bytesize)
+    );
+    assert!(
+        offset_of!(RawMemAllocNodeParams, dptr) == offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v1, dptr)
+    );
     assert!(size_of::<RawMemcpy3d>() == size_of::<CUDA_MEMCPY3D>());
     assert!(size_of::<RawMemcpy3d>() == 200);
     assert!(offset_of!(RawMemcpy3d, src_device) == offset_of!(CUDA_MEMCPY3D, srcDevice));

@@ -4,4 +4,6 @@
 //! enum lacks, so fakecuda reads these mirrors and decodes every field explicitly.
 
 pub use cuinterpose_abi::consts;
-pub use cuinterpose_abi::{RawAccessDesc, RawAllocProp, RawLocation, RawMemcpy3d};
+pub use cuinterpose_abi::{
+    RawAccessDesc, RawAllocProp, RawLocation, RawMemAllocNodeParams, RawMemcpy3d, RawPoolProps,
+};

@@ -49,6 +49,19 @@ pub enum Work {
         kind: u32,
         bodies: Vec<u64>,
     },
+    /// A graph allocation: `size` bytes of `device` at `base`, an address reserved when the
+    /// node was added, with the devices granted access (`(device, CUmemAccess_flags)`).
+    /// Physical memory comes when an executable graph holding it is launched.
+    MemAlloc {
+        base: u64,
+        size: u64,
+        device: u32,
+        access: Vec<(u32, u32)>,
+    },
+    /// The end of a graph allocation's lifetime in the graph (its base).
+    MemFree {
+        base: u64,
+    },
     /// A conditional node as instantiated: the value its condition has at every launch (no
     /// device code runs here to set it, so it is the handle's default) and each body's work.
     Branch {
@@ -111,6 +124,8 @@ struct Exec {
     order: Vec<Work>,
     /// The graph's node each entry of `order` was instantiated from.
     nodes: Vec<u64>,
+    /// The graph it was made from.
+    graph: u64,
 }
 
 #[derive(Debug, Default)]
@@ -265,10 +280,23 @@ impl Graphs {
     /// Instantiates `graph`: its nodes' work in dependency order.
     pub fn instantiate(&mut self, handle: u64, graph: u64) -> CuResult<()> {
         let order = self.ordered_work(graph)?;
+        // A graph with memory nodes has one executable graph at a time (cuda.h).
+        let has_memory = order.iter().any(|w| matches!(w, Work::MemAlloc { .. }));
+        if has_memory && self.execs.values().any(|e| e.graph == graph) {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
         // ordered_work keeps the graph's node order.
         let nodes = self.graphs[&graph].nodes.clone();
         let id = self.id();
-        self.execs.insert(handle, Exec { id, order, nodes });
+        self.execs.insert(
+            handle,
+            Exec {
+                id,
+                order,
+                nodes,
+                graph,
+            },
+        );
         Ok(())
     }
 
@@ -330,6 +358,25 @@ impl Graphs {
             .remove(&exec)
             .map(drop)
             .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
+    }
+
+    /// The graph allocations of `graph`'s nodes: (base, whether a free node ends it).
+    pub fn allocations_of(&self, graph: u64) -> CuResult<Vec<(u64, bool)>> {
+        let g = self
+            .graphs
+            .get(&graph)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let works = || g.nodes.iter().map(|n| &self.nodes[n].work);
+        Ok(works()
+            .filter_map(|w| match w {
+                Work::MemAlloc { base, .. } => Some(*base),
+                _ => None,
+            })
+            .map(|base| {
+                let freed = works().any(|w| *w == Work::MemFree { base });
+                (base, freed)
+            })
+            .collect())
     }
 
     /// A node's work as it stands (after any `cuGraph*SetParams`).
@@ -415,9 +462,14 @@ fn settable(old: &Work, new: &Work) -> CuResult<()> {
         | (Work::Host { .. }, Work::Host { .. })
         | (Work::Memset { .. }, Work::Memset { .. })
         | (Work::Memcpy { .. }, Work::Memcpy { .. }) => Ok(()),
-        (Work::Child(_) | Work::Conditional { .. } | Work::Branch { .. }, _) => {
-            Err(CuError::CUDA_ERROR_NOT_SUPPORTED)
-        }
+        (
+            Work::Child(_)
+            | Work::Conditional { .. }
+            | Work::Branch { .. }
+            | Work::MemAlloc { .. }
+            | Work::MemFree { .. },
+            _,
+        ) => Err(CuError::CUDA_ERROR_NOT_SUPPORTED),
         _ => Err(CuError::CUDA_ERROR_INVALID_VALUE),
     }
 }

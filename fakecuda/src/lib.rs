@@ -14,6 +14,7 @@ mod driver;
 mod error;
 mod ffi;
 mod graph;
+mod graph_memory;
 mod ipc;
 mod legacy;
 mod managed;

@@ -83,6 +83,11 @@ entry_points! {
     cuGraphAddChildGraphNode: 10000 => cuGraphAddChildGraphNode;
     cuGraphAddNode: 13041 => cuGraphAddNode_v3, 12030 => cuGraphAddNode_v2, 12020 => cuGraphAddNode;
     cuGraphConditionalHandleCreate: 12030 => cuGraphConditionalHandleCreate;
+    cuGraphAddMemAllocNode: 11040 => cuGraphAddMemAllocNode;
+    cuGraphAddMemFreeNode: 11040 => cuGraphAddMemFreeNode;
+    cuDeviceGetGraphMemAttribute: 11040 => cuDeviceGetGraphMemAttribute;
+    cuDeviceSetGraphMemAttribute: 11040 => cuDeviceSetGraphMemAttribute;
+    cuDeviceGraphMemTrim: 11040 => cuDeviceGraphMemTrim;
     cuGraphNodeGetType: 10000 => cuGraphNodeGetType;
     cuGraphGetNodes: 10000 => cuGraphGetNodes;
     cuGraphMemcpyNodeGetParams: 10000 => cuGraphMemcpyNodeGetParams;

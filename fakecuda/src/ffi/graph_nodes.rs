@@ -54,6 +54,15 @@ pub unsafe extern "C" fn cuGraphAddNode(
             unsafe { (*params).__bindgen_anon_1.conditional.phGraph_out = bodies.cast() };
             return Ok(());
         }
+        if p.type_ == T::CU_GRAPH_NODE_TYPE_MEM_ALLOC {
+            let at = std::mem::offset_of!(CUgraphNodeParams, __bindgen_anon_1);
+            // SAFETY: `type_` says the application filled the `alloc` member, a
+            // CUDA_MEM_ALLOC_NODE_PARAMS at the union's offset (8-aligned) whose `dptr` the
+            // driver writes back (cuda.h).
+            let alloc = unsafe { params.cast::<u8>().add(at) }.cast();
+            // SAFETY: as above.
+            return unsafe { super::graph_memory::add_alloc(out, graph, deps, alloc) };
+        }
         add(out, graph, deps, generic_work(graph, &p)?)
     })
 }
@@ -96,8 +105,12 @@ pub(super) fn generic_work(graph: CUgraph, p: &CUgraphNodeParams) -> CuResult<Wo
             let child = unsafe { p.__bindgen_anon_1.graph }.graph;
             child_node(graph, child)?
         }
-        // Kernels need device code; events, semaphores, memory and batch-op nodes are not
-        // modelled.
+        T::CU_GRAPH_NODE_TYPE_MEM_FREE => {
+            // SAFETY: `type_` says the application filled the `free` member.
+            let dptr = unsafe { p.__bindgen_anon_1.free }.dptr;
+            driver::with(|d| d.graph_mem_free_node(h(graph), dptr))?
+        }
+        // Kernels need device code; events, semaphores and batch-op nodes are not modelled.
         _ => return Err(CuError::CUDA_ERROR_NOT_SUPPORTED),
     })
 }

@@ -1,7 +1,8 @@
 //! Reading and changing graph nodes: the typed getters and setters (`cuGraphMemcpyNodeGetParams`
 //! and the rest), the generic ones (`cuGraphNodeGetParams`, `cuGraphNodeSetParams`,
 //! `cuGraphExecNodeSetParams`), node types and a graph's node list. Empty, host, memset and
-//! memcpy nodes can change; child-graph and conditional nodes are `CUDA_ERROR_NOT_SUPPORTED`.
+//! memcpy nodes can change; child-graph, conditional and memory nodes are
+//! `CUDA_ERROR_NOT_SUPPORTED`.
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
@@ -33,6 +34,8 @@ fn node_type(work: &Work) -> T {
         Work::Memset { .. } => T::CU_GRAPH_NODE_TYPE_MEMSET,
         Work::Memcpy { .. } => T::CU_GRAPH_NODE_TYPE_MEMCPY,
         Work::Child(_) => T::CU_GRAPH_NODE_TYPE_GRAPH,
+        Work::MemAlloc { .. } => T::CU_GRAPH_NODE_TYPE_MEM_ALLOC,
+        Work::MemFree { .. } => T::CU_GRAPH_NODE_TYPE_MEM_FREE,
         Work::Conditional { .. } | Work::Branch { .. } => T::CU_GRAPH_NODE_TYPE_CONDITIONAL,
     }
 }
@@ -299,7 +302,10 @@ pub unsafe extern "C" fn cuGraphNodeGetParams(
         let kind = node_type(&work);
         if matches!(
             kind,
-            T::CU_GRAPH_NODE_TYPE_GRAPH | T::CU_GRAPH_NODE_TYPE_CONDITIONAL
+            T::CU_GRAPH_NODE_TYPE_GRAPH
+                | T::CU_GRAPH_NODE_TYPE_CONDITIONAL
+                | T::CU_GRAPH_NODE_TYPE_MEM_ALLOC
+                | T::CU_GRAPH_NODE_TYPE_MEM_FREE
         ) {
             return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
         }

@@ -63,7 +63,7 @@ pub unsafe extern "C" fn cuGraphCreate(out: *mut CUgraph, flags: c_uint) -> RawR
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuGraphDestroy(graph: CUgraph) -> RawResult {
-    with(|d| d.graphs.destroy(h(graph)))
+    with(|d| d.graph_destroy(h(graph)))
 }
 
 #[unsafe(no_mangle)]
@@ -252,6 +252,13 @@ pub(super) fn child_node(graph: CUgraph, child: CUgraph) -> CuResult<Work> {
         return Err(CuError::CUDA_ERROR_INVALID_VALUE);
     }
     let nodes = driver::with(|d| d.graphs.ordered_work(h(child)))?;
+    // A child graph may not hold memory nodes (cuda.h).
+    if nodes
+        .iter()
+        .any(|w| matches!(w, Work::MemAlloc { .. } | Work::MemFree { .. }))
+    {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
     Ok(Work::Child(nodes))
 }
 
@@ -292,7 +299,12 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
 #[unsafe(no_mangle)]
 pub extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> RawResult {
     gated(|| {
-        let order = driver::with(|d| d.graphs.exec_order(h(exec)))?;
+        let order = driver::with(|d| {
+            let order = d.graphs.exec_order(h(exec))?;
+            // Graph allocations get their memory at the first launch.
+            d.graph_mem_launch(h(exec), &order)?;
+            Ok(order)
+        })?;
         if loops_forever(&order) {
             // No device code runs here to clear the condition: the loop would never end.
             return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
@@ -327,7 +339,8 @@ fn loops_forever(order: &[Work]) -> bool {
 fn run_works(issuer: u64, order: &[Work]) -> bool {
     for work in order {
         match work {
-            Work::Empty => {}
+            // Graph memory is the executable graph's from its launch on.
+            Work::Empty | Work::MemAlloc { .. } | Work::MemFree { .. } => {}
             Work::Child(nodes) => {
                 if !run_works(issuer, nodes) {
                     return false;
@@ -409,7 +422,7 @@ fn run_works(issuer: u64, order: &[Work]) -> bool {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> RawResult {
-    with(|d| d.graphs.exec_destroy(h(exec)))
+    with(|d| d.graph_exec_destroy(h(exec)))
 }
 
 #[unsafe(no_mangle)]

@@ -73,6 +73,7 @@ fn handle_ptr<T>(h: u64) -> *mut T {
 mod contexts;
 mod devices;
 mod extras;
+mod graph_memory;
 mod graph_nodes;
 mod graph_params;
 mod graphs;
@@ -90,6 +91,7 @@ mod virtual_memory;
 pub use contexts::*;
 pub use devices::*;
 pub use extras::*;
+pub use graph_memory::*;
 pub use graph_nodes::*;
 pub use graph_params::*;
 pub use graphs::*;
