@@ -335,7 +335,10 @@ pub fn attribute(attr: u32, physical_index: u32) -> CuResult<i32> {
         x if x == A::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED as u32 => 0,
         x if x == A::CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED as u32 => 1,
         x if x == A::CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED as u32 => 0,
-        x if x == A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED as u32 => 0,
+        // As on a Hopper, memory may be marked GPUDirect RDMA capable (there is no NIC here to
+        // use it; the mark is kept and read back).
+        x if x == A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED as u32 => 1,
+        x if x == A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED as u32 => 1,
         // Stream-ordered pools of device memory, shareable as POSIX FDs.
         x if x == A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED as u32 => 1,
         x if x == A::CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES as u32 => 1,
@@ -343,7 +346,7 @@ pub fn attribute(attr: u32, physical_index: u32) -> CuResult<i32> {
         // once: there is nothing to migrate.
         x if x == A::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY as u32 => 1,
         x if x == A::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS as u32 => 1,
-        // Pinned host pools, on any node or one (not IPC capable here).
+        // Pinned host pools, on any node or one (a node's may be shared as POSIX FDs).
         x if x == A::CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED as u32 => 1,
         x if x == A::CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED as u32 => 1,
         // Every device is attached to host node 0.

@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// `CUmemAllocationProp.allocFlags.gpuDirectRDMACapable`: its byte in the flags.
+const RDMA_FLAG: usize = 1;
+
 impl Driver {
     /// Creates a physical allocation backed by a fresh memfd: device memory (counted against
     /// the device's memory) or host NUMA memory (`location_type`).
@@ -38,6 +41,7 @@ impl Driver {
                 imported: false,
                 ipc_handle: false,
                 ipc_opened: false,
+                rdma_capable: false,
                 legacy,
             },
         );
@@ -101,7 +105,11 @@ impl Driver {
             return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
         }
         // FABRIC is accepted here and refused at export, as a driver without IMEX does.
-        self.alloc_create(size, location_type, device, types, false)
+        let h = self.alloc_create(size, location_type, device, types, false)?;
+        if let Some(a) = self.vmm.allocs.get_mut(&h) {
+            a.rdma_capable = prop.alloc_flags[RDMA_FLAG] != 0;
+        }
+        Ok(h)
     }
 
     /// cuMemRelease: for allocations and multicast objects alike.
@@ -157,7 +165,11 @@ impl Driver {
                 id: a.device as i32,
             },
             win32_handle_meta_data: std::ptr::null_mut(),
-            alloc_flags: [0; 8],
+            alloc_flags: {
+                let mut flags = [0; 8];
+                flags[RDMA_FLAG] = u8::from(a.rdma_capable);
+                flags
+            },
         })
     }
 
@@ -211,6 +223,7 @@ impl Driver {
                     imported: true,
                     ipc_handle: false,
                     ipc_opened: false,
+                    rdma_capable: false,
                     legacy: false,
                 },
             );

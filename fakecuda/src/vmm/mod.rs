@@ -42,6 +42,9 @@ pub struct PhysAlloc {
     pub ipc_handle: bool,
     /// A peer's allocation opened with cuIpcOpenMemHandle.
     pub ipc_opened: bool,
+    /// Created GPUDirect RDMA capable (`allocFlags.gpuDirectRDMACapable`), read back by
+    /// `cuMemGetAllocationPropertiesFromHandle`.
+    pub rdma_capable: bool,
     /// Made by cuMemAlloc: has no generic handle the application may use.
     pub legacy: bool,
 }
@@ -68,6 +71,7 @@ impl PhysAlloc {
             imported: false,
             ipc_handle: false,
             ipc_opened: true,
+            rdma_capable: false,
             legacy: false,
         }
     }

@@ -172,6 +172,17 @@ fn host_numa_allocations() {
     let mut prop = AllocProp::device(0, 0);
     ok(cu.cuMemGetAllocationPropertiesFromHandle(&mut prop, h));
     assert_eq!((prop.location.type_, prop.location.id), (3, 0));
+    assert_eq!(prop.flags[1], 0, "not GPUDirect RDMA capable unless asked");
+    // Asked for, the GPUDirect RDMA mark is kept and read back.
+    let mut marked = 0;
+    let rdma = AllocProp {
+        flags: [0, 1, 0, 0, 0, 0, 0, 0],
+        ..AllocProp::device(0, POSIX_FD)
+    };
+    ok(cu.cuMemCreate(&mut marked, GRAN, &rdma, 0));
+    ok(cu.cuMemGetAllocationPropertiesFromHandle(&mut prop, marked));
+    assert_eq!(prop.flags[1], 1);
+    ok(cu.cuMemRelease(marked));
     let p = cu.reserve(GRAN);
     ok(cu.cuMemMap(p, GRAN, 0, h, 0));
     let grants = [
