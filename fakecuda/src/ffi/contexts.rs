@@ -68,6 +68,15 @@ pub(super) fn ctx_create(pctx: *mut CUcontext, dev: CUdevice) -> CuResult<()> {
     })
 }
 
+/// A context's creation flags: scheduling and map-host (bits 0..=4, 0x80), which change
+/// nothing in a synchronous model; anything else is `CUDA_ERROR_INVALID_VALUE`.
+fn ctx_flags(flags: c_uint) -> CuResult<()> {
+    if flags & !0x9f != 0 {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    Ok(())
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxCreate_v2(
     pctx: *mut CUcontext,
@@ -75,10 +84,7 @@ pub unsafe extern "C" fn cuCtxCreate_v2(
     dev: CUdevice,
 ) -> RawResult {
     gated(|| {
-        // Scheduling and map-host flags (bits 0..=4, 0x80) change nothing in a synchronous model.
-        if flags & !0x9f != 0 {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
+        ctx_flags(flags)?;
         ctx_create(pctx, dev)
     })
 }
@@ -92,7 +98,8 @@ pub unsafe extern "C" fn cuCtxCreate_v3(
     dev: CUdevice,
 ) -> RawResult {
     gated(|| {
-        if num_params < 0 || (num_params > 0 && params.is_null()) || flags & !0x9f != 0 {
+        ctx_flags(flags)?;
+        if num_params < 0 || (num_params > 0 && params.is_null()) {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
         if num_params > 0 {
@@ -111,9 +118,7 @@ pub unsafe extern "C" fn cuCtxCreate_v4(
     dev: CUdevice,
 ) -> RawResult {
     gated(|| {
-        if flags & !0x9f != 0 {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
+        ctx_flags(flags)?;
         if !params.is_null() {
             // SAFETY: optional CUctxCreateParams (cuda.h); plain pointers and ints.
             let p = unsafe { params.read() };

@@ -38,6 +38,18 @@ fn coredump_default(attrib: u32) -> Vec<u8> {
     }
 }
 
+/// A setting's arguments: a known attribute, value and size given, and for the per-context
+/// scope (1) a current context.
+fn check_coredump(scope: usize, attrib: u32, value: *mut c_void, size: *mut usize) -> CuResult<()> {
+    if !COREDUMP_SETTINGS.contains(&attrib) || value.is_null() || size.is_null() {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    if scope == 1 {
+        driver::with(|d| d.contexts.current().map(drop))?;
+    }
+    Ok(())
+}
+
 unsafe fn coredump_set(
     scope: usize,
     attrib: u32,
@@ -45,9 +57,7 @@ unsafe fn coredump_set(
     size: *mut usize,
 ) -> RawResult {
     run(|| {
-        if !COREDUMP_SETTINGS.contains(&attrib) || value.is_null() || size.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
+        check_coredump(scope, attrib, value, size)?;
         // SAFETY: `size` is the caller's in/out size (cuda.h), non-null.
         let len = unsafe { *size };
         let bytes = if COREDUMP_STRINGS.contains(&attrib) {
@@ -78,9 +88,7 @@ unsafe fn coredump_get(
     size: *mut usize,
 ) -> RawResult {
     run(|| {
-        if !COREDUMP_SETTINGS.contains(&attrib) || value.is_null() || size.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
+        check_coredump(scope, attrib, value, size)?;
         let store = COREDUMP.lock().unwrap_or_else(|p| p.into_inner());
         let bytes = store
             .as_ref()
@@ -126,9 +134,6 @@ pub unsafe extern "C" fn cuCoredumpSetAttribute(
     v: *mut c_void,
     s: *mut usize,
 ) -> RawResult {
-    if let Err(e) = driver::with(|d| d.contexts.current().map(drop)) {
-        return e.raw();
-    }
     // SAFETY: forwarded under cuda.h's contract.
     unsafe { coredump_set(1, a, v, s) }
 }
@@ -139,9 +144,6 @@ pub unsafe extern "C" fn cuCoredumpGetAttribute(
     v: *mut c_void,
     s: *mut usize,
 ) -> RawResult {
-    if let Err(e) = driver::with(|d| d.contexts.current().map(drop)) {
-        return e.raw();
-    }
     // SAFETY: forwarded under cuda.h's contract.
     unsafe { coredump_get(1, a, v, s) }
 }

@@ -29,6 +29,25 @@ pub extern "C" fn cuMulticastAddDevice(
     with(|d| d.mc_add_device(mc_handle, dev))
 }
 
+/// Every bind ABI: v1 binds for the device the member lives on, v2 names it.
+fn bind(
+    mc_handle: CUmemGenericAllocationHandle,
+    dev: Option<CUdevice>,
+    mc_offset: usize,
+    src: multicast::BindSource,
+    size: usize,
+    flags: c_ulonglong,
+) -> RawResult {
+    gated(|| multicast::bind(mc_handle, dev, mc_offset as u64, src, size as u64, flags))
+}
+
+fn member(handle: CUmemGenericAllocationHandle, offset: usize) -> multicast::BindSource {
+    multicast::BindSource::Mem {
+        handle,
+        offset: offset as u64,
+    }
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMulticastBindMem(
     mc_handle: CUmemGenericAllocationHandle,
@@ -38,11 +57,8 @@ pub extern "C" fn cuMulticastBindMem(
     size: usize,
     flags: c_ulonglong,
 ) -> RawResult {
-    let src = multicast::BindSource::Mem {
-        handle: mem_handle,
-        offset: mem_offset as u64,
-    };
-    gated(|| multicast::bind(mc_handle, None, mc_offset as u64, src, size as u64, flags))
+    let src = member(mem_handle, mem_offset);
+    bind(mc_handle, None, mc_offset, src, size, flags)
 }
 
 #[unsafe(no_mangle)]
@@ -55,20 +71,8 @@ pub extern "C" fn cuMulticastBindMem_v2(
     size: usize,
     flags: c_ulonglong,
 ) -> RawResult {
-    let src = multicast::BindSource::Mem {
-        handle: mem_handle,
-        offset: mem_offset as u64,
-    };
-    gated(|| {
-        multicast::bind(
-            mc_handle,
-            Some(dev),
-            mc_offset as u64,
-            src,
-            size as u64,
-            flags,
-        )
-    })
+    let src = member(mem_handle, mem_offset);
+    bind(mc_handle, Some(dev), mc_offset, src, size, flags)
 }
 
 #[unsafe(no_mangle)]
@@ -80,7 +84,7 @@ pub extern "C" fn cuMulticastBindAddr(
     flags: c_ulonglong,
 ) -> RawResult {
     let src = multicast::BindSource::Addr { ptr: memptr };
-    gated(|| multicast::bind(mc_handle, None, mc_offset as u64, src, size as u64, flags))
+    bind(mc_handle, None, mc_offset, src, size, flags)
 }
 
 #[unsafe(no_mangle)]
@@ -93,16 +97,7 @@ pub extern "C" fn cuMulticastBindAddr_v2(
     flags: c_ulonglong,
 ) -> RawResult {
     let src = multicast::BindSource::Addr { ptr: memptr };
-    gated(|| {
-        multicast::bind(
-            mc_handle,
-            Some(dev),
-            mc_offset as u64,
-            src,
-            size as u64,
-            flags,
-        )
-    })
+    bind(mc_handle, Some(dev), mc_offset, src, size, flags)
 }
 
 #[unsafe(no_mangle)]

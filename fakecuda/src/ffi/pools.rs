@@ -186,29 +186,14 @@ pub extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, _keep: usize) -> RawResult
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
+/// A stream-ordered allocation (`alloc` gets the stream's context) written to `dptr`.
+///
+/// # Safety
+/// `dptr` is null or valid for writing one `CUdeviceptr`.
+unsafe fn alloc_for(
     dptr: *mut CUdeviceptr,
-    bytesize: usize,
-    pool: CUmemoryPool,
     stream: CUstream,
-) -> RawResult {
-    gated(|| {
-        if dptr.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        memcpy::target(Some(stream as usize as u64))?;
-        let p = driver::with(|d| d.pool_alloc(pool_of(pool), bytesize as u64))?;
-        // SAFETY: CUdeviceptr out-parameter (cuda.h), non-null.
-        unsafe { put(dptr, p) }
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocAsync(
-    dptr: *mut CUdeviceptr,
-    bytesize: usize,
-    stream: CUstream,
+    alloc: impl FnOnce(&mut Driver, u64) -> CuResult<u64>,
 ) -> RawResult {
     gated(|| {
         if dptr.is_null() {
@@ -218,17 +203,44 @@ pub unsafe extern "C" fn cuMemAllocAsync(
             Target::Now { ctx, .. } => ctx,
             Target::Queue(s) => s.ctx,
         };
-        let p = driver::with(|d| {
+        let p = driver::with(|d| alloc(d, ctx))?;
+        // SAFETY: CUdeviceptr out-parameter (cuda.h), non-null.
+        unsafe { put(dptr, p) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> RawResult {
+    // SAFETY: the caller's out-parameter (cuda.h).
+    unsafe {
+        alloc_for(dptr, stream, |d, _| {
+            d.pool_alloc(pool_of(pool), bytesize as u64)
+        })
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocAsync(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    stream: CUstream,
+) -> RawResult {
+    // SAFETY: the caller's out-parameter (cuda.h).
+    unsafe {
+        alloc_for(dptr, stream, |d, ctx| {
             let device = d
                 .contexts
                 .device_of(ctx)
                 .ok_or(CuError::CUDA_ERROR_INVALID_CONTEXT)?;
             let pool = d.pool_current(crate::pool::Place::Device(device));
             d.pool_alloc(pool, bytesize as u64)
-        })?;
-        // SAFETY: CUdeviceptr out-parameter (cuda.h), non-null.
-        unsafe { put(dptr, p) }
-    })
+        })
+    }
 }
 
 #[unsafe(no_mangle)]

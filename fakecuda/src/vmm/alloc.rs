@@ -30,19 +30,9 @@ impl Driver {
         self.vmm.allocs.insert(
             h,
             PhysAlloc {
-                size,
-                location_type,
-                device,
-                handle_types,
-                backing: Backing::Device(fd),
                 handle_refs: u32::from(!legacy),
-                users: 0,
-                exported: false,
-                imported: false,
-                ipc_handle: false,
-                ipc_opened: false,
-                rdma_capable: false,
                 legacy,
+                ..PhysAlloc::new(size, (location_type, device), handle_types, fd)
             },
         );
         if !on_host {
@@ -212,19 +202,9 @@ impl Driver {
             self.vmm.allocs.insert(
                 h,
                 PhysAlloc {
-                    size,
-                    location_type,
-                    device,
-                    handle_types: types,
-                    backing: Backing::Device(own),
                     handle_refs: 1,
-                    users: 0,
-                    exported: false,
                     imported: true,
-                    ipc_handle: false,
-                    ipc_opened: false,
-                    rdma_capable: false,
-                    legacy: false,
+                    ..PhysAlloc::new(size, (location_type, device), types, own)
                 },
             );
             return Ok(h);

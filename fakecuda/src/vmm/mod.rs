@@ -60,17 +60,26 @@ impl PhysAlloc {
     /// imported pointer of a pinned host pool).
     pub fn opened_at(size: u64, location_type: u32, device: u32, fd: OwnedFd) -> PhysAlloc {
         PhysAlloc {
+            ipc_opened: true,
+            ..PhysAlloc::new(size, (location_type, device), 0, fd)
+        }
+    }
+
+    /// A memfd's allocation at a location (`CUmemLocationType`, device or node) with no
+    /// handle, mapping, export or import yet: each maker sets what differs.
+    pub fn new(size: u64, at: (u32, u32), handle_types: u32, fd: OwnedFd) -> PhysAlloc {
+        PhysAlloc {
             size,
-            location_type,
-            device,
-            handle_types: 0,
+            location_type: at.0,
+            device: at.1,
+            handle_types,
             backing: Backing::Device(fd),
             handle_refs: 0,
             users: 0,
             exported: false,
             imported: false,
             ipc_handle: false,
-            ipc_opened: true,
+            ipc_opened: false,
             rdma_capable: false,
             legacy: false,
         }
