@@ -78,6 +78,7 @@ impl Driver {
         Ok(Work::MemAlloc {
             base,
             size,
+            requested: bytes,
             device,
             access,
         })
@@ -99,6 +100,7 @@ impl Driver {
                 size,
                 device,
                 access,
+                ..
             } = work
             else {
                 continue;

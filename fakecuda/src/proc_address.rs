@@ -89,6 +89,16 @@ entry_points! {
     cuDeviceSetGraphMemAttribute: 11040 => cuDeviceSetGraphMemAttribute;
     cuDeviceGraphMemTrim: 11040 => cuDeviceGraphMemTrim;
     cuGraphNodeGetType: 10000 => cuGraphNodeGetType;
+    cuGraphGetRootNodes: 10000 => cuGraphGetRootNodes;
+    cuGraphGetEdges: 12030 => cuGraphGetEdges_v2, 10000 => cuGraphGetEdges;
+    cuGraphNodeGetDependencies: 12030 => cuGraphNodeGetDependencies_v2, 10000 => cuGraphNodeGetDependencies;
+    cuGraphNodeGetDependentNodes: 12030 => cuGraphNodeGetDependentNodes_v2, 10000 => cuGraphNodeGetDependentNodes;
+    cuGraphDestroyNode: 10000 => cuGraphDestroyNode;
+    cuGraphDebugDotPrint: 11030 => cuGraphDebugDotPrint;
+    cuGraphInstantiateWithParams: 12000 => cuGraphInstantiateWithParams;
+    cuGraphUpload: 11010 => cuGraphUpload;
+    cuGraphMemAllocNodeGetParams: 11040 => cuGraphMemAllocNodeGetParams;
+    cuGraphMemFreeNodeGetParams: 11040 => cuGraphMemFreeNodeGetParams;
     cuGraphGetNodes: 10000 => cuGraphGetNodes;
     cuGraphMemcpyNodeGetParams: 10000 => cuGraphMemcpyNodeGetParams;
     cuGraphMemcpyNodeSetParams: 10000 => cuGraphMemcpyNodeSetParams;

@@ -1,6 +1,6 @@
 //! Reading and changing graph nodes: the typed getters and setters (`cuGraphMemcpyNodeGetParams`
 //! and the rest), the generic ones (`cuGraphNodeGetParams`, `cuGraphNodeSetParams`,
-//! `cuGraphExecNodeSetParams`), node types and a graph's node list. Empty, host, memset and
+//! `cuGraphExecNodeSetParams`) and node types. Empty, host, memset and
 //! memcpy nodes can change; child-graph, conditional and memory nodes are
 //! `CUDA_ERROR_NOT_SUPPORTED`.
 
@@ -12,9 +12,7 @@ use super::graphs::{
 };
 use super::*;
 use crate::graph::Work;
-use cudarc::driver::sys::{
-    CUgraph, CUgraphExec, CUgraphNode, CUgraphNode_st, CUgraphNodeParams, CUgraphNodeType as T,
-};
+use cudarc::driver::sys::{CUgraphExec, CUgraphNode, CUgraphNodeParams, CUgraphNodeType as T};
 
 /// `CUDA_MEMCPY_NODE_PARAMS`: the generic parameters' memcpy member.
 #[repr(C)]
@@ -37,6 +35,20 @@ fn node_type(work: &Work) -> T {
         Work::MemAlloc { .. } => T::CU_GRAPH_NODE_TYPE_MEM_ALLOC,
         Work::MemFree { .. } => T::CU_GRAPH_NODE_TYPE_MEM_FREE,
         Work::Conditional { .. } | Work::Branch { .. } => T::CU_GRAPH_NODE_TYPE_CONDITIONAL,
+    }
+}
+
+/// The node type's name without its `CU_GRAPH_NODE_TYPE_` prefix, for DOT prints.
+pub(super) fn type_name(work: &Work) -> &'static str {
+    match node_type(work) {
+        T::CU_GRAPH_NODE_TYPE_EMPTY => "EMPTY",
+        T::CU_GRAPH_NODE_TYPE_HOST => "HOST",
+        T::CU_GRAPH_NODE_TYPE_MEMSET => "MEMSET",
+        T::CU_GRAPH_NODE_TYPE_MEMCPY => "MEMCPY",
+        T::CU_GRAPH_NODE_TYPE_GRAPH => "GRAPH",
+        T::CU_GRAPH_NODE_TYPE_MEM_ALLOC => "MEM_ALLOC",
+        T::CU_GRAPH_NODE_TYPE_MEM_FREE => "MEM_FREE",
+        _ => "CONDITIONAL",
     }
 }
 
@@ -72,37 +84,6 @@ pub unsafe extern "C" fn cuGraphNodeGetType(node: CUgraphNode, out: *mut c_uint)
         let kind = node_type(&node_work(node)?) as c_uint;
         // SAFETY: CUgraphNodeType out-parameter (cuda.h), an enum the size of an int.
         unsafe { put(out, kind) }
-    })
-}
-
-/// A graph's nodes in the order they were added: their count when `nodes` is null, else up to
-/// `*count` of them, the rest of the array nulled, and how many there were in `*count`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphGetNodes(
-    graph: CUgraph,
-    nodes: *mut CUgraphNode,
-    count: *mut usize,
-) -> RawResult {
-    gated(|| {
-        let all = driver::with(|d| d.graphs.nodes_of(h(graph)))?;
-        // SAFETY: size_t in-out parameter (cuda.h).
-        let room = unsafe { get(count.cast_const()) }?;
-        if !nodes.is_null() {
-            // SAFETY: the application's array of `*count` node handles (cuda.h).
-            let out = unsafe { std::slice::from_raw_parts_mut(nodes, room) };
-            for (i, slot) in out.iter_mut().enumerate() {
-                *slot = all
-                    .get(i)
-                    .map_or(std::ptr::null_mut(), |n| handle_ptr::<CUgraphNode_st>(*n));
-            }
-        }
-        let written = if nodes.is_null() {
-            all.len()
-        } else {
-            all.len().min(room)
-        };
-        // SAFETY: as above.
-        unsafe { put(count, written) }
     })
 }
 

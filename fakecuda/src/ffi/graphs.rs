@@ -5,9 +5,7 @@
 use super::*;
 pub(super) use crate::abi::RawMemcpy3d;
 use crate::graph::{Side, Work};
-use cudarc::driver::sys::{
-    CUgraph, CUgraph_st, CUgraphExec, CUgraphExec_st, CUgraphNode, CUgraphNode_st,
-};
+use cudarc::driver::sys::{CUgraph, CUgraph_st, CUgraphExec, CUgraphNode, CUgraphNode_st};
 
 pub(super) fn h<T>(p: *mut T) -> u64 {
     p as usize as u64
@@ -285,15 +283,8 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
     graph: CUgraph,
     flags: c_ulonglong,
 ) -> RawResult {
-    with(|d| {
-        if out.is_null() || flags != 0 {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let e = d.next_handle();
-        d.graphs.instantiate(e, h(graph))?;
-        // SAFETY: CUgraphExec out-parameter (cuda.h), non-null.
-        unsafe { put(out, handle_ptr::<CUgraphExec_st>(e)) }
-    })
+    // Upload needs a stream, which only cuGraphInstantiateWithParams names.
+    gated(|| super::graph_queries::instantiate(out, graph, flags, None))
 }
 
 #[unsafe(no_mangle)]

@@ -4,7 +4,7 @@
 //! Nodes' parameters can change, in a graph or in an executable graph. Kernel nodes are not
 //! modelled (`CUDA_ERROR_NOT_SUPPORTED`).
 
-use crate::abi::RawMemcpy3d;
+use crate::abi::{RawAccessDesc, RawLocation, RawMemcpy3d};
 use crate::error::{CuError, CuResult};
 use std::collections::{BTreeMap, HashMap};
 
@@ -55,6 +55,7 @@ pub enum Work {
     MemAlloc {
         base: u64,
         size: u64,
+        requested: u64,
         device: u32,
         access: Vec<(u32, u32)>,
     },
@@ -137,6 +138,9 @@ pub struct Graphs {
     /// Each conditional node's body graphs, as the array `phGraph_out` points at (it lives as
     /// long as the node).
     bodies: HashMap<u64, Box<[usize]>>,
+    /// Each allocation node's access grants as `cuGraphMemAllocNodeGetParams` hands them out
+    /// (the array lives as long as the node).
+    grants: HashMap<u64, Box<[RawAccessDesc]>>,
     next_id: u32,
 }
 
@@ -168,6 +172,7 @@ impl Graphs {
             .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         for n in g.nodes {
             self.nodes.remove(&n);
+            self.grants.remove(&n);
             for body in self.bodies.remove(&n).unwrap_or_default() {
                 let _ = self.destroy(body as u64);
             }
@@ -379,6 +384,27 @@ impl Graphs {
             .collect())
     }
 
+    /// An allocation node's grants to other devices (`CUmemAccessDesc`s), in an array that
+    /// lives as long as the node.
+    pub fn grants(&mut self, node: u64) -> CuResult<(*const RawAccessDesc, usize)> {
+        let Work::MemAlloc { device, access, .. } = &self.work(node)? else {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        };
+        let descs: Box<[RawAccessDesc]> = access
+            .iter()
+            .filter(|(d, _)| d != device)
+            .map(|&(d, flags)| RawAccessDesc {
+                location: RawLocation {
+                    type_: crate::abi::consts::LOCATION_TYPE_DEVICE,
+                    id: d as i32,
+                },
+                flags,
+            })
+            .collect();
+        let kept = self.grants.entry(node).or_insert(descs);
+        Ok((kept.as_ptr(), kept.len()))
+    }
+
     /// A node's work as it stands (after any `cuGraph*SetParams`).
     pub fn work(&self, node: u64) -> CuResult<Work> {
         self.nodes
@@ -473,3 +499,5 @@ fn settable(old: &Work, new: &Work) -> CuResult<()> {
         _ => Err(CuError::CUDA_ERROR_INVALID_VALUE),
     }
 }
+
+mod topology;
