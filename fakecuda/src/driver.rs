@@ -25,6 +25,8 @@ pub struct Driver {
     pub events: std::collections::HashMap<u64, std::sync::Arc<crate::stream::Event>>,
     /// What graph allocation nodes reserved and executable graphs hold.
     pub graph_memory: crate::graph_memory::GraphMemory,
+    /// User objects and the references graphs hold to them.
+    pub user_objects: crate::user_object::UserObjects,
     /// Managed memory's advice and prefetch locations.
     pub advice: crate::managed::Advice,
     /// Allocations (by buffer id) with `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS` set.
@@ -113,6 +115,7 @@ pub fn init(flags: u32) -> CuResult<()> {
         pools: crate::pool::Pools::default(),
         graphs: crate::graph::Graphs::default(),
         advice: crate::managed::Advice::default(),
+        user_objects: crate::user_object::UserObjects::default(),
         graph_memory: crate::graph_memory::GraphMemory::default(),
         sync_memops: std::collections::BTreeSet::new(),
         next_handle: 0x1000,

@@ -190,6 +190,7 @@ impl Driver {
     /// `cuGraphExecDestroy`: the executable graph's memory goes with it.
     pub fn graph_exec_destroy(&mut self, exec: u64) -> CuResult<()> {
         self.graphs.exec_destroy(exec)?;
+        self.user_objects.owner_gone(exec);
         self.graph_mem_drop(|e, _| e == exec);
         Ok(())
     }
@@ -198,6 +199,7 @@ impl Driver {
     /// them.
     pub fn graph_destroy(&mut self, graph: u64) -> CuResult<()> {
         self.graphs.destroy(graph)?;
+        self.user_objects.owner_gone(graph);
         for r in self.graph_memory.reserved.values_mut() {
             if r.graph == graph {
                 r.orphaned = true;

@@ -25,4 +25,5 @@ mod pool;
 mod proc_address;
 mod stream;
 mod sys;
+mod user_object;
 mod vmm;

@@ -105,12 +105,22 @@ pub(super) fn generic_work(graph: CUgraph, p: &CUgraphNodeParams) -> CuResult<Wo
             let child = unsafe { p.__bindgen_anon_1.graph }.graph;
             child_node(graph, child)?
         }
+        T::CU_GRAPH_NODE_TYPE_EVENT_RECORD => {
+            // SAFETY: `type_` says the application filled the `eventRecord` member.
+            let e = unsafe { p.__bindgen_anon_1.eventRecord }.event;
+            Work::EventRecord(super::graph_events::event_ref(e)?)
+        }
+        T::CU_GRAPH_NODE_TYPE_WAIT_EVENT => {
+            // SAFETY: `type_` says the application filled the `eventWait` member.
+            let e = unsafe { p.__bindgen_anon_1.eventWait }.event;
+            Work::EventWait(super::graph_events::event_ref(e)?)
+        }
         T::CU_GRAPH_NODE_TYPE_MEM_FREE => {
             // SAFETY: `type_` says the application filled the `free` member.
             let dptr = unsafe { p.__bindgen_anon_1.free }.dptr;
             driver::with(|d| d.graph_mem_free_node(h(graph), dptr))?
         }
-        // Kernels need device code; events, semaphores and batch-op nodes are not modelled.
+        // Kernels need device code; semaphores and batch-op nodes are not modelled.
         _ => return Err(CuError::CUDA_ERROR_NOT_SUPPORTED),
     })
 }

@@ -34,6 +34,8 @@ fn node_type(work: &Work) -> T {
         Work::Child(_) => T::CU_GRAPH_NODE_TYPE_GRAPH,
         Work::MemAlloc { .. } => T::CU_GRAPH_NODE_TYPE_MEM_ALLOC,
         Work::MemFree { .. } => T::CU_GRAPH_NODE_TYPE_MEM_FREE,
+        Work::EventRecord(_) => T::CU_GRAPH_NODE_TYPE_EVENT_RECORD,
+        Work::EventWait(_) => T::CU_GRAPH_NODE_TYPE_WAIT_EVENT,
         Work::Conditional { .. } | Work::Branch { .. } => T::CU_GRAPH_NODE_TYPE_CONDITIONAL,
     }
 }
@@ -48,6 +50,8 @@ pub(super) fn type_name(work: &Work) -> &'static str {
         T::CU_GRAPH_NODE_TYPE_GRAPH => "GRAPH",
         T::CU_GRAPH_NODE_TYPE_MEM_ALLOC => "MEM_ALLOC",
         T::CU_GRAPH_NODE_TYPE_MEM_FREE => "MEM_FREE",
+        T::CU_GRAPH_NODE_TYPE_EVENT_RECORD => "EVENT_RECORD",
+        T::CU_GRAPH_NODE_TYPE_WAIT_EVENT => "WAIT_EVENT",
         _ => "CONDITIONAL",
     }
 }
@@ -319,6 +323,10 @@ pub unsafe extern "C" fn cuGraphNodeGetParams(
                         copy: **given,
                     };
                     member.cast::<MemcpyNodeParams>().write_unaligned(p);
+                }
+                // CUDA_EVENT_RECORD_NODE_PARAMS / CUDA_EVENT_WAIT_NODE_PARAMS: the event.
+                Work::EventRecord(e) | Work::EventWait(e) => {
+                    member.cast::<u64>().write_unaligned(e.handle);
                 }
                 _ => {}
             }

@@ -269,6 +269,7 @@ pub(super) fn instantiate(
     driver::with(|d| {
         let e = d.next_handle();
         d.graphs.instantiate(e, h(graph))?;
+        d.user_objects.exec_retain(h(graph), e);
         // SAFETY: CUgraphExec out-parameter (cuda.h), non-null.
         unsafe { put(out, handle_ptr::<CUgraphExec_st>(e)) }
     })

@@ -61,7 +61,7 @@ pub unsafe extern "C" fn cuGraphCreate(out: *mut CUgraph, flags: c_uint) -> RawR
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuGraphDestroy(graph: CUgraph) -> RawResult {
-    with(|d| d.graph_destroy(h(graph)))
+    super::user_objects::releasing(|d| d.graph_destroy(h(graph)))
 }
 
 #[unsafe(no_mangle)]
@@ -332,6 +332,11 @@ fn run_works(issuer: u64, order: &[Work]) -> bool {
         match work {
             // Graph memory is the executable graph's from its launch on.
             Work::Empty | Work::MemAlloc { .. } | Work::MemFree { .. } => {}
+            Work::EventRecord(e) => {
+                let n = e.event.record();
+                e.event.reach(n);
+            }
+            Work::EventWait(e) => e.event.wait_for(e.event.latest()),
             Work::Child(nodes) => {
                 if !run_works(issuer, nodes) {
                     return false;
@@ -413,7 +418,7 @@ fn run_works(issuer: u64, order: &[Work]) -> bool {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> RawResult {
-    with(|d| d.graph_exec_destroy(h(exec)))
+    super::user_objects::releasing(|d| d.graph_exec_destroy(h(exec)))
 }
 
 #[unsafe(no_mangle)]

@@ -73,6 +73,7 @@ fn handle_ptr<T>(h: u64) -> *mut T {
 mod contexts;
 mod devices;
 mod extras;
+mod graph_events;
 mod graph_memory;
 mod graph_nodes;
 mod graph_params;
@@ -87,11 +88,13 @@ mod native_ipc;
 mod pools;
 mod resources;
 mod streams;
+mod user_objects;
 mod virtual_memory;
 
 pub use contexts::*;
 pub use devices::*;
 pub use extras::*;
+pub use graph_events::*;
 pub use graph_memory::*;
 pub use graph_nodes::*;
 pub use graph_params::*;
@@ -106,4 +109,5 @@ pub use native_ipc::*;
 pub use pools::*;
 pub use resources::*;
 pub use streams::*;
+pub use user_objects::*;
 pub use virtual_memory::*;

@@ -63,6 +63,10 @@ pub enum Work {
     MemFree {
         base: u64,
     },
+    /// Records an event when the node runs.
+    EventRecord(EventRef),
+    /// Waits, when the node runs, for the event's latest record.
+    EventWait(EventRef),
     /// A conditional node as instantiated: the value its condition has at every launch (no
     /// device code runs here to set it, so it is the handle's default) and each body's work.
     Branch {
@@ -71,6 +75,21 @@ pub enum Work {
         bodies: Vec<Vec<Work>>,
     },
 }
+
+/// An event a node records or waits for: its handle (for the getters) and the event.
+#[derive(Debug, Clone)]
+pub struct EventRef {
+    pub handle: u64,
+    pub event: std::sync::Arc<crate::stream::Event>,
+}
+
+impl PartialEq for EventRef {
+    fn eq(&self, other: &Self) -> bool {
+        self.handle == other.handle
+    }
+}
+
+impl Eq for EventRef {}
 
 /// `CUgraphConditionalNodeType`.
 pub const COND_IF: u32 = 0;
@@ -485,6 +504,8 @@ impl Graphs {
 fn settable(old: &Work, new: &Work) -> CuResult<()> {
     match (old, new) {
         (Work::Empty, Work::Empty)
+        | (Work::EventRecord(_), Work::EventRecord(_))
+        | (Work::EventWait(_), Work::EventWait(_))
         | (Work::Host { .. }, Work::Host { .. })
         | (Work::Memset { .. }, Work::Memset { .. })
         | (Work::Memcpy { .. }, Work::Memcpy { .. }) => Ok(()),

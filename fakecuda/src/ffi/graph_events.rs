@@ -1,0 +1,136 @@
+//! Event record and wait nodes: added, read, and changed in a graph or an executable graph.
+//! A record node records its event when it runs; a wait node waits, when it runs, for the
+//! event's latest record.
+
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use super::graphs::{add, deps, h};
+use super::*;
+use crate::graph::{EventRef, Work};
+use cudarc::driver::sys::{CUevent, CUevent_st, CUgraph, CUgraphExec, CUgraphNode};
+
+/// The event `e` names, for a node.
+pub(super) fn event_ref(e: CUevent) -> CuResult<EventRef> {
+    let handle = e as usize as u64;
+    driver::with(|d| {
+        let event = d
+            .events
+            .get(&handle)
+            .cloned()
+            .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
+        Ok(EventRef { handle, event })
+    })
+}
+
+/// # Safety
+/// cuda.h's contract for the dependency list.
+unsafe fn add_event_node(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    dependencies: *const CUgraphNode,
+    n: usize,
+    work: impl FnOnce(EventRef) -> Work,
+    e: CUevent,
+) -> RawResult {
+    gated(|| {
+        let work = work(event_ref(e)?);
+        // SAFETY: per the caller.
+        add(out, graph, unsafe { deps(dependencies, n) }?, work)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddEventRecordNode(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    dependencies: *const CUgraphNode,
+    n: usize,
+    e: CUevent,
+) -> RawResult {
+    // SAFETY: the caller's dependency list (cuda.h).
+    unsafe { add_event_node(out, graph, dependencies, n, Work::EventRecord, e) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddEventWaitNode(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    dependencies: *const CUgraphNode,
+    n: usize,
+    e: CUevent,
+) -> RawResult {
+    // SAFETY: the caller's dependency list (cuda.h).
+    unsafe { add_event_node(out, graph, dependencies, n, Work::EventWait, e) }
+}
+
+/// The event of a record (`record`) or wait node.
+fn node_event(node: CUgraphNode, record: bool, out: *mut CUevent) -> RawResult {
+    gated(|| {
+        let e = match (driver::with(|d| d.graphs.work(h(node)))?, record) {
+            (Work::EventRecord(e), true) | (Work::EventWait(e), false) => e,
+            _ => return Err(CuError::CUDA_ERROR_INVALID_VALUE),
+        };
+        // SAFETY: CUevent out-parameter (cuda.h).
+        unsafe { put(out, handle_ptr::<CUevent_st>(e.handle)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphEventRecordNodeGetEvent(
+    node: CUgraphNode,
+    out: *mut CUevent,
+) -> RawResult {
+    node_event(node, true, out)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphEventWaitNodeGetEvent(
+    node: CUgraphNode,
+    out: *mut CUevent,
+) -> RawResult {
+    node_event(node, false, out)
+}
+
+/// A record or wait node's new event, in a graph or (`exec`) in what it became there.
+fn set_event(exec: Option<CUgraphExec>, node: CUgraphNode, record: bool, e: CUevent) -> RawResult {
+    gated(|| {
+        let e = event_ref(e)?;
+        let work = if record {
+            Work::EventRecord(e)
+        } else {
+            Work::EventWait(e)
+        };
+        driver::with(|d| match exec {
+            None => d.graphs.set_work(h(node), work),
+            Some(x) => d.graphs.exec_set_work(h(x), h(node), work),
+        })
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuGraphEventRecordNodeSetEvent(node: CUgraphNode, e: CUevent) -> RawResult {
+    set_event(None, node, true, e)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuGraphEventWaitNodeSetEvent(node: CUgraphNode, e: CUevent) -> RawResult {
+    set_event(None, node, false, e)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuGraphExecEventRecordNodeSetEvent(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    e: CUevent,
+) -> RawResult {
+    set_event(Some(exec), node, true, e)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuGraphExecEventWaitNodeSetEvent(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    e: CUevent,
+) -> RawResult {
+    set_event(Some(exec), node, false, e)
+}

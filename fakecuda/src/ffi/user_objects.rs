@@ -1,0 +1,84 @@
+//! User objects (see [`crate::user_object`]). Every entry point that may drop a last
+//! reference runs the destructors due once the driver lock is released.
+
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use super::graphs::h;
+use super::*;
+use cudarc::driver::sys::{CUgraph, CUuserObject, CUuserObject_st};
+
+/// Runs `f` under the driver lock, then the destructors it made due, on this thread.
+pub(super) fn releasing(f: impl FnOnce(&mut Driver) -> CuResult<()>) -> RawResult {
+    gated(|| {
+        let done = driver::with(f);
+        let due = driver::with(|d| Ok(d.user_objects.take_pending()))?;
+        for (destroy, ptr) in due {
+            // SAFETY: the application's CUhostFn and its pointer, given to cuUserObjectCreate
+            // to be called once when the object's last reference goes (cuda.h).
+            let f: unsafe extern "C" fn(*mut c_void) = unsafe { std::mem::transmute(destroy) };
+            // SAFETY: as above.
+            unsafe { f(ptr as *mut c_void) };
+        }
+        done
+    })
+}
+
+/// `CUhostFn`.
+type HostFn = Option<unsafe extern "C" fn(*mut c_void)>;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuUserObjectCreate(
+    out: *mut CUuserObject,
+    ptr: *mut c_void,
+    destroy: HostFn,
+    initial: c_uint,
+    flags: c_uint,
+) -> RawResult {
+    with(|d| {
+        if out.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let handle = d.next_handle();
+        let destroy = destroy.map_or(0, |f| f as usize);
+        d.user_objects
+            .create(handle, ptr as usize, destroy, initial, flags)?;
+        // SAFETY: CUuserObject out-parameter (cuda.h), non-null.
+        unsafe { put(out, handle_ptr::<CUuserObject_st>(handle)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuUserObjectRetain(object: CUuserObject, count: c_uint) -> RawResult {
+    with(|d| d.user_objects.retain(h(object), count))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuUserObjectRelease(object: CUuserObject, count: c_uint) -> RawResult {
+    releasing(|d| d.user_objects.release(h(object), u64::from(count)))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuGraphRetainUserObject(
+    graph: CUgraph,
+    object: CUuserObject,
+    count: c_uint,
+    flags: c_uint,
+) -> RawResult {
+    with(|d| {
+        d.graphs.graph_id(h(graph))?;
+        d.user_objects
+            .graph_retain(h(graph), h(object), count, flags)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuGraphReleaseUserObject(
+    graph: CUgraph,
+    object: CUuserObject,
+    count: c_uint,
+) -> RawResult {
+    releasing(|d| {
+        d.graphs.graph_id(h(graph))?;
+        d.user_objects.graph_release(h(graph), h(object), count)
+    })
+}
