@@ -103,6 +103,8 @@ entry_points! {
     cuGraphRetainUserObject: 11030 => cuGraphRetainUserObject;
     cuGraphReleaseUserObject: 11030 => cuGraphReleaseUserObject;
     cuGraphGetRootNodes: 10000 => cuGraphGetRootNodes;
+    cuGraphAddDependencies: 12030 => cuGraphAddDependencies_v2, 10000 => cuGraphAddDependencies;
+    cuGraphRemoveDependencies: 12030 => cuGraphRemoveDependencies_v2, 10000 => cuGraphRemoveDependencies;
     cuGraphGetEdges: 12030 => cuGraphGetEdges_v2, 10000 => cuGraphGetEdges;
     cuGraphNodeGetDependencies: 12030 => cuGraphNodeGetDependencies_v2, 10000 => cuGraphNodeGetDependencies;
     cuGraphNodeGetDependentNodes: 12030 => cuGraphNodeGetDependentNodes_v2, 10000 => cuGraphNodeGetDependentNodes;

@@ -114,3 +114,49 @@ def test_memory_nodes_read_back_their_parameters(context):
     (err,) = cu.cuGraphDestroyNode(alloc)
     assert err == R.CUDA_ERROR_NOT_SUPPORTED
     check(cu.cuGraphDestroy(g))
+
+
+def test_dependencies_added_later_order_the_launch(context):
+    import numpy as np
+
+    # b is added first but comes to depend on a: the launch runs a's fill, then b's copy.
+    dptr = check(cu.cuMemAlloc(SIZE))
+    host = np.zeros(SIZE, dtype=np.uint8)
+    g = check(cu.cuGraphCreate(0))
+    copy = cu.CUDA_MEMCPY3D()
+    copy.srcMemoryType = cu.CUmemorytype.CU_MEMORYTYPE_DEVICE
+    copy.srcDevice = dptr
+    copy.dstMemoryType = cu.CUmemorytype.CU_MEMORYTYPE_HOST
+    copy.dstHost = host.ctypes.data
+    copy.WidthInBytes = SIZE
+    copy.Height = 1
+    copy.Depth = 1
+    b = check(cu.cuGraphAddMemcpyNode(g, None, 0, copy, context))
+    fill = cu.CUDA_MEMSET_NODE_PARAMS()
+    fill.dst = dptr
+    fill.elementSize = 1
+    fill.width = SIZE
+    fill.height = 1
+    fill.value = 5
+    a = check(cu.cuGraphAddMemsetNode(g, None, 0, fill, context))
+    check(cu.cuGraphAddDependencies(g, [a], [b], None, 1))
+    (err,) = cu.cuGraphAddDependencies(g, [a], [b], None, 1)
+    assert err == R.CUDA_ERROR_INVALID_VALUE, "already there"
+    deps, _, count = check(cu.cuGraphNodeGetDependencies(b, 1))
+    assert ids(deps[:count]) == [int(a)]
+    stream = check(cu.cuStreamCreate(0))
+    graph_exec = check(cu.cuGraphInstantiate(g, 0))
+    check(cu.cuGraphLaunch(graph_exec, stream))
+    check(cu.cuStreamSynchronize(stream))
+    assert (host == 5).all()
+    # A cycle is refused when the graph is instantiated; removed, the edge is gone.
+    check(cu.cuGraphAddDependencies(g, [b], [a], None, 1))
+    err, _ = cu.cuGraphInstantiate(g, 0)
+    assert err == R.CUDA_ERROR_INVALID_VALUE
+    check(cu.cuGraphRemoveDependencies(g, [b], [a], None, 1))
+    (err,) = cu.cuGraphRemoveDependencies(g, [b], [a], None, 1)
+    assert err == R.CUDA_ERROR_INVALID_VALUE, "not there"
+    check(cu.cuGraphExecDestroy(graph_exec))
+    check(cu.cuGraphDestroy(g))
+    check(cu.cuStreamDestroy(stream))
+    check(cu.cuMemFree(dptr))

@@ -368,3 +368,87 @@ pub unsafe extern "C" fn cuGraphMemFreeNodeGetParams(
         _ => Err(CuError::CUDA_ERROR_INVALID_VALUE),
     })
 }
+
+/// Adds (`add`) or removes `n` edges `from[i] → to[i]`; only default edge data is modelled.
+///
+/// # Safety
+/// `from` and `to` hold `n` handles, `data` is null or holds `n` edge data (cuda.h).
+unsafe fn dependencies(
+    graph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    data: *const EdgeData,
+    n: usize,
+    add: bool,
+) -> RawResult {
+    gated(|| {
+        if n == 0 {
+            return Ok(());
+        }
+        if from.is_null() || to.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        if !data.is_null() {
+            // SAFETY: `n` edge data (cuda.h), per the caller.
+            let data = unsafe { std::slice::from_raw_parts(data, n) };
+            if data.iter().any(|e| *e != [0; 8]) {
+                return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
+            }
+        }
+        // SAFETY: `n` handles each (cuda.h), per the caller.
+        let (from, to) = unsafe {
+            (
+                std::slice::from_raw_parts(from, n),
+                std::slice::from_raw_parts(to, n),
+            )
+        };
+        let edges: Vec<(u64, u64)> = from.iter().zip(to).map(|(f, t)| (h(*f), h(*t))).collect();
+        driver::with(|d| d.graphs.change_dependencies(h(graph), &edges, add))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddDependencies(
+    graph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    n: usize,
+) -> RawResult {
+    // SAFETY: the caller's lists (cuda.h).
+    unsafe { dependencies(graph, from, to, std::ptr::null(), n, true) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddDependencies_v2(
+    graph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    data: *const EdgeData,
+    n: usize,
+) -> RawResult {
+    // SAFETY: the caller's lists (cuda.h).
+    unsafe { dependencies(graph, from, to, data, n, true) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphRemoveDependencies(
+    graph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    n: usize,
+) -> RawResult {
+    // SAFETY: the caller's lists (cuda.h).
+    unsafe { dependencies(graph, from, to, std::ptr::null(), n, false) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphRemoveDependencies_v2(
+    graph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    data: *const EdgeData,
+    n: usize,
+) -> RawResult {
+    // SAFETY: the caller's lists (cuda.h).
+    unsafe { dependencies(graph, from, to, data, n, false) }
+}

@@ -6,7 +6,7 @@
 
 use crate::abi::{RawAccessDesc, RawLocation, RawMemcpy3d};
 use crate::error::{CuError, CuResult};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 /// What a node does when its graph runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -309,8 +309,8 @@ impl Graphs {
         if has_memory && self.execs.values().any(|e| e.graph == graph) {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        // ordered_work keeps the graph's node order.
-        let nodes = self.graphs[&graph].nodes.clone();
+        // The same order as ordered_work's.
+        let nodes = self.order(graph)?;
         let id = self.id();
         self.execs.insert(
             handle,
@@ -324,24 +324,32 @@ impl Graphs {
         Ok(())
     }
 
-    /// `graph`'s nodes' work in an order that respects every dependency (nodes are added after
-    /// their dependencies, so insertion order is one; anything else is refused).
+    /// `graph`'s nodes' work in an order that respects every dependency.
     pub fn ordered_work(&self, graph: u64) -> CuResult<Vec<Work>> {
+        self.order(graph)?
+            .iter()
+            .map(|n| self.resolved(&self.nodes[n].work))
+            .collect()
+    }
+
+    /// `graph`'s nodes in an order that respects every dependency: each as early as its
+    /// dependencies allow, ties in the order nodes were added (dependencies added later with
+    /// `cuGraphAddDependencies` may reorder them). A cycle is `CUDA_ERROR_INVALID_VALUE`.
+    pub fn order(&self, graph: u64) -> CuResult<Vec<u64>> {
         let g = self
             .graphs
             .get(&graph)
             .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
-        let position: BTreeMap<u64, usize> =
-            g.nodes.iter().enumerate().map(|(i, n)| (*n, i)).collect();
-        for (i, n) in g.nodes.iter().enumerate() {
-            if self.nodes[n].deps.iter().any(|d| position[d] >= i) {
-                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-            }
+        let mut done: Vec<u64> = Vec::with_capacity(g.nodes.len());
+        let mut left: Vec<u64> = g.nodes.clone();
+        while !left.is_empty() {
+            let ready = left
+                .iter()
+                .position(|n| self.nodes[n].deps.iter().all(|d| done.contains(d)))
+                .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+            done.push(left.remove(ready));
         }
-        g.nodes
-            .iter()
-            .map(|n| self.resolved(&self.nodes[n].work))
-            .collect()
+        Ok(done)
     }
 
     /// `work` with its conditional node resolved (bodies read now, the condition's value).

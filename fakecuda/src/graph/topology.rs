@@ -50,6 +50,35 @@ impl Graphs {
             .collect())
     }
 
+    /// `cuGraphAddDependencies` (`add`) and `cuGraphRemoveDependencies`: edges `from → to`
+    /// between nodes of `graph`; adding one that exists or removing one that does not is
+    /// `CUDA_ERROR_INVALID_VALUE`. A cycle is refused when the graph is instantiated.
+    pub fn change_dependencies(
+        &mut self,
+        graph: u64,
+        edges: &[(u64, u64)],
+        add: bool,
+    ) -> CuResult<()> {
+        for (from, to) in edges {
+            let known = |n: &u64| self.nodes.get(n).is_some_and(|n| n.graph == graph);
+            if !known(from) || !known(to) || from == to {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+            if self.nodes[to].deps.contains(from) == add {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+        }
+        for (from, to) in edges {
+            let deps = &mut self.nodes.get_mut(to).expect("checked above").deps;
+            if add {
+                deps.push(*from);
+            } else {
+                deps.retain(|d| d != from);
+            }
+        }
+        Ok(())
+    }
+
     /// `cuGraphDestroyNode`: the node and every edge to or from it go. A graph allocation with
     /// a free node naming it, or a conditional node (whose bodies are the driver's), stays:
     /// `CUDA_ERROR_NOT_SUPPORTED`.
