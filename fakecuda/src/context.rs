@@ -190,6 +190,13 @@ impl Contexts {
 
     /// `cuCtxCreate`: a new context, pushed on the calling thread's stack.
     pub fn create(&mut self, handle: u64, dev: u32) -> u64 {
+        self.create_detached(handle, dev);
+        STACK.with_borrow_mut(|s| s.push(handle));
+        handle
+    }
+
+    /// A created context that no thread has current (a green context's).
+    pub fn create_detached(&mut self, handle: u64, dev: u32) {
         self.table.insert(
             handle,
             Context {
@@ -198,8 +205,6 @@ impl Contexts {
                 primary: false,
             },
         );
-        STACK.with_borrow_mut(|s| s.push(handle));
-        handle
     }
 
     pub fn destroy(&mut self, ctx: u64) -> CuResult<()> {
@@ -270,6 +275,18 @@ impl Contexts {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
         let (ctx, _) = self.current()?;
+        self.create_stream_in(ctx, handle, flags, priority)
+    }
+
+    /// A stream of context `ctx`, current or not (a green context's).
+    pub fn create_stream_in(
+        &mut self,
+        ctx: u64,
+        handle: u64,
+        flags: u32,
+        priority: i32,
+    ) -> CuResult<u64> {
+        self.check_live(ctx)?;
         self.streams
             .insert(handle, Stream::start(ctx, flags, priority)?);
         Ok(handle)

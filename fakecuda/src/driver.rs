@@ -27,6 +27,8 @@ pub struct Driver {
     pub graph_memory: crate::graph_memory::GraphMemory,
     /// User objects and the references graphs hold to them.
     pub user_objects: crate::user_object::UserObjects,
+    /// Green contexts and their resource descriptors.
+    pub greens: crate::green::Greens,
     /// Managed memory's advice and prefetch locations.
     pub advice: crate::managed::Advice,
     /// Allocations (by buffer id) with `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS` set.
@@ -115,6 +117,7 @@ pub fn init(flags: u32) -> CuResult<()> {
         pools: crate::pool::Pools::default(),
         graphs: crate::graph::Graphs::default(),
         advice: crate::managed::Advice::default(),
+        greens: crate::green::Greens::default(),
         user_objects: crate::user_object::UserObjects::default(),
         graph_memory: crate::graph_memory::GraphMemory::default(),
         sync_memops: std::collections::BTreeSet::new(),

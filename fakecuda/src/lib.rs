@@ -15,6 +15,7 @@ mod error;
 mod ffi;
 mod graph;
 mod graph_memory;
+mod green;
 mod ipc;
 mod legacy;
 mod managed;

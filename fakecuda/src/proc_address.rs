@@ -74,6 +74,16 @@ entry_points! {
     cuStreamGetDevResource: 13010 => cuStreamGetDevResource;
     cuDevSmResourceSplitByCount: 12040 => cuDevSmResourceSplitByCount;
     cuDevSmResourceSplit: 13010 => cuDevSmResourceSplit;
+    cuDevResourceGenerateDesc: 12040 => cuDevResourceGenerateDesc;
+    cuGreenCtxCreate: 12040 => cuGreenCtxCreate;
+    cuGreenCtxDestroy: 12040 => cuGreenCtxDestroy;
+    cuCtxFromGreenCtx: 12040 => cuCtxFromGreenCtx;
+    cuGreenCtxGetDevResource: 12040 => cuGreenCtxGetDevResource;
+    cuGreenCtxGetId: 13000 => cuGreenCtxGetId;
+    cuGreenCtxStreamCreate: 12050 => cuGreenCtxStreamCreate;
+    cuStreamGetGreenCtx: 12040 => cuStreamGetGreenCtx;
+    cuGreenCtxRecordEvent: 12040 => cuGreenCtxRecordEvent;
+    cuGreenCtxWaitEvent: 12040 => cuGreenCtxWaitEvent;
     cuGraphCreate: 10000 => cuGraphCreate;
     cuGraphDestroy: 10000 => cuGraphDestroy;
     cuGraphAddEmptyNode: 10000 => cuGraphAddEmptyNode;

@@ -11,15 +11,18 @@ use cudarc::driver::sys::{CUevent, CUevent_st, CUgraph, CUgraphExec, CUgraphNode
 
 /// The event `e` names, for a node.
 pub(super) fn event_ref(e: CUevent) -> CuResult<EventRef> {
+    driver::with(|d| event_in(d, e))
+}
+
+/// [`event_ref`] with the driver already locked.
+pub(super) fn event_in(d: &Driver, e: CUevent) -> CuResult<EventRef> {
     let handle = e as usize as u64;
-    driver::with(|d| {
-        let event = d
-            .events
-            .get(&handle)
-            .cloned()
-            .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
-        Ok(EventRef { handle, event })
-    })
+    let event = d
+        .events
+        .get(&handle)
+        .cloned()
+        .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
+    Ok(EventRef { handle, event })
 }
 
 /// # Safety

@@ -1,17 +1,23 @@
 //! Device resources (SMs, for green contexts): what a device, a context or a stream has, and
 //! splitting an SM resource into groups, by count (`cuDevSmResourceSplitByCount`) or structured
-//! (CUDA 13's `cuDevSmResourceSplit`). fakecuda's device reports 132 SMs, allocatable in
-//! groups of 2 (the partition size and co-scheduling alignment it reports). Green contexts
-//! themselves are not modelled, nor locality domains.
+//! (CUDA 13's `cuDevSmResourceSplit`), and the workqueue resources. fakecuda's device reports
+//! 132 SMs, allocatable in groups of 2 (the partition size and co-scheduling alignment it
+//! reports); a green context reports its share. Locality domains are not modelled.
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use super::*;
 
-/// `CU_DEV_RESOURCE_TYPE_SM`.
-const TYPE_SM: c_uint = 1;
+/// `CU_DEV_RESOURCE_TYPE_SM`, `_WORKQUEUE_CONFIG`, `_WORKQUEUE`.
+pub(super) const TYPE_SM: c_uint = 1;
+const TYPE_WORKQUEUE_CONFIG: c_uint = 1000;
+const TYPE_WORKQUEUE: c_uint = 10000;
 /// The SM count `cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)` reports.
-const SM_COUNT: u32 = 132;
+const SM_COUNT: u32 = crate::green::DEVICE_SMS;
+/// A workqueue configuration's default concurrency limit (`CUDA_DEVICE_MAX_CONNECTIONS`'s
+/// default) and sharing scope (`CU_WORKQUEUE_SCOPE_DEVICE_CTX`).
+const WORKQUEUE_LIMIT: u32 = 8;
+const WORKQUEUE_SCOPE: u32 = 0;
 /// Minimum partition size and co-scheduling alignment.
 const SM_GRANULARITY: u32 = 2;
 
@@ -20,9 +26,9 @@ const SM_GRANULARITY: u32 = 2;
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct RawDevResource {
-    type_: c_uint,
+    pub(super) type_: c_uint,
     padding: [u8; 92],
-    sm: [u32; 10],
+    pub(super) sm: [u32; 10],
     next: *mut c_void,
 }
 
@@ -44,12 +50,29 @@ fn sm_resource(count: u32) -> RawDevResource {
     }
 }
 
-fn put_sm(out: *mut RawDevResource, type_: c_uint) -> CuResult<()> {
-    if type_ != TYPE_SM {
-        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-    }
+/// A resource of `type_` for `device` with `sms` SMs: its SMs, its workqueue configuration
+/// (the device, the concurrency limit, the sharing scope) or its workqueue (opaque).
+pub(super) fn put_resource(
+    out: *mut RawDevResource,
+    type_: c_uint,
+    device: u32,
+    sms: u32,
+) -> CuResult<()> {
+    let resource = match type_ {
+        TYPE_SM => sm_resource(sms),
+        TYPE_WORKQUEUE_CONFIG | TYPE_WORKQUEUE => {
+            let mut r = sm_resource(0);
+            r.type_ = type_;
+            r.sm = [0; 10];
+            if type_ == TYPE_WORKQUEUE_CONFIG {
+                r.sm[..3].copy_from_slice(&[device, WORKQUEUE_LIMIT, WORKQUEUE_SCOPE]);
+            }
+            r
+        }
+        _ => return Err(CuError::CUDA_ERROR_INVALID_VALUE),
+    };
     // SAFETY: CUdevResource out-parameter (cuda.h).
-    unsafe { put(out, sm_resource(SM_COUNT)) }
+    unsafe { put(out, resource) }
 }
 
 #[unsafe(no_mangle)]
@@ -59,8 +82,8 @@ pub unsafe extern "C" fn cuDeviceGetDevResource(
     type_: c_uint,
 ) -> RawResult {
     with(|d| {
-        d.config.check_device(dev)?;
-        put_sm(out, type_)
+        let dev = d.config.check_device(dev)?;
+        put_resource(out, type_, dev, SM_COUNT)
     })
 }
 
@@ -71,8 +94,12 @@ pub unsafe extern "C" fn cuCtxGetDevResource(
     type_: c_uint,
 ) -> RawResult {
     with(|d| {
-        d.contexts.check_live(ctx as usize as u64)?;
-        put_sm(out, type_)
+        let ctx = ctx as usize as u64;
+        let device = d
+            .contexts
+            .device_of(ctx)
+            .ok_or(CuError::CUDA_ERROR_INVALID_CONTEXT)?;
+        put_resource(out, type_, device, d.ctx_sms(ctx))
     })
 }
 
@@ -83,8 +110,12 @@ pub unsafe extern "C" fn cuStreamGetDevResource(
     type_: c_uint,
 ) -> RawResult {
     with(|d| {
-        d.contexts.target(Some(s as usize as u64))?;
-        put_sm(out, type_)
+        let ctx = match d.contexts.target(Some(s as usize as u64))? {
+            crate::context::Target::Now { ctx, .. } => ctx,
+            crate::context::Target::Queue(s) => s.ctx,
+        };
+        let device = d.contexts.device_of(ctx).unwrap_or(0);
+        put_resource(out, type_, device, d.ctx_sms(ctx))
     })
 }
 
