@@ -205,6 +205,9 @@ entry_points! {
     cuMemAdvise: 12020 => cuMemAdvise_v2, 8000 => cuMemAdvise;
     cuMemPrefetchAsync: 12020 => cuMemPrefetchAsync_v2, 8000 => cuMemPrefetchAsync;
     cuMemRangeGetAttribute: 8000 => cuMemRangeGetAttribute;
+    cuMemPrefetchBatchAsync: 13000 => cuMemPrefetchBatchAsync;
+    cuMemDiscardBatchAsync: 13000 => cuMemDiscardBatchAsync;
+    cuMemDiscardAndPrefetchBatchAsync: 13000 => cuMemDiscardAndPrefetchBatchAsync;
     cuMemRangeGetAttributes: 8000 => cuMemRangeGetAttributes;
     cuDeviceGetDefaultMemPool: 11020 => cuDeviceGetDefaultMemPool;
     cuDeviceGetMemPool: 11020 => cuDeviceGetMemPool;

@@ -133,3 +133,30 @@ def test_sync_memops_is_the_one_settable_pointer_attribute(managed):
     assert err == R.CUDA_ERROR_INVALID_VALUE
     (err,) = cu.cuPointerSetAttribute(1, P.CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, 8)
     assert err == R.CUDA_ERROR_INVALID_VALUE
+
+
+def test_batches_prefetch_each_range_to_the_location_that_applies(context):
+    stream = check(cu.cuStreamCreate(0))
+    flags = cu.CUmemAttach_flags.CU_MEM_ATTACH_GLOBAL.value
+    ranges = [check(cu.cuMemAllocManaged(SIZE, flags)) for _ in range(3)]
+    device = place(L.CU_MEM_LOCATION_TYPE_DEVICE, 1)
+    host = place(L.CU_MEM_LOCATION_TYPE_HOST)
+    # Device 1 for the first range, the host from the second on.
+    check(cu.cuMemPrefetchBatchAsync(ranges, [SIZE] * 3, 3, [device, host], [0, 1], 2, 0, stream))
+    check(cu.cuStreamSynchronize(stream))
+    last = RA.CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION
+    assert [attribute(r, last) for r in ranges] == [1, -1, -1]
+    check(cu.cuMemDiscardBatchAsync(ranges, [SIZE] * 3, 3, 0, stream))
+    check(cu.cuMemDiscardAndPrefetchBatchAsync(ranges[:1], [SIZE], 1, [host], [0], 1, 0, stream))
+    check(cu.cuStreamSynchronize(stream))
+    assert attribute(ranges[0], last) == -1
+    refused = [
+        cu.cuMemPrefetchBatchAsync(ranges, [SIZE] * 3, 3, [device], [1], 1, 0, stream),  # not 0
+        cu.cuMemPrefetchBatchAsync(ranges, [SIZE] * 3, 3, [device, host], [1, 1], 2, 0, stream),
+        cu.cuMemDiscardBatchAsync(ranges, [SIZE] * 3, 3, 1, stream),  # no flags
+        cu.cuMemDiscardBatchAsync(ranges, [1 << 30] * 3, 3, 0, stream),  # past the memory
+    ]
+    assert [r[0] for r in refused] == [R.CUDA_ERROR_INVALID_VALUE] * 4
+    for r in ranges:
+        check(cu.cuMemFree(r))
+    check(cu.cuStreamDestroy(stream))

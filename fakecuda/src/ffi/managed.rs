@@ -150,3 +150,142 @@ pub unsafe extern "C" fn cuMemRangeGetAttributes(
         Ok(())
     })
 }
+
+/// The CUDA 13 batch operations: `count` ranges of managed memory, each discarded (its
+/// contents become undefined; here they stay as they were) and/or prefetched to the location
+/// that applies to it (location `j` from range `idxs[j]` on; `idxs[0]` is 0 and the indices
+/// rise). Checked at the call, recorded in stream order.
+///
+/// # Safety
+/// `dptrs` and `sizes` hold `count` entries; with `locations`, its two arrays hold `n`.
+unsafe fn batch(
+    dptrs: *const CUdeviceptr,
+    sizes: *const usize,
+    count: usize,
+    locations: Option<(*const RawLocation, *const usize, usize)>,
+    flags: c_ulonglong,
+    stream: CUstream,
+) -> RawResult {
+    gated(|| {
+        if count == 0 || dptrs.is_null() || sizes.is_null() || flags != 0 {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: `count` pointers and sizes (cuda.h), per the caller.
+        let (ptrs, lens) = unsafe {
+            (
+                std::slice::from_raw_parts(dptrs, count),
+                std::slice::from_raw_parts(sizes, count),
+            )
+        };
+        let places = match locations {
+            None => None,
+            Some((locs, idxs, n)) => {
+                if n == 0 || n > count || locs.is_null() || idxs.is_null() {
+                    return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+                }
+                // SAFETY: `n` locations and indices (cuda.h), per the caller.
+                let (locs, idxs) = unsafe {
+                    (
+                        std::slice::from_raw_parts(locs, n),
+                        std::slice::from_raw_parts(idxs, n),
+                    )
+                };
+                if idxs[0] != 0 || idxs.windows(2).any(|w| w[0] >= w[1]) || idxs[n - 1] >= count {
+                    return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+                }
+                Some((locs.to_vec(), idxs.to_vec()))
+            }
+        };
+        let work: Vec<(u64, u64, Option<Place>)> = driver::with(|d| {
+            let resolved = match &places {
+                None => None,
+                Some((locs, idxs)) => Some(
+                    locs.iter()
+                        .map(|l| d.advice_place(*l))
+                        .collect::<CuResult<Vec<Place>>>()
+                        .map(|p| (p, idxs))?,
+                ),
+            };
+            ptrs.iter()
+                .zip(lens)
+                .enumerate()
+                .map(|(i, (&p, &len))| {
+                    d.check_prefetch(p, len as u64)?;
+                    let to = resolved.as_ref().map(|(places, idxs)| {
+                        let j = idxs.iter().rposition(|&at| at <= i).unwrap_or(0);
+                        places[j]
+                    });
+                    Ok((p, len as u64, to))
+                })
+                .collect()
+        })?;
+        memcpy::host_work(Some(stream as usize as u64), move || {
+            for (p, len, to) in work {
+                if let Some(to) = to {
+                    // Checked at the call; memory freed since has nothing to record.
+                    let _ = driver::with(|d| d.prefetched(p, len, to));
+                }
+            }
+        })
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPrefetchBatchAsync(
+    dptrs: *const CUdeviceptr,
+    sizes: *const usize,
+    count: usize,
+    locations: *const RawLocation,
+    location_idxs: *const usize,
+    n: usize,
+    flags: c_ulonglong,
+    stream: CUstream,
+) -> RawResult {
+    // SAFETY: the caller's arrays (cuda.h).
+    unsafe {
+        batch(
+            dptrs,
+            sizes,
+            count,
+            Some((locations, location_idxs, n)),
+            flags,
+            stream,
+        )
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemDiscardBatchAsync(
+    dptrs: *const CUdeviceptr,
+    sizes: *const usize,
+    count: usize,
+    flags: c_ulonglong,
+    stream: CUstream,
+) -> RawResult {
+    // SAFETY: the caller's arrays (cuda.h).
+    unsafe { batch(dptrs, sizes, count, None, flags, stream) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemDiscardAndPrefetchBatchAsync(
+    dptrs: *const CUdeviceptr,
+    sizes: *const usize,
+    count: usize,
+    locations: *const RawLocation,
+    location_idxs: *const usize,
+    n: usize,
+    flags: c_ulonglong,
+    stream: CUstream,
+) -> RawResult {
+    // SAFETY: the caller's arrays (cuda.h).
+    unsafe {
+        batch(
+            dptrs,
+            sizes,
+            count,
+            Some((locations, location_idxs, n)),
+            flags,
+            stream,
+        )
+    }
+}
