@@ -113,13 +113,7 @@ impl UserObjects {
 
     /// An executable graph made from `graph` holds what the graph holds, until it is destroyed.
     pub fn exec_retain(&mut self, graph: u64, exec: u64) {
-        let of_graph: Vec<(u64, u64)> = self
-            .held
-            .iter()
-            .filter(|((owner, _), _)| *owner == graph)
-            .map(|((_, h), n)| (*h, *n))
-            .collect();
-        for (h, n) in of_graph {
+        for (h, n) in self.held_by(graph) {
             if let Some(o) = self.objects.get_mut(&h) {
                 o.refs += n;
                 *self.held.entry((exec, h)).or_default() += n;
@@ -129,16 +123,20 @@ impl UserObjects {
 
     /// A graph or executable graph went: every reference it held goes.
     pub fn owner_gone(&mut self, owner: u64) {
-        let held: Vec<(u64, u64)> = self
-            .held
-            .iter()
-            .filter(|((o, _), _)| *o == owner)
-            .map(|((_, h), n)| (*h, *n))
-            .collect();
+        let held = self.held_by(owner);
         self.held.retain(|(o, _), _| *o != owner);
         for (h, n) in held {
             let _ = self.release(h, n);
         }
+    }
+
+    /// What `owner` holds: (object, references).
+    fn held_by(&self, owner: u64) -> Vec<(u64, u64)> {
+        self.held
+            .iter()
+            .filter(|((o, _), _)| *o == owner)
+            .map(|((_, h), n)| (*h, *n))
+            .collect()
     }
 
     /// The destructors now due.

@@ -57,18 +57,32 @@ fn rows(nodes: Vec<u64>) -> Vec<[u64; 1]> {
     nodes.into_iter().map(|n| [n]).collect()
 }
 
-/// A graph's nodes in the order they were added (see [`put_list`]).
+/// A list of `graph`'s nodes (see [`put_list`]).
+///
+/// # Safety
+/// cuda.h's contract for the list.
+unsafe fn graph_nodes(
+    graph: CUgraph,
+    nodes: *mut CUgraphNode,
+    count: *mut usize,
+    which: fn(&crate::graph::Graphs, u64) -> CuResult<Vec<u64>>,
+) -> RawResult {
+    gated(|| {
+        let all = driver::with(|d| which(&d.graphs, h(graph)))?;
+        // SAFETY: per the caller.
+        unsafe { put_list([nodes], std::ptr::null_mut(), count, &rows(all)) }
+    })
+}
+
+/// A graph's nodes in the order they were added.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphGetNodes(
     graph: CUgraph,
     nodes: *mut CUgraphNode,
     count: *mut usize,
 ) -> RawResult {
-    gated(|| {
-        let all = driver::with(|d| d.graphs.nodes_of(h(graph)))?;
-        // SAFETY: cuda.h's contract for the list.
-        unsafe { put_list([nodes], std::ptr::null_mut(), count, &rows(all)) }
-    })
+    // SAFETY: the caller's list (cuda.h).
+    unsafe { graph_nodes(graph, nodes, count, crate::graph::Graphs::nodes_of) }
 }
 
 #[unsafe(no_mangle)]
@@ -77,11 +91,8 @@ pub unsafe extern "C" fn cuGraphGetRootNodes(
     nodes: *mut CUgraphNode,
     count: *mut usize,
 ) -> RawResult {
-    gated(|| {
-        let all = driver::with(|d| d.graphs.roots(h(graph)))?;
-        // SAFETY: cuda.h's contract for the list.
-        unsafe { put_list([nodes], std::ptr::null_mut(), count, &rows(all)) }
-    })
+    // SAFETY: the caller's list (cuda.h).
+    unsafe { graph_nodes(graph, nodes, count, crate::graph::Graphs::roots) }
 }
 
 /// # Safety

@@ -277,13 +277,15 @@ pub unsafe extern "C" fn cuMemDiscardAndPrefetchBatchAsync(
     flags: c_ulonglong,
     stream: CUstream,
 ) -> RawResult {
-    // SAFETY: the caller's arrays (cuda.h).
+    // SAFETY: the caller's arrays (cuda.h); the discard changes no byte here.
     unsafe {
-        batch(
+        cuMemPrefetchBatchAsync(
             dptrs,
             sizes,
             count,
-            Some((locations, location_idxs, n)),
+            locations,
+            location_idxs,
+            n,
             flags,
             stream,
         )
