@@ -334,7 +334,8 @@ pub fn attribute(attr: u32, physical_index: u32) -> CuResult<i32> {
         x if x == A::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED as u32 => 1,
         x if x == A::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED as u32 => 0,
         x if x == A::CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED as u32 => 1,
-        x if x == A::CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED as u32 => 0,
+        // Interprocess events: their records in a memfd page each opener maps.
+        x if x == A::CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED as u32 => 1,
         // As on a Hopper, memory may be marked GPUDirect RDMA capable (there is no NIC here to
         // use it; the mark is kept and read back).
         x if x == A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED as u32 => 1,

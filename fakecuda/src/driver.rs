@@ -29,6 +29,8 @@ pub struct Driver {
     pub user_objects: crate::user_object::UserObjects,
     /// Green contexts and their resource descriptors.
     pub greens: crate::green::Greens,
+    /// Interprocess events this process exported.
+    pub ipc_events: crate::ipc_event::IpcEvents,
     /// Managed memory's advice and prefetch locations.
     pub advice: crate::managed::Advice,
     /// Allocations (by buffer id) with `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS` set.
@@ -117,6 +119,7 @@ pub fn init(flags: u32) -> CuResult<()> {
         pools: crate::pool::Pools::default(),
         graphs: crate::graph::Graphs::default(),
         advice: crate::managed::Advice::default(),
+        ipc_events: crate::ipc_event::IpcEvents::default(),
         greens: crate::green::Greens::default(),
         user_objects: crate::user_object::UserObjects::default(),
         graph_memory: crate::graph_memory::GraphMemory::default(),

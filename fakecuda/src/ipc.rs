@@ -164,12 +164,10 @@ impl Driver {
     /// Server side: a new FD for an allocation this process handed an IPC handle for; one
     /// that was freed since is an invalid handle.
     pub fn ipc_fd_for(&self, alloc: u64) -> CuResult<OwnedFd> {
-        let a = self
-            .vmm
-            .allocs
-            .get(&alloc)
-            .filter(|a| a.ipc_handle)
-            .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
+        let Some(a) = self.vmm.allocs.get(&alloc).filter(|a| a.ipc_handle) else {
+            // Handles are unique in a process: it may name an exported interprocess event.
+            return self.event_ipc_fd(alloc);
+        };
         crate::sys::dup_cloexec(a.fd()?)
     }
 

@@ -17,6 +17,7 @@ mod graph;
 mod graph_memory;
 mod green;
 mod ipc;
+mod ipc_event;
 mod legacy;
 mod managed;
 mod memcpy;

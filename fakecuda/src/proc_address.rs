@@ -230,6 +230,8 @@ entry_points! {
     cuIpcGetMemHandle: 4010 => cuIpcGetMemHandle;
     cuIpcOpenMemHandle: 11000 => cuIpcOpenMemHandle_v2, 4010 => cuIpcOpenMemHandle;
     cuIpcCloseMemHandle: 4010 => cuIpcCloseMemHandle;
+    cuIpcGetEventHandle: 4010 => cuIpcGetEventHandle;
+    cuIpcOpenEventHandle: 4010 => cuIpcOpenEventHandle;
     cuMulticastCreate: 12010 => cuMulticastCreate;
     cuMulticastAddDevice: 12010 => cuMulticastAddDevice;
     cuMulticastBindMem: 13010 => cuMulticastBindMem_v2, 12010 => cuMulticastBindMem;

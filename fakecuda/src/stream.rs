@@ -166,6 +166,8 @@ impl Stream {
 
 /// `CU_EVENT_DISABLE_TIMING`.
 pub const EVENT_DISABLE_TIMING: u32 = 2;
+/// `CU_EVENT_INTERPROCESS` (which needs `CU_EVENT_DISABLE_TIMING`).
+pub const EVENT_INTERPROCESS: u32 = 4;
 /// The flags `cuEventCreate` accepts: default, blocking sync, disable timing, interprocess.
 pub const EVENT_FLAGS: u32 = 0x1 | 0x2 | 0x4;
 
@@ -183,14 +185,19 @@ pub struct Event {
     pub flags: u32,
     marks: Mutex<Marks>,
     changed: Condvar,
+    /// An interprocess event's counters, shared with every process that opened it (then
+    /// `marks` keeps only what is local).
+    pub shared: Option<crate::ipc_event::SharedMarks>,
 }
 
 impl Event {
-    pub fn new(flags: u32) -> Arc<Event> {
+    /// An event; an interprocess one keeps its records in `shared`.
+    pub fn with_marks(flags: u32, shared: Option<crate::ipc_event::SharedMarks>) -> Arc<Event> {
         Arc::new(Event {
             flags,
             marks: Mutex::new(Marks::default()),
             changed: Condvar::new(),
+            shared,
         })
     }
 
@@ -201,6 +208,9 @@ impl Event {
     /// A new record; returns its number, to be passed to [`Event::reach`] when the stream gets
     /// there.
     pub fn record(&self) -> u64 {
+        if let Some(s) = &self.shared {
+            return s.record();
+        }
         let mut m = self.lock();
         m.recorded += 1;
         m.recorded
@@ -208,6 +218,9 @@ impl Event {
 
     /// The stream reached record `n`.
     pub fn reach(&self, n: u64) {
+        if let Some(s) = &self.shared {
+            s.reach(n);
+        }
         let mut m = self.lock();
         if n > m.reached {
             m.reached = n;
@@ -218,20 +231,44 @@ impl Event {
 
     /// The latest record's number (0: never recorded).
     pub fn latest(&self) -> u64 {
-        self.lock().recorded
+        match &self.shared {
+            Some(s) => s.recorded(),
+            None => self.lock().recorded,
+        }
     }
 
     /// Waits until record `n` was reached.
     pub fn wait_for(&self, n: u64) {
         let mut m = self.lock();
-        while m.reached < n {
-            m = self.changed.wait(m).unwrap_or_else(|p| p.into_inner());
+        match &self.shared {
+            // Another process may reach it: look at the shared page now and then.
+            Some(s) => {
+                while s.reached() < n {
+                    m = self
+                        .changed
+                        .wait_timeout(m, std::time::Duration::from_micros(200))
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+            }
+            None => {
+                while m.reached < n {
+                    m = self.changed.wait(m).unwrap_or_else(|p| p.into_inner());
+                }
+            }
         }
     }
 
     /// `CUDA_ERROR_NOT_READY` until the latest record was reached (a never-recorded event is
     /// complete, as on the driver).
     pub fn query(&self) -> CuResult<()> {
+        if let Some(s) = &self.shared {
+            return if s.reached() < s.recorded() {
+                Err(CuError::CUDA_ERROR_NOT_READY)
+            } else {
+                Ok(())
+            };
+        }
         let m = self.lock();
         if m.reached < m.recorded {
             Err(CuError::CUDA_ERROR_NOT_READY)

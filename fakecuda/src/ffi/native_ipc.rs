@@ -89,3 +89,52 @@ pub unsafe extern "C" fn cuIpcOpenMemHandle(
     // SAFETY: same contract as the _v2 entry point.
     unsafe { cuIpcOpenMemHandle_v2(pdptr, handle, flags) }
 }
+
+/// `CUipcEventHandle`, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct RawIpcEventHandle {
+    reserved: [u8; crate::ipc_event::HANDLE_BYTES],
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuIpcGetEventHandle(
+    out: *mut RawIpcEventHandle,
+    e: cudarc::driver::sys::CUevent,
+) -> RawResult {
+    with(|d| {
+        let reserved = d.event_ipc_handle(e as usize as u64)?;
+        // SAFETY: CUipcEventHandle out-parameter (cuda.h).
+        unsafe { put(out, RawIpcEventHandle { reserved }) }
+    })
+}
+
+/// `cuIpcOpenEventHandle`: another process's interprocess event, its page fetched from the
+/// creator's control socket and mapped here; a new event of this process each time.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuIpcOpenEventHandle(
+    out: *mut cudarc::driver::sys::CUevent,
+    handle: RawIpcEventHandle,
+) -> RawResult {
+    gated(|| {
+        if out.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let (pid, remote) = crate::ipc_event::decode(&handle.reserved)?;
+        driver::with(|d| d.contexts.current().map(drop))?;
+        if pid == std::process::id() {
+            // Opening one's own handle fails, as for memory handles.
+            return Err(CuError::CUDA_ERROR_INVALID_CONTEXT);
+        }
+        let fd = crate::checkpoint::client::fetch_ipc_fd(pid, remote)?;
+        let shared = crate::ipc_event::SharedMarks::open(fd)?;
+        let flags = crate::stream::EVENT_INTERPROCESS | crate::stream::EVENT_DISABLE_TIMING;
+        driver::with(|d| {
+            let h = d.next_handle();
+            d.events
+                .insert(h, crate::stream::Event::with_marks(flags, Some(shared)));
+            // SAFETY: CUevent out-parameter (cuda.h), non-null.
+            unsafe { put(out, handle_ptr::<cudarc::driver::sys::CUevent_st>(h)) }
+        })
+    })
+}

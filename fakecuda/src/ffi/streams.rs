@@ -259,9 +259,19 @@ pub unsafe extern "C" fn cuEventCreate(ph_event: *mut CUevent, flags: c_uint) ->
         if flags & !stream::EVENT_FLAGS != 0 {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
+        let interprocess = flags & stream::EVENT_INTERPROCESS != 0;
+        if interprocess && flags & stream::EVENT_DISABLE_TIMING == 0 {
+            // An interprocess event cannot be timed (cuda.h).
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
         d.contexts.current()?;
+        let shared = if interprocess {
+            Some(crate::ipc_event::SharedMarks::new()?)
+        } else {
+            None
+        };
         let h = d.next_handle();
-        d.events.insert(h, Event::new(flags));
+        d.events.insert(h, Event::with_marks(flags, shared));
         // SAFETY: CUevent out-parameter (cuda.h), non-null.
         unsafe { put(ph_event, handle_ptr::<CUevent_st>(h)) }
     })
