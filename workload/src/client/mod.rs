@@ -166,21 +166,7 @@ impl Worker {
         let child = cmd.spawn().map_err(spawn_err)?;
         drop(theirs);
         let pid = child.id();
-        let mut w = Worker {
-            child: Some(child),
-            pid,
-            sock: Some(ours),
-            timeout: config.timeout,
-            identity: WorkerIdentity {
-                pid: 0,
-                nspid: Vec::new(),
-                ppid: 0,
-            },
-            init: None,
-            status: None,
-            unusable: None,
-            in_flight: None,
-        };
+        let mut w = Worker::fresh(Some(child), pid, Some(ours), config.timeout);
         w.identity = w.ping()?;
         Ok(w)
     }
@@ -451,14 +437,17 @@ impl Worker {
         self.wait()
     }
 
-    /// Connects to a worker started with `--listen PATH` (by someone else, e.g. inside a PID
-    /// namespace), retrying until `timeout`. Dropping it closes the connection and leaves the
-    /// worker running, waiting for the next client.
-    pub fn connect(path: &std::path::Path, timeout: Duration) -> Result<Worker, WorkloadError> {
-        let mut w = Worker {
-            child: None,
-            pid: 0,
-            sock: None,
+    /// A worker handle before its first exchange (its identity unknown yet).
+    fn fresh(
+        child: Option<std::process::Child>,
+        pid: u32,
+        sock: Option<std::os::fd::OwnedFd>,
+        timeout: Duration,
+    ) -> Worker {
+        Worker {
+            child,
+            pid,
+            sock,
             timeout,
             identity: WorkerIdentity {
                 pid: 0,
@@ -469,7 +458,14 @@ impl Worker {
             status: None,
             unusable: None,
             in_flight: None,
-        };
+        }
+    }
+
+    /// Connects to a worker started with `--listen PATH` (by someone else, e.g. inside a PID
+    /// namespace), retrying until `timeout`. Dropping it closes the connection and leaves the
+    /// worker running, waiting for the next client.
+    pub fn connect(path: &std::path::Path, timeout: Duration) -> Result<Worker, WorkloadError> {
+        let mut w = Worker::fresh(None, 0, None, timeout);
         w.attach(path)?;
         w.identity = w.ping()?;
         w.pid = w

@@ -42,13 +42,10 @@ impl State {
             } => {
                 let d = self.driver()?;
                 let mut buf = vec![0u8; size.min(COPY_CHUNK) as usize];
-                let mut at = 0u64;
-                while at < size {
-                    let n = (size - at).min(COPY_CHUNK) as usize;
+                for (at, n) in chunks(size) {
                     pattern::fill_pattern(seed, at, &mut buf[..n]);
                     // SAFETY: `buf` holds `n` readable bytes.
                     unsafe { d.memcpy_htod(address + at, buf.as_ptr().cast(), n)? };
-                    at += n as u64;
                 }
                 done()
             }
@@ -59,15 +56,12 @@ impl State {
             } => {
                 let d = self.driver()?;
                 let mut buf = vec![0u8; size.min(COPY_CHUNK) as usize];
-                let mut at = 0u64;
-                while at < size {
-                    let n = (size - at).min(COPY_CHUNK) as usize;
+                for (at, n) in chunks(size) {
                     // SAFETY: `buf` holds `n` writable bytes.
                     unsafe { d.memcpy_dtoh(buf.as_mut_ptr().cast(), address + at, n)? };
                     if let Some((off, want, found)) = pattern::first_mismatch(seed, at, &buf[..n]) {
                         return Err(failure::mismatch(address, at + off, want, found));
                     }
-                    at += n as u64;
                 }
                 done()
             }
@@ -180,4 +174,12 @@ impl State {
             other => unreachable!("{} is not dispatched to run_data", other.name()),
         }
     }
+}
+
+/// The pieces a transfer of `size` bytes moves in: (offset, length), `COPY_CHUNK` at most.
+fn chunks(size: u64) -> impl Iterator<Item = (u64, usize)> {
+    (0..size.div_ceil(COPY_CHUNK)).map(move |i| {
+        let at = i * COPY_CHUNK;
+        (at, (size - at).min(COPY_CHUNK) as usize)
+    })
 }

@@ -211,21 +211,7 @@ impl State {
                 let bytes: Vec<u8> = buf.iter().flat_map(|w| w.to_ne_bytes()).collect();
                 if handle_type == cuda::HANDLE_TYPE_POSIX_FD {
                     let raw = i32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-                    // SAFETY: F_GETFD only checks that the driver returned an open descriptor.
-                    if raw < 0 || unsafe { libc::fcntl(raw, libc::F_GETFD) } < 0 {
-                        return Err(failure::request(format!(
-                            "cuMemExportToShareableHandle returned success but fd {raw} is not open"
-                        )));
-                    }
-                    // SAFETY: the driver returned a new descriptor the caller owns (cuda.h).
-                    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-                    Ok((
-                        Reply::Exported {
-                            fd: Some(raw),
-                            shareable: None,
-                        },
-                        Some(Attach { fd, keep }),
-                    ))
+                    exported_fd(raw, keep)
                 } else {
                     reply(Reply::Exported {
                         fd: None,

@@ -128,6 +128,26 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "panic with a non-string payload".to_owned())
 }
 
+/// A descriptor the driver exported: checked open, then sent with the reply (and kept here
+/// too when `keep`).
+fn exported_fd(raw: RawFd, keep: bool) -> Outcome {
+    // SAFETY: F_GETFD only checks that the driver returned an open descriptor.
+    if raw < 0 || unsafe { libc::fcntl(raw, libc::F_GETFD) } < 0 {
+        return Err(failure::request(format!(
+            "cuMemExportToShareableHandle returned success but fd {raw} is not open"
+        )));
+    }
+    // SAFETY: the driver returned a new descriptor the caller owns (cuda.h).
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    Ok((
+        Reply::Exported {
+            fd: Some(raw),
+            shareable: None,
+        },
+        Some(Attach { fd, keep }),
+    ))
+}
+
 fn done() -> Outcome {
     Ok((Reply::Done, None))
 }
@@ -215,21 +235,7 @@ impl State {
             Ok(Err((function, code))) => return Err(failure::cuda(function, code)),
             Err(p) => return Err(failure::panic(panic_text(p.as_ref()))),
         };
-        // SAFETY: F_GETFD only checks that the driver returned an open descriptor.
-        if raw < 0 || unsafe { libc::fcntl(raw, libc::F_GETFD) } < 0 {
-            return Err(failure::request(format!(
-                "cuMemExportToShareableHandle returned success but fd {raw} is not open"
-            )));
-        }
-        // SAFETY: the driver returned a new descriptor the caller owns (cuda.h).
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        Ok((
-            Reply::Exported {
-                fd: Some(raw),
-                shareable: None,
-            },
-            Some(Attach { fd, keep: false }),
-        ))
+        exported_fd(raw, false)
     }
 
     /// Runs `cmd`, turning a panic into an error reply.
