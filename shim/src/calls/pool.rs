@@ -344,7 +344,13 @@ pub fn import(fd: BorrowedFd<'_>) -> CuResult<Option<u64>> {
         );
         return Err(CuError::INVALID_HANDLE);
     }
-    let device = context::current_device(d)?;
+    // The driver imports a pool with no context current (cuda-core unpickles one before it
+    // sets a device); its device is then the one its first imported pointer names.
+    let device = match context::current_device(d) {
+        Ok(device) => Some(device),
+        Err(CuError::INVALID_CONTEXT) => None,
+        Err(e) => return Err(e),
+    };
     process::with(|r| {
         r.require_active()?;
         if let Some(h) = r.pools.find(&ticket.handle.allocation) {
@@ -363,7 +369,8 @@ pub fn import(fd: BorrowedFd<'_>) -> CuResult<Option<u64>> {
             ticket.handle.creator_pid,
             ticket.capability,
         );
-        pool.device = device;
+        pool.device = device.unwrap_or(0);
+        pool.device_unknown = device.is_none();
         pool.imported = true;
         Ok(Some(r.pools.insert(pool)))
     })
@@ -431,6 +438,10 @@ pub fn import_pointer(handle: u64, data: &[u8; 64]) -> CuResult<Option<u64>> {
         if !p.imported || p.id != exported.pool || p.creator_pid != exported.creator_pid {
             // The pointer belongs to another pool.
             return Err(CuError::INVALID_VALUE);
+        }
+        if p.device_unknown {
+            p.device = exported.device;
+            p.device_unknown = false;
         }
         ipc::reopen(
             r,

@@ -36,6 +36,9 @@ pub struct Pool {
     pub capability: CapabilityToken,
     /// The device the pool's memory lives on.
     pub device: i32,
+    /// Imported with no context current: `device` is a guess (0) until the first imported
+    /// pointer names the creator's device.
+    pub device_unknown: bool,
     /// `CUmemPoolProps::maxSize` (0: no limit but the device's memory).
     pub max_size: u64,
     /// The reuse flags (attributes 1 to 3) and the release threshold, as last set.
@@ -65,6 +68,7 @@ impl Pool {
             creator_pid,
             capability,
             device: 0,
+            device_unknown: false,
             max_size: 0,
             // The driver's defaults: all reuse allowed, nothing kept back.
             reuse: [1, 1, 1],
