@@ -103,6 +103,35 @@ fn pools_allocate_in_stream_order_and_count_their_memory() {
     ok(cu.cuStreamDestroy_v2(s));
 }
 
+/// A pool's `maxSize` limits what its allocations ask for: many small ones fit in one
+/// granule's worth, as in the driver's suballocating pools.
+#[test]
+fn a_pools_max_size_bounds_what_its_allocations_ask_for() {
+    let _serial = serial();
+    let cu = cuda();
+    cu.setup(0);
+    let mut limited = props(0, 0);
+    limited[3] = GRAN as u64; // maxSize
+    let mut pool = 0;
+    ok(cu.cuMemPoolCreate(&mut pool, &limited));
+    let mut small = [0u64; 4];
+    for p in &mut small {
+        ok(cu.cuMemAllocFromPoolAsync(p, 64, pool, 0));
+    }
+    let mut big = 0;
+    assert_eq!(
+        cu.cuMemAllocFromPoolAsync(&mut big, GRAN, pool, 0),
+        OUT_OF_MEMORY,
+        "4 x 512 charged already"
+    );
+    for p in small {
+        ok(cu.cuMemFreeAsync(p, 0));
+    }
+    ok(cu.cuMemAllocFromPoolAsync(&mut big, GRAN, pool, 0));
+    ok(cu.cuMemFreeAsync(big, 0));
+    ok(cu.cuMemPoolDestroy(pool));
+}
+
 #[test]
 fn pool_access_extends_to_its_allocations() {
     let _serial = serial();

@@ -305,3 +305,30 @@ def test_child_graph_nodes_run_a_copy_of_their_graph(context):
         check(cu.cuGraphDestroy(graph))
     check(cu.cuMemFree(dptr))
     check(cu.cuStreamDestroy(stream))
+
+
+def test_a_pools_max_size_bounds_what_its_allocations_ask_for(context):
+    # IPC pools (answered by the shim when it is loaded) and plain ones alike.
+    for handle_types in (
+        cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE,
+        cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+    ):
+        props = cu.CUmemPoolProps()
+        props.allocType = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        props.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        props.location.id = 0
+        props.handleTypes = handle_types
+        props.maxSize = 2 << 20
+        pool = check(cu.cuMemPoolCreate(props))
+        stream = check(cu.cuStreamCreate(0))
+        small = [check(cu.cuMemAllocFromPoolAsync(64, pool, stream)) for _ in range(4)]
+        err, _ = cu.cuMemAllocFromPoolAsync(2 << 20, pool, stream)
+        assert err == R.CUDA_ERROR_OUT_OF_MEMORY, handle_types
+        for p in small:
+            check(cu.cuMemFreeAsync(p, stream))
+        check(cu.cuStreamSynchronize(stream))
+        big = check(cu.cuMemAllocFromPoolAsync(2 << 20, pool, stream))
+        check(cu.cuMemFreeAsync(big, stream))
+        check(cu.cuStreamSynchronize(stream))
+        check(cu.cuStreamDestroy(stream))
+        check(cu.cuMemPoolDestroy(pool))

@@ -64,6 +64,9 @@ pub struct Pool {
     release_threshold: u64,
     used: u64,
     used_high: u64,
+    /// What live allocations asked for, each rounded to [`POOL_ALIGN`]: what `max_size`
+    /// limits (a driver's pool suballocates, so many small allocations fit in one granule).
+    charged: u64,
     /// Granted access by device (a device pool's own device always has read-write; a host
     /// pool's memory is the CPU's, and a device's only once granted).
     access: BTreeMap<u32, u32>,
@@ -98,7 +101,12 @@ pub struct Pools {
     pub allocations: BTreeMap<u64, (u64, u64, u64)>,
     /// Pointers imported here: (creator pid, creator's allocation) → local base.
     imported_ptrs: HashMap<(u32, u64), u64>,
+    /// What each allocation made here is charged against its pool's `max_size`.
+    charges: HashMap<u64, u64>,
 }
+
+/// The alignment allocations are charged in against a pool's `max_size`.
+const POOL_ALIGN: u64 = 512;
 
 impl Pools {
     /// The pool allocation containing `p`: (base, pool, physical allocation, size).
@@ -191,6 +199,7 @@ impl Driver {
                 release_threshold: 0,
                 used: 0,
                 used_high: 0,
+                charged: 0,
                 access,
                 destroyed: false,
                 handle_types,
@@ -396,25 +405,28 @@ impl Driver {
         if bytes == 0 {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        let (place, max, used) = {
+        let (place, max, charged) = {
             let p = self.pool(h)?;
-            (p.place, p.max_size, p.used)
+            (p.place, p.max_size, p.charged)
         };
+        let charge = sys::round_up(bytes, POOL_ALIGN).ok_or(CuError::CUDA_ERROR_OUT_OF_MEMORY)?;
         let size =
             sys::round_up(bytes, sys::granularity()).ok_or(CuError::CUDA_ERROR_OUT_OF_MEMORY)?;
         if self.pool(h)?.imported.is_some() {
             // Memory of an imported pool comes only from its creator, by imported pointers.
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        if max != 0 && used.saturating_add(size) > max {
+        if max != 0 && charged.saturating_add(charge) > max {
             return Err(CuError::CUDA_ERROR_OUT_OF_MEMORY);
         }
         let (location_type, id) = place.memory();
         let alloc = self.alloc_create(size, location_type, id, c::HANDLE_TYPE_NONE, true)?;
         let base = self.map_pool_memory(h, alloc, size)?;
         self.pools.allocations.insert(base, (h, alloc, size));
+        self.pools.charges.insert(base, charge);
         let p = self.pool_mut(h)?;
         p.used += size;
+        p.charged += charge;
         p.used_high = p.used_high.max(p.used);
         Ok(base)
     }
@@ -465,8 +477,10 @@ impl Driver {
         self.pools.imported_ptrs.retain(|_, base| *base != ptr);
         self.unmap_one(ptr)?;
         self.free_reservation(ptr);
+        let charge = self.pools.charges.remove(&ptr).unwrap_or(0);
         if let Some(p) = self.pools.pools.get_mut(&h) {
             p.used = p.used.saturating_sub(size);
+            p.charged = p.charged.saturating_sub(charge);
             if p.destroyed && p.used == 0 {
                 self.pools.pools.remove(&h);
             }

@@ -102,7 +102,8 @@ pub fn mem_alloc(size: usize) -> CuResult<u64> {
 
 /// Creates a region of `size` bytes on `device`: exportable VMM memory mapped read-write at a
 /// fresh address, recorded with its requested size and `pool` (0 for `cuMemAlloc`). Refused
-/// with `OUT_OF_MEMORY` when its extent would pass `limit`. Returns the address and extent.
+/// with `OUT_OF_MEMORY` when what it is charged (see `state::pools::charge`) would pass
+/// `limit`. Returns the address and extent.
 pub fn create_region(
     d: &Driver,
     r: &mut Registry,
@@ -118,7 +119,7 @@ pub fn create_region(
     let extent = size
         .checked_next_multiple_of(granularity)
         .ok_or(CuError::OUT_OF_MEMORY)?;
-    if extent > limit {
+    if crate::state::pools::charge(size) > limit {
         return Err(CuError::OUT_OF_MEMORY);
     }
     let context = context::current(d);
@@ -187,9 +188,9 @@ pub fn drop_region(
     let extent = r.allocations[&id].size;
     d.mem_unmap(address, extent as usize)?;
     if let Some(a) = r.allocations.get_mut(&id)
-        && let Some(pool) = a.malloc.take().map(|m| m.pool).filter(|&p| p != 0)
+        && let Some(m) = a.malloc.take().filter(|m| m.pool != 0)
     {
-        r.pools.release(pool, extent);
+        r.pools.release(m.pool, m.requested, extent);
     }
     track::forget_mapping(d, r, address)?;
     d.address_free(address, extent as usize)

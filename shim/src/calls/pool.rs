@@ -211,10 +211,10 @@ pub fn alloc(handle: u64, size: u64) -> CuResult<u64> {
         let (device, access) = (p.device, p.access.clone());
         let limit = match p.max_size {
             0 => u64::MAX,
-            max => max.saturating_sub(p.used),
+            max => max.saturating_sub(p.charged),
         };
         let (address, extent) = ipc::create_region(d, r, size, device, handle, limit)?;
-        r.pools.take(handle, extent);
+        r.pools.take(handle, size, extent);
         if !access.is_empty() {
             let raw: Vec<RawAccessDesc> = access.iter().map(convert::raw_access).collect();
             d.mem_set_access(address, extent as usize, &raw)?;
@@ -463,7 +463,7 @@ pub fn import_pointer(handle: u64, data: &[u8; 64]) -> CuResult<Option<u64>> {
         exported.device,
     )?;
     process::with(|r| {
-        r.pools.take(handle, extent);
+        r.pools.take(handle, exported.requested_size.get(), extent);
         Ok(Some(address))
     })
 }

@@ -50,6 +50,10 @@ pub struct Pool {
     pub used: u64,
     pub used_high: u64,
     pub reserved_high: u64,
+    /// What live allocations asked for, each rounded to [`CHARGE_ALIGN`]: what `max_size`
+    /// limits (the driver's pools suballocate, so many small allocations fit in one granule,
+    /// where each has its own here).
+    pub charged: u64,
     /// Exports of the pool (`cuMemPoolExportToShareableHandle`).
     pub exports: u64,
     /// Imported from another process.
@@ -77,12 +81,23 @@ impl Pool {
             used: 0,
             used_high: 0,
             reserved_high: 0,
+            charged: 0,
             exports: 0,
             imported: false,
             handles: 1,
             destroyed: false,
         }
     }
+}
+
+/// The alignment an allocation is charged in against its pool's `max_size`.
+pub const CHARGE_ALIGN: u64 = 512;
+
+/// What an allocation of `requested` bytes is charged.
+pub fn charge(requested: u64) -> u64 {
+    requested
+        .div_ceil(CHARGE_ALIGN)
+        .saturating_mul(CHARGE_ALIGN)
 }
 
 /// The adapter's pools and which is each device's current pool.
@@ -104,9 +119,11 @@ impl Pools {
         handle
     }
 
-    /// Accounts an allocation of `extent` bytes taken from pool `handle`.
-    pub fn take(&mut self, handle: u64, extent: u64) {
+    /// Accounts an allocation of `requested` bytes (`extent` with its granule) taken from pool
+    /// `handle`.
+    pub fn take(&mut self, handle: u64, requested: u64, extent: u64) {
         if let Some(p) = self.by_handle.get_mut(&handle) {
+            p.charged += charge(requested);
             p.used += extent;
             p.used_high = p.used_high.max(p.used);
             p.reserved_high = p.reserved_high.max(p.used);
@@ -115,8 +132,9 @@ impl Pools {
 
     /// Accounts an allocation of `extent` bytes given back to pool `handle`; a destroyed pool
     /// goes with its last allocation.
-    pub fn release(&mut self, handle: u64, extent: u64) {
+    pub fn release(&mut self, handle: u64, requested: u64, extent: u64) {
         if let Some(p) = self.by_handle.get_mut(&handle) {
+            p.charged = p.charged.saturating_sub(charge(requested));
             p.used = p.used.saturating_sub(extent);
             if p.destroyed && p.used == 0 {
                 self.by_handle.remove(&handle);
