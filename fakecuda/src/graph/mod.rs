@@ -340,16 +340,38 @@ impl Graphs {
             .graphs
             .get(&graph)
             .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
-        let mut done: Vec<u64> = Vec::with_capacity(g.nodes.len());
-        let mut left: Vec<u64> = g.nodes.clone();
-        while !left.is_empty() {
-            let ready = left
-                .iter()
-                .position(|n| self.nodes[n].deps.iter().all(|d| done.contains(d)))
-                .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
-            done.push(left.remove(ready));
+        let position: HashMap<u64, usize> =
+            g.nodes.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+        // Kahn's algorithm; the ready node added first goes first.
+        let mut waiting: Vec<usize> = g.nodes.iter().map(|n| self.nodes[n].deps.len()).collect();
+        let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); g.nodes.len()];
+        for (i, n) in g.nodes.iter().enumerate() {
+            for d in &self.nodes[n].deps {
+                let at = *position.get(d).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+                dependents[at].push(i);
+            }
         }
-        Ok(done)
+        let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<usize>> = waiting
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| **w == 0)
+            .map(|(i, _)| std::cmp::Reverse(i))
+            .collect();
+        let mut order = Vec::with_capacity(g.nodes.len());
+        while let Some(std::cmp::Reverse(i)) = ready.pop() {
+            order.push(g.nodes[i]);
+            for &j in &dependents[i] {
+                waiting[j] -= 1;
+                if waiting[j] == 0 {
+                    ready.push(std::cmp::Reverse(j));
+                }
+            }
+        }
+        if order.len() != g.nodes.len() {
+            // A cycle: some nodes never became ready.
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        Ok(order)
     }
 
     /// `work` with its conditional node resolved (bodies read now, the condition's value).
