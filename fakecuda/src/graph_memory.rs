@@ -39,14 +39,16 @@ pub struct GraphMemory {
 
 impl Driver {
     /// `cuGraphAddMemAllocNode`'s parameters checked and its address reserved: pinned memory
-    /// of a device, not shareable, with read-write grants for other devices.
+    /// of a device, not shareable, with read-write grants for other devices. Returns the
+    /// address and the node's work; [`Driver::graph_mem_unreserve`] undoes it when the node
+    /// cannot be added.
     pub fn graph_mem_reserve(
         &mut self,
         graph: u64,
         pool: &RawPoolProps,
         grants: &[RawAccessDesc],
         bytes: u64,
-    ) -> CuResult<Work> {
+    ) -> CuResult<(u64, Work)> {
         self.graphs.graph_id(graph)?;
         if pool.alloc_type != c::ALLOCATION_TYPE_PINNED
             || pool.location.type_ != c::LOCATION_TYPE_DEVICE
@@ -75,13 +77,21 @@ impl Driver {
                 orphaned: false,
             },
         );
-        Ok(Work::MemAlloc {
+        let work = Work::MemAlloc {
             base,
             size,
             requested: bytes,
             device,
             access,
-        })
+        };
+        Ok((base, work))
+    }
+
+    /// Gives back the address of an allocation node that was never added.
+    pub fn graph_mem_unreserve(&mut self, base: u64) {
+        if self.graph_memory.reserved.remove(&base).is_some() {
+            self.free_reservation(base);
+        }
     }
 
     /// `cuGraphAddMemFreeNode`: `dptr` is an allocation of this graph no free node ends yet.
@@ -120,15 +130,16 @@ impl Driver {
                 self.alloc_maybe_free(h);
                 return Err(e);
             }
-            if let Some(m) = self.vmm.mappings.get_mut(base) {
-                m.access = access.iter().copied().collect();
-            }
-            self.apply_access(*base)?;
+            // Held from here on, so a failure below still gives the memory back with `exec`.
             self.graph_memory
                 .held
                 .entry(exec)
                 .or_default()
                 .push((*base, h));
+            if let Some(m) = self.vmm.mappings.get_mut(base) {
+                m.access = access.iter().copied().collect();
+            }
+            self.apply_access(*base)?;
             let used = self.graph_mem_used(*device);
             let high = self.graph_memory.high.entry(*device).or_default();
             *high = (*high).max(used);

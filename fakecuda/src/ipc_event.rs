@@ -100,12 +100,6 @@ pub struct IpcEvents {
     exported: std::collections::BTreeSet<u64>,
 }
 
-fn le(b: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(w)
-}
-
 impl crate::driver::Driver {
     /// `cuIpcGetEventHandle`: 64 bytes naming this process and an interprocess event.
     pub fn event_ipc_handle(&mut self, e: u64) -> CuResult<[u8; HANDLE_BYTES]> {
@@ -144,6 +138,6 @@ pub fn decode(h: &[u8; HANDLE_BYTES]) -> CuResult<(u32, u64)> {
     if &h[..8] != MAGIC || h[24..].iter().any(|b| *b != 0) {
         return Err(CuError::CUDA_ERROR_INVALID_VALUE);
     }
-    let pid = u32::try_from(le(h, 8)).map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?;
-    Ok((pid, le(h, 16)))
+    let pid = u32::try_from(sys::le_u64(h, 8)).map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?;
+    Ok((pid, sys::le_u64(h, 16)))
 }

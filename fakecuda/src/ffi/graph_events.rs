@@ -16,13 +16,10 @@ pub(super) fn event_ref(e: CUevent) -> CuResult<EventRef> {
 
 /// [`event_ref`] with the driver already locked.
 pub(super) fn event_in(d: &Driver, e: CUevent) -> CuResult<EventRef> {
-    let handle = e as usize as u64;
-    let event = d
-        .events
-        .get(&handle)
-        .cloned()
-        .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
-    Ok(EventRef { handle, event })
+    Ok(EventRef {
+        handle: e as usize as u64,
+        event: super::streams::event(d, e)?,
+    })
 }
 
 /// # Safety

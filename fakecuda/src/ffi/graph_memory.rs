@@ -28,12 +28,16 @@ pub(super) unsafe fn add_alloc(
         // SAFETY: `accessDescCount` descriptors (cuda.h), per the caller.
         unsafe { std::slice::from_raw_parts(p.access_descs, p.access_desc_count) }.to_vec()
     };
-    let work =
+    let (base, work) =
         driver::with(|d| d.graph_mem_reserve(h(graph), &p.pool_props, &grants, p.bytesize as u64))?;
-    let crate::graph::Work::MemAlloc { base, .. } = work else {
-        unreachable!("graph_mem_reserve makes allocation nodes");
-    };
-    add(out, graph, deps, work)?;
+    if let Err(e) = add(out, graph, deps, work) {
+        // Not added (a bad dependency, no output): the address goes back.
+        driver::with(|d| {
+            d.graph_mem_unreserve(base);
+            Ok(())
+        })?;
+        return Err(e);
+    }
     // SAFETY: the caller's parameters, writable (cuda.h: the driver returns the address).
     unsafe { (*params).dptr = base };
     Ok(())

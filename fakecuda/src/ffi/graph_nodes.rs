@@ -234,7 +234,7 @@ pub(super) unsafe fn host_sync_mode(params: *const CUgraphNodeParams) -> CuResul
             .cast::<c_uint>()
             .read_unaligned()
     };
-    if sync_mode > 1 {
+    if sync_mode > super::streams::HOST_TASK_SPINWAIT {
         return Err(CuError::CUDA_ERROR_INVALID_VALUE);
     }
     Ok(())

@@ -115,10 +115,7 @@ pub unsafe extern "C" fn cuGreenCtxStreamCreate(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetGreenCtx(s: CUstream, out: *mut CUgreenCtx) -> RawResult {
     with(|d| {
-        let ctx = match d.contexts.target(Some(s as usize as u64))? {
-            crate::context::Target::Now { ctx, .. } => ctx,
-            crate::context::Target::Queue(s) => s.ctx,
-        };
+        let ctx = memcpy::issuer(&d.contexts.target(Some(s as usize as u64))?);
         let g = d.green_of(ctx).unwrap_or(0);
         // SAFETY: CUgreenCtx out-parameter (cuda.h).
         unsafe { put(out, handle_ptr::<CUgreenCtx_st>(g)) }

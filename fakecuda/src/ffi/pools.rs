@@ -3,7 +3,6 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use super::*;
-use crate::context::Target;
 use cudarc::driver::sys::{CUmemPoolHandle_st, CUmemoryPool};
 
 fn pool_of(p: CUmemoryPool) -> u64 {
@@ -199,10 +198,7 @@ unsafe fn alloc_for(
         if dptr.is_null() {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        let ctx = match memcpy::target(Some(stream as usize as u64))? {
-            Target::Now { ctx, .. } => ctx,
-            Target::Queue(s) => s.ctx,
-        };
+        let ctx = memcpy::issuer(&memcpy::target(Some(stream as usize as u64))?);
         let p = driver::with(|d| alloc(d, ctx))?;
         // SAFETY: CUdeviceptr out-parameter (cuda.h), non-null.
         unsafe { put(dptr, p) }

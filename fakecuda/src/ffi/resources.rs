@@ -110,10 +110,7 @@ pub unsafe extern "C" fn cuStreamGetDevResource(
     type_: c_uint,
 ) -> RawResult {
     with(|d| {
-        let ctx = match d.contexts.target(Some(s as usize as u64))? {
-            crate::context::Target::Now { ctx, .. } => ctx,
-            crate::context::Target::Queue(s) => s.ctx,
-        };
+        let ctx = memcpy::issuer(&d.contexts.target(Some(s as usize as u64))?);
         let device = d.contexts.device_of(ctx).unwrap_or(0);
         put_resource(out, type_, device, d.ctx_sms(ctx))
     })

@@ -12,7 +12,7 @@ fn stream_of(s: CUstream) -> u64 {
     s as usize as u64
 }
 
-fn event(d: &Driver, e: CUevent) -> CuResult<Arc<Event>> {
+pub(super) fn event(d: &Driver, e: CUevent) -> CuResult<Arc<Event>> {
     d.events
         .get(&(e as usize as u64))
         .cloned()
@@ -197,7 +197,7 @@ struct UserData(usize);
 
 /// `CU_HOST_TASK_SPINWAIT`, the greatest `CUhostTaskSyncMode`. How the stream waits for the
 /// host function (blocking or spinning) changes nothing here: a worker thread runs it.
-const HOST_TASK_SPINWAIT: c_uint = 1;
+pub(super) const HOST_TASK_SPINWAIT: c_uint = 1;
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchHostFunc(s: CUstream, f: HostFn, user: *mut c_void) -> RawResult {

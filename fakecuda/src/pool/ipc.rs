@@ -20,12 +20,6 @@ pub struct Named {
     pub size: u64,
 }
 
-fn le(b: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(w)
-}
-
 impl Driver {
     /// `cuMemPoolExportToShareableHandle`: a memfd naming this process and the pool.
     pub fn pool_export(
@@ -71,8 +65,9 @@ impl Driver {
         if bytes.len() != 32 || &bytes[..8] != POOL_MAGIC {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        let pid = u32::try_from(le(&bytes, 8)).map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?;
-        let (remote, place) = (le(&bytes, 16), le(&bytes, 24));
+        let pid =
+            u32::try_from(sys::le_u64(&bytes, 8)).map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let (remote, place) = (sys::le_u64(&bytes, 16), sys::le_u64(&bytes, 24));
         if pid == std::process::id() {
             // The creator's own export names the pool it already has.
             return self.pool(remote).map(|_| remote);
@@ -122,10 +117,11 @@ impl Driver {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
         let named = Named {
-            pid: u32::try_from(le(data, 8)).map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?,
-            pool: le(data, 16),
-            alloc: le(data, 24),
-            size: le(data, 32),
+            pid: u32::try_from(sys::le_u64(data, 8))
+                .map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?,
+            pool: sys::le_u64(data, 16),
+            alloc: sys::le_u64(data, 24),
+            size: sys::le_u64(data, 32),
         };
         if self.pool(h)?.imported != Some((named.pid, named.pool)) {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
