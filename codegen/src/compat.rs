@@ -305,7 +305,8 @@ pub fn compat(old: &Ir, new: &Ir) -> Report {
         old.messages.iter().map(|m| (m.body.as_str(), m)),
         new.messages.iter().map(|m| (m.body.as_str(), m)),
         |d, name, o, n| {
-            if o.limit != n.limit {
+            // A new value of the same limit is reported once, under the limit.
+            if o.limit.limit != n.limit.limit {
                 d.change(
                     format!("message {name}"),
                     format!("limit changed from {} to {}", o.limit.limit, n.limit.limit),

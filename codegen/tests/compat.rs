@@ -3,7 +3,7 @@
 use cuinterpose_codegen::{compat, compile};
 
 /// The newest released version, which the current schema must match until the next bump.
-const LATEST: u32 = 7;
+const LATEST: u32 = 8;
 
 /// The frozen schema of release `version` (`schema/released/v{version}.ron`).
 fn released(version: u32) -> String {
@@ -139,6 +139,21 @@ fn version_7_lists_its_changes() {
             "union Reply variant Progress field held: added",
             "union Reply variant Held: added",
             "union Request variant Hold: added",
+        ],
+    );
+}
+
+/// Version 8 (each device a record names carries its UUID) against version 7.
+#[test]
+fn version_8_lists_its_changes() {
+    check_release(
+        8,
+        &[
+            "limit MAX_MESSAGE_BYTES: raised from 33554432 to 50331648",
+            "struct Location field uuid: added",
+            "union Record variant MulticastBinding field device_uuid: added",
+            "union Record variant MulticastDevice field uuid: added",
+            "union Record variant Pool field device_uuid: added",
         ],
     );
 }

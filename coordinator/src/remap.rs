@@ -190,6 +190,21 @@ impl Remap {
             .collect()
     }
 
+    /// `records` as a restored participant must report them: each device's UUID the one
+    /// its GPU was paired with (ordinals stay the process's own), sorted again.
+    pub fn records(&self, records: &[Record]) -> Vec<Record> {
+        let mut remapped: Vec<Record> = records
+            .iter()
+            .cloned()
+            .map(|mut record| {
+                record.remap_devices(|uuid| self.new_of(uuid));
+                record
+            })
+            .collect();
+        remapped.sort();
+        remapped
+    }
+
     /// The pairs, for reports.
     pub fn pairs(&self) -> impl Iterator<Item = (DeviceUuid, DeviceUuid)> + '_ {
         self.pairs.iter().map(|(old, new)| (*old, *new))

@@ -184,3 +184,61 @@ fn each_process_gets_the_pairs_of_its_own_devices() {
     assert!(Remap::identity().pairs_for(eight).is_empty());
     assert!(!Remap::identity().moves());
 }
+
+#[test]
+fn restored_records_name_the_paired_gpus_at_the_same_ordinals() {
+    use cuinterpose_protocol::{
+        AccessDescriptor, AccessFlags, Location, MappingRecord, MulticastDeviceRecord,
+    };
+    let remap = resolve(
+        &"0=1,1=0".parse().unwrap(),
+        &inventory(),
+        &same_machine(),
+        &BTreeMap::new(),
+    )
+    .unwrap();
+    let reference = cuinterpose_protocol::AllocationReference {
+        id: cuinterpose_protocol::AllocationId::new([9; 16]).unwrap(),
+        creator_pid: NamespacePid::new(7).unwrap(),
+    };
+    let at = |id: i32, location_type, uuid| AccessDescriptor {
+        location: Location {
+            location_type,
+            id,
+            uuid,
+        },
+        flags: AccessFlags::ProtReadWrite,
+    };
+    let saved = vec![
+        Record::Mapping(MappingRecord {
+            allocation: reference.clone(),
+            address: 1 << 40,
+            size: 2 << 20,
+            offset: 0,
+            access: vec![
+                at(0, LocationType::Device, Some(uuid(1))),
+                at(1, LocationType::Device, Some(uuid(2))),
+                at(0, LocationType::HostNuma, None),
+            ]
+            .try_into()
+            .unwrap(),
+        }),
+        Record::MulticastDevice(MulticastDeviceRecord {
+            object: reference,
+            device: 1,
+            uuid: Some(uuid(2)),
+        }),
+    ];
+    let restored = remap.records(&saved);
+    assert_eq!(
+        restored[0].devices(),
+        [(0, Some(uuid(2))), (1, Some(uuid(1)))]
+    );
+    assert_eq!(restored[1].devices(), [(1, Some(uuid(1)))]);
+    // The host location names no GPU and stays as it was; nothing else changes.
+    let Record::Mapping(mapping) = &restored[0] else {
+        panic!("a mapping first");
+    };
+    assert_eq!(mapping.access[2], at(0, LocationType::HostNuma, None));
+    assert_eq!(Remap::identity().records(&saved), saved);
+}

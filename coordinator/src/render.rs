@@ -8,8 +8,8 @@ use std::fmt::Write as _;
 
 use cuinterpose_protocol::{
     AccessDescriptor, AccessFlags, AllocationProperties, AllocationReference, AllocationType,
-    BindingSource, Device, HandleTypes, InspectionReply, Location, LocationType, MemberRange,
-    MulticastProperties, NamespacePid, Record, StateFile,
+    BindingSource, Device, DeviceUuid, HandleTypes, InspectionReply, Location, LocationType,
+    MemberRange, MulticastProperties, NamespacePid, Record, StateFile,
 };
 use serde_json::{Map, Value, json};
 
@@ -58,13 +58,22 @@ pub fn handle_type_names(value: HandleTypes) -> Vec<&'static str> {
         .collect()
 }
 
-/// `device 0`, `host`, `host_numa 1`.
+/// `0 (GPU-…)`: an ordinal with the UUID a record carries beside it (`0` alone without one).
+pub fn ordinal(ordinal: i32, uuid: Option<&DeviceUuid>) -> String {
+    match uuid {
+        Some(uuid) => format!("{ordinal} ({})", crate::remap::uuid_text(uuid)),
+        None => ordinal.to_string(),
+    }
+}
+
+/// `device 0 (GPU-…)`, `host`, `host_numa 1`.
 pub fn location(location: &Location) -> String {
     match location.location_type {
         LocationType::Host | LocationType::HostNumaCurrent => {
             location_type_name(location.location_type).to_string()
         }
-        LocationType::Device | LocationType::HostNuma => {
+        LocationType::Device => format!("device {}", ordinal(location.id, location.uuid.as_ref())),
+        LocationType::HostNuma => {
             format!(
                 "{} {}",
                 location_type_name(location.location_type),
@@ -146,7 +155,7 @@ pub fn record(record: &Record) -> String {
         ),
         Record::MulticastDevice(r) => format!(
             "multicast device {} of object {}",
-            r.device,
+            ordinal(r.device, r.uuid.as_ref()),
             reference(&r.object)
         ),
         Record::MulticastBinding(r) => {
@@ -162,7 +171,7 @@ pub fn record(record: &Record) -> String {
             format!(
                 "multicast binding of object {} on device {}: {}, multicast offset {:#x}, size {:#x}, flags {:#x}, {}",
                 reference(&r.object),
-                r.device,
+                ordinal(r.device, r.device_uuid.as_ref()),
                 source,
                 r.multicast_offset,
                 r.size,
@@ -182,7 +191,7 @@ pub fn record(record: &Record) -> String {
         Record::Pool(r) => format!(
             "memory pool {} on device {}: max size {:#x}, release threshold {:#x}, access [{}]",
             reference(&r.pool),
-            r.device,
+            ordinal(r.device, r.device_uuid.as_ref()),
             r.max_size,
             r.release_threshold,
             access(&r.access)
@@ -240,7 +249,18 @@ fn reference_json(reference: &AllocationReference) -> Value {
 }
 
 fn location_json(location: &Location) -> Value {
-    json!({"type": location_type_name(location.location_type), "id": location.id})
+    json!({
+        "type": location_type_name(location.location_type),
+        "id": location.id,
+        "uuid": uuid_json(location.uuid.as_ref()),
+    })
+}
+
+/// A UUID beside an ordinal: `GPU-…`, or null where the record carries none.
+fn uuid_json(uuid: Option<&DeviceUuid>) -> Value {
+    uuid.map_or(Value::Null, |uuid| {
+        Value::from(crate::remap::uuid_text(uuid))
+    })
 }
 
 fn access_json(list: &[AccessDescriptor]) -> Value {
@@ -302,6 +322,7 @@ pub fn record_json(record: &Record) -> Value {
         Record::MulticastDevice(r) => json!({
             "object": reference_json(&r.object),
             "device": r.device,
+            "uuid": uuid_json(r.uuid.as_ref()),
         }),
         Record::MulticastBinding(r) => {
             let source = match &r.source {
@@ -323,6 +344,7 @@ pub fn record_json(record: &Record) -> Value {
                 "flags": r.flags,
                 "version": r.version.wire_name(),
                 "device": r.device,
+                "device_uuid": uuid_json(r.device_uuid.as_ref()),
             })
         }
         Record::MulticastMapping(r) => json!({
@@ -336,6 +358,7 @@ pub fn record_json(record: &Record) -> Value {
         Record::Pool(r) => json!({
             "pool": reference_json(&r.pool),
             "device": r.device,
+            "device_uuid": uuid_json(r.device_uuid.as_ref()),
             "max_size": r.max_size,
             "release_threshold": r.release_threshold,
             "access": access_json(&r.access),

@@ -24,6 +24,7 @@ fn access() -> p::BoundedVec<p::AccessDescriptor, { p::MAX_ACCESS }> {
             location: p::Location {
                 location_type: p::LocationType::Device,
                 id: device,
+                uuid: None,
             },
             flags: p::AccessFlags::ProtReadWrite,
         })
@@ -45,6 +46,7 @@ fn generated_reply() -> p::Reply {
                         location: p::Location {
                             location_type: p::LocationType::Device,
                             id: (index % 8) as i32,
+                            uuid: None,
                         },
                         handle_types: p::HandleTypes::POSIX_FILE_DESCRIPTOR,
                     },

@@ -6,7 +6,7 @@
 
 use core::fmt;
 use core::marker::PhantomData;
-use core::ops::Deref;
+use core::ops::{Deref, DerefMut};
 use std::collections::BTreeMap;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -85,6 +85,13 @@ impl<T, const N: usize> Deref for BoundedVec<T, N> {
     type Target = [T];
     fn deref(&self) -> &[T] {
         &self.0
+    }
+}
+
+/// Elements may change in place; the length, which the bound is about, cannot.
+impl<T, const N: usize> DerefMut for BoundedVec<T, N> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.0
     }
 }
 

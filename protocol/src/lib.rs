@@ -5,6 +5,7 @@
 //! bounded collections, the strict serde plumbing, fixed layouts and the envelope codec.
 
 pub mod bounded;
+pub mod devices;
 pub mod envelope;
 pub mod error;
 pub mod layout;

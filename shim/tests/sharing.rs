@@ -77,6 +77,7 @@ fn device_properties() -> AllocationProperties {
         location: Location {
             location_type: LocationType::Device,
             id: 0,
+            uuid: None,
         },
         handle_types: HandleTypes::POSIX_FILE_DESCRIPTOR,
     }
@@ -87,6 +88,7 @@ fn access(device: i32, flags: AccessFlags) -> AccessDescriptor {
         location: Location {
             location_type: LocationType::Device,
             id: device,
+            uuid: None,
         },
         flags,
     }

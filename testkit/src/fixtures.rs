@@ -38,6 +38,7 @@ pub fn device_location(device: i32) -> Location {
     Location {
         location_type: LocationType::Device,
         id: device,
+        uuid: None,
     }
 }
 
@@ -103,6 +104,7 @@ pub fn multicast_device(n: u8, creator: u32, device: i32) -> MulticastDeviceReco
     MulticastDeviceRecord {
         object: reference(n, creator),
         device,
+        uuid: None,
     }
 }
 
@@ -127,6 +129,7 @@ pub fn memory_binding(
         flags: 0,
         version: BindingVersion::V2,
         device,
+        device_uuid: None,
     }
 }
 
@@ -146,6 +149,7 @@ pub fn address_binding(
         flags: 0,
         version: BindingVersion::V1,
         device,
+        device_uuid: None,
     }
 }
 
@@ -211,6 +215,7 @@ pub fn pool(n: u8, creator: u32, access: Vec<AccessDescriptor>) -> PoolRecord {
         max_size: 0,
         release_threshold: 0,
         access: BoundedVec::try_from(access).expect("within MAX_ACCESS"),
+        device_uuid: None,
     }
 }
 

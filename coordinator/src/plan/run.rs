@@ -132,11 +132,7 @@ impl Run {
                 .collect(),
         };
         let mut run = Self::new(kind, live.iter().copied().collect(), remaining);
-        let records = saved
-            .iter()
-            .map(|(pid, records)| (*pid, &records[..]))
-            .collect();
-        match validate::validate_records(&records) {
+        match validate::validate_state(state) {
             Ok(topology) => run.topology = topology,
             Err(errors) => {
                 run.fail(Stage::CheckState, topology_failures(errors));

@@ -184,7 +184,7 @@ fn load_errors_are_distinct() {
             let file = File::create(path).expect("create");
             file.set_len(MAX_MESSAGE_BYTES as u64 + 1).expect("sparse");
         },
-        "more than the limit of 33554432",
+        "more than the limit of 50331648",
     );
     assert!(
         matches!(error, StateError::Oversized { size, .. } if size == MAX_MESSAGE_BYTES as u64 + 1)

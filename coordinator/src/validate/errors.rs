@@ -335,6 +335,17 @@ pub enum TopologyError {
     },
     #[error("participant {pid}: the host-carrier bytes of its allocations overflow 64 bits")]
     ByteCountOverflow { pid: NamespacePid },
+    #[error(
+        "participant {pid}: {record}: names device {ordinal} as {recorded}, but the process's \
+         device list {listed} (a record and the device list must name the same GPU)"
+    )]
+    DeviceIdentity {
+        pid: NamespacePid,
+        record: String,
+        ordinal: i32,
+        recorded: String,
+        listed: String,
+    },
 }
 
 impl TopologyError {
@@ -374,6 +385,7 @@ impl TopologyError {
             | Self::InvalidBinding { pid, .. }
             | Self::UnknownMember { pid, .. }
             | Self::MemberOutOfBounds { pid, .. }
+            | Self::DeviceIdentity { pid, .. }
             | Self::ByteCountOverflow { pid } => Some(*pid),
         }
     }

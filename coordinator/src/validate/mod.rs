@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use cuinterpose_protocol::{InspectionReply, NamespacePid, Phase, Record};
+use cuinterpose_protocol::{Device, InspectionReply, NamespacePid, Phase, Record, StateFile};
 
 mod allocations;
 mod checker;
@@ -62,6 +62,11 @@ pub fn validate_in_phase(
                 count: inspection.raw_imports,
             });
         }
+        errors.extend(device_identity(
+            pid,
+            &inspection.records,
+            &inspection.devices,
+        ));
     }
     let records = inspections
         .iter()
@@ -75,6 +80,68 @@ pub fn validate_in_phase(
             Err(errors)
         }
     }
+}
+
+/// Validates a state file: its records, and each participant's devices against the list it
+/// recorded.
+pub fn validate_state(state: &StateFile) -> Result<Topology, Vec<TopologyError>> {
+    let mut errors = Vec::new();
+    for (pid, records) in state.participants.iter() {
+        if let Some(devices) = state.devices.participants.get(pid) {
+            errors.extend(device_identity(*pid, records, devices));
+        }
+    }
+    let records = state
+        .participants
+        .iter()
+        .map(|(pid, records)| (*pid, &records[..]))
+        .collect();
+    match validate_records(&records) {
+        Ok(topology) if errors.is_empty() => Ok(topology),
+        Ok(_) => Err(errors),
+        Err(more) => {
+            errors.extend(more);
+            Err(errors)
+        }
+    }
+}
+
+/// Every device `records` name against `devices`, the list their process reported: the
+/// UUID beside each ordinal must be the one the list gives it. A process that listed no
+/// devices (it never initialised the driver) names none, so it is not checked.
+pub fn device_identity(
+    pid: NamespacePid,
+    records: &[Record],
+    devices: &[Device],
+) -> Vec<TopologyError> {
+    if devices.is_empty() {
+        return Vec::new();
+    }
+    let text = |uuid: Option<_>| {
+        uuid.map_or_else(|| "no GPU".to_string(), |u| crate::remap::uuid_text(&u))
+    };
+    let mut errors = Vec::new();
+    for record in records {
+        for (ordinal, recorded) in record.devices() {
+            let listed = devices
+                .iter()
+                .find(|d| d.ordinal == ordinal)
+                .map(|d| d.uuid);
+            if recorded.is_none() || recorded != listed {
+                errors.push(TopologyError::DeviceIdentity {
+                    pid,
+                    record: crate::render::record(record),
+                    ordinal,
+                    recorded: text(recorded),
+                    listed: listed.map_or_else(
+                        || "has no such ordinal".to_string(),
+                        |u| format!("gives it {}", crate::remap::uuid_text(&u)),
+                    ),
+                });
+            }
+        }
+    }
+    errors
 }
 
 /// Validates records alone (a state file, or inspections already checked for phase).

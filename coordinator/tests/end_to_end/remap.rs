@@ -37,9 +37,12 @@ fn on_machine(sandbox: &Sandbox, env: &[(&str, &str)], args: &[&str]) -> Output 
     command.output().expect("run cuinterpose")
 }
 
-/// Each participant's devices as `inspect --json` shows them: `[[ordinal, uuid], …]` per
-/// participant, in participant order.
-fn devices(sandbox: &Sandbox) -> Vec<Vec<(i64, String)>> {
+/// `(ordinal, uuid)` pairs, as `inspect --json` shows them.
+type Named = Vec<(i64, String)>;
+
+/// Each participant's devices as `inspect --json` shows them, in participant order; and every
+/// `(ordinal, uuid)` its records name.
+fn devices(sandbox: &Sandbox) -> Vec<(Named, Named)> {
     let out = on_machine(sandbox, &[], &["inspect", "--json"]);
     let value: Value = cli::final_json(&String::from_utf8_lossy(&out.stdout));
     value["participants"]
@@ -47,7 +50,7 @@ fn devices(sandbox: &Sandbox) -> Vec<Vec<(i64, String)>> {
         .expect("participants")
         .values()
         .map(|p| {
-            p["devices"]
+            let listed = p["devices"]
                 .as_array()
                 .expect("devices")
                 .iter()
@@ -55,18 +58,58 @@ fn devices(sandbox: &Sandbox) -> Vec<Vec<(i64, String)>> {
                     let ordinal = d["ordinal"].as_i64().expect("ordinal");
                     (ordinal, d["uuid"].as_str().expect("uuid").to_owned())
                 })
-                .collect()
+                .collect();
+            let mut named = Vec::new();
+            named_devices(&p["records"], &mut named);
+            (listed, named)
         })
         .collect()
 }
 
-/// Every participant sees ordinals 0 and 1 on machine `machine`'s GPUs `first` and `second`.
+/// The `(ordinal, uuid)` pairs a record's JSON names: device locations (`type`, `id`,
+/// `uuid`), multicast devices (`device`, `uuid`), bindings and pools (`device`,
+/// `device_uuid`).
+fn named_devices(value: &Value, out: &mut Named) {
+    match value {
+        Value::Array(items) => items.iter().for_each(|v| named_devices(v, out)),
+        Value::Object(map) => {
+            let uuid = map.get("uuid").or_else(|| map.get("device_uuid"));
+            let ordinal = match map.get("type") {
+                Some(kind) if kind == "device" => map.get("id"),
+                Some(_) => None,
+                None => map.get("device"),
+            };
+            if let (Some(ordinal), Some(uuid)) = (ordinal, uuid) {
+                let uuid = uuid
+                    .as_str()
+                    .expect("a device record carries its GPU's UUID");
+                out.push((ordinal.as_i64().expect("ordinal"), uuid.to_owned()));
+            }
+            map.values().for_each(|v| named_devices(v, out));
+        }
+        _ => {}
+    }
+}
+
+/// Every participant sees ordinals 0 and 1 on machine `machine`'s GPUs `first` and `second`,
+/// and its records name those GPUs beside the ordinals.
 fn check_devices(sandbox: &Sandbox, machine: &str, first: u32, second: u32, when: &str) {
     let want = vec![
         (0, fakecuda_gpu(machine, first)),
         (1, fakecuda_gpu(machine, second)),
     ];
-    assert_eq!(devices(sandbox), vec![want; 3], "{when}");
+    let participants = devices(sandbox);
+    assert_eq!(participants.len(), 3, "{when}");
+    for (listed, named) in participants {
+        assert_eq!(listed, want, "{when}");
+        assert!(!named.is_empty(), "{when}: the records name devices");
+        for pair in named {
+            assert!(
+                want.contains(&pair),
+                "{when}: a record names {pair:?}, not one of {want:?}"
+            );
+        }
+    }
 }
 
 /// Four H200s; the workers see machine GPUs 0 and 1. `toggle --device-map` moves them onto

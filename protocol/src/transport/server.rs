@@ -46,7 +46,7 @@ pub(crate) fn peer_credentials(socket: BorrowedFd<'_>) -> io::Result<PeerCredent
 /// The largest request frame a server reads. Every request of this protocol version is a
 /// fixed-shape message of a few hundred bytes at most (no collections), so anything larger is
 /// refused as oversized before a body buffer exists: 64 handler threads each buffering a
-/// 32 MiB (`MAX_MESSAGE_BYTES`) garbage frame would cost the application 2 GiB.
+/// 48 MiB (`MAX_MESSAGE_BYTES`) garbage frame would cost the application 3 GiB.
 pub const REQUEST_FRAME_LIMIT: usize = 64 * 1024;
 
 /// Our own user and root may connect; nobody else.

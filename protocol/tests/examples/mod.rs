@@ -24,10 +24,16 @@ pub fn reference(fill: u8, creator: u32) -> p::AllocationReference {
     }
 }
 
+/// The UUID of the examples' GPU `ordinal` (as [`devices`] lists it).
+pub fn gpu(ordinal: i32) -> p::DeviceUuid {
+    p::DeviceUuid::new([0x5a + ordinal as u8; 16]).expect("non-zero uuid")
+}
+
 pub fn device(ordinal: i32) -> p::Location {
     p::Location {
         location_type: p::LocationType::Device,
         id: ordinal,
+        uuid: Some(gpu(ordinal)),
     }
 }
 
@@ -96,6 +102,7 @@ pub fn records() -> Vec<(&'static str, p::Record)> {
             p::Record::MulticastDevice(p::MulticastDeviceRecord {
                 object: reference(0x22, 100),
                 device: 1,
+                uuid: Some(gpu(1)),
             }),
         ),
         (
@@ -113,6 +120,7 @@ pub fn records() -> Vec<(&'static str, p::Record)> {
                 flags: 0,
                 version: p::BindingVersion::V1,
                 device: 0,
+                device_uuid: Some(gpu(0)),
             }),
         ),
         (
@@ -128,6 +136,7 @@ pub fn records() -> Vec<(&'static str, p::Record)> {
                 flags: 0,
                 version: p::BindingVersion::V2,
                 device: 1,
+                device_uuid: Some(gpu(1)),
             }),
         ),
         (
@@ -148,6 +157,7 @@ pub fn records() -> Vec<(&'static str, p::Record)> {
                 device: 0,
                 max_size: 64 << 20,
                 release_threshold: 1 << 20,
+                device_uuid: Some(gpu(0)),
                 access: access(&[(1, p::AccessFlags::ProtRead)]),
             }),
         ),
@@ -283,7 +293,7 @@ pub fn devices() -> p::BoundedVec<p::Device, { p::MAX_DEVICES }> {
     (0..2u8)
         .map(|i| p::Device {
             ordinal: i32::from(i),
-            uuid: p::DeviceUuid::new([0x5a + i; 16]).expect("nonzero"),
+            uuid: gpu(i32::from(i)),
             name: "NVIDIA H200".try_into().expect("short"),
             memory: 80 << 30,
         })

@@ -145,9 +145,14 @@ fn identity_of_the_wrong_length_is_rejected() {
 }
 
 /// A mapping record whose single access descriptor has location type `location_type` and
-/// flags `flags`.
+/// flags `flags`, and no UUID.
 fn mapping_with(location_type: u64, flags: u64) -> Vec<u8> {
-    Mp::default()
+    mapping_with_uuid(location_type, flags, |mp| mp.str("uuid").nil())
+}
+
+/// [`mapping_with`], the location's fields after its id written by `uuid`.
+fn mapping_with_uuid(location_type: u64, flags: u64, uuid: impl Fn(Mp) -> Mp) -> Vec<u8> {
+    let location = Mp::default()
         .map(6)
         .str("kind")
         .str("inspection")
@@ -173,17 +178,47 @@ fn mapping_with(location_type: u64, flags: u64) -> Vec<u8> {
         .str("access")
         .array(1)
         .map(2)
-        .str("location")
-        .map(2)
-        .str("location_type")
-        .uint(location_type)
-        .str("id")
-        .uint(0)
-        .str("flags")
-        .uint(flags)
-        .str("devices")
-        .array(0)
-        .wrap()
+        .str("location");
+    let fields = if uuid(Mp::default()).0.is_empty() {
+        2
+    } else {
+        3
+    };
+    uuid(
+        location
+            .map(fields)
+            .str("location_type")
+            .uint(location_type)
+            .str("id")
+            .uint(0),
+    )
+    .str("flags")
+    .uint(flags)
+    .str("devices")
+    .array(0)
+    .wrap()
+}
+
+#[test]
+fn a_device_uuid_beside_an_ordinal() {
+    let named = mapping_with_uuid(1, 3, |mp| mp.str("uuid").bin(&[0x5a; 16]));
+    let Ok(p::Reply::Inspection(inspection)) = p::decode::<p::Reply>(&named) else {
+        panic!("a location with a UUID decodes");
+    };
+    assert_eq!(
+        inspection.records[0].devices(),
+        [(0, p::DeviceUuid::new([0x5a; 16]))]
+    );
+    check_malformed::<p::Reply>(
+        &mapping_with_uuid(1, 3, |mp| mp.str("uuid").bin(&[0; 16])),
+        "DeviceUuid must not be zero",
+    );
+    check_malformed::<p::Reply>(
+        &mapping_with_uuid(1, 3, |mp| mp.str("uuid").bin(&[1; 15])),
+        "invalid length 15",
+    );
+    // Version 8 requires the key, nil or not.
+    check_malformed::<p::Reply>(&mapping_with_uuid(1, 3, |mp| mp), "uuid");
 }
 
 #[test]

@@ -47,6 +47,10 @@ impl Mp {
         self.0.extend_from_slice(bytes);
         self
     }
+    fn nil(mut self) -> Self {
+        self.0.push(0xc0);
+        self
+    }
     fn raw(mut self, bytes: &[u8]) -> Self {
         self.0.extend_from_slice(bytes);
         self

@@ -143,6 +143,7 @@ pub fn create_region(
             location: Location {
                 location_type: LocationType::Device,
                 id: device,
+                uuid: None,
             },
             handle_types: HandleTypes::POSIX_FILE_DESCRIPTOR,
         },

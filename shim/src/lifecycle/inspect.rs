@@ -14,8 +14,9 @@ use cuinterpose_protocol::{
 };
 use std::sync::Mutex;
 
-/// Every record of this process, sorted; `Err` with the count when they exceed `MAX_RECORDS`.
-pub fn records(r: &Registry) -> Result<BoundedVec<Record, MAX_RECORDS>, usize> {
+/// Every record of this process, sorted, each device named by `devices` (the registry keeps
+/// ordinals alone); `Err` with the count when they exceed `MAX_RECORDS`.
+pub fn records(r: &Registry, devices: &[Device]) -> Result<BoundedVec<Record, MAX_RECORDS>, usize> {
     let mut out = Vec::new();
     for a in r.allocations.values() {
         out.push(Record::Allocation(AllocationRecord {
@@ -67,6 +68,7 @@ pub fn records(r: &Registry) -> Result<BoundedVec<Record, MAX_RECORDS>, usize> {
             out.push(Record::MulticastDevice(MulticastDeviceRecord {
                 object: o.reference.clone(),
                 device,
+                uuid: None,
             }));
         }
         for b in &o.bindings {
@@ -97,10 +99,14 @@ pub fn records(r: &Registry) -> Result<BoundedVec<Record, MAX_RECORDS>, usize> {
                 flags: b.flags,
                 version: b.version,
                 device: b.device,
+                device_uuid: None,
             }));
         }
     }
     pool_records(r, &mut out);
+    for record in &mut out {
+        record.name_devices(devices);
+    }
     out.sort();
     let count = out.len();
     BoundedVec::try_from(out).map_err(|_| count)
@@ -143,7 +149,7 @@ pub fn inspection(r: &Registry) -> Reply {
         Ok(devices) => devices,
         Err(why) => return refused(RefusalCode::DriverError, why),
     };
-    match records(r) {
+    match records(r, &devices) {
         Ok(records) => Reply::Inspection(InspectionReply {
             namespace_pid: r.pid,
             phase: r.phase,
@@ -224,6 +230,7 @@ fn pool_records(r: &Registry, out: &mut Vec<Record>) {
             release_threshold: p.release_threshold,
             // Bounded when recorded (cuMemPoolSetAccess refuses more).
             access: BoundedVec::try_from(p.access.clone()).unwrap_or_default(),
+            device_uuid: None,
         }));
     }
     for a in r.allocations.values() {

@@ -12,6 +12,7 @@ pub fn location(raw: RawLocation) -> CuResult<Location> {
     Ok(Location {
         location_type: LocationType::try_from(raw.type_).map_err(|_| CuError::INVALID_VALUE)?,
         id: raw.id,
+        uuid: None,
     })
 }
 
@@ -21,6 +22,7 @@ pub fn device_grant(device: i32, flags: AccessFlags) -> AccessDescriptor {
         location: Location {
             location_type: LocationType::Device,
             id: device,
+            uuid: None,
         },
         flags,
     }
