@@ -39,7 +39,8 @@ class Peer:
     def __init__(self):
         context = multiprocessing.get_context("spawn")
         self.pipe, theirs = context.Pipe()
-        self.process = context.Process(target=driver_peer.run, args=(theirs,))
+        # Daemonic: a failed test that never says quit must not hang the suite at exit.
+        self.process = context.Process(target=driver_peer.run, args=(theirs,), daemon=True)
         self.process.start()
 
     def ask(self, *command):
@@ -153,7 +154,12 @@ def test_pools_of_two_creators_shared_with_one_importer_survive_toggles(ctx):
     assert [len(members[pid]) for pid in (me, theirs, str(importer.process.pid))] == [3, 1, 4]
     first_record = [p for p in pools[me] if p["release_threshold"] == MIB]
     assert len(first_record) == 1, pools[me]
-    assert first_record[0]["access"] == [{"flags": "read", "location": {"id": 1, "type": "device"}}]
+    # Devices by ordinal, each with the UUID this process lists for it beside it.
+    gpus = {d["ordinal"]: d["uuid"] for d in inspection["participants"][me]["devices"]}
+    assert first_record[0]["access"] == [
+        {"flags": "read", "location": {"id": 1, "type": "device", "uuid": gpus[1]}}
+    ]
+    assert (first_record[0]["device"], first_record[0]["device_uuid"]) == (0, gpus[0])
 
     for round_ in range(2):
         report = cuinterpose("toggle", "--pid", str(os.getpid()))

@@ -59,8 +59,9 @@ class Peer:
     def __init__(self, resource):
         context = multiprocessing.get_context("spawn")
         self.pipe, theirs = context.Pipe()
+        # Daemonic: a failed test that never says quit must not hang the suite at exit.
         self.process = context.Process(
-            target=pool_peer.run, args=(resource.allocation_handle, theirs)
+            target=pool_peer.run, args=(resource.allocation_handle, theirs), daemon=True
         )
         self.process.start()
 

@@ -7,7 +7,8 @@
 //!
 //! Layout: `errors` (the rules, as messages), `topology` (what a valid topology holds),
 //! `checker` (the index pass, the shared checks, the summary), then the `allocations`,
-//! `multicast` and `pools` passes.
+//! `multicast` and `pools` passes; [`device_identity`] checks each record's UUIDs against its
+//! process's device list.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +16,8 @@ use cuinterpose_protocol::{Device, InspectionReply, NamespacePid, Phase, Record,
 
 mod allocations;
 mod checker;
+#[cfg(test)]
+mod device_tests;
 mod errors;
 mod multicast;
 #[cfg(test)]
