@@ -67,7 +67,9 @@ pub use emit_doc::markdown;
 pub use emit_rust::rust;
 
 /// The committed location of the generated pass-throughs, relative to the workspace.
-pub const ENTRY_POINTS_OUTPUT: &str = "shim/src/ffi/generated.rs";
+pub const ENTRY_POINTS_OUTPUT: &str = "shim/src/ffi/pass_throughs.rs";
+/// The committed location of the generated table of every entry point's function.
+pub const ENTRY_WRAPPERS_OUTPUT: &str = "shim/src/ffi/generated.rs";
 /// The committed location of the generated entry-point names, relative to the workspace.
 pub const ENTRY_NAMES_OUTPUT: &str = "shim/src/sys/entries.rs";
 /// The committed location of the generated `CUresult` table, relative to the workspace.
@@ -133,6 +135,7 @@ pub fn entry_points_for(
     Ok(vec![
         (RESULTS_OUTPUT, results),
         (ENTRY_NAMES_OUTPUT, emitted.names),
-        (ENTRY_POINTS_OUTPUT, emitted.exports),
+        (ENTRY_POINTS_OUTPUT, emitted.pass_throughs),
+        (ENTRY_WRAPPERS_OUTPUT, emitted.wrappers),
     ])
 }

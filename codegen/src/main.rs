@@ -45,9 +45,10 @@ enum Command {
         /// The candidate schema (e.g. schema/protocol.ron).
         new: PathBuf,
     },
-    /// Generate the shim's driver entry-point table (shim/src/sys/entries.rs and
-    /// shim/src/ffi/generated.rs) and the CUresult table (abi/src/results.rs) from cudarc's
-    /// driver bindings and schema/entry_points.ron, and write it; with --check, only compare
+    /// Generate the shim's driver entry-point table (shim/src/sys/entries.rs,
+    /// shim/src/ffi/pass_throughs.rs, shim/src/ffi/generated.rs) and the CUresult table
+    /// (abi/src/results.rs) from cudarc's driver bindings and schema/entry_points.ron, and
+    /// write it; with --check, only compare
     /// and exit 1 when the committed file is stale.
     EntryPoints {
         /// The workspace root.

@@ -15,8 +15,8 @@ fn the_committed_table_is_up_to_date() {
     let generated = cuinterpose_codegen::entry_points_for(workspace()).expect("generate");
     assert_eq!(
         generated.len(),
-        3,
-        "the results, the names and the pass-throughs"
+        4,
+        "the results, the names, the pass-throughs and the wrapper table"
     );
     let mut stale = Vec::new();
     for (path, text) in &generated {

@@ -120,7 +120,14 @@ fn mapping_record(
     })
 }
 
-fn sorted(mut records: Vec<Record>) -> Vec<Record> {
+/// `records` as a process that lists `devices` reports them: each device named by its UUID
+/// beside the ordinal, sorted.
+fn named(mut records: Vec<Record>, devices: &[cuinterpose_protocol::Device]) -> Vec<Record> {
+    assert!(
+        devices.len() >= 2,
+        "fakecuda lists its devices: {devices:?}"
+    );
+    records.iter_mut().for_each(|r| r.name_devices(devices));
     records.sort();
     records
 }
@@ -204,41 +211,52 @@ fn inspect_reports_a_three_process_topology_exactly() {
     assert_eq!(ia.raw_imports, 0);
     assert_eq!(
         ia.records.to_vec(),
-        sorted(vec![
-            allocation_record(x.clone(), 4 * MIB, true, 1),
-            allocation_record(p.clone(), 2 * MIB, false, 1),
-            mapping_record(x.clone(), va, 4 * MIB, 0, vec![rw0.clone()]),
-            mapping_record(p, vp, 2 * MIB, 0, vec![rw0]),
-        ])
+        named(
+            vec![
+                allocation_record(x.clone(), 4 * MIB, true, 1),
+                allocation_record(p.clone(), 2 * MIB, false, 1),
+                mapping_record(x.clone(), va, 4 * MIB, 0, vec![rw0.clone()]),
+                mapping_record(p, vp, 2 * MIB, 0, vec![rw0]),
+            ],
+            &ia.devices
+        )
     );
+    let ib = inspect(&sandbox, pid(&b));
     assert_eq!(
-        inspect(&sandbox, pid(&b)).records.to_vec(),
-        sorted(vec![
-            allocation_record(x.clone(), 4 * MIB, false, 1),
-            mapping_record(
-                x.clone(),
-                vb,
-                4 * MIB,
-                0,
-                vec![
-                    access(0, AccessFlags::ProtRead),
-                    access(1, AccessFlags::ProtReadWrite)
-                ]
-            ),
-        ])
+        ib.records.to_vec(),
+        named(
+            vec![
+                allocation_record(x.clone(), 4 * MIB, false, 1),
+                mapping_record(
+                    x.clone(),
+                    vb,
+                    4 * MIB,
+                    0,
+                    vec![
+                        access(0, AccessFlags::ProtRead),
+                        access(1, AccessFlags::ProtReadWrite)
+                    ]
+                ),
+            ],
+            &ib.devices
+        )
     );
+    let ic = inspect(&sandbox, pid(&c));
     assert_eq!(
-        inspect(&sandbox, pid(&c)).records.to_vec(),
-        sorted(vec![
-            allocation_record(x.clone(), 4 * MIB, false, 0),
-            mapping_record(
-                x,
-                vc,
-                2 * MIB,
-                2 * MIB,
-                vec![access(1, AccessFlags::ProtReadWrite)]
-            ),
-        ])
+        ic.records.to_vec(),
+        named(
+            vec![
+                allocation_record(x.clone(), 4 * MIB, false, 0),
+                mapping_record(
+                    x,
+                    vc,
+                    2 * MIB,
+                    2 * MIB,
+                    vec![access(1, AccessFlags::ProtReadWrite)]
+                ),
+            ],
+            &ic.devices
+        )
     );
     // Unmapping C's only mapping drops its record: nothing holds the allocation there any more.
     c.unmap(vc, 2 * MIB).unwrap();
@@ -374,14 +392,20 @@ fn sharing_cycles_leak_no_descriptors() {
         cycle(&mut a, &mut b);
     }
     // The creator's handler thread closes the connection and the duplicate FD it sent just
-    // after the importer has them: wait for the counts to settle, then compare.
+    // after the importer has them: wait for the counts to settle, then compare. `before` may
+    // itself hold the first cycle's connection still closing, so fewer is no leak; one
+    // descriptor left per cycle would be 20 more.
+    let settled = |now: (u64, u64)| now.0 <= before.0 && now.1 <= before.1;
     let settle = std::time::Instant::now();
     let mut now = (a.open_fd_count().unwrap(), b.open_fd_count().unwrap());
-    while now != before && settle.elapsed() < cuinterpose_testkit::slack(Duration::from_secs(2)) {
+    while !settled(now) && settle.elapsed() < cuinterpose_testkit::slack(Duration::from_secs(2)) {
         std::thread::sleep(Duration::from_millis(20));
         now = (a.open_fd_count().unwrap(), b.open_fd_count().unwrap());
     }
-    assert_eq!(now, before, "descriptors after 20 sharing cycles");
+    assert!(
+        settled(now),
+        "descriptors after 20 sharing cycles: {now:?}, before them {before:?}"
+    );
     assert!(inspect(&sandbox, pid(&a)).records.is_empty());
     assert!(inspect(&sandbox, pid(&b)).records.is_empty());
 }

@@ -5,10 +5,12 @@
 pub mod dlsym;
 pub mod exports;
 pub mod fork;
-// Written by `cuinterpose-codegen entry-points` (prettyplease), checked for staleness: rustfmt
-// must leave it as generated.
+// Written by `cuinterpose-codegen entry-points`, checked for staleness: rustfmt must leave
+// them as generated.
 #[rustfmt::skip]
 pub mod generated;
+#[rustfmt::skip]
+pub mod pass_throughs;
 pub mod passthrough;
 pub mod pools;
 pub mod proc_address;

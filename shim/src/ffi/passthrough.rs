@@ -61,3 +61,29 @@ pub fn forward(index: usize, call: impl FnOnce(*mut c_void) -> u32) -> u32 {
         }
     }
 }
+
+/// One exported pass-through (`shim/src/ffi/pass_throughs.rs` has one per generated entry
+/// point): `pass_through!(INDEX, cuName(a0: T0, …))` exports `cuName` with that C prototype,
+/// forwarding to the driver's function of the same name through [`forward`].
+macro_rules! pass_through {
+    ($index:literal, $name:ident($($arg:ident: $ty:ty),* $(,)?)) => {
+        #[unsafe(no_mangle)]
+        #[allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> u32 {
+            $crate::ffi::passthrough::forward($index, |f| {
+                // SAFETY: `f` is the driver's own function of the entry's exact name, resolved
+                // by that name from the driver library; its C prototype is the one cudarc's
+                // bindings declare for the name, with each argument reduced to its ABI class
+                // (as the generator wrote it here); the caller's arguments are passed on
+                // unchanged, under the caller's cuda.h contract.
+                unsafe {
+                    std::mem::transmute::<
+                        *mut std::ffi::c_void,
+                        unsafe extern "C" fn($($ty),*) -> u32,
+                    >(f)($($arg),*)
+                }
+            })
+        }
+    };
+}
+pub(crate) use pass_through;
