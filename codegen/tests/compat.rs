@@ -2,6 +2,8 @@
 
 use cuinterpose_codegen::{compat, compile};
 
+mod support;
+
 /// The newest released version, which the current schema must match until the next bump.
 const LATEST: u32 = 8;
 
@@ -37,15 +39,7 @@ fn check_release(version: u32, expected: &[&str]) {
 /// text, plus whether the change is accepted.
 fn check(edits: &[(&str, &str)]) -> (Vec<String>, bool) {
     let old_text = released(1);
-    let mut new_text = old_text.clone();
-    for (from, to) in edits {
-        assert_eq!(
-            new_text.matches(from).count(),
-            1,
-            "anchor `{from}` must be unique"
-        );
-        new_text = new_text.replacen(from, to, 1);
-    }
+    let new_text = support::edit(&old_text, edits);
     let old = compile("old.ron", &old_text).expect("released schema is valid");
     let new = compile("new.ron", &new_text).expect("edited schema is valid");
     let report = compat(&old, &new);

@@ -4,6 +4,8 @@
 
 use cuinterpose_codegen::{compile, markdown, rust};
 
+mod support;
+
 const BASE: &str = r#"#![enable(implicit_some)]
 Schema(
     version: 1,
@@ -38,35 +40,13 @@ Schema(
 "#;
 
 fn edit(from: &str, to: &str) -> String {
-    assert_eq!(
-        BASE.matches(from).count(),
-        1,
-        "edit anchor `{from}` must be unique"
-    );
-    BASE.replacen(from, to, 1)
+    support::edit(BASE, &[(from, to)])
 }
 
 /// Compiles the base schema with one edit and asserts `message` at the `/*@*/` marker.
 fn check(from: &str, to: &str, message: &str) {
     let text = edit(from, to);
-    let at = text
-        .find("/*@*/")
-        .expect("the edit marks the error position")
-        + 5;
-    let line = text[..at].matches('\n').count() + 1;
-    let column = text[..at].rsplit('\n').next().unwrap_or("").chars().count() + 1;
-    let expected = format!("test.ron:{line}:{column}: {message}");
-    match compile("test.ron", &text) {
-        Ok(_) => panic!("schema compiled, expected `{expected}`"),
-        Err(diagnostics) => {
-            let all: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
-            assert!(
-                all.contains(&expected),
-                "expected `{expected}`, got:\n{}",
-                all.join("\n")
-            );
-        }
-    }
+    support::assert_diagnostic(&text, support::marker(&text), message);
 }
 
 #[test]

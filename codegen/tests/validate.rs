@@ -3,6 +3,8 @@
 
 use cuinterpose_codegen::compile;
 
+mod support;
+
 const BASE: &str = r#"#![enable(implicit_some)]
 Schema(
     version: 1,
@@ -48,48 +50,16 @@ Schema(
 )
 "#;
 
-/// Applies one edit to the base schema (the `from` text must occur exactly once).
+/// The base schema with `edits` applied.
 fn edit(edits: &[(&str, &str)]) -> String {
-    let mut text = BASE.to_owned();
-    for (from, to) in edits {
-        assert_eq!(
-            text.matches(from).count(),
-            1,
-            "edit anchor `{from}` must be unique"
-        );
-        text = text.replacen(from, to, 1);
-    }
-    text
-}
-
-/// Line and column (1-based) right after the `/*@*/` marker.
-fn marker(text: &str) -> (usize, usize) {
-    let at = text
-        .find("/*@*/")
-        .expect("the edited schema marks the error position")
-        + 5;
-    let line = text[..at].matches('\n').count() + 1;
-    let column = text[..at].rsplit('\n').next().unwrap_or("").chars().count() + 1;
-    (line, column)
+    support::edit(BASE, edits)
 }
 
 /// Compiles an edited schema and asserts one diagnostic with `message`, at the marker or at
 /// `at` (line, column) when given.
 fn check(edits: &[(&str, &str)], message: &str, at: Option<(usize, usize)>) {
     let text = edit(edits);
-    let (line, column) = at.unwrap_or_else(|| marker(&text));
-    let expected = format!("test.ron:{line}:{column}: {message}");
-    match compile("test.ron", &text) {
-        Ok(_) => panic!("schema compiled, expected `{expected}`"),
-        Err(diagnostics) => {
-            let all: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
-            assert!(
-                all.contains(&expected),
-                "expected `{expected}`, got:\n{}",
-                all.join("\n")
-            );
-        }
-    }
+    support::assert_diagnostic(&text, at.unwrap_or_else(|| support::marker(&text)), message);
 }
 
 #[test]

@@ -161,15 +161,20 @@ fn auto_keeps_gpus_still_here_and_pairs_the_rest_by_model_in_order() {
     );
 }
 
-#[test]
-fn each_process_gets_the_pairs_of_its_own_devices() {
-    let remap = resolve(
+/// `0=1,1=0` on the same machine: the two GPUs swap.
+fn swapped() -> Remap {
+    resolve(
         &"0=1,1=0".parse().unwrap(),
         &inventory(),
         &same_machine(),
         &BTreeMap::new(),
     )
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn each_process_gets_the_pairs_of_its_own_devices() {
+    let remap = swapped();
     let inventory = inventory();
     let eight = inventory
         .participants
@@ -190,13 +195,7 @@ fn restored_records_name_the_paired_gpus_at_the_same_ordinals() {
     use cuinterpose_protocol::{
         AccessDescriptor, AccessFlags, Location, MappingRecord, MulticastDeviceRecord,
     };
-    let remap = resolve(
-        &"0=1,1=0".parse().unwrap(),
-        &inventory(),
-        &same_machine(),
-        &BTreeMap::new(),
-    )
-    .unwrap();
+    let remap = swapped();
     let reference = cuinterpose_protocol::AllocationReference {
         id: cuinterpose_protocol::AllocationId::new([9; 16]).unwrap(),
         creator_pid: NamespacePid::new(7).unwrap(),

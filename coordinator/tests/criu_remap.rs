@@ -17,7 +17,6 @@ use cuinterpose_workload::Worker;
 use serde_json::Value;
 use support::cli::{self, check_exit, path};
 use support::criu;
-use support::tmpfs::unavailable;
 
 const MIB: u64 = 1 << 20;
 const GRAN: u64 = 2 * MIB;
@@ -120,9 +119,8 @@ fn check_on_node_b(dir: &Path) {
 #[test]
 fn a_criu_image_is_restored_onto_another_machine() {
     let test = "a_criu_image_is_restored_onto_another_machine";
-    let binary = match criu::binary() {
-        Ok(binary) => binary,
-        Err(why) => return unavailable(test, &format!("CRIU is not usable here: {why}")),
+    let Some(binary) = criu::usable(test) else {
+        return;
     };
     let work = TempDir::new("criu-remap").expect("work dir");
     let dir = work.path();
@@ -271,9 +269,8 @@ fn a_criu_image_is_restored_onto_another_machine() {
 #[test]
 fn plain_criu_with_the_hook_restores_onto_another_machine() {
     let test = "plain_criu_with_the_hook_restores_onto_another_machine";
-    let binary = match criu::binary() {
-        Ok(binary) => binary,
-        Err(why) => return unavailable(test, &format!("CRIU is not usable here: {why}")),
+    let Some(binary) = criu::usable(test) else {
+        return;
     };
     let work = TempDir::new("criu-hook-remap").expect("work dir");
     let dir = work.path();

@@ -16,7 +16,6 @@ use cuinterpose_workload::Worker;
 use cuinterpose_workload::proto::{TrafficMode, TrafficThread};
 use support::cli::{self, check_exit, path};
 use support::criu;
-use support::tmpfs::unavailable;
 
 const MIB: u64 = 1 << 20;
 const SLOT: u64 = 64 * 1024;
@@ -48,9 +47,8 @@ fn connect_all(sockets: &[PathBuf]) -> Vec<Worker> {
 #[test]
 fn traffic_runs_on_through_criu_dumps_and_restores() {
     let test = "traffic_runs_on_through_criu_dumps_and_restores";
-    let binary = match criu::binary() {
-        Ok(binary) => binary,
-        Err(why) => return unavailable(test, &format!("CRIU is not usable here: {why}")),
+    let Some(binary) = criu::usable(test) else {
+        return;
     };
     let work = TempDir::new("criu-traffic").expect("work dir");
     let dir = work.path();

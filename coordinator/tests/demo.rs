@@ -120,14 +120,8 @@ fn demo_refuses_a_single_process() {
 
 #[test]
 fn demo_survives_a_criu_dump_kill_and_restore() {
-    let binary = match criu::binary() {
-        Ok(binary) => binary,
-        Err(why) => {
-            return unavailable(
-                "demo_survives_a_criu_dump_kill_and_restore",
-                &format!("CRIU is not usable here: {why}"),
-            );
-        }
+    let Some(binary) = criu::usable("demo_survives_a_criu_dump_kill_and_restore") else {
+        return;
     };
     let output = demo()
         .args(["--criu", "--json", "--criu-binary"])
@@ -165,9 +159,8 @@ fn demo_survives_a_criu_dump_kill_and_restore() {
 #[test]
 fn a_criu_dump_on_a_full_disk_is_aborted_and_the_workload_resumed() {
     let test = "a_criu_dump_on_a_full_disk_is_aborted_and_the_workload_resumed";
-    let binary = match criu::binary() {
-        Ok(binary) => binary,
-        Err(why) => return unavailable(test, &format!("CRIU is not usable here: {why}")),
+    let Some(binary) = criu::usable(test) else {
+        return;
     };
     let dir = std::env::temp_dir().join(format!("cuinterpose-full-{}", std::process::id()));
     let full = match Tmpfs::mount(dir, "2m") {
@@ -285,9 +278,8 @@ fn a_failed_demo_leaves_no_work_directory_unless_kept() {
 #[test]
 fn plain_criu_with_the_hook_checkpoints_the_sharing_twice() {
     let test = "plain_criu_with_the_hook_checkpoints_the_sharing_twice";
-    let binary = match criu::binary() {
-        Ok(binary) => binary,
-        Err(why) => return unavailable(test, &format!("CRIU is not usable here: {why}")),
+    let Some(binary) = criu::usable(test) else {
+        return;
     };
     let output = demo()
         .args(["--criu", "--criu-hook", "--json", "--criu-binary"])
@@ -335,9 +327,8 @@ fn plain_criu_with_the_hook_checkpoints_the_sharing_twice() {
 #[test]
 fn a_failed_dump_under_the_hook_is_put_back_by_its_watcher() {
     let test = "a_failed_dump_under_the_hook_is_put_back_by_its_watcher";
-    let binary = match criu::binary() {
-        Ok(binary) => binary,
-        Err(why) => return unavailable(test, &format!("CRIU is not usable here: {why}")),
+    let Some(binary) = criu::usable(test) else {
+        return;
     };
     let dir = std::env::temp_dir().join(format!("cuinterpose-hookfull-{}", std::process::id()));
     let full = match Tmpfs::mount(dir, "2m") {

@@ -4,7 +4,30 @@
 //! A device is named by an `AllocationProperties` location, an access descriptor, a multicast
 //! device, a binding and a pool. Host locations name no device (their UUID stays none).
 
-use crate::generated::{AccessDescriptor, Device, DeviceUuid, Location, LocationType, Record};
+use crate::generated::{
+    AccessDescriptor, AccessFlags, Device, DeviceUuid, Location, LocationType, Record,
+};
+
+impl Location {
+    /// Device `ordinal`, its UUID not named yet (an inspection names it).
+    pub fn device(ordinal: i32) -> Self {
+        Self {
+            location_type: LocationType::Device,
+            id: ordinal,
+            uuid: None,
+        }
+    }
+}
+
+impl AccessDescriptor {
+    /// `flags` for device `ordinal` (see [`Location::device`]).
+    pub fn device(ordinal: i32, flags: AccessFlags) -> Self {
+        Self {
+            location: Location::device(ordinal),
+            flags,
+        }
+    }
+}
 
 impl Record {
     /// Calls `f` with every device this record names: its ordinal and the UUID beside it.

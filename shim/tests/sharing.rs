@@ -7,9 +7,8 @@ mod support;
 use cuinterpose_protocol::ticket::{create_ticket, read_ticket};
 use cuinterpose_protocol::{
     AccessDescriptor, AccessFlags, AllocationProperties, AllocationRecord, AllocationReference,
-    AllocationType, BoundedVec, CapabilityToken, HandleTypes, Location, LocationType,
-    MappingRecord, NamespacePid, Phase, Record, RefusalCode, Reply, Request, Ticket,
-    VirtualShareableHandle,
+    AllocationType, BoundedVec, CapabilityToken, HandleTypes, Location, MappingRecord,
+    NamespacePid, Phase, Record, RefusalCode, Reply, Request, Ticket, VirtualShareableHandle,
 };
 use cuinterpose_workload::{EntryPath, Grant, Worker};
 use std::os::fd::AsFd;
@@ -74,24 +73,13 @@ fn reference(owner: &Worker, id: cuinterpose_protocol::AllocationId) -> Allocati
 fn device_properties() -> AllocationProperties {
     AllocationProperties {
         allocation_type: AllocationType::Pinned,
-        location: Location {
-            location_type: LocationType::Device,
-            id: 0,
-            uuid: None,
-        },
+        location: Location::device(0),
         handle_types: HandleTypes::POSIX_FILE_DESCRIPTOR,
     }
 }
 
 fn access(device: i32, flags: AccessFlags) -> AccessDescriptor {
-    AccessDescriptor {
-        location: Location {
-            location_type: LocationType::Device,
-            id: device,
-            uuid: None,
-        },
-        flags,
-    }
+    AccessDescriptor::device(device, flags)
 }
 
 fn allocation_record(r: AllocationReference, size: u64, carrier: bool, handles: u64) -> Record {

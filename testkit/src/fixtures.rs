@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use cuinterpose_protocol::{
     AccessDescriptor, AccessFlags, AddressBindingSource, AllocationId, AllocationProperties,
     AllocationRecord, AllocationReference, AllocationType, BindingSource, BindingVersion,
-    BoundedVec, HandleTypes, InspectionReply, Location, LocationType, MappingRecord, MemberRange,
+    BoundedVec, HandleTypes, InspectionReply, Location, MappingRecord, MemberRange,
     MemoryBindingSource, MulticastBindingRecord, MulticastDeviceRecord, MulticastMappingRecord,
     MulticastProperties, MulticastRecord, NamespacePid, Phase, PoolMemberRecord, PoolRecord,
     Record, StateFile,
@@ -35,11 +35,7 @@ pub fn reference(n: u8, creator: u32) -> AllocationReference {
 }
 
 pub fn device_location(device: i32) -> Location {
-    Location {
-        location_type: LocationType::Device,
-        id: device,
-        uuid: None,
-    }
+    Location::device(device)
 }
 
 pub fn properties() -> AllocationProperties {

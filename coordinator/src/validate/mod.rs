@@ -75,14 +75,7 @@ pub fn validate_in_phase(
         .iter()
         .map(|(&pid, inspection)| (pid, &inspection.records[..]))
         .collect();
-    match validate_records(&records) {
-        Ok(topology) if errors.is_empty() => Ok(topology),
-        Ok(_) => Err(errors),
-        Err(more) => {
-            errors.extend(more);
-            Err(errors)
-        }
-    }
+    after(errors, &records)
 }
 
 /// Validates a state file: its records, and each participant's devices against the list it
@@ -99,7 +92,16 @@ pub fn validate_state(state: &StateFile) -> Result<Topology, Vec<TopologyError>>
         .iter()
         .map(|(pid, records)| (*pid, &records[..]))
         .collect();
-    match validate_records(&records) {
+    after(errors, &records)
+}
+
+/// [`validate_records`] after the checks that found `errors`: every error of both, or the
+/// topology when there are none.
+fn after(
+    mut errors: Vec<TopologyError>,
+    records: &BTreeMap<NamespacePid, &[Record]>,
+) -> Result<Topology, Vec<TopologyError>> {
+    match validate_records(records) {
         Ok(topology) if errors.is_empty() => Ok(topology),
         Ok(_) => Err(errors),
         Err(more) => {

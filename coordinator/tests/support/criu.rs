@@ -26,6 +26,14 @@ pub fn binary() -> Result<PathBuf, String> {
     }
 }
 
+/// [`binary`] for test `test`, or `None` after saying why it cannot run (which fails the test
+/// under `CI=true`: [`super::tmpfs::unavailable`]).
+pub fn usable(test: &str) -> Option<PathBuf> {
+    binary()
+        .map_err(|why| super::tmpfs::unavailable(test, &format!("CRIU is not usable here: {why}")))
+        .ok()
+}
+
 /// [`binary`] and the directory of CRIU's CUDA plugin next to it (`.ci/install-criu` builds
 /// `plugins/cuda_plugin.so`); an error says what is missing.
 pub fn with_cuda_plugin() -> Result<(PathBuf, PathBuf), String> {

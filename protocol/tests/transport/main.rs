@@ -27,6 +27,24 @@ const PEER_EXE: &str = env!("CARGO_BIN_EXE_cuinterpose-transport-peer");
 /// Scheduling slack allowed on top of a timeout.
 const SLACK: Duration = Duration::from_millis(1500);
 
+/// `result` timed out `during` after `timeout`, which is about how long it took (`elapsed`).
+fn assert_timed_out<T: std::fmt::Debug>(
+    result: &Result<T, TransportError>,
+    during: &str,
+    timeout: Duration,
+    elapsed: Duration,
+) {
+    assert!(
+        matches!(result, Err(TransportError::Timeout { during: d, after, .. })
+            if *d == during && *after == timeout),
+        "{result:?}"
+    );
+    assert!(
+        elapsed >= timeout && elapsed < timeout + SLACK,
+        "{elapsed:?}"
+    );
+}
+
 // ---------------------------------------------------------------- allocation high-water mark
 
 /// Records the largest single allocation, to show an oversized length prefix allocates nothing.

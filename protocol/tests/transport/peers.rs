@@ -184,42 +184,21 @@ fn full_listen_queue_and_silent_listener_time_out() {
         let start = Instant::now();
         let result = transport::call(&endpoint, &Request::Inspect, None, timeout);
         let elapsed = start.elapsed();
-        assert!(
-            matches!(
-                result,
-                Err(TransportError::Timeout {
-                    during: "receiving the reply",
-                    ..
-                })
-            ),
-            "{result:?}"
-        );
+        assert_timed_out(&result, "receiving the reply", timeout, elapsed);
         // Sent and never answered: it may have changed the peer.
         assert!(result.as_ref().expect_err("timed out").may_have_arrived());
-        assert!(
-            elapsed >= timeout && elapsed < timeout + SLACK,
-            "{elapsed:?}"
-        );
         // The queue is now full: connect itself waits, bounded by SO_SNDTIMEO.
         let start = Instant::now();
         let result = transport::call(&endpoint, &Request::Inspect, None, timeout);
         let elapsed = start.elapsed();
-        assert!(
-            matches!(
-                result,
-                Err(TransportError::Timeout {
-                    during: "connecting (the listen queue is full)",
-                    ..
-                })
-            ),
-            "{result:?}"
+        assert_timed_out(
+            &result,
+            "connecting (the listen queue is full)",
+            timeout,
+            elapsed,
         );
         // Never connected: nothing reached the peer.
         assert!(!result.as_ref().expect_err("timed out").may_have_arrived());
-        assert!(
-            elapsed >= timeout && elapsed < timeout + SLACK,
-            "{elapsed:?}"
-        );
         peer.finish();
     });
 }

@@ -15,7 +15,7 @@ use crate::sys::convert;
 use crate::sys::error::{CuError, CuResult};
 use cuinterpose_protocol::{
     AccessDescriptor, AccessFlags, AllocationProperties, AllocationReference, AllocationType,
-    HandleTypes, IpcMemHandle, Location, LocationType, ResourceKind,
+    HandleTypes, IpcMemHandle, Location, ResourceKind,
 };
 use std::num::NonZeroU64;
 use std::os::fd::AsFd;
@@ -140,11 +140,7 @@ pub fn create_region(
         size: extent,
         properties: AllocationProperties {
             allocation_type: AllocationType::Pinned,
-            location: Location {
-                location_type: LocationType::Device,
-                id: device,
-                uuid: None,
-            },
+            location: Location::device(device),
             handle_types: HandleTypes::POSIX_FILE_DESCRIPTOR,
         },
         alloc_flags: [0; 8],

@@ -18,14 +18,7 @@ pub fn location(raw: RawLocation) -> CuResult<Location> {
 
 /// `flags` for device `device`.
 pub fn device_grant(device: i32, flags: AccessFlags) -> AccessDescriptor {
-    AccessDescriptor {
-        location: Location {
-            location_type: LocationType::Device,
-            id: device,
-            uuid: None,
-        },
-        flags,
-    }
+    AccessDescriptor::device(device, flags)
 }
 
 pub fn raw_location(location: &Location) -> RawLocation {
