@@ -9,15 +9,14 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(
     pctx: *mut CUcontext,
     dev: CUdevice,
 ) -> RawResult {
-    with(|d| {
-        let dev = d.config.check_device(dev)?;
-        if pctx.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let h = d.contexts.primary_retain(dev)?;
-        // SAFETY: CUcontext out-parameter (cuda.h).
-        unsafe { put(pctx, handle_ptr::<CUctx_st>(h)) }
-    })
+    // SAFETY: CUcontext out-parameter (cuda.h).
+    unsafe {
+        with_out(pctx, |d| {
+            let dev = d.config.check_device(dev)?;
+            let h = d.contexts.primary_retain(dev)?;
+            Ok(handle_ptr::<CUctx_st>(h))
+        })
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -142,11 +141,13 @@ pub extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> RawResult {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> RawResult {
-    with(|d| {
-        let h = d.contexts.current_handle();
-        // SAFETY: CUcontext out-parameter (cuda.h).
-        unsafe { put(pctx, handle_ptr::<CUctx_st>(h)) }
-    })
+    // SAFETY: CUcontext out-parameter (cuda.h).
+    unsafe {
+        with_out(pctx, |d| {
+            let h = d.contexts.current_handle();
+            Ok(handle_ptr::<CUctx_st>(h))
+        })
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -201,11 +202,13 @@ pub extern "C" fn cuCtxSynchronize_v2(ctx: CUcontext) -> RawResult {
 /// # Safety
 /// `device` is null or valid for one `CUdevice`.
 unsafe fn device_of(device: *mut CUdevice, ctx: CUcontext) -> RawResult {
-    with(|d| {
-        let (_, dev) = d.contexts.given_or_current(ctx as usize as u64)?;
-        // SAFETY: CUdevice out-parameter (cuda.h), per the caller.
-        unsafe { put(device, dev as CUdevice) }
-    })
+    // SAFETY: CUdevice out-parameter (cuda.h), per the caller.
+    unsafe {
+        with_out(device, |d| {
+            let (_, dev) = d.contexts.given_or_current(ctx as usize as u64)?;
+            Ok(dev as CUdevice)
+        })
+    }
 }
 
 #[unsafe(no_mangle)]

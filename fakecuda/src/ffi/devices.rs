@@ -6,11 +6,12 @@ use super::*;
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> RawResult {
-    with(|d| {
-        let dev = d.config.check_device(ordinal)?;
-        // SAFETY: CUdevice out-parameter (cuda.h).
-        unsafe { put(device, dev as CUdevice) }
-    })
+    // SAFETY: CUdevice out-parameter (cuda.h).
+    unsafe {
+        with_out(device, |d| {
+            d.config.check_device(ordinal).map(|dev| dev as CUdevice)
+        })
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -63,21 +64,26 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
     attrib: c_uint,
     dev: CUdevice,
 ) -> RawResult {
-    with(|d| {
-        let dev = d.config.check_device(dev)?;
-        let v = device::attribute(attrib, d.config.device(dev).index)?;
-        // SAFETY: int out-parameter (cuda.h).
-        unsafe { put(pi, v) }
-    })
+    // SAFETY: int out-parameter (cuda.h).
+    unsafe {
+        with_out(pi, |d| {
+            let dev = d.config.check_device(dev)?;
+            let v = device::attribute(attrib, d.config.device(dev).index)?;
+            Ok(v)
+        })
+    }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> RawResult {
-    with(|d| {
-        let dev = d.config.check_device(dev)?;
-        // SAFETY: size_t out-parameter (cuda.h).
-        unsafe { put(bytes, d.config.memory(dev) as usize) }
-    })
+    // SAFETY: size_t out-parameter (cuda.h).
+    unsafe {
+        with_out(bytes, |d| {
+            d.config
+                .check_device(dev)
+                .map(|dev| d.config.memory(dev) as usize)
+        })
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -98,12 +104,14 @@ pub unsafe extern "C" fn cuDeviceCanAccessPeer(
     dev: CUdevice,
     peer: CUdevice,
 ) -> RawResult {
-    with(|d| {
-        let (dev, peer) = (d.config.check_device(dev)?, d.config.check_device(peer)?);
-        let v = c_int::from(d.config.can_access_peer(dev, peer));
-        // SAFETY: int out-parameter (cuda.h).
-        unsafe { put(can, v) }
-    })
+    // SAFETY: int out-parameter (cuda.h).
+    unsafe {
+        with_out(can, |d| {
+            let (dev, peer) = (d.config.check_device(dev)?, d.config.check_device(peer)?);
+            let v = c_int::from(d.config.can_access_peer(dev, peer));
+            Ok(v)
+        })
+    }
 }
 
 /// Between two distinct devices: the performance rank (0, one NVLink domain), and 1 for
@@ -115,18 +123,20 @@ pub unsafe extern "C" fn cuDeviceGetP2PAttribute(
     src: CUdevice,
     dst: CUdevice,
 ) -> RawResult {
-    with(|d| {
-        let (src, dst) = (d.config.check_device(src)?, d.config.check_device(dst)?);
-        if src == dst {
-            return Err(CuError::CUDA_ERROR_INVALID_DEVICE);
-        }
-        let capable = c_int::from(d.config.can_access_peer(src, dst));
-        let v = match attrib {
-            1 => 0,
-            2..=4 => capable,
-            _ => return Err(CuError::CUDA_ERROR_INVALID_VALUE),
-        };
-        // SAFETY: int out-parameter (cuda.h).
-        unsafe { put(value, v) }
-    })
+    // SAFETY: int out-parameter (cuda.h).
+    unsafe {
+        with_out(value, |d| {
+            let (src, dst) = (d.config.check_device(src)?, d.config.check_device(dst)?);
+            if src == dst {
+                return Err(CuError::CUDA_ERROR_INVALID_DEVICE);
+            }
+            let capable = c_int::from(d.config.can_access_peer(src, dst));
+            let v = match attrib {
+                1 => 0,
+                2..=4 => capable,
+                _ => return Err(CuError::CUDA_ERROR_INVALID_VALUE),
+            };
+            Ok(v)
+        })
+    }
 }

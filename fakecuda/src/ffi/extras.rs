@@ -298,16 +298,18 @@ pub unsafe extern "C" fn cuArrayGetDescriptor_v2(
     desc: *mut CUDA_ARRAY_DESCRIPTOR,
     array: CUarray,
 ) -> RawResult {
-    with(|d| {
-        d.contexts.current()?;
-        let arrays = ARRAYS.lock().unwrap_or_else(|p| p.into_inner());
-        let (kept, _) = arrays
-            .as_ref()
-            .and_then(|a| a.get(&(array as usize as u64)))
-            .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
-        // SAFETY: CUDA_ARRAY_DESCRIPTOR out-parameter (cuda.h).
-        unsafe { put(desc, *kept) }
-    })
+    // SAFETY: CUDA_ARRAY_DESCRIPTOR out-parameter (cuda.h).
+    unsafe {
+        with_out(desc, |d| {
+            d.contexts.current()?;
+            let arrays = ARRAYS.lock().unwrap_or_else(|p| p.into_inner());
+            let (kept, _) = arrays
+                .as_ref()
+                .and_then(|a| a.get(&(array as usize as u64)))
+                .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
+            Ok(*kept)
+        })
+    }
 }
 
 #[unsafe(no_mangle)]

@@ -20,14 +20,16 @@ pub unsafe extern "C" fn cuGraphConditionalHandleCreate(
     default: c_uint,
     flags: c_uint,
 ) -> RawResult {
-    with(|d| {
-        d.contexts.check_live(ctx as usize as u64)?;
-        let condition = d.next_handle();
-        d.graphs
-            .condition_create(condition, h(graph), default, flags)?;
-        // SAFETY: CUgraphConditionalHandle out-parameter (cuda.h).
-        unsafe { put(out, condition) }
-    })
+    // SAFETY: CUgraphConditionalHandle out-parameter (cuda.h).
+    unsafe {
+        with_out(out, |d| {
+            d.contexts.check_live(ctx as usize as u64)?;
+            let condition = d.next_handle();
+            d.graphs
+                .condition_create(condition, h(graph), default, flags)?;
+            Ok(condition)
+        })
+    }
 }
 
 /// A node from generic parameters. A conditional node's bodies are written back into

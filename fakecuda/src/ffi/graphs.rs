@@ -423,29 +423,25 @@ pub extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> RawResult {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphGetId(graph: CUgraph, id: *mut c_uint) -> RawResult {
-    with(|d| {
-        let v = d.graphs.graph_id(h(graph))?;
-        // SAFETY: unsigned out-parameter (cuda.h).
-        unsafe { put(id, v) }
-    })
+    // SAFETY: unsigned out-parameter (cuda.h).
+    unsafe { with_out(id, |d| d.graphs.graph_id(h(graph))) }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecGetId(exec: CUgraphExec, id: *mut c_uint) -> RawResult {
-    with(|d| {
-        let v = d.graphs.exec_id(h(exec))?;
-        // SAFETY: unsigned out-parameter (cuda.h).
-        unsafe { put(id, v) }
-    })
+    // SAFETY: unsigned out-parameter (cuda.h).
+    unsafe { with_out(id, |d| d.graphs.exec_id(h(exec))) }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphNodeGetLocalId(node: CUgraphNode, id: *mut c_uint) -> RawResult {
-    with(|d| {
-        let (local, _, _) = d.graphs.node(h(node))?;
-        // SAFETY: unsigned out-parameter (cuda.h).
-        unsafe { put(id, local) }
-    })
+    // SAFETY: unsigned out-parameter (cuda.h).
+    unsafe {
+        with_out(id, |d| {
+            let (local, _, _) = d.graphs.node(h(node))?;
+            Ok(local)
+        })
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -453,11 +449,13 @@ pub unsafe extern "C" fn cuGraphNodeGetToolsId(
     node: CUgraphNode,
     id: *mut c_ulonglong,
 ) -> RawResult {
-    with(|d| {
-        let (_, tools, _) = d.graphs.node(h(node))?;
-        // SAFETY: unsigned long long out-parameter (cuda.h).
-        unsafe { put(id, tools) }
-    })
+    // SAFETY: unsigned long long out-parameter (cuda.h).
+    unsafe {
+        with_out(id, |d| {
+            let (_, tools, _) = d.graphs.node(h(node))?;
+            Ok(tools)
+        })
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -465,9 +463,11 @@ pub unsafe extern "C" fn cuGraphNodeGetContainingGraph(
     node: CUgraphNode,
     out: *mut CUgraph,
 ) -> RawResult {
-    with(|d| {
-        let (_, _, graph) = d.graphs.node(h(node))?;
-        // SAFETY: CUgraph out-parameter (cuda.h).
-        unsafe { put(out, handle_ptr::<CUgraph_st>(graph)) }
-    })
+    // SAFETY: CUgraph out-parameter (cuda.h).
+    unsafe {
+        with_out(out, |d| {
+            let (_, _, graph) = d.graphs.node(h(node))?;
+            Ok(handle_ptr::<CUgraph_st>(graph))
+        })
+    }
 }

@@ -62,11 +62,8 @@ pub extern "C" fn cuGreenCtxDestroy(g: CUgreenCtx) -> RawResult {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxFromGreenCtx(out: *mut CUcontext, g: CUgreenCtx) -> RawResult {
-    with(|d| {
-        let ctx = d.green_ctx(green(g))?;
-        // SAFETY: CUcontext out-parameter (cuda.h).
-        unsafe { put(out, handle_ptr(ctx)) }
-    })
+    // SAFETY: CUcontext out-parameter (cuda.h).
+    unsafe { with_out(out, |d| d.green_ctx(green(g)).map(handle_ptr)) }
 }
 
 #[unsafe(no_mangle)]
@@ -84,11 +81,13 @@ pub unsafe extern "C" fn cuGreenCtxGetDevResource(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGreenCtxGetId(g: CUgreenCtx, out: *mut c_ulonglong) -> RawResult {
-    with(|d| {
-        d.green_ctx(green(g))?;
-        // SAFETY: unsigned long long out-parameter (cuda.h).
-        unsafe { put(out, green(g)) }
-    })
+    // SAFETY: unsigned long long out-parameter (cuda.h).
+    unsafe {
+        with_out(out, |d| {
+            d.green_ctx(green(g))?;
+            Ok(green(g))
+        })
+    }
 }
 
 /// `cuGreenCtxStreamCreate`: a non-blocking stream of the green context, current or not.
@@ -114,12 +113,14 @@ pub unsafe extern "C" fn cuGreenCtxStreamCreate(
 /// `cuStreamGetGreenCtx`: the green context of the stream's context, or null.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetGreenCtx(s: CUstream, out: *mut CUgreenCtx) -> RawResult {
-    with(|d| {
-        let ctx = memcpy::issuer(&d.contexts.target(Some(s as usize as u64))?);
-        let g = d.green_of(ctx).unwrap_or(0);
-        // SAFETY: CUgreenCtx out-parameter (cuda.h).
-        unsafe { put(out, handle_ptr::<CUgreenCtx_st>(g)) }
-    })
+    // SAFETY: CUgreenCtx out-parameter (cuda.h).
+    unsafe {
+        with_out(out, |d| {
+            let ctx = memcpy::issuer(&d.contexts.target(Some(s as usize as u64))?);
+            let g = d.green_of(ctx).unwrap_or(0);
+            Ok(handle_ptr::<CUgreenCtx_st>(g))
+        })
+    }
 }
 
 /// `cuGreenCtxRecordEvent`: the event is reached once the work the green context's streams

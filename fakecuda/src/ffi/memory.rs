@@ -6,14 +6,8 @@ use super::*;
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> RawResult {
-    with(|d| {
-        if dptr.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let p = d.mem_alloc(bytesize as u64)?;
-        // SAFETY: CUdeviceptr out-parameter (cuda.h), non-null.
-        unsafe { put(dptr, p) }
-    })
+    // SAFETY: CUdeviceptr out-parameter (cuda.h).
+    unsafe { with_out(dptr, |d| d.mem_alloc(bytesize as u64)) }
 }
 
 #[unsafe(no_mangle)]
@@ -232,14 +226,13 @@ pub unsafe extern "C" fn cuMemHostAlloc(
     bytesize: usize,
     flags: c_uint,
 ) -> RawResult {
-    with(|d| {
-        if pp.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let p = d.host_alloc(bytesize as u64, flags)?;
-        // SAFETY: pointer out-parameter (cuda.h), non-null.
-        unsafe { put(pp, p as usize as *mut c_void) }
-    })
+    // SAFETY: pointer out-parameter (cuda.h).
+    unsafe {
+        with_out(pp, |d| {
+            d.host_alloc(bytesize as u64, flags)
+                .map(|p| p as usize as *mut c_void)
+        })
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -253,20 +246,14 @@ pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
     p: *mut c_void,
     flags: c_uint,
 ) -> RawResult {
-    with(|d| {
-        let dptr = d.host_device_pointer(p as usize as u64, flags)?;
-        // SAFETY: CUdeviceptr out-parameter (cuda.h).
-        unsafe { put(pdptr, dptr) }
-    })
+    // SAFETY: CUdeviceptr out-parameter (cuda.h).
+    unsafe { with_out(pdptr, |d| d.host_device_pointer(p as usize as u64, flags)) }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemHostGetFlags(pflags: *mut c_uint, p: *mut c_void) -> RawResult {
-    with(|d| {
-        let flags = d.host_flags(p as usize as u64)?;
-        // SAFETY: unsigned out-parameter (cuda.h).
-        unsafe { put(pflags, flags) }
-    })
+    // SAFETY: unsigned out-parameter (cuda.h).
+    unsafe { with_out(pflags, |d| d.host_flags(p as usize as u64)) }
 }
 
 #[unsafe(no_mangle)]
@@ -275,14 +262,8 @@ pub unsafe extern "C" fn cuMemAllocManaged(
     bytesize: usize,
     flags: c_uint,
 ) -> RawResult {
-    with(|d| {
-        if dptr.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let p = d.mem_alloc_managed(bytesize as u64, flags)?;
-        // SAFETY: CUdeviceptr out-parameter (cuda.h), non-null.
-        unsafe { put(dptr, p) }
-    })
+    // SAFETY: CUdeviceptr out-parameter (cuda.h).
+    unsafe { with_out(dptr, |d| d.mem_alloc_managed(bytesize as u64, flags)) }
 }
 
 /// Writes one attribute value into the caller's storage of the attribute's type.

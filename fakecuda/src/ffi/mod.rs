@@ -41,6 +41,22 @@ fn with(f: impl FnOnce(&mut Driver) -> CuResult<()>) -> RawResult {
     gated(|| driver::with(f))
 }
 
+/// `f`'s value written to the out-parameter `out`; a null `out` is `INVALID_VALUE` before
+/// `f` runs, so a refused call changes nothing.
+///
+/// # Safety
+/// `out` is null or valid for a write of `T`.
+unsafe fn with_out<T>(out: *mut T, f: impl FnOnce(&mut Driver) -> CuResult<T>) -> RawResult {
+    with(|d| {
+        if out.is_null() {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let value = f(d)?;
+        // SAFETY: non-null, and valid for writes per the caller.
+        unsafe { put(out, value) }
+    })
+}
+
 /// Writes an output argument.
 ///
 /// # Safety

@@ -44,15 +44,14 @@ pub unsafe extern "C" fn cuIpcGetMemHandle(
     dptr: CUdeviceptr,
 ) -> RawResult {
     ipc::count_call();
-    with(|d| {
-        if handle.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let bytes = d.ipc_get(dptr)?;
-        let reserved = bytes.map(|b| b as c_char);
-        // SAFETY: CUipcMemHandle out-parameter (cuda.h), non-null.
-        unsafe { put(handle, CUipcMemHandle { reserved }) }
-    })
+    // SAFETY: CUipcMemHandle out-parameter (cuda.h).
+    unsafe {
+        with_out(handle, |d| {
+            let bytes = d.ipc_get(dptr)?;
+            let reserved = bytes.map(|b| b as c_char);
+            Ok(CUipcMemHandle { reserved })
+        })
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -102,11 +101,13 @@ pub unsafe extern "C" fn cuIpcGetEventHandle(
     out: *mut RawIpcEventHandle,
     e: cudarc::driver::sys::CUevent,
 ) -> RawResult {
-    with(|d| {
-        let reserved = d.event_ipc_handle(e as usize as u64)?;
-        // SAFETY: CUipcEventHandle out-parameter (cuda.h).
-        unsafe { put(out, RawIpcEventHandle { reserved }) }
-    })
+    // SAFETY: CUipcEventHandle out-parameter (cuda.h).
+    unsafe {
+        with_out(out, |d| {
+            d.event_ipc_handle(e as usize as u64)
+                .map(|reserved| RawIpcEventHandle { reserved })
+        })
+    }
 }
 
 /// `cuIpcOpenEventHandle`: another process's interprocess event, its page fetched from the

@@ -24,22 +24,26 @@ pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(
     out: *mut CUmemoryPool,
     dev: CUdevice,
 ) -> RawResult {
-    with(|d| {
-        let dev = d.config.check_device(dev)?;
-        let h = d.pool_default(crate::pool::Place::Device(dev));
-        // SAFETY: CUmemoryPool out-parameter (cuda.h).
-        unsafe { put(out, handle_ptr::<CUmemPoolHandle_st>(h)) }
-    })
+    // SAFETY: CUmemoryPool out-parameter (cuda.h).
+    unsafe {
+        with_out(out, |d| {
+            let dev = d.config.check_device(dev)?;
+            let h = d.pool_default(crate::pool::Place::Device(dev));
+            Ok(handle_ptr::<CUmemPoolHandle_st>(h))
+        })
+    }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetMemPool(out: *mut CUmemoryPool, dev: CUdevice) -> RawResult {
-    with(|d| {
-        let dev = d.config.check_device(dev)?;
-        let h = d.pool_current(crate::pool::Place::Device(dev));
-        // SAFETY: CUmemoryPool out-parameter (cuda.h).
-        unsafe { put(out, handle_ptr::<CUmemPoolHandle_st>(h)) }
-    })
+    // SAFETY: CUmemoryPool out-parameter (cuda.h).
+    unsafe {
+        with_out(out, |d| {
+            let dev = d.config.check_device(dev)?;
+            let h = d.pool_current(crate::pool::Place::Device(dev));
+            Ok(handle_ptr::<CUmemPoolHandle_st>(h))
+        })
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -298,11 +302,8 @@ pub unsafe extern "C" fn cuMemPoolExportPointer(
     data: *mut [u8; crate::pool::POINTER_BYTES],
     ptr: CUdeviceptr,
 ) -> RawResult {
-    with(|d| {
-        let bytes = d.pool_export_pointer(ptr)?;
-        // SAFETY: CUmemPoolPtrExportData out-parameter (64 bytes, cuda.h).
-        unsafe { put(data, bytes) }
-    })
+    // SAFETY: CUmemPoolPtrExportData out-parameter (64 bytes, cuda.h).
+    unsafe { with_out(data, |d| d.pool_export_pointer(ptr)) }
 }
 
 #[unsafe(no_mangle)]

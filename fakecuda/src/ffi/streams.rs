@@ -20,15 +20,14 @@ pub(super) fn event(d: &Driver, e: CUevent) -> CuResult<Arc<Event>> {
 }
 
 fn create_stream(ph_stream: *mut CUstream, flags: c_uint, priority: c_int) -> RawResult {
-    with(|d| {
-        if ph_stream.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let h = d.next_handle();
-        d.contexts.create_stream(h, flags, priority)?;
-        // SAFETY: CUstream out-parameter (cuda.h), non-null.
-        unsafe { put(ph_stream, handle_ptr::<CUstream_st>(h)) }
-    })
+    // SAFETY: CUstream out-parameter (cuda.h).
+    unsafe {
+        with_out(ph_stream, |d| {
+            let h = d.next_handle();
+            d.contexts.create_stream(h, flags, priority)?;
+            Ok(handle_ptr::<CUstream_st>(h))
+        })
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -95,11 +94,13 @@ pub unsafe extern "C" fn cuStreamGetFlags(s: CUstream, flags: *mut c_uint) -> Ra
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCtx(s: CUstream, pctx: *mut CUcontext) -> RawResult {
-    with(|d| {
-        let (ctx, _) = describe(d, s)?;
-        // SAFETY: CUcontext out-parameter (cuda.h).
-        unsafe { put(pctx, handle_ptr::<CUctx_st>(ctx)) }
-    })
+    // SAFETY: CUcontext out-parameter (cuda.h).
+    unsafe {
+        with_out(pctx, |d| {
+            let (ctx, _) = describe(d, s)?;
+            Ok(handle_ptr::<CUctx_st>(ctx))
+        })
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -123,11 +124,13 @@ pub unsafe extern "C" fn cuStreamGetCtx_v2(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetId(s: CUstream, id: *mut c_ulonglong) -> RawResult {
-    with(|d| {
-        describe(d, s)?;
-        // SAFETY: unsigned long long out-parameter (cuda.h).
-        unsafe { put(id, stream_of(s)) }
-    })
+    // SAFETY: unsigned long long out-parameter (cuda.h).
+    unsafe {
+        with_out(id, |d| {
+            describe(d, s)?;
+            Ok(stream_of(s))
+        })
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -252,29 +255,28 @@ pub unsafe extern "C" fn cuStreamAddCallback(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventCreate(ph_event: *mut CUevent, flags: c_uint) -> RawResult {
-    with(|d| {
-        if ph_event.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        if flags & !stream::EVENT_FLAGS != 0 {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let interprocess = flags & stream::EVENT_INTERPROCESS != 0;
-        if interprocess && flags & stream::EVENT_DISABLE_TIMING == 0 {
-            // An interprocess event cannot be timed (cuda.h).
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        d.contexts.current()?;
-        let shared = if interprocess {
-            Some(crate::ipc_event::SharedMarks::new()?)
-        } else {
-            None
-        };
-        let h = d.next_handle();
-        d.events.insert(h, Event::with_marks(flags, shared));
-        // SAFETY: CUevent out-parameter (cuda.h), non-null.
-        unsafe { put(ph_event, handle_ptr::<CUevent_st>(h)) }
-    })
+    // SAFETY: CUevent out-parameter (cuda.h).
+    unsafe {
+        with_out(ph_event, |d| {
+            if flags & !stream::EVENT_FLAGS != 0 {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+            let interprocess = flags & stream::EVENT_INTERPROCESS != 0;
+            if interprocess && flags & stream::EVENT_DISABLE_TIMING == 0 {
+                // An interprocess event cannot be timed (cuda.h).
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+            d.contexts.current()?;
+            let shared = if interprocess {
+                Some(crate::ipc_event::SharedMarks::new()?)
+            } else {
+                None
+            };
+            let h = d.next_handle();
+            d.events.insert(h, Event::with_marks(flags, shared));
+            Ok(handle_ptr::<CUevent_st>(h))
+        })
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -329,12 +331,14 @@ pub unsafe extern "C" fn cuEventElapsedTime(
     start: CUevent,
     end: CUevent,
 ) -> RawResult {
-    with(|d| {
-        let (start, end) = (event(d, start)?, event(d, end)?);
-        let value = stream::elapsed_ms(&start, &end)?;
-        // SAFETY: float out-parameter (cuda.h).
-        unsafe { put(ms, value) }
-    })
+    // SAFETY: float out-parameter (cuda.h).
+    unsafe {
+        with_out(ms, |d| {
+            let (start, end) = (event(d, start)?, event(d, end)?);
+            let value = stream::elapsed_ms(&start, &end)?;
+            Ok(value)
+        })
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -365,9 +369,11 @@ pub unsafe extern "C" fn cuCtxGetApiVersion(ctx: CUcontext, version: *mut c_uint
 /// Stream capture (graphs) is not modelled: no stream is ever capturing.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamIsCapturing(s: CUstream, status: *mut c_uint) -> RawResult {
-    with(|d| {
-        describe(d, s)?;
-        // SAFETY: CUstreamCaptureStatus out-parameter (a C enum: u32); NONE is 0.
-        unsafe { put(status, 0) }
-    })
+    // SAFETY: CUstreamCaptureStatus out-parameter (a C enum: u32); NONE is 0.
+    unsafe {
+        with_out(status, |d| {
+            describe(d, s)?;
+            Ok(0)
+        })
+    }
 }

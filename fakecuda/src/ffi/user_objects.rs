@@ -34,17 +34,16 @@ pub unsafe extern "C" fn cuUserObjectCreate(
     initial: c_uint,
     flags: c_uint,
 ) -> RawResult {
-    with(|d| {
-        if out.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let handle = d.next_handle();
-        let destroy = destroy.map_or(0, |f| f as usize);
-        d.user_objects
-            .create(handle, ptr as usize, destroy, initial, flags)?;
-        // SAFETY: CUuserObject out-parameter (cuda.h), non-null.
-        unsafe { put(out, handle_ptr::<CUuserObject_st>(handle)) }
-    })
+    // SAFETY: CUuserObject out-parameter (cuda.h).
+    unsafe {
+        with_out(out, |d| {
+            let handle = d.next_handle();
+            let destroy = destroy.map_or(0, |f| f as usize);
+            d.user_objects
+                .create(handle, ptr as usize, destroy, initial, flags)?;
+            Ok(handle_ptr::<CUuserObject_st>(handle))
+        })
+    }
 }
 
 #[unsafe(no_mangle)]

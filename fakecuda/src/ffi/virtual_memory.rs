@@ -13,14 +13,12 @@ pub unsafe extern "C" fn cuMemAddressReserve(
     addr: CUdeviceptr,
     flags: c_ulonglong,
 ) -> RawResult {
-    with(|d| {
-        if ptr.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let at = d.address_reserve(size as u64, alignment as u64, addr, flags)?;
-        // SAFETY: CUdeviceptr out-parameter (cuda.h), non-null.
-        unsafe { put(ptr, at) }
-    })
+    // SAFETY: CUdeviceptr out-parameter (cuda.h).
+    unsafe {
+        with_out(ptr, |d| {
+            d.address_reserve(size as u64, alignment as u64, addr, flags)
+        })
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -105,14 +103,8 @@ pub unsafe extern "C" fn cuMemRetainAllocationHandle(
     handle: *mut CUmemGenericAllocationHandle,
     addr: *mut c_void,
 ) -> RawResult {
-    with(|d| {
-        if handle.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let h = d.retain_handle(addr as usize as u64)?;
-        // SAFETY: handle out-parameter (cuda.h), non-null.
-        unsafe { put(handle, h) }
-    })
+    // SAFETY: handle out-parameter (cuda.h).
+    unsafe { with_out(handle, |d| d.retain_handle(addr as usize as u64)) }
 }
 
 #[unsafe(no_mangle)]
@@ -120,14 +112,8 @@ pub unsafe extern "C" fn cuMemGetAllocationPropertiesFromHandle(
     prop: *mut RawAllocProp,
     handle: CUmemGenericAllocationHandle,
 ) -> RawResult {
-    with(|d| {
-        if prop.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let p = d.alloc_props(handle)?;
-        // SAFETY: CUmemAllocationProp out-parameter (cuda.h); every field holds a valid value.
-        unsafe { put(prop, p) }
-    })
+    // SAFETY: CUmemAllocationProp out-parameter (cuda.h); every field holds a valid value.
+    unsafe { with_out(prop, |d| d.alloc_props(handle)) }
 }
 
 #[unsafe(no_mangle)]
