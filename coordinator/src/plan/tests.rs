@@ -202,15 +202,16 @@ fn records_that_change_at_begin_checkpoint_are_validated_again() {
 fn refusal_in_a_phase_names_participant_and_phase() {
     let mut fakes = fake_participants(&shared_topology(101));
     let mut run = Run::capture(fakes.keys().copied());
-    let mut tamper = |stage: Stage, pid: NamespacePid, outcome: Outcome| {
-        if stage == Stage::Execute(Operation::SaveAllocations) && pid.get() == 102 {
-            return refused(
+    let mut tamper = answer_at(
+        Stage::Execute(Operation::SaveAllocations),
+        Some(102),
+        || {
+            refused(
                 RefusalCode::DriverError,
                 "cuMemcpyDtoH failed: CUDA_ERROR_ILLEGAL_ADDRESS (700)",
-            );
-        }
-        outcome
-    };
+            )
+        },
+    );
     let stages = drive(&mut run, &mut fakes, &mut tamper, Ok(()));
     assert_eq!(
         stages.last(),
@@ -257,12 +258,9 @@ fn refusals_without_mutation_are_not_fail_stop() {
 
     let mut fakes = fake_participants(&shared_topology(101));
     let mut run = Run::capture(fakes.keys().copied());
-    let mut tamper = |stage: Stage, _: NamespacePid, outcome: Outcome| {
-        if stage == Stage::BeginCheckpoint {
-            return refused(RefusalCode::Busy, "control queue full");
-        }
-        outcome
-    };
+    let mut tamper = answer_at(Stage::BeginCheckpoint, None, || {
+        refused(RefusalCode::Busy, "control queue full")
+    });
     drive(&mut run, &mut fakes, &mut tamper, Ok(()));
     let error = check_failed(
         &run,
@@ -277,12 +275,9 @@ fn refusals_without_mutation_are_not_fail_stop() {
     // the frozen ones go back to active on their own).
     let mut fakes = fake_participants(&shared_topology(101));
     let mut run = Run::capture(fakes.keys().copied());
-    let mut tamper = |stage: Stage, pid: NamespacePid, outcome: Outcome| {
-        if stage == Stage::BeginCheckpoint && pid.get() == 101 {
-            return refused(RefusalCode::OutOfOrder, "begin_checkpoint in phase frozen");
-        }
-        outcome
-    };
+    let mut tamper = answer_at(Stage::BeginCheckpoint, Some(101), || {
+        refused(RefusalCode::OutOfOrder, "begin_checkpoint in phase frozen")
+    });
     drive(&mut run, &mut fakes, &mut tamper, Ok(()));
     let error = check_failed(
         &run,
@@ -306,12 +301,9 @@ fn the_loop_tells_the_participants_of_a_fail_stop() {
     ] {
         let mut fakes = fake_participants(&shared_topology(101));
         let mut run = Run::capture(fakes.keys().copied());
-        let mut tamper = |at: Stage, pid: NamespacePid, outcome: Outcome| {
-            if at == stage && pid.get() == 103 {
-                return closed("the peer closed the connection");
-            }
-            outcome
-        };
+        let mut tamper = answer_at(stage, Some(103), || {
+            closed("the peer closed the connection")
+        });
         let error = drive_to_end(&mut run, &mut fakes, &mut tamper).expect_err("failed");
         let everyone: Vec<NamespacePid> = fakes.keys().copied().collect();
         assert_eq!(
@@ -326,15 +318,12 @@ fn the_loop_tells_the_participants_of_a_fail_stop() {
 fn transport_error_names_the_participant() {
     let mut fakes = fake_participants(&shared_topology(101));
     let mut run = Run::capture(fakes.keys().copied());
-    let mut tamper = |stage: Stage, pid: NamespacePid, outcome: Outcome| {
-        if stage == Stage::Execute(Operation::PrepareUnicast) && pid.get() == 103 {
-            return closed(
-                "socket /tmp/x/cuinterpose-103.sock: the peer closed the connection while \
+    let mut tamper = answer_at(Stage::Execute(Operation::PrepareUnicast), Some(103), || {
+        closed(
+            "socket /tmp/x/cuinterpose-103.sock: the peer closed the connection while \
                  receiving the reply",
-            );
-        }
-        outcome
-    };
+        )
+    });
     drive(&mut run, &mut fakes, &mut tamper, Ok(()));
     check_failed(
         &run,
@@ -413,12 +402,7 @@ fn replies_of_the_wrong_kind_fail_the_phase() {
     for (target, replacement, reason) in cases {
         let mut fakes = fake_participants(&shared_topology(101));
         let mut run = Run::capture(fakes.keys().copied());
-        let mut tamper = |stage: Stage, pid: NamespacePid, outcome: Outcome| {
-            if stage == target && pid.get() == 102 {
-                return replacement.clone();
-            }
-            outcome
-        };
+        let mut tamper = answer_at(target, Some(102), || replacement.clone());
         let stages = drive(&mut run, &mut fakes, &mut tamper, Ok(()));
         let rolled_back: &[Stage] = if target.rolls_back() {
             &[Stage::RollBack, Stage::Verify]

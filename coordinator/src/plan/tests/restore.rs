@@ -92,17 +92,18 @@ fn restore_verifies_the_final_records() {
 
     let (mut fakes, state) = captured();
     let mut run = Run::restore(&state, fakes.keys().copied());
-    let mut tamper = |stage: Stage, pid: NamespacePid, outcome: Outcome| {
-        if stage == Stage::Execute(Operation::LoadAllocations) && pid.get() == 101 {
-            return Ok(CompletedReply {
+    let mut tamper = answer_at(
+        Stage::Execute(Operation::LoadAllocations),
+        Some(101),
+        || {
+            Ok(CompletedReply {
                 operation: Operation::LoadAllocations,
                 bytes: SIZE - 1,
                 copy_ns: 1,
             }
-            .into());
-        }
-        outcome
-    };
+            .into())
+        },
+    );
     drive(&mut run, &mut fakes, &mut tamper, Ok(()));
     check_failed(
         &run,

@@ -103,6 +103,21 @@ pub(super) fn untouched() -> impl FnMut(Stage, NamespacePid, Outcome) -> Outcome
     |_, _, outcome| outcome
 }
 
+/// Replaces participant `who`'s outcome at `stage` (everyone's when `None`) by `answer()`.
+pub(super) fn answer_at(
+    stage: Stage,
+    who: Option<u32>,
+    answer: impl Fn() -> Outcome,
+) -> impl FnMut(Stage, NamespacePid, Outcome) -> Outcome {
+    move |at, pid, outcome| {
+        if at == stage && who.is_none_or(|who| pid.get() == who) {
+            answer()
+        } else {
+            outcome
+        }
+    }
+}
+
 pub(super) fn capture_stages() -> Vec<Stage> {
     let mut stages = vec![Stage::Inspect, Stage::BeginCheckpoint];
     stages.extend(CAPTURE_OPERATIONS.map(Stage::Execute));
