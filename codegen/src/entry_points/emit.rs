@@ -82,12 +82,14 @@ pub fn emit(table: &Table, policy: &str) -> Result<Emitted, syn::Error> {
     }
     let count = entries.len();
     let names = packed(entries.iter().map(|e| format!("\"{}\\0\"", e.name)));
-    let open = packed(entries.iter().map(|e| e.open.to_string()));
-    let hand = packed(
-        entries
-            .iter()
-            .map(|e| (e.wrapper == Wrapper::HandWritten).to_string()),
-    );
+    let open: Vec<String> = entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.open)
+        .map(|(i, _)| i.to_string())
+        .collect();
+    let open_count = open.len();
+    let open = packed(open);
     let ids: String = entries
         .iter()
         .enumerate()
@@ -108,12 +110,19 @@ pub fn emit(table: &Table, policy: &str) -> Result<Emitted, syn::Error> {
          /// Every entry point the shim answers, sorted by name (bytewise), each NUL-terminated.\n\
          pub const NAMES: [&str; COUNT] = [\n{names}];\n\
          \n\
-         /// Whether the entry point of the same index stays open during a checkpoint.\n\
-         pub const OPEN: [bool; COUNT] = [\n{open}];\n\
+         /// The indices of the entry points that stay open during a checkpoint.\n\
+         const OPEN_ENTRIES: [usize; {open_count}] = [\n{open}];\n\
          \n\
-         /// Whether the entry point of the same index is hand-written (tracked) rather than a\n\
-         /// generated pass-through.\n\
-         pub const HAND_WRITTEN: [bool; COUNT] = [\n{hand}];\n\
+         /// Whether the entry point of the same index stays open during a checkpoint.\n\
+         pub const OPEN: [bool; COUNT] = {{\n    \
+             let mut open = [false; COUNT];\n    \
+             let mut i = 0;\n    \
+             while i < OPEN_ENTRIES.len() {{\n        \
+                 open[OPEN_ENTRIES[i]] = true;\n        \
+                 i += 1;\n    \
+             }}\n    \
+             open\n\
+         }};\n\
          \n\
          /// The index of each hand-written entry point, so its wrapper names itself without a\n\
          /// lookup by name on every call.\n\
@@ -167,7 +176,7 @@ pub fn emit(table: &Table, policy: &str) -> Result<Emitted, syn::Error> {
          \n\
          {functions}"
     );
-    let wrappers_list = packed(entries.iter().map(|e| format!("{} as *const ()", e.name)));
+    let wrappers_list = packed(entries.iter().map(|e| e.name.clone()));
     let wrappers = header(
         source,
         policy,
@@ -181,7 +190,12 @@ pub fn emit(table: &Table, policy: &str) -> Result<Emitted, syn::Error> {
          use crate::sys::entries::COUNT;\n\
          use std::ffi::c_void;\n\
          \n\
-         const WRAPPERS: [*const (); COUNT] = [\n{wrappers_list}];\n\
+         /// `[f as *const (), …]`: each entry point's function, whatever its prototype.\n\
+         macro_rules! functions {{\n    \
+             ($($f:ident),* $(,)?) => {{ [$($f as *const ()),*] }};\n\
+         }}\n\
+         \n\
+         const WRAPPERS: [*const (); COUNT] = functions![\n{wrappers_list}];\n\
          \n\
          /// The shim's function for entry point `index`; null out of range.\n\
          pub fn wrapper(index: usize) -> *mut c_void {{\n    \
