@@ -6,24 +6,11 @@
 use cuinterpose_testkit::{fakecuda_lib_dir, target_profile_dir};
 use cuinterpose_workload::EntryPath;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 fn compile(source: &str, output: &Path, args: &[&str]) {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("c").join(source);
-    let out = Command::new("cc")
-        .args(["-Wall", "-Werror", "-O1", "-shared", "-fPIC", "-o"])
-        .arg(output)
-        .arg(&source)
-        .args(args)
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc {} failed:\n{}",
-        source.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    cuinterpose_testkit::cc(&source, output, &[&["-shared", "-fPIC"], args].concat());
 }
 
 /// A directory private to this test process (concurrent test binaries do not share outputs).

@@ -16,17 +16,13 @@ use std::process::Command;
 /// One native checkpoint step (`lock`, `checkpoint`, `restore`, `unlock`) on host pid `pid`,
 /// through `fakecuda-checkpoint` with the sandbox's fakecuda control directory.
 pub fn native(fakecuda_dir: &Path, pid: i32, action: &str) {
-    let out = Command::new(crate::build::checkpoint_tool())
-        .args(["--action", action, "--pid", &pid.to_string()])
-        .env("LD_LIBRARY_PATH", cuinterpose_testkit::fakecuda_lib_dir())
-        .env("FAKECUDA_CONTROL_DIR", fakecuda_dir)
-        .env_remove("LD_PRELOAD")
-        .output()
-        .expect("run fakecuda-checkpoint");
-    assert!(
-        out.status.success(),
-        "native {action} of pid {pid} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    cuinterpose_testkit::succeed(
+        Command::new(crate::build::checkpoint_tool())
+            .args(["--action", action, "--pid", &pid.to_string()])
+            .env("LD_LIBRARY_PATH", cuinterpose_testkit::fakecuda_lib_dir())
+            .env("FAKECUDA_CONTROL_DIR", fakecuda_dir)
+            .env_remove("LD_PRELOAD"),
+        &format!("native {action} of pid {pid}"),
     );
 }
 

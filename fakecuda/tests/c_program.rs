@@ -9,22 +9,9 @@ fn c_program_creates_maps_and_copies() {
     let dir = lib_dir();
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/vmm_roundtrip.c");
     let exe = profile_dir().join(format!("fakecuda-c-vmm-{}", std::process::id()));
-    let out = std::process::Command::new("cc")
-        .arg("-Wall")
-        .arg("-Werror")
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .arg(format!("-L{}", dir.display()))
-        .arg("-l:libcuda.so.1")
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let link = format!("-L{}", dir.display());
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    cuinterpose_testkit::cc(&src, &exe, &[&link, "-l:libcuda.so.1", &rpath]);
     let run = std::process::Command::new(&exe)
         .output()
         .expect("run the C program");

@@ -128,22 +128,39 @@ pub fn stand_in_runtime(legacy: bool) -> &'static Path {
         std::fs::create_dir_all(&dir).expect("create the stand-in runtime's directory");
         let out = dir.join("libcudart.so.13");
         let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/fakecudart.c");
-        let built = Command::new("cc")
-            .args(["-Wall", "-Werror", "-O1", "-shared", "-fPIC", "-o"])
-            .arg(&out)
-            .arg(&source)
-            .args(define)
-            .args(["-Wl,-soname,libcudart.so.13", "-ldl"])
-            .output()
-            .expect("run cc");
-        assert!(
-            built.status.success(),
-            "cc {} failed:\n{}",
-            source.display(),
-            String::from_utf8_lossy(&built.stderr)
-        );
+        let mut args = vec!["-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-ldl"];
+        args.extend(define);
+        cc(&source, &out, &args);
         out
     })
+}
+
+/// Runs `command` and returns its output; panics naming `what`, with its stderr, unless it
+/// succeeded.
+pub fn succeed(command: &mut Command, what: &str) -> std::process::Output {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `cc -Wall -Werror -O1 -o output source args…`: a C test program, or a library with
+/// `-shared -fPIC` among `args`; panics with cc's errors.
+pub fn cc(source: &Path, output: &Path, args: &[&str]) {
+    succeed(
+        Command::new("cc")
+            .args(["-Wall", "-Werror", "-O1", "-o"])
+            .arg(output)
+            .arg(source)
+            .args(args),
+        &format!("cc {}", source.display()),
+    );
 }
 
 /// The workspace root (for tests that read files of other packages).

@@ -214,23 +214,19 @@ pub fn a_checkpoint_is_restored_onto_another_machine(sandbox: &Sandbox) {
 /// `fakecuda-checkpoint --toggle --pid PID [ARGS]` on the default machine: what another tool
 /// does to a process between `prepare` and `restore --checkpoint-dir`.
 fn native_toggle(sandbox: &Sandbox, pid: i32, args: &[&str]) {
-    let out = std::process::Command::new(cuinterpose_testkit::build_fakecuda_checkpoint())
-        .args(["--toggle", "--pid", &pid.to_string()])
-        .args(args)
-        .env("LD_LIBRARY_PATH", &sandbox.fakecuda)
-        .env(
-            "FAKECUDA_CONTROL_DIR",
-            Sandbox::fakecuda_control_dir(sandbox.dir.path()),
-        )
-        .env_remove("FAKECUDA_DEVICES")
-        .env_remove("FAKECUDA_MACHINE")
-        .env_remove("LD_PRELOAD")
-        .output()
-        .expect("run fakecuda-checkpoint");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    cuinterpose_testkit::succeed(
+        std::process::Command::new(cuinterpose_testkit::build_fakecuda_checkpoint())
+            .args(["--toggle", "--pid", &pid.to_string()])
+            .args(args)
+            .env("LD_LIBRARY_PATH", &sandbox.fakecuda)
+            .env(
+                "FAKECUDA_CONTROL_DIR",
+                Sandbox::fakecuda_control_dir(sandbox.dir.path()),
+            )
+            .env_remove("FAKECUDA_DEVICES")
+            .env_remove("FAKECUDA_MACHINE")
+            .env_remove("LD_PRELOAD"),
+        &format!("fakecuda-checkpoint --toggle --pid {pid}"),
     );
 }
 

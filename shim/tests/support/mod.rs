@@ -25,19 +25,7 @@ fn compile(args: &[&str], source: &str, output: &Path) {
     let source = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/c")
         .join(source);
-    let out = Command::new("cc")
-        .args(["-Wall", "-Werror", "-O1", "-o"])
-        .arg(output)
-        .arg(&source)
-        .args(args)
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc {} failed:\n{}",
-        source.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    cuinterpose_testkit::cc(&source, output, args);
 }
 
 /// The `share` C program (tests/c/share.c), linked against libcuda.so.1.
