@@ -131,32 +131,32 @@ pub fn create_region(
         Vec::new()
     };
     let (address, peers) = map_region(d, raw, extent, device, &peers)?;
+    let reference = AllocationReference {
+        id: new_id(),
+        creator_pid: r.pid,
+    };
+    let properties = AllocationProperties {
+        allocation_type: AllocationType::Pinned,
+        location: Location::device(device),
+        handle_types: HandleTypes::POSIX_FILE_DESCRIPTOR,
+    };
     let allocation = Allocation {
-        reference: AllocationReference {
-            id: new_id(),
-            creator_pid: r.pid,
-        },
-        driver: Some(raw),
-        size: extent,
-        properties: AllocationProperties {
-            allocation_type: AllocationType::Pinned,
-            location: Location::device(device),
-            handle_types: HandleTypes::POSIX_FILE_DESCRIPTOR,
-        },
-        alloc_flags: [0; 8],
-        shared: false,
-        published: false,
-        context,
-        capability: new_capability(),
-        primary_handle: 0,
-        handle_refs: 0,
-        mappings: 0,
         malloc: Some(MallocInfo {
             requested: size,
             opens: 0,
             ipc_exported: false,
             pool,
         }),
+        ..Allocation::new(
+            reference,
+            raw,
+            extent,
+            properties,
+            [0; 8],
+            false,
+            context,
+            new_capability(),
+        )
     };
     record_region(r, allocation, address, device, peers)?;
     Ok((address, extent))

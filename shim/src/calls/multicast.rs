@@ -34,22 +34,11 @@ pub fn create(prop: &RawMulticastProp) -> CuResult<u64> {
         let context = context::current(d);
         let raw = d.multicast_create(prop)?;
         let id = new_id();
-        let object = Multicast {
-            reference: AllocationReference {
-                id,
-                creator_pid: r.pid,
-            },
-            driver: Some(raw),
-            properties,
-            shared: false,
-            context,
-            capability: new_capability(),
-            primary_handle: 0,
-            handle_refs: 0,
-            mappings: 0,
-            devices: Vec::new(),
-            bindings: Vec::new(),
+        let reference = AllocationReference {
+            id,
+            creator_pid: r.pid,
         };
+        let object = Multicast::new(reference, raw, properties, false, context, new_capability());
         adopt(d, r, object)
     })
 }
@@ -70,19 +59,7 @@ pub fn adopt_import(
     let context = context::current(d);
     let raw = track::import_fd(d, fd.as_fd())?;
     drop(fd);
-    let object = Multicast {
-        reference,
-        driver: Some(raw),
-        properties,
-        shared: true,
-        context,
-        capability,
-        primary_handle: 0,
-        handle_refs: 0,
-        mappings: 0,
-        devices: Vec::new(),
-        bindings: Vec::new(),
-    };
+    let object = Multicast::new(reference, raw, properties, true, context, capability);
     adopt(d, r, object)
 }
 

@@ -292,21 +292,16 @@ pub fn imported_allocation(
             return Err(CuError::NOT_SUPPORTED);
         }
     };
-    Ok(Allocation {
+    Ok(Allocation::new(
         reference,
-        driver: Some(raw),
+        raw,
         size,
         properties,
-        alloc_flags: prop.alloc_flags,
-        shared: true,
-        published: false,
+        prop.alloc_flags,
+        true,
         context,
         capability,
-        primary_handle: 0,
-        handle_refs: 0,
-        mappings: 0,
-        malloc: None,
-    })
+    ))
 }
 
 /// Asks the creator's shim for the real export FD of `reference` (registry lock not held);

@@ -45,24 +45,20 @@ pub fn mem_create(size: usize, prop: &RawAllocProp, flags: u64) -> CuResult<u64>
         let context = context::current(d);
         let raw = d.mem_create(size, prop, flags)?;
         let id = new_id();
-        let allocation = Allocation {
-            reference: AllocationReference {
-                id,
-                creator_pid: r.pid,
-            },
-            driver: Some(raw),
-            size: size as u64,
-            properties,
-            alloc_flags: prop.alloc_flags,
-            shared: false,
-            published: false,
-            context,
-            capability: new_capability(),
-            primary_handle: 0,
-            handle_refs: 0,
-            mappings: 0,
-            malloc: None,
+        let reference = AllocationReference {
+            id,
+            creator_pid: r.pid,
         };
+        let allocation = Allocation::new(
+            reference,
+            raw,
+            size as u64,
+            properties,
+            prop.alloc_flags,
+            false,
+            context,
+            new_capability(),
+        );
         track::adopt(d, r, allocation)
     })
 }

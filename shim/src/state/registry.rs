@@ -75,6 +75,36 @@ pub struct MallocInfo {
 }
 
 impl Allocation {
+    /// A new record of the memory `raw` names in this process (`shared`: imported, so shared
+    /// from the start), unpublished, with no handles or mappings yet.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        reference: AllocationReference,
+        raw: u64,
+        size: u64,
+        properties: AllocationProperties,
+        alloc_flags: [u8; 8],
+        shared: bool,
+        context: usize,
+        capability: CapabilityToken,
+    ) -> Self {
+        Self {
+            reference,
+            driver: Some(raw),
+            size,
+            properties,
+            alloc_flags,
+            shared,
+            published: false,
+            context,
+            capability,
+            primary_handle: 0,
+            handle_refs: 0,
+            mappings: 0,
+            malloc: None,
+        }
+    }
+
     pub fn is_creator(&self, me: NamespacePid) -> bool {
         self.reference.creator_pid == me
     }
@@ -114,6 +144,31 @@ pub struct Multicast {
 }
 
 impl Multicast {
+    /// A new record of the object `raw` names in this process (`shared`: imported), with no
+    /// handles, mappings, devices or bindings yet.
+    pub fn new(
+        reference: AllocationReference,
+        raw: u64,
+        properties: MulticastProperties,
+        shared: bool,
+        context: usize,
+        capability: CapabilityToken,
+    ) -> Self {
+        Self {
+            reference,
+            driver: Some(raw),
+            properties,
+            shared,
+            context,
+            capability,
+            primary_handle: 0,
+            handle_refs: 0,
+            mappings: 0,
+            devices: Vec::new(),
+            bindings: Vec::new(),
+        }
+    }
+
     /// What the creator answers a peer's export request with.
     pub fn export_reply(&self) -> cuinterpose_protocol::Reply {
         cuinterpose_protocol::Reply::MulticastExport(cuinterpose_protocol::MulticastExportReply {
