@@ -5,7 +5,7 @@
 use crate::driver::Driver;
 use crate::log;
 use crate::state::cache;
-use crate::state::registry::{Allocation, Kind, Mapping, Multicast, Registry, is_logical};
+use crate::state::registry::{Allocation, Count, Kind, Mapping, Multicast, Registry, is_logical};
 use crate::sys::abi::consts;
 use crate::sys::error::{CuError, CuResult};
 use cuinterpose_protocol::{
@@ -160,17 +160,8 @@ pub fn record_mapping(
     offset: u64,
     flags: u64,
 ) {
-    match kind {
-        Kind::Unicast => {
-            if let Some(a) = r.allocations.get_mut(&id) {
-                a.mappings += 1;
-            }
-        }
-        Kind::Multicast => {
-            if let Some(m) = r.multicasts.get_mut(&id) {
-                m.mappings += 1;
-            }
-        }
+    if let Some(mappings) = r.count_mut(&id, kind, Count::Mappings) {
+        *mappings += 1;
     }
     r.mappings.insert(
         address,
@@ -191,17 +182,8 @@ pub fn forget_mapping(d: &Driver, r: &mut Registry, base: u64) -> CuResult<()> {
     let Some(mapping) = r.mappings.remove(&base) else {
         return Ok(());
     };
-    match mapping.kind {
-        Kind::Unicast => {
-            if let Some(a) = r.allocations.get_mut(&mapping.id) {
-                a.mappings -= 1;
-            }
-        }
-        Kind::Multicast => {
-            if let Some(m) = r.multicasts.get_mut(&mapping.id) {
-                m.mappings -= 1;
-            }
-        }
+    if let Some(mappings) = r.count_mut(&mapping.id, mapping.kind, Count::Mappings) {
+        *mappings -= 1;
     }
     release_if_unused(d, r, mapping.id, mapping.kind)
 }

@@ -126,6 +126,15 @@ impl Allocation {
     }
 }
 
+/// The two counters that keep an allocation or multicast object alive in this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Count {
+    /// Live application handles.
+    HandleRefs,
+    /// Recorded mappings.
+    Mappings,
+}
+
 /// A multicast object this process created or imported.
 #[derive(Debug)]
 pub struct Multicast {
@@ -344,16 +353,25 @@ impl Registry {
     }
 
     fn add_handle_ref(&mut self, id: AllocationId, kind: Kind, delta: u64) {
-        match kind {
-            Kind::Unicast => {
-                if let Some(a) = self.allocations.get_mut(&id) {
-                    a.handle_refs += delta;
-                }
+        if let Some(refs) = self.count_mut(&id, kind, Count::HandleRefs) {
+            *refs += delta;
+        }
+    }
+
+    /// Object `id`'s counter `count`, when it is recorded.
+    pub fn count_mut(&mut self, id: &AllocationId, kind: Kind, count: Count) -> Option<&mut u64> {
+        match (kind, count) {
+            (Kind::Unicast, Count::HandleRefs) => {
+                self.allocations.get_mut(id).map(|a| &mut a.handle_refs)
             }
-            Kind::Multicast => {
-                if let Some(m) = self.multicasts.get_mut(&id) {
-                    m.handle_refs += delta;
-                }
+            (Kind::Unicast, Count::Mappings) => {
+                self.allocations.get_mut(id).map(|a| &mut a.mappings)
+            }
+            (Kind::Multicast, Count::HandleRefs) => {
+                self.multicasts.get_mut(id).map(|m| &mut m.handle_refs)
+            }
+            (Kind::Multicast, Count::Mappings) => {
+                self.multicasts.get_mut(id).map(|m| &mut m.mappings)
             }
         }
     }
@@ -376,17 +394,8 @@ impl Registry {
         if entry.refs == 0 {
             self.handles.remove(&handle);
         }
-        match entry.kind {
-            Kind::Unicast => {
-                if let Some(a) = self.allocations.get_mut(&entry.id) {
-                    a.handle_refs -= 1;
-                }
-            }
-            Kind::Multicast => {
-                if let Some(m) = self.multicasts.get_mut(&entry.id) {
-                    m.handle_refs -= 1;
-                }
-            }
+        if let Some(refs) = self.count_mut(&entry.id, entry.kind, Count::HandleRefs) {
+            *refs -= 1;
         }
         Ok(entry)
     }
