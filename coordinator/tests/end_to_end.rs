@@ -29,7 +29,7 @@ use support::sandbox::{Sandbox, check_writes_cross};
 const MIB: u64 = 1 << 20;
 
 fn main() {
-    let tests: [Test<Sandbox>; 7] = [
+    let tests: [Test<Sandbox>; 8] = [
         ("toggle_keeps_bytes_addresses_and_sharing", toggle_in_place),
         (
             "checkpoint_then_restore_in_two_invocations",
@@ -51,6 +51,10 @@ fn main() {
         (
             "a_prepared_workload_restored_elsewhere_by_another_tool",
             remap::a_prepared_workload_restored_elsewhere_by_another_tool,
+        ),
+        (
+            "processes_that_number_gpus_differently_share_one_gpu",
+            remap::processes_that_number_gpus_differently_share_one_gpu,
         ),
     ];
     support::harness::run(&tests, || Sandbox::new("e2e"));

@@ -269,6 +269,13 @@ impl Config {
         &self.devices[dev as usize]
     }
 
+    /// The ordinal this process gives the machine's GPU `index`, if it sees that GPU.
+    pub fn ordinal_of(&self, index: u32) -> Option<u32> {
+        (0u32..)
+            .zip(&self.devices)
+            .find_map(|(ordinal, d)| (d.index == index).then_some(ordinal))
+    }
+
     pub fn memory(&self, dev: u32) -> u64 {
         self.devices.get(dev as usize).map_or(0, |d| d.memory)
     }

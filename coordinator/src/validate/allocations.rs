@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use cuinterpose_protocol::{AllocationId, AllocationRecord, NamespacePid, Record};
+use cuinterpose_protocol::{
+    AllocationId, AllocationProperties, AllocationRecord, LocationType, NamespacePid, Record,
+};
 
 use super::checker::Checker;
 use super::errors::{Object, TopologyError};
@@ -46,7 +48,7 @@ impl Checker<'_> {
                     creator_size: creator.size,
                 });
             }
-            if record.properties != creator.properties {
+            if !same_memory(&record.properties, &creator.properties) {
                 self.errors.push(TopologyError::ImportPropertiesMismatch {
                     pid,
                     object,
@@ -117,4 +119,21 @@ impl Checker<'_> {
             }
         }
     }
+}
+
+/// Whether an importer's properties describe the creator's memory. Ordinals are each
+/// process's own, so a device named by UUID in both is compared by UUID: an importer that
+/// numbers its GPUs differently (another `CUDA_VISIBLE_DEVICES`) sees the same GPU under
+/// another ordinal.
+fn same_memory(import: &AllocationProperties, creator: &AllocationProperties) -> bool {
+    let (a, b) = (&import.location, &creator.location);
+    let same_place = match (a.location_type, a.uuid, b.uuid) {
+        (LocationType::Device, Some(ours), Some(theirs)) => {
+            b.location_type == LocationType::Device && ours == theirs
+        }
+        _ => a == b,
+    };
+    same_place
+        && import.allocation_type == creator.allocation_type
+        && import.handle_types == creator.handle_types
 }

@@ -91,3 +91,58 @@ fn device_identity_rules() {
         "{errors:?}"
     );
 }
+
+/// Every device ordinal `records` name, renumbered by `ordinal`.
+fn renumber(records: &mut [cuinterpose_protocol::Record], ordinal: impl Fn(i32) -> i32) {
+    use cuinterpose_protocol::Record;
+    for record in records {
+        match record {
+            Record::Allocation(a) => a.properties.location.id = ordinal(a.properties.location.id),
+            Record::Mapping(m) => m
+                .access
+                .iter_mut()
+                .for_each(|g| g.location.id = ordinal(g.location.id)),
+            Record::MulticastMapping(m) => m
+                .access
+                .iter_mut()
+                .for_each(|g| g.location.id = ordinal(g.location.id)),
+            Record::MulticastDevice(d) => d.device = ordinal(d.device),
+            Record::MulticastBinding(b) => b.device = ordinal(b.device),
+            _ => {}
+        }
+    }
+}
+
+/// Inspections of the shared topology where participant 102 numbers the two GPUs the other
+/// way round (its `CUDA_VISIBLE_DEVICES` is `1,0`), and GPU `importer_gpu` is what 102's
+/// records call the creator's GPU.
+fn numbered_apart(importer_gpu: u8) -> BTreeMap<NamespacePid, InspectionReply> {
+    let mut replies = inspections(&valid(), Phase::Active);
+    for (pid, reply) in replies.iter_mut() {
+        let mut records = reply.records.to_vec();
+        let devices = if pid.get() == 102 {
+            renumber(&mut records, |o| 1 - o);
+            vec![gpu(0, 0xb2), gpu(1, importer_gpu)]
+        } else {
+            vec![gpu(0, 0xa1), gpu(1, 0xb2)]
+        };
+        records.iter_mut().for_each(|r| r.name_devices(&devices));
+        records.sort();
+        reply.devices = devices.try_into().expect("two");
+        reply.records = records.try_into().expect("as many");
+    }
+    replies
+}
+
+#[test]
+fn an_importer_may_number_the_creators_gpu_its_own_way() {
+    // 102 calls GPU 0xa1 its device 1: the same memory, the topology is valid.
+    validate(&numbered_apart(0xa1)).expect("the same GPU under another ordinal");
+    // 102's device 1 is another GPU: its import is not the creator's memory.
+    check_inspections(
+        &numbered_apart(0xc3),
+        Some(102),
+        Some(1),
+        "importer properties (pinned on device 1 (GPU-c3c3c3c3-c3c3-c3c3-c3c3-c3c3c3c3c3c3)",
+    );
+}

@@ -5,6 +5,7 @@
 //! nothing changed. Afterwards each participant sees its ordinals on the new GPUs (`inspect`),
 //! and the bytes, addresses and sharing are those of before.
 
+use std::os::fd::AsFd;
 use std::process::Output;
 
 use cuinterpose_testkit::fakecuda_gpu;
@@ -264,4 +265,52 @@ pub fn a_prepared_workload_restored_elsewhere_by_another_tool(sandbox: &Sandbox)
     check_exit(&restore(&["--device-map", "0=1,1=0"]), 0);
     check_devices(sandbox, "", 1, 0, "restored with the GPUs swapped");
     check_restored(&mut workload, 11);
+}
+
+/// The `(ordinal, uuid)` of the shared allocation's location in each participant's records,
+/// in participant order.
+fn allocation_locations(sandbox: &Sandbox) -> Vec<(i64, String)> {
+    let out = on_machine(sandbox, &[], &["inspect", "--json"]);
+    let value: Value = cli::final_json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(value["valid"], true, "{value}");
+    value["participants"]
+        .as_object()
+        .expect("participants")
+        .values()
+        .flat_map(|p| p["records"].as_array().expect("records").clone())
+        .filter(|r| r["kind"] == "allocation")
+        .map(|r| {
+            let location = &r["properties"]["location"];
+            let uuid = location["uuid"]
+                .as_str()
+                .expect("a device location names its GPU");
+            (location["id"].as_i64().expect("ordinal"), uuid.to_owned())
+        })
+        .collect()
+}
+
+/// Worker A sees the machine's GPUs as `0,1`, worker B as `1,0`: B imports A's memory on
+/// machine GPU 0 as its own device 1. Both records name that GPU by UUID (under ordinals 0
+/// and 1), the topology is valid, and a toggle keeps the bytes and the sharing.
+pub fn processes_that_number_gpus_differently_share_one_gpu(sandbox: &Sandbox) {
+    let mut a = super::worker(sandbox, 0, &[("CUDA_VISIBLE_DEVICES", "0,1")], None);
+    let mut b = super::worker(sandbox, 1, &[("CUDA_VISIBLE_DEVICES", "1,0")], None);
+    let shared = a.create(SHARED, 0, 1).expect("create on A's device 0");
+    let va = a.map_rw(shared, SHARED, 0).expect("map in A");
+    a.fill(va, SHARED, 21).expect("fill");
+    let ticket = a.export(shared).expect("export");
+    let hb = b.import(ticket.as_fd()).expect("import in B");
+    drop(ticket);
+    let vb = b.map_rw(hb, SHARED, 1).expect("map in B, on its device 1");
+    b.verify(vb, SHARED, 21).expect("B sees A's bytes");
+
+    let gpu0 = fakecuda_gpu("", 0);
+    let want = vec![(0, gpu0.clone()), (1, gpu0)];
+    assert_eq!(allocation_locations(sandbox), want, "before");
+    check_exit(&on_machine(sandbox, &[], &["toggle", "--pid", &root()]), 0);
+    assert_eq!(allocation_locations(sandbox), want, "after the toggle");
+    a.verify(va, SHARED, 21)
+        .expect("A's bytes after the toggle");
+    b.fill(vb, SHARED, 22).expect("write through B");
+    a.verify(va, SHARED, 22).expect("still shared");
 }

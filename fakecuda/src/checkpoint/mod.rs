@@ -157,9 +157,13 @@ pub fn restore(body: wire::RestoreBody) -> CuResult<()> {
     }
     let devices = crate::driver::with(|d| d.restored_devices(&body))?;
     let restored = crate::driver::with(|d| {
-        Ok(d.restore_device().map(|()| {
-            d.config.devices = devices;
-        }))
+        // The new devices first: the memory recreated on them is named by them.
+        let old = std::mem::replace(&mut d.config.devices, devices);
+        let result = d.restore_device();
+        if result.is_err() {
+            d.config.devices = old;
+        }
+        Ok(result)
     });
     match restored {
         Ok(Ok(())) => {
@@ -313,10 +317,13 @@ impl Driver {
     fn restore_device(&mut self) -> CuResult<()> {
         for a in self.vmm.allocs.values_mut() {
             if let Backing::Host(bytes) = &a.backing {
-                let fd = sys::new_memfd(
-                    &crate::vmm::alloc_memfd_name(a.location_type, a.device, a.handle_types),
-                    a.size,
-                )?;
+                let name = crate::vmm::alloc_memfd_name(
+                    &self.config,
+                    a.location_type,
+                    a.device,
+                    a.handle_types,
+                );
+                let fd = sys::new_memfd(&name, a.size)?;
                 sys::write_all(&fd, bytes)?;
                 a.backing = Backing::Device(fd);
             }

@@ -25,7 +25,8 @@ impl Driver {
         {
             return Err(CuError::CUDA_ERROR_OUT_OF_MEMORY);
         }
-        let fd = sys::new_memfd(&alloc_memfd_name(location_type, device, handle_types), size)?;
+        let name = alloc_memfd_name(&self.config, location_type, device, handle_types);
+        let fd = sys::new_memfd(&name, size)?;
         let h = self.next_handle();
         self.vmm.allocs.insert(
             h,
@@ -195,7 +196,16 @@ impl Driver {
     pub fn import(&mut self, fd: BorrowedFd<'_>, handle_type: u32) -> CuResult<u64> {
         self.import_type_check(handle_type)?;
         let name = sys::memfd_name(fd).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
-        if let Some((location_type, device, types)) = parse_alloc_memfd_name(&name) {
+        if let Some((location_type, id, types)) = parse_alloc_memfd_name(&name) {
+            // A GPU by its machine index, as this process numbers it; one it does not see
+            // cannot hold memory it imports.
+            let device = if location_type == c::LOCATION_TYPE_DEVICE {
+                self.config
+                    .ordinal_of(id)
+                    .ok_or(CuError::CUDA_ERROR_INVALID_DEVICE)?
+            } else {
+                id
+            };
             let size = sys::file_size(fd)?;
             let own = sys::dup_cloexec(fd)?;
             let h = self.next_handle();

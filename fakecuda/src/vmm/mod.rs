@@ -162,14 +162,20 @@ pub fn aligned(v: u64) -> bool {
 }
 
 /// Memfd names carry what an importer in another process must know: the location (`d` and
-/// the device ordinal, or `n` and the host NUMA node) and the requested handle types.
-pub fn alloc_memfd_name(location_type: u32, id: u32, handle_types: u32) -> String {
-    let kind = if location_type == c::LOCATION_TYPE_HOST_NUMA {
-        'n'
+/// the GPU's index on the machine, since ordinals are each process's own; or `n` and the host
+/// NUMA node) and the requested handle types. `id` is this process's ordinal or node.
+pub fn alloc_memfd_name(
+    config: &crate::device::Config,
+    location_type: u32,
+    id: u32,
+    handle_types: u32,
+) -> String {
+    if location_type == c::LOCATION_TYPE_HOST_NUMA {
+        format!("fakecuda-alloc:n{id}:t{handle_types}")
     } else {
-        'd'
-    };
-    format!("fakecuda-alloc:{kind}{id}:t{handle_types}")
+        let index = config.device(id).index;
+        format!("fakecuda-alloc:d{index}:t{handle_types}")
+    }
 }
 
 /// (location type, id, handle types) of an allocation memfd's name.
