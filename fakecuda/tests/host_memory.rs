@@ -83,9 +83,7 @@ fn host_allocations_copy_and_describe_themselves() {
 
 #[test]
 fn managed_memory_is_touched_by_the_host_and_copied_by_the_device() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(1);
+    let (_serial, cu) = begin(1);
     let mut m = 0;
     ok(cu.cuMemAllocManaged(&mut m, 1000, 1));
     // SAFETY: managed memory is host-accessible; 1000 bytes were allocated.
@@ -105,9 +103,7 @@ fn managed_memory_is_touched_by_the_host_and_copied_by_the_device() {
 
 #[test]
 fn unknown_addresses_are_errors_one_by_one_and_zeros_in_bulk() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let local = [0u8; 16];
     let p = local.as_ptr() as u64;
     assert_eq!(attribute_u32(cu, MEMORY_TYPE, p), Err(INVALID_VALUE));

@@ -34,9 +34,7 @@ fn mc_create(num: u32, size: usize, types: u64) -> u64 {
 /// granularity; bytes written through a member are visible through that device's view.
 #[test]
 fn team_rules_and_member_views() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let mut g = 0;
     let prop = McProp {
         num_devices: 2,
@@ -201,9 +199,7 @@ fn member() {
 /// device.
 #[test]
 fn team_shared_between_processes() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let mc = mc_create(2, GRAN, u64::from(POSIX_FD));
     let mut fd = -1;
     ok(cu.cuMemExportToShareableHandle((&mut fd as *mut i32).cast(), mc, POSIX_FD, 0));

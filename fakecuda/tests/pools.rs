@@ -42,9 +42,7 @@ fn attribute(cu: &Cuda, pool: usize, attr: u32) -> u64 {
 
 #[test]
 fn pools_allocate_in_stream_order_and_count_their_memory() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let mut default = 0;
     ok(cu.cuDeviceGetDefaultMemPool(&mut default, 0));
     let mut current = 0;
@@ -107,9 +105,7 @@ fn pools_allocate_in_stream_order_and_count_their_memory() {
 /// granule's worth, as in the driver's suballocating pools.
 #[test]
 fn a_pools_max_size_bounds_what_its_allocations_ask_for() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let mut limited = props(0, 0);
     limited[3] = GRAN as u64; // maxSize
     let mut pool = 0;
@@ -134,9 +130,7 @@ fn a_pools_max_size_bounds_what_its_allocations_ask_for() {
 
 #[test]
 fn pool_access_extends_to_its_allocations() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let mut pool = 0;
     ok(cu.cuMemPoolCreate(&mut pool, &props(0, 0)));
     let mut p = 0;
@@ -217,9 +211,7 @@ fn pool_importer() {
 
 #[test]
 fn a_shared_pool_shares_bytes_between_processes_and_refuses_checkpoint() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let mut pool = 0;
     ok(cu.cuMemPoolCreate(&mut pool, &props(0, 1)));
     let access = AccessDesc {
@@ -293,9 +285,7 @@ fn host_props(location_type: u64, node: u32, handle_types: u32) -> [u64; 11] {
 /// capable; host memory to `cuPointerGetAttribute`; a default pool per host location.
 #[test]
 fn host_pools_are_the_cpus_until_a_device_is_granted() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let mut v = 0;
     for attr in [142, 144] {
         ok(cu.cuDeviceGetAttribute(&mut v, attr, 0));
@@ -373,9 +363,7 @@ fn host_pools_are_the_cpus_until_a_device_is_granted() {
 /// pool per preferred location.
 #[test]
 fn managed_pools_are_every_devices() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let mut v = 0;
     ok(cu.cuDeviceGetAttribute(&mut v, 89, 0));
     assert_eq!(v, 1, "concurrent managed access");

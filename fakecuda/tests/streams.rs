@@ -73,9 +73,7 @@ fn free(cu: &Cuda, (h, p): (u64, u64)) {
 
 #[test]
 fn queued_work_runs_later_and_in_order() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let (h, p) = buffer(cu);
     cu.write(p, &[0u8; 8]);
     let s = stream(cu, 1);
@@ -98,9 +96,7 @@ fn queued_work_runs_later_and_in_order() {
 
 #[test]
 fn events_mark_points_in_a_stream() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let s = stream(cu, 1);
     let (start, end, never) = (event(cu), event(cu), event(cu));
     ok(cu.cuEventQuery(never));
@@ -131,9 +127,7 @@ fn events_mark_points_in_a_stream() {
 
 #[test]
 fn a_stream_waits_for_an_event_of_another() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let (h, p) = buffer(cu);
     cu.write(p, &[0u8; 4]);
     let (a, b) = (stream(cu, 1), stream(cu, 1));
@@ -193,9 +187,7 @@ fn the_legacy_stream_waits_for_blocking_streams_only() {
 
 #[test]
 fn an_error_of_queued_work_surfaces_at_synchronization() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let (h, p) = buffer(cu);
     let s = stream(cu, 1);
     let gate = Arc::new(Gate::default());
@@ -261,9 +253,7 @@ fn stream_attributes_priorities_and_fills() {
 
 #[test]
 fn the_native_lock_waits_for_queued_work() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let s = stream(cu, 1);
     let gate = Arc::new(Gate::default());
     park(cu, s, &gate);

@@ -437,3 +437,12 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// How most tests begin: the [`serial`] lock, and fakecuda with device `dev`'s primary
+/// context current.
+pub fn begin(dev: i32) -> (std::sync::MutexGuard<'static, ()>, &'static Cuda) {
+    let serial = serial();
+    let cu = cuda();
+    cu.setup(dev);
+    (serial, cu)
+}

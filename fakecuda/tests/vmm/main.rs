@@ -77,9 +77,7 @@ fn importer() {
 /// (a) Two processes share one allocation through export/import and see each other's writes.
 #[test]
 fn two_processes_share_an_allocation() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let size = 4 * GRAN;
     let fds_before = fd_count();
     let h = cu.create(size, 0, POSIX_FD);

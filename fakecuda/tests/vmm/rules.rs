@@ -4,9 +4,7 @@ use super::*;
 
 #[test]
 fn devices_and_attributes() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let mut n = 0;
     ok(cu.cuDeviceGetCount(&mut n));
     assert_eq!(n, 2);
@@ -84,9 +82,7 @@ fn contexts_and_streams() {
 
 #[test]
 fn handle_reference_rules() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let size = 2 * GRAN;
     let h = cu.create(size, 0, POSIX_FD);
     let fds = fd_count();
@@ -126,9 +122,7 @@ fn handle_reference_rules() {
 
 #[test]
 fn map_and_access_rules() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let mut g = 0;
     ok(cu.cuMemGetAllocationGranularity(&mut g, &AllocProp::device(0, 0), 0));
     assert_eq!(g, GRAN);
@@ -213,9 +207,7 @@ fn map_and_access_rules() {
 
 #[test]
 fn reserve_honours_a_free_hint() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let p = cu.reserve(8 * GRAN);
     ok(cu.cuMemAddressFree(p, 8 * GRAN));
     let mut q = 0;
@@ -230,9 +222,7 @@ fn reserve_honours_a_free_hint() {
 
 #[test]
 fn export_and_import_rules() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let plain = cu.create(GRAN, 0, 0);
     let mut fd: i32 = -1;
     let out = (&mut fd as *mut i32).cast::<c_void>();

@@ -4,9 +4,7 @@ use super::*;
 
 #[test]
 fn classic_allocations_copies_and_host_registration() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(1);
+    let (_serial, cu) = begin(1);
     let (mut a, mut b) = (0u64, 0u64);
     ok(cu.cuMemAlloc_v2(&mut a, 3 << 20));
     ok(cu.cuMemAlloc_v2(&mut b, 1000));
@@ -54,9 +52,7 @@ fn classic_allocations_copies_and_host_registration() {
 
 #[test]
 fn proc_address_and_error_names() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let mut pfn: *mut c_void = std::ptr::null_mut();
     let mut status = 9;
     ok(cu.cuGetProcAddress_v2(c"cuMemAlloc".as_ptr(), &mut pfn, 13010, 0, &mut status));
@@ -147,9 +143,7 @@ fn proc_address_and_error_names() {
 /// exist; host grants are for host memory only; multicast binds device memory only.
 #[test]
 fn host_numa_allocations() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let numa = |node: i32, types: u32| AllocProp {
         location: Location { type_: 3, id: node },
         ..AllocProp::device(0, types)
@@ -248,9 +242,7 @@ fn host_numa_allocations() {
 /// allocations belong to the process and stay.
 #[test]
 fn resetting_a_context_frees_its_memory() {
-    let _serial = serial();
-    let cu = cuda();
-    cu.setup(0);
+    let (_serial, cu) = begin(0);
     let mut p = 0;
     ok(cu.cuMemAlloc_v2(&mut p, 3 << 20));
     let (mut base, mut size) = (0u64, 0usize);
