@@ -22,6 +22,26 @@ pub struct BoundError {
     pub found: usize,
 }
 
+impl BoundError {
+    /// `found` against `bound`: the error when it is more.
+    pub fn check(what: &'static str, bound: usize, found: usize) -> Result<(), BoundError> {
+        if found > bound {
+            Err(BoundError { what, bound, found })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// One more than `bound`: what a reader that stops at the bound reports.
+    pub fn one_over(what: &'static str, bound: usize) -> BoundError {
+        BoundError {
+            what,
+            bound,
+            found: bound + 1,
+        }
+    }
+}
+
 /// Preallocation cap in elements: beyond it a vector grows as elements actually arrive.
 const PREALLOCATE: usize = 1024;
 
@@ -37,13 +57,7 @@ impl<T, const N: usize> BoundedVec<T, N> {
     }
 
     pub fn push(&mut self, value: T) -> Result<(), BoundError> {
-        if self.0.len() >= N {
-            return Err(BoundError {
-                what: "list",
-                bound: N,
-                found: self.0.len() + 1,
-            });
-        }
+        BoundError::check("list", N, self.0.len() + 1)?;
         self.0.push(value);
         Ok(())
     }
@@ -70,13 +84,7 @@ impl<T, const N: usize> Default for BoundedVec<T, N> {
 impl<T, const N: usize> TryFrom<Vec<T>> for BoundedVec<T, N> {
     type Error = BoundError;
     fn try_from(values: Vec<T>) -> Result<Self, BoundError> {
-        if values.len() > N {
-            return Err(BoundError {
-                what: "list",
-                bound: N,
-                found: values.len(),
-            });
-        }
+        BoundError::check("list", N, values.len())?;
         Ok(Self(values))
     }
 }
@@ -119,13 +127,7 @@ impl<T: fmt::Debug, const N: usize> fmt::Debug for BoundedVec<T, N> {
 
 impl<T: Serialize, const N: usize> Serialize for BoundedVec<T, N> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        if self.0.len() > N {
-            return Err(serde::ser::Error::custom(BoundError {
-                what: "list",
-                bound: N,
-                found: self.0.len(),
-            }));
-        }
+        BoundError::check("list", N, self.0.len()).map_err(serde::ser::Error::custom)?;
         let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
         for value in &self.0 {
             seq.serialize_element(value)?;
@@ -140,11 +142,7 @@ struct Refuse<T>(usize, PhantomData<T>);
 impl<'de, T> DeserializeSeed<'de> for Refuse<T> {
     type Value = T;
     fn deserialize<D: Deserializer<'de>>(self, _: D) -> Result<T, D::Error> {
-        Err(de::Error::custom(BoundError {
-            what: "list",
-            bound: self.0,
-            found: self.0 + 1,
-        }))
+        Err(de::Error::custom(BoundError::one_over("list", self.0)))
     }
 }
 
@@ -158,13 +156,7 @@ impl<'de, T: Deserialize<'de>, const N: usize> Deserialize<'de> for BoundedVec<T
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
                 let hint = seq.size_hint().unwrap_or(0);
-                if hint > N {
-                    return Err(de::Error::custom(BoundError {
-                        what: "list",
-                        bound: N,
-                        found: hint,
-                    }));
-                }
+                BoundError::check("list", N, hint).map_err(de::Error::custom)?;
                 let mut values = Vec::with_capacity(hint.min(PREALLOCATE));
                 while values.len() < N {
                     match seq.next_element()? {
@@ -174,11 +166,7 @@ impl<'de, T: Deserialize<'de>, const N: usize> Deserialize<'de> for BoundedVec<T
                 }
                 match seq.next_element_seed(Refuse::<T>(N, PhantomData))? {
                     None => Ok(BoundedVec(values)),
-                    Some(_) => Err(de::Error::custom(BoundError {
-                        what: "list",
-                        bound: N,
-                        found: N + 1,
-                    })),
+                    Some(_) => Err(de::Error::custom(BoundError::one_over("list", N))),
                 }
             }
         }
@@ -199,13 +187,7 @@ impl<K: Ord, V, const N: usize> BoundedMap<K, V, N> {
 
     /// Inserts or replaces; refuses a new key beyond the bound.
     pub fn insert(&mut self, key: K, value: V) -> Result<Option<V>, BoundError> {
-        if self.0.len() >= N && !self.0.contains_key(&key) {
-            return Err(BoundError {
-                what: "map",
-                bound: N,
-                found: self.0.len() + 1,
-            });
-        }
+        BoundError::check("map", N, self.0.len() + 1)?;
         Ok(self.0.insert(key, value))
     }
 
@@ -223,13 +205,7 @@ impl<K: Ord, V, const N: usize> Default for BoundedMap<K, V, N> {
 impl<K: Ord, V, const N: usize> TryFrom<BTreeMap<K, V>> for BoundedMap<K, V, N> {
     type Error = BoundError;
     fn try_from(map: BTreeMap<K, V>) -> Result<Self, BoundError> {
-        if map.len() > N {
-            return Err(BoundError {
-                what: "map",
-                bound: N,
-                found: map.len(),
-            });
-        }
+        BoundError::check("map", N, map.len())?;
         Ok(Self(map))
     }
 }
@@ -249,13 +225,7 @@ impl<K: fmt::Debug, V: fmt::Debug, const N: usize> fmt::Debug for BoundedMap<K, 
 
 impl<K: Serialize, V: Serialize, const N: usize> Serialize for BoundedMap<K, V, N> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        if self.0.len() > N {
-            return Err(serde::ser::Error::custom(BoundError {
-                what: "map",
-                bound: N,
-                found: self.0.len(),
-            }));
-        }
+        BoundError::check("map", N, self.0.len()).map_err(serde::ser::Error::custom)?;
         let mut map = serializer.serialize_map(Some(self.0.len()))?;
         for (key, value) in &self.0 {
             map.serialize_entry(key, value)?;
@@ -282,13 +252,7 @@ where
             }
             fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Self::Value, A::Error> {
                 let hint = access.size_hint().unwrap_or(0);
-                if hint > N {
-                    return Err(de::Error::custom(BoundError {
-                        what: "map",
-                        bound: N,
-                        found: hint,
-                    }));
-                }
+                BoundError::check("map", N, hint).map_err(de::Error::custom)?;
                 let mut map = BTreeMap::new();
                 while map.len() < N {
                     let Some(key) = access.next_key::<K>()? else {
@@ -302,11 +266,7 @@ where
                 }
                 match access.next_key_seed(Refuse::<K>(N, PhantomData))? {
                     None => Ok(BoundedMap(map)),
-                    Some(_) => Err(de::Error::custom(BoundError {
-                        what: "map",
-                        bound: N,
-                        found: N + 1,
-                    })),
+                    Some(_) => Err(de::Error::custom(BoundError::one_over("map", N))),
                 }
             }
         }
@@ -342,13 +302,7 @@ impl<const N: usize> BoundedString<N> {
 impl<const N: usize> TryFrom<String> for BoundedString<N> {
     type Error = BoundError;
     fn try_from(text: String) -> Result<Self, BoundError> {
-        if text.len() > N {
-            return Err(BoundError {
-                what: "string",
-                bound: N,
-                found: text.len(),
-            });
-        }
+        BoundError::check("string", N, text.len())?;
         Ok(Self(text))
     }
 }
@@ -381,13 +335,7 @@ impl<const N: usize> fmt::Display for BoundedString<N> {
 
 impl<const N: usize> Serialize for BoundedString<N> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        if self.0.len() > N {
-            return Err(serde::ser::Error::custom(BoundError {
-                what: "string",
-                bound: N,
-                found: self.0.len(),
-            }));
-        }
+        BoundError::check("string", N, self.0.len()).map_err(serde::ser::Error::custom)?;
         serializer.serialize_str(&self.0)
     }
 }
