@@ -86,18 +86,7 @@ fn prepare_then_restore_through_the_library() {
     })
     .expect("prepare");
     assert_eq!(started, seen, "each phase is announced before it ends");
-    assert_eq!(
-        seen,
-        [
-            "inspect",
-            "begin_checkpoint",
-            "prepare_multicast",
-            "save_allocations",
-            "prepare_unicast",
-            "publish_state",
-            "hold"
-        ]
-    );
+    assert_eq!(seen, cuinterpose_testkit::fixtures::capture_phases());
     assert_eq!(report.bytes(), SIZE);
     assert_eq!(report.checkpoint_dir.as_deref(), Some(checkpoint.path()));
     assert_eq!(scene.phases(), [Phase::Released; 3]);

@@ -323,20 +323,9 @@ fn checkpoint_and_restore(library: &Path) {
     let report: Value = cli::final_json(&stdout);
     assert_eq!(report["command"], "checkpoint");
     let names = cli::phase_names(&report);
-    assert_eq!(
-        names,
-        [
-            "inspect",
-            "begin_checkpoint",
-            "prepare_multicast",
-            "save_allocations",
-            "prepare_unicast",
-            "publish_state",
-            "hold",
-            "native_lock",
-            "native_checkpoint"
-        ]
-    );
+    let mut expected = cuinterpose_testkit::fixtures::capture_phases();
+    expected.extend(["native_lock", "native_checkpoint"]);
+    assert_eq!(names, expected);
     assert_eq!(report["phases"][8]["participants"], 3);
     assert_eq!(tree.native_states(), [ProcessState::Checkpointed; 3]);
     assert_eq!(tree.shim_phases(), ["released"; 3]);

@@ -452,3 +452,12 @@ pub fn fake_participants(
         .map(|(pid, records)| (*pid, FakeParticipant::new(*pid, records.clone())))
         .collect()
 }
+
+/// The phases a capture reports, in order: inspect and begin_checkpoint, the schema's
+/// capture operations, then publishing the state and holding the participants.
+pub fn capture_phases() -> Vec<&'static str> {
+    let mut phases = vec!["inspect", "begin_checkpoint"];
+    phases.extend(cuinterpose_protocol::CAPTURE_OPERATIONS.map(|o| o.wire_name()));
+    phases.extend(["publish_state", "hold"]);
+    phases
+}

@@ -105,18 +105,7 @@ fn capture_runs_every_phase_in_order_and_publishes_the_frozen_records() {
         .iter()
         .map(|phase| phase.name.as_str())
         .collect();
-    assert_eq!(
-        names,
-        [
-            "inspect",
-            "begin_checkpoint",
-            "prepare_multicast",
-            "save_allocations",
-            "prepare_unicast",
-            "publish_state",
-            "hold"
-        ]
-    );
+    assert_eq!(names, capture_phases());
     assert_eq!(report.phases[3].bytes, SIZE);
     assert_eq!(report.bytes(), SIZE);
     // Five broadcasts of 2 ms each, the publication's 1 ms, then the hold's 2 ms.
