@@ -135,6 +135,22 @@ pub fn stand_in_runtime(legacy: bool) -> &'static Path {
     })
 }
 
+/// The names of the entries of `dir`, sorted.
+pub fn file_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|entry| {
+            entry
+                .expect("a directory entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 /// Runs `command` and returns its output; panics naming `what`, with its stderr, unless it
 /// succeeded.
 pub fn succeed(command: &mut Command, what: &str) -> std::process::Output {

@@ -12,17 +12,9 @@ fn sample() -> StateFile {
 
 /// Names in `dir` other than the final state file (temp files left behind).
 fn leftovers(dir: &Path) -> Vec<String> {
-    fs::read_dir(dir)
-        .expect("read dir")
-        .map(|entry| {
-            entry
-                .expect("entry")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .filter(|name| name != STATE_FILE_NAME)
-        .collect()
+    let mut names = cuinterpose_testkit::file_names(dir);
+    names.retain(|name| name != STATE_FILE_NAME);
+    names
 }
 
 #[test]

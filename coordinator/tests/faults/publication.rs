@@ -47,17 +47,9 @@ impl PublishHook for FailAt {
 
 /// Names in `dir` other than the state file.
 pub(crate) fn leftovers(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .expect("read dir")
-        .map(|entry| {
-            entry
-                .expect("entry")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .filter(|name| name != state::STATE_FILE_NAME)
-        .collect()
+    let mut names = cuinterpose_testkit::file_names(dir);
+    names.retain(|name| name != state::STATE_FILE_NAME);
+    names
 }
 
 pub(crate) fn publication_interrupted(sandbox: &Sandbox) {

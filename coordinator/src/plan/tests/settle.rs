@@ -219,22 +219,24 @@ fn a_participant_silent_past_the_limit_is_fail_stop() {
     );
 }
 
+/// Participant 103's progress reply: idle, in `phase`.
+fn progress(phase: Phase) -> Fate {
+    Fate::Instead(Ok(ProgressReply {
+        namespace_pid: pid(103),
+        operation: None,
+        running: false,
+        done: 0,
+        total: 0,
+        phase,
+        held: false,
+    }
+    .into()))
+}
+
 /// While it settles, a participant that hung up (died), failed, or reports another phase
 /// ends the wait: fail-stop, naming it.
 #[test]
 fn a_participant_gone_or_failed_while_settling_is_fail_stop() {
-    let progress = |phase| {
-        Fate::Instead(Ok(ProgressReply {
-            namespace_pid: pid(103),
-            operation: None,
-            running: false,
-            done: 0,
-            total: 0,
-            phase,
-            held: false,
-        }
-        .into()))
-    };
     let cases: [(Fate, &str); 3] = [
         (
             Fate::Instead(closed("the peer closed the connection")),
@@ -422,18 +424,6 @@ fn a_participant_behind_in_a_restore_gets_the_step_again() {
 /// fail-stop in the step, naming its timeout and what the wait found.
 #[test]
 fn a_restore_wait_that_fails_is_fail_stop_in_the_step() {
-    let progress = |phase| {
-        Fate::Instead(Ok(ProgressReply {
-            namespace_pid: pid(103),
-            operation: None,
-            running: false,
-            done: 0,
-            total: 0,
-            phase,
-            held: false,
-        }
-        .into()))
-    };
     let cases: [(Option<Fate>, &str); 3] = [
         (
             None,
