@@ -165,8 +165,7 @@ fn invalid_topology_stops_before_any_mutation() {
 
 #[test]
 fn records_that_change_at_begin_checkpoint_are_validated_again() {
-    let mut fakes = fake_participants(&shared_topology(101));
-    let mut run = Run::capture(fakes.keys().copied());
+    let (mut fakes, mut run) = shared_capture();
     let mut tamper = |stage: Stage, pid: NamespacePid, outcome: Outcome| match (stage, outcome) {
         (Stage::BeginCheckpoint, Ok(Reply::Inspection(mut inspection))) if pid.get() == 103 => {
             inspection.records = Vec::new().try_into().expect("bounded");
@@ -189,8 +188,7 @@ fn records_that_change_at_begin_checkpoint_are_validated_again() {
 
 #[test]
 fn refusal_in_a_phase_names_participant_and_phase() {
-    let mut fakes = fake_participants(&shared_topology(101));
-    let mut run = Run::capture(fakes.keys().copied());
+    let (mut fakes, mut run) = shared_capture();
     let mut tamper = answer_at(
         Stage::Execute(Operation::SaveAllocations),
         Some(102),
@@ -245,8 +243,7 @@ fn refusals_without_mutation_are_not_fail_stop() {
         false,
     );
 
-    let mut fakes = fake_participants(&shared_topology(101));
-    let mut run = Run::capture(fakes.keys().copied());
+    let (mut fakes, mut run) = shared_capture();
     let mut tamper = answer_at(Stage::BeginCheckpoint, None, || {
         refused(RefusalCode::Busy, "control queue full")
     });
@@ -262,8 +259,7 @@ fn refusals_without_mutation_are_not_fail_stop() {
 
     // One refuses, the others froze: not fail-stop either (freezing destroys nothing and
     // the frozen ones go back to active on their own).
-    let mut fakes = fake_participants(&shared_topology(101));
-    let mut run = Run::capture(fakes.keys().copied());
+    let (mut fakes, mut run) = shared_capture();
     let mut tamper = answer_at(Stage::BeginCheckpoint, Some(101), || {
         refused(RefusalCode::OutOfOrder, "begin_checkpoint in phase frozen")
     });
@@ -288,8 +284,7 @@ fn the_loop_tells_the_participants_of_a_fail_stop() {
         (Stage::Execute(Operation::PrepareUnicast), true),
         (Stage::Inspect, false),
     ] {
-        let mut fakes = fake_participants(&shared_topology(101));
-        let mut run = Run::capture(fakes.keys().copied());
+        let (mut fakes, mut run) = shared_capture();
         let mut tamper = answer_at(stage, Some(103), || {
             closed("the peer closed the connection")
         });
@@ -305,8 +300,7 @@ fn the_loop_tells_the_participants_of_a_fail_stop() {
 
 #[test]
 fn transport_error_names_the_participant() {
-    let mut fakes = fake_participants(&shared_topology(101));
-    let mut run = Run::capture(fakes.keys().copied());
+    let (mut fakes, mut run) = shared_capture();
     let mut tamper = answer_at(Stage::Execute(Operation::PrepareUnicast), Some(103), || {
         closed(
             "socket /tmp/x/cuinterpose-103.sock: the peer closed the connection while \
@@ -323,8 +317,7 @@ fn transport_error_names_the_participant() {
     );
 
     // A lost inspect changes nothing.
-    let mut fakes = fake_participants(&shared_topology(101));
-    let mut run = Run::capture(fakes.keys().copied());
+    let (mut fakes, mut run) = shared_capture();
     let mut tamper = |_: Stage, pid: NamespacePid, outcome: Outcome| {
         if pid.get() == 101 {
             return lost("timed out");
@@ -389,8 +382,7 @@ fn replies_of_the_wrong_kind_fail_the_phase() {
         ),
     ];
     for (target, replacement, reason) in cases {
-        let mut fakes = fake_participants(&shared_topology(101));
-        let mut run = Run::capture(fakes.keys().copied());
+        let (mut fakes, mut run) = shared_capture();
         let mut tamper = answer_at(target, Some(102), || replacement.clone());
         let stages = drive(&mut run, &mut fakes, &mut tamper, Ok(()));
         let rolled_back: &[Stage] = if target.rolls_back() {
@@ -446,8 +438,7 @@ fn feeding_the_wrong_step_changes_nothing() {
 
 #[test]
 fn publish_failure_is_fail_stop() {
-    let mut fakes = fake_participants(&shared_topology(101));
-    let mut run = Run::capture(fakes.keys().copied());
+    let (mut fakes, mut run) = shared_capture();
     let stages = drive(
         &mut run,
         &mut fakes,
@@ -472,8 +463,7 @@ fn publish_failure_is_fail_stop() {
 /// memory, as after a failed publication; nobody is told to fail-stop.
 #[test]
 fn a_refused_hold_is_put_back_not_fail_stop() {
-    let mut fakes = fake_participants(&shared_topology(101));
-    let mut run = Run::capture(fakes.keys().copied());
+    let (mut fakes, mut run) = shared_capture();
     let mut tamper = |stage, pid: NamespacePid, outcome| match (stage, pid.get()) {
         (Stage::Hold, 102) => refused(RefusalCode::OutOfOrder, "hold in phase failed"),
         _ => outcome,
@@ -519,8 +509,7 @@ fn a_capture_stopped_before_prepare_unicast_is_rolled_back() {
         Stage::Execute(Operation::PrepareMulticast),
         Stage::Execute(Operation::SaveAllocations),
     ] {
-        let mut fakes = fake_participants(&shared_topology(101));
-        let mut run = Run::capture(fakes.keys().copied());
+        let (mut fakes, mut run) = shared_capture();
         let stages = drive(&mut run, &mut fakes, &mut stalled(target), Ok(()));
         assert!(
             stages.ends_with(&[target, Stage::RollBack, Stage::Verify]),
@@ -536,8 +525,7 @@ fn a_capture_stopped_before_prepare_unicast_is_rolled_back() {
     }
 
     // 103 cannot roll back (its creator released the memory): fail-stop, everyone told.
-    let mut fakes = fake_participants(&shared_topology(101));
-    let mut run = Run::capture(fakes.keys().copied());
+    let (mut fakes, mut run) = shared_capture();
     let target = Stage::Execute(Operation::SaveAllocations);
     let stalled = stalled(target);
     let mut fault = |stage: Stage, p: NamespacePid, outcome: Outcome| {

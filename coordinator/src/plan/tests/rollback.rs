@@ -13,8 +13,7 @@ fn check(
     stage: Stage,
     mut fault: impl FnMut(Stage, u32) -> Option<Outcome>,
 ) -> (RunError, Vec<NamespacePid>, Run) {
-    let mut fakes = fake_participants(&shared_topology(101));
-    let mut run = Run::capture(fakes.keys().copied());
+    let (mut fakes, mut run) = shared_capture();
     let mut verified = Vec::new();
     let mut tamper = |s: Stage, p: NamespacePid, outcome: Outcome| {
         if s == Stage::Verify {

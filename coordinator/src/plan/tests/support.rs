@@ -103,6 +103,13 @@ pub(super) fn untouched() -> impl FnMut(Stage, NamespacePid, Outcome) -> Outcome
     |_, _, outcome| outcome
 }
 
+/// The fakes of the shared topology (creator 101) and a capture of them, not yet driven.
+pub(super) fn shared_capture() -> (Fakes, Run) {
+    let fakes = fake_participants(&shared_topology(101));
+    let run = Run::capture(fakes.keys().copied());
+    (fakes, run)
+}
+
 /// Replaces participant `who`'s outcome at `stage` (everyone's when `None`) by `answer()`.
 pub(super) fn answer_at(
     stage: Stage,
