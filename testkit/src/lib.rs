@@ -135,6 +135,16 @@ pub fn stand_in_runtime(legacy: bool) -> &'static Path {
     })
 }
 
+/// Test `test` cannot run here, because `why`: a failure under `CI=true` (CI installs and
+/// allows everything the tests need), else a loud SKIPPED line. The one way a test skips.
+pub fn unavailable(test: &str, why: &str) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test} cannot run under CI: {why}"
+    );
+    eprintln!("\n*** SKIPPED {test}: {why} ***\n");
+}
+
 /// The names of the entries of `dir`, sorted.
 pub fn file_names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)

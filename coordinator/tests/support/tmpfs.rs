@@ -65,12 +65,4 @@ impl Drop for Tmpfs {
     }
 }
 
-/// The test cannot run here: a failure under `CI=true` (CI installs and allows everything
-/// the tests need), else a loud SKIPPED line.
-pub fn unavailable(test: &str, why: &str) {
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{test} cannot run under CI: {why}"
-    );
-    eprintln!("\n*** SKIPPED {test}: {why} ***\n");
-}
+pub use cuinterpose_testkit::unavailable;

@@ -322,7 +322,7 @@ impl Driver {
                     a.location_type,
                     a.device,
                     a.handle_types,
-                );
+                )?;
                 let fd = sys::new_memfd(&name, a.size)?;
                 sys::write_all(&fd, bytes)?;
                 a.backing = Backing::Device(fd);

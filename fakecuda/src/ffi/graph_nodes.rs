@@ -5,6 +5,7 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
+use super::graph_queries::{EdgeData, default_edges};
 use super::graphs::{RawMemcpy3d, add, child_node, deps, h, host_node, memcpy_node, memset_node};
 use super::*;
 use crate::graph::Work;
@@ -174,16 +175,13 @@ pub unsafe extern "C" fn cuGraphAddNode_v2(
     out: *mut CUgraphNode,
     graph: CUgraph,
     dependencies: *const CUgraphNode,
-    edges: *const [u8; 8],
+    edges: *const EdgeData,
     n: usize,
     params: *mut CUgraphNodeParams,
 ) -> RawResult {
-    if !edges.is_null() && n > 0 {
-        // SAFETY: `n` CUgraphEdgeData of 8 bytes each (cuda.h).
-        let edges = unsafe { std::slice::from_raw_parts(edges, n) };
-        if edges.iter().any(|e| *e != [0; 8]) {
-            return CuError::CUDA_ERROR_NOT_SUPPORTED.raw();
-        }
+    // SAFETY: `n` CUgraphEdgeData or null (cuda.h).
+    if let Err(e) = unsafe { default_edges(edges, n) } {
+        return e.raw();
     }
     // SAFETY: the same contract as cuGraphAddNode.
     unsafe { cuGraphAddNode(out, graph, dependencies, n, params) }
@@ -201,7 +199,7 @@ pub unsafe extern "C" fn cuGraphAddNode_v3(
     out: *mut CUgraphNode,
     graph: CUgraph,
     dependencies: *const CUgraphNode,
-    edges: *const [u8; 8],
+    edges: *const EdgeData,
     n: usize,
     params: *mut CUgraphNodeParams,
 ) -> RawResult {

@@ -13,7 +13,24 @@ use cudarc::driver::sys::{CUgraph, CUgraphExec, CUgraphExec_st, CUgraphNode, CUg
 use std::ffi::CStr;
 
 /// `CUgraphEdgeData`: 8 bytes, all zero for a default edge.
-type EdgeData = [u8; 8];
+pub(super) type EdgeData = [u8; 8];
+
+/// Only default edges are modelled: `n` edge data (or none, when `data` is null) that are
+/// all zero, else `CUDA_ERROR_NOT_SUPPORTED`.
+///
+/// # Safety
+/// `data` is null or valid for `n` reads (cuda.h).
+pub(super) unsafe fn default_edges(data: *const EdgeData, n: usize) -> CuResult<()> {
+    if data.is_null() || n == 0 {
+        return Ok(());
+    }
+    // SAFETY: `n` edge data, per the caller.
+    let data = unsafe { std::slice::from_raw_parts(data, n) };
+    if data.iter().any(|e| *e != [0; 8]) {
+        return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
+    }
+    Ok(())
+}
 
 /// Writes a list the CUDA way: with every array null, its length into `*count`; else up to
 /// `*count` entries (the rest of each array nulled, edge data zeroed) and how many there were.
@@ -399,13 +416,8 @@ unsafe fn dependencies(
         if from.is_null() || to.is_null() {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        if !data.is_null() {
-            // SAFETY: `n` edge data (cuda.h), per the caller.
-            let data = unsafe { std::slice::from_raw_parts(data, n) };
-            if data.iter().any(|e| *e != [0; 8]) {
-                return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
-            }
-        }
+        // SAFETY: `n` edge data or null (cuda.h), per the caller.
+        unsafe { default_edges(data, n) }?;
         // SAFETY: `n` handles each (cuda.h), per the caller.
         let (from, to) = unsafe {
             (

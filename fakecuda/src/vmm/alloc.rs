@@ -25,7 +25,7 @@ impl Driver {
         {
             return Err(CuError::CUDA_ERROR_OUT_OF_MEMORY);
         }
-        let name = alloc_memfd_name(&self.config, location_type, device, handle_types);
+        let name = alloc_memfd_name(&self.config, location_type, device, handle_types)?;
         let fd = sys::new_memfd(&name, size)?;
         let h = self.next_handle();
         self.vmm.allocs.insert(

@@ -163,19 +163,23 @@ pub fn aligned(v: u64) -> bool {
 
 /// Memfd names carry what an importer in another process must know: the location (`d` and
 /// the GPU's index on the machine, since ordinals are each process's own; or `n` and the host
-/// NUMA node) and the requested handle types. `id` is this process's ordinal or node.
+/// NUMA node) and the requested handle types. `id` is this process's ordinal or node; an
+/// ordinal it does not have is `CUDA_ERROR_INVALID_DEVICE`.
 pub fn alloc_memfd_name(
     config: &crate::device::Config,
     location_type: u32,
     id: u32,
     handle_types: u32,
-) -> String {
+) -> CuResult<String> {
     if location_type == c::LOCATION_TYPE_HOST_NUMA {
-        format!("fakecuda-alloc:n{id}:t{handle_types}")
-    } else {
-        let index = config.device(id).index;
-        format!("fakecuda-alloc:d{index}:t{handle_types}")
+        return Ok(format!("fakecuda-alloc:n{id}:t{handle_types}"));
     }
+    let index = config
+        .devices
+        .get(id as usize)
+        .ok_or(CuError::CUDA_ERROR_INVALID_DEVICE)?
+        .index;
+    Ok(format!("fakecuda-alloc:d{index}:t{handle_types}"))
 }
 
 /// (location type, id, handle types) of an allocation memfd's name.

@@ -57,7 +57,10 @@ impl Run {
                 if self.kind != RunKind::Capture || (stage == Stage::Verify && self.state.is_some())
                 {
                     let saved = self.saved.get(&pid).map_or(&[][..], Vec::as_slice);
-                    let differences = if self.kind == RunKind::Restore && stage == Stage::Verify {
+                    let differences = if self.kind == RunKind::Restore
+                        && stage == Stage::Verify
+                        && self.remap.moves()
+                    {
                         // Restored onto other GPUs, the records name the new ones.
                         state::compare(&self.remap.records(saved), &inspection.records)
                     } else {
