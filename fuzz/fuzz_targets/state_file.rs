@@ -5,10 +5,4 @@
 use cuinterpose_protocol as p;
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(value) = p::decode::<p::StateFile>(data) {
-        let bytes = p::encode(&value).expect("a decoded value re-encodes");
-        let again = p::decode::<p::StateFile>(&bytes).expect("re-encoded bytes decode");
-        assert_eq!(again, value);
-    }
-});
+fuzz_target!(|data: &[u8]| cuinterpose_fuzz::round_trip::<p::StateFile>(data));
