@@ -143,49 +143,40 @@ pub struct RawMemAllocNodeParams {
     pub dptr: u64,
 }
 
-const _: () = {
-    assert!(size_of::<RawMemAllocNodeParams>() == size_of::<CUDA_MEM_ALLOC_NODE_PARAMS_v1>());
-    assert!(size_of::<RawMemAllocNodeParams>() == 120);
-    assert!(
-        offset_of!(RawMemAllocNodeParams, bytesize)
-            == offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v1, bytesize)
-    );
-    assert!(
-        offset_of!(RawMemAllocNodeParams, dptr) == offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v1, dptr)
-    );
-    assert!(size_of::<RawMemcpy3d>() == size_of::<CUDA_MEMCPY3D>());
-    assert!(size_of::<RawMemcpy3d>() == 200);
-    assert!(offset_of!(RawMemcpy3d, src_device) == offset_of!(CUDA_MEMCPY3D, srcDevice));
-    assert!(offset_of!(RawMemcpy3d, dst_memory_type) == offset_of!(CUDA_MEMCPY3D, dstMemoryType));
-    assert!(offset_of!(RawMemcpy3d, dst_device) == offset_of!(CUDA_MEMCPY3D, dstDevice));
-    assert!(offset_of!(RawMemcpy3d, width_in_bytes) == offset_of!(CUDA_MEMCPY3D, WidthInBytes));
-    assert!(size_of::<RawLocation>() == size_of::<CUmemLocation>());
-    assert!(size_of::<RawLocation>() == 8);
-    assert!(size_of::<RawAllocProp>() == size_of::<CUmemAllocationProp>());
-    assert!(size_of::<RawAllocProp>() == 32);
-    assert!(
-        offset_of!(RawAllocProp, requested_handle_types)
-            == offset_of!(CUmemAllocationProp, requestedHandleTypes)
-    );
-    assert!(offset_of!(RawAllocProp, location) == offset_of!(CUmemAllocationProp, location));
-    assert!(
-        offset_of!(RawAllocProp, win32_handle_meta_data)
-            == offset_of!(CUmemAllocationProp, win32HandleMetaData)
-    );
-    assert!(offset_of!(RawAllocProp, alloc_flags) == offset_of!(CUmemAllocationProp, allocFlags));
-    assert!(size_of::<RawAccessDesc>() == size_of::<CUmemAccessDesc>());
-    assert!(offset_of!(RawAccessDesc, flags) == offset_of!(CUmemAccessDesc, flags));
-    assert!(size_of::<RawMulticastProp>() == size_of::<CUmulticastObjectProp>());
-    assert!(offset_of!(RawMulticastProp, size) == offset_of!(CUmulticastObjectProp, size));
-    assert!(
-        offset_of!(RawMulticastProp, handle_types)
-            == offset_of!(CUmulticastObjectProp, handleTypes)
-    );
-    assert!(offset_of!(RawMulticastProp, flags) == offset_of!(CUmulticastObjectProp, flags));
-    assert!(size_of::<RawIpcMemHandle>() == size_of::<CUipcMemHandle>());
-    assert!(size_of::<RawPoolProps>() == size_of::<CUmemPoolProps>());
-    assert!(size_of::<RawPoolProps>() == 88);
-    assert!(offset_of!(RawPoolProps, location) == offset_of!(CUmemPoolProps, location));
-    assert!(offset_of!(RawPoolProps, max_size) == offset_of!(CUmemPoolProps, maxSize));
-    assert!(offset_of!(RawPoolProps, usage) == offset_of!(CUmemPoolProps, usage));
-};
+/// Each mirror has the size of its CUDA struct (cudarc's bindings), the size in bytes the
+/// driver's header gives where one is listed, and each listed field the CUDA field's offset:
+/// checked at compile time, so a mirror cannot drift from the header.
+macro_rules! mirrors {
+    ($(
+        $raw:ident = $cuda:ident $([$size:literal])? { $($field:ident = $cuda_field:ident),* }
+    )*) => {
+        const _: () = {
+            $(
+                assert!(size_of::<$raw>() == size_of::<$cuda>());
+                $(assert!(size_of::<$raw>() == $size);)?
+                $(assert!(offset_of!($raw, $field) == offset_of!($cuda, $cuda_field));)*
+            )*
+        };
+    };
+}
+
+mirrors! {
+    RawMemAllocNodeParams = CUDA_MEM_ALLOC_NODE_PARAMS_v1 [120] {
+        bytesize = bytesize, dptr = dptr
+    }
+    RawMemcpy3d = CUDA_MEMCPY3D [200] {
+        src_device = srcDevice, dst_memory_type = dstMemoryType, dst_device = dstDevice,
+        width_in_bytes = WidthInBytes
+    }
+    RawLocation = CUmemLocation [8] {}
+    RawAllocProp = CUmemAllocationProp [32] {
+        requested_handle_types = requestedHandleTypes, location = location,
+        win32_handle_meta_data = win32HandleMetaData, alloc_flags = allocFlags
+    }
+    RawAccessDesc = CUmemAccessDesc { flags = flags }
+    RawMulticastProp = CUmulticastObjectProp {
+        size = size, handle_types = handleTypes, flags = flags
+    }
+    RawIpcMemHandle = CUipcMemHandle {}
+    RawPoolProps = CUmemPoolProps [88] { location = location, max_size = maxSize, usage = usage }
+}

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::ir::{Enum, Field, Ir, Layout};
+use crate::ir::{Enum, Field, Identity, Ir, Layout, Limit, Message, Struct, Union, Variant};
 
 /// One wire-visible difference.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,17 +76,17 @@ impl Differ {
     }
 
     /// Compares two named collections, calling `both` for entries present in each.
-    fn keyed<'a, T>(
+    /// Compares two lists item by item under their keys: `both` for an item in both, and a
+    /// removal or addition for one in only one.
+    fn keyed<'a, T: Keyed + 'a>(
         &mut self,
         kind: &str,
-        old: impl IntoIterator<Item = (&'a str, &'a T)>,
-        new: impl IntoIterator<Item = (&'a str, &'a T)>,
+        old: &'a [T],
+        new: &'a [T],
         mut both: impl FnMut(&mut Self, &str, &'a T, &'a T),
-    ) where
-        T: 'a,
-    {
-        let old: BTreeMap<&str, &T> = old.into_iter().collect();
-        let new: BTreeMap<&str, &T> = new.into_iter().collect();
+    ) {
+        let old: BTreeMap<&str, &T> = old.iter().map(|item| (item.key(), item)).collect();
+        let new: BTreeMap<&str, &T> = new.iter().map(|item| (item.key(), item)).collect();
         for (name, old_item) in &old {
             match new.get(name) {
                 Some(new_item) => both(self, name, old_item, new_item),
@@ -226,40 +226,52 @@ impl Differ {
     }
 }
 
+/// What an item of a schema list is compared under: its name (a message, its body).
+trait Keyed {
+    fn key(&self) -> &str;
+}
+
+macro_rules! keyed_by {
+    ($($item:ty => $key:ident),* $(,)?) => {
+        $(impl Keyed for $item {
+            fn key(&self) -> &str {
+                &self.$key
+            }
+        })*
+    };
+}
+
+keyed_by!(
+    Limit => name, Enum => name, Identity => name, Struct => name, Union => name,
+    Variant => name, Layout => name, Message => body,
+);
+
 /// Lists every wire-visible change from `old` to `new`.
 pub fn compat(old: &Ir, new: &Ir) -> Report {
     let mut differ = Differ {
         changes: Vec::new(),
     };
     let d = &mut differ;
-    d.keyed(
-        "limit",
-        old.limits.iter().map(|l| (l.name.as_str(), l)),
-        new.limits.iter().map(|l| (l.name.as_str(), l)),
-        |d, name, o, n| {
-            if o.value != n.value {
-                let direction = if n.value < o.value {
-                    "lowered"
-                } else {
-                    "raised"
-                };
-                d.change(
-                    format!("limit {name}"),
-                    format!("{direction} from {} to {}", o.value, n.value),
-                );
-            }
-        },
-    );
-    d.keyed(
-        "enum",
-        old.enums.iter().map(|e| (e.name.as_str(), e)),
-        new.enums.iter().map(|e| (e.name.as_str(), e)),
-        |d, name, o, n| d.enumeration(name, o, n),
-    );
+    d.keyed("limit", &old.limits, &new.limits, |d, name, o, n| {
+        if o.value != n.value {
+            let direction = if n.value < o.value {
+                "lowered"
+            } else {
+                "raised"
+            };
+            d.change(
+                format!("limit {name}"),
+                format!("{direction} from {} to {}", o.value, n.value),
+            );
+        }
+    });
+    d.keyed("enum", &old.enums, &new.enums, |d, name, o, n| {
+        d.enumeration(name, o, n)
+    });
     d.keyed(
         "identity",
-        old.identities.iter().map(|i| (i.name.as_str(), i)),
-        new.identities.iter().map(|i| (i.name.as_str(), i)),
+        &old.identities,
+        &new.identities,
         |d, name, o, n| {
             if o.repr != n.repr {
                 d.change(
@@ -269,51 +281,35 @@ pub fn compat(old: &Ir, new: &Ir) -> Report {
             }
         },
     );
-    d.keyed(
-        "struct",
-        old.structs.iter().map(|s| (s.name.as_str(), s)),
-        new.structs.iter().map(|s| (s.name.as_str(), s)),
-        |d, name, o, n| d.fields(&format!("struct {name}"), &o.fields, &n.fields),
-    );
-    d.keyed(
-        "union",
-        old.unions.iter().map(|u| (u.name.as_str(), u)),
-        new.unions.iter().map(|u| (u.name.as_str(), u)),
-        |d, name, o, n| {
-            d.keyed(
-                &format!("union {name} variant"),
-                o.variants.iter().map(|v| (v.name.as_str(), v)),
-                n.variants.iter().map(|v| (v.name.as_str(), v)),
-                |d, variant, ov, nv| {
-                    d.fields(
-                        &format!("union {name} variant {variant}"),
-                        &ov.fields,
-                        &nv.fields,
-                    )
-                },
+    d.keyed("struct", &old.structs, &new.structs, |d, name, o, n| {
+        d.fields(&format!("struct {name}"), &o.fields, &n.fields)
+    });
+    d.keyed("union", &old.unions, &new.unions, |d, name, o, n| {
+        d.keyed(
+            &format!("union {name} variant"),
+            &o.variants,
+            &n.variants,
+            |d, variant, ov, nv| {
+                d.fields(
+                    &format!("union {name} variant {variant}"),
+                    &ov.fields,
+                    &nv.fields,
+                )
+            },
+        );
+    });
+    d.keyed("layout", &old.layouts, &new.layouts, |d, name, o, n| {
+        d.layout(name, o, n)
+    });
+    d.keyed("message", &old.messages, &new.messages, |d, name, o, n| {
+        // A new value of the same limit is reported once, under the limit.
+        if o.limit.limit != n.limit.limit {
+            d.change(
+                format!("message {name}"),
+                format!("limit changed from {} to {}", o.limit.limit, n.limit.limit),
             );
-        },
-    );
-    d.keyed(
-        "layout",
-        old.layouts.iter().map(|l| (l.name.as_str(), l)),
-        new.layouts.iter().map(|l| (l.name.as_str(), l)),
-        |d, name, o, n| d.layout(name, o, n),
-    );
-    d.keyed(
-        "message",
-        old.messages.iter().map(|m| (m.body.as_str(), m)),
-        new.messages.iter().map(|m| (m.body.as_str(), m)),
-        |d, name, o, n| {
-            // A new value of the same limit is reported once, under the limit.
-            if o.limit.limit != n.limit.limit {
-                d.change(
-                    format!("message {name}"),
-                    format!("limit changed from {} to {}", o.limit.limit, n.limit.limit),
-                );
-            }
-        },
-    );
+        }
+    });
     Report {
         old_version: old.version,
         new_version: new.version,

@@ -67,24 +67,32 @@ fn compile(path: &std::path::Path) -> Result<cuinterpose_codegen::ir::Ir, ExitCo
     })
 }
 
+/// Compiles `schema`, renders it with `render` and prints the text; a failure to render is
+/// reported as "`what` failed".
+fn print_output<E: std::fmt::Display>(
+    schema: &std::path::Path,
+    what: &str,
+    render: fn(&cuinterpose_codegen::ir::Ir) -> Result<String, E>,
+) -> Result<(), ExitCode> {
+    let ir = compile(schema)?;
+    let text = render(&ir).map_err(|error| {
+        eprintln!("{what} failed: {error}");
+        ExitCode::FAILURE
+    })?;
+    print!("{text}");
+    Ok(())
+}
+
 fn run(cli: Cli) -> Result<(), ExitCode> {
     match cli.command {
         Command::Rust { schema } => {
-            let ir = compile(&schema)?;
-            let rust = cuinterpose_codegen::rust(&ir).map_err(|error| {
-                eprintln!("code generation failed: {error}");
-                ExitCode::FAILURE
-            })?;
-            print!("{rust}");
+            print_output(&schema, "code generation", cuinterpose_codegen::rust)?
         }
-        Command::Doc { schema } => {
-            let ir = compile(&schema)?;
-            let doc = cuinterpose_codegen::markdown(&ir).map_err(|error| {
-                eprintln!("rendering the reference failed: {error}");
-                ExitCode::FAILURE
-            })?;
-            print!("{doc}");
-        }
+        Command::Doc { schema } => print_output(
+            &schema,
+            "rendering the reference",
+            cuinterpose_codegen::markdown,
+        )?,
         Command::Check { schema } => {
             let ir = compile(&schema)?;
             println!(

@@ -64,6 +64,11 @@ pub(super) fn emit_cuda_enum(e: &Enum) -> TokenStream {
         quote!(Self::#variant => #cuda,)
     });
     let reject = rejection_arms(e);
+    let serde = serde_impls(
+        &name,
+        quote!(serializer.serialize_u32(self.as_u32())),
+        quote!(crate::wire::deserialize_u32_domain(deserializer)),
+    );
     quote! {
         #doc
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -100,16 +105,7 @@ pub(super) fn emit_cuda_enum(e: &Enum) -> TokenStream {
                 value.as_u32()
             }
         }
-        impl serde::Serialize for #name {
-            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                serializer.serialize_u32(self.as_u32())
-            }
-        }
-        impl<'de> serde::Deserialize<'de> for #name {
-            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                crate::wire::deserialize_u32_domain(deserializer)
-            }
-        }
+        #serde
     }
 }
 
@@ -142,6 +138,11 @@ pub(super) fn emit_flags(e: &Enum) -> TokenStream {
             quote!((#number, #label))
         });
     let reject = rejection_arms(e);
+    let serde = serde_impls(
+        &name,
+        quote!(serializer.serialize_u32(self.0)),
+        quote!(crate::wire::deserialize_u32_domain(deserializer)),
+    );
     quote! {
         #doc
         #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -188,16 +189,7 @@ pub(super) fn emit_flags(e: &Enum) -> TokenStream {
                 crate::wire::fmt_flags(f, #name_str, self.0, Self::NAMES)
             }
         }
-        impl serde::Serialize for #name {
-            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                serializer.serialize_u32(self.0)
-            }
-        }
-        impl<'de> serde::Deserialize<'de> for #name {
-            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                crate::wire::deserialize_u32_domain(deserializer)
-            }
-        }
+        #serde
     }
 }
 
@@ -215,6 +207,11 @@ pub(super) fn emit_name_enum(e: &Enum) -> TokenStream {
     });
     let all = e.values.iter().map(|value| ident(&value.name));
     let wire_names = e.values.iter().map(|value| &value.wire_name);
+    let serde = serde_impls(
+        &name,
+        quote!(serializer.serialize_str(self.wire_name())),
+        quote!(crate::wire::deserialize_wire_name(deserializer)),
+    );
     quote! {
         #doc
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -243,16 +240,7 @@ pub(super) fn emit_name_enum(e: &Enum) -> TokenStream {
                 crate::wire::from_wire_name(text)
             }
         }
-        impl serde::Serialize for #name {
-            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                serializer.serialize_str(self.wire_name())
-            }
-        }
-        impl<'de> serde::Deserialize<'de> for #name {
-            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                crate::wire::deserialize_wire_name(deserializer)
-            }
-        }
+        #serde
     }
 }
 

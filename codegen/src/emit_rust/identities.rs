@@ -8,7 +8,13 @@ pub(super) fn emit_identity(identity: &Identity) -> TokenStream {
     let name_str = &identity.name;
     let doc = docs(&identity.doc);
     match identity.repr {
-        IdentityRepr::U32 => quote! {
+        IdentityRepr::U32 => {
+            let serde = serde_impls(
+                &name,
+                quote!(serializer.serialize_u32(self.get())),
+                quote!(crate::wire::deserialize_u32_domain(deserializer)),
+            );
+            quote! {
             #doc
             #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
             pub struct #name(core::num::NonZeroU32);
@@ -60,20 +66,17 @@ pub(super) fn emit_identity(identity: &Identity) -> TokenStream {
                     self.get().write(out)
                 }
             }
-            impl serde::Serialize for #name {
-                fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                    serializer.serialize_u32(self.get())
-                }
+            #serde
             }
-            impl<'de> serde::Deserialize<'de> for #name {
-                fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                    crate::wire::deserialize_u32_domain(deserializer)
-                }
-            }
-        },
+        }
         IdentityRepr::Bytes16 | IdentityRepr::Bytes32 => {
             let n = proc_macro2::Literal::usize_unsuffixed(identity.repr.size());
             let what = format!("{} bytes", identity.repr.size());
+            let serde = serde_impls(
+                &name,
+                quote!(crate::wire::serialize_fixed_bytes(serializer, &self.0)),
+                quote!(crate::wire::deserialize_fixed_identity::<Self, D, #n>(deserializer, #what)),
+            );
             quote! {
                 #doc
                 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -129,16 +132,7 @@ pub(super) fn emit_identity(identity: &Identity) -> TokenStream {
                         out.copy_from_slice(&self.0)
                     }
                 }
-                impl serde::Serialize for #name {
-                    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                        crate::wire::serialize_fixed_bytes(serializer, &self.0)
-                    }
-                }
-                impl<'de> serde::Deserialize<'de> for #name {
-                    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                        crate::wire::deserialize_fixed_identity::<Self, D, #n>(deserializer, #what)
-                    }
-                }
+                #serde
             }
         }
     }

@@ -86,6 +86,11 @@ pub(super) fn emit_layout(layout: &Layout) -> TokenStream {
     });
     let build = value_fields.iter().map(|(field, ..)| ident(&field.name));
     let doc = docs(&doc);
+    let serde = serde_impls(
+        &name,
+        quote!(crate::wire::serialize_layout(self, serializer)),
+        quote!(crate::wire::deserialize_layout(deserializer)),
+    );
     quote! {
         #doc
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -119,15 +124,6 @@ pub(super) fn emit_layout(layout: &Layout) -> TokenStream {
                 Self::decode(bytes)
             }
         }
-        impl serde::Serialize for #name {
-            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                crate::wire::serialize_layout(self, serializer)
-            }
-        }
-        impl<'de> serde::Deserialize<'de> for #name {
-            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                crate::wire::deserialize_layout(deserializer)
-            }
-        }
+        #serde
     }
 }

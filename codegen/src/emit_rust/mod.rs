@@ -151,3 +151,25 @@ fn layout_type(ty: &Type, nonzero: bool) -> TokenStream {
         _ => rust_type(ty),
     }
 }
+
+/// The `Serialize` and `Deserialize` impls of `name`, written once: `serialize` is the body of
+/// `serialize` (with `self` and `serializer` in scope), `deserialize` the body of `deserialize`
+/// (with `deserializer`).
+fn serde_impls(
+    name: &proc_macro2::Ident,
+    serialize: TokenStream,
+    deserialize: TokenStream,
+) -> TokenStream {
+    quote! {
+        impl serde::Serialize for #name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                #serialize
+            }
+        }
+        impl<'de> serde::Deserialize<'de> for #name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                #deserialize
+            }
+        }
+    }
+}

@@ -92,18 +92,14 @@ pub(super) fn emit_fields_struct(name_str: &str, doc_text: &str, fields: &[Field
 pub(super) fn emit_struct(s: &Struct) -> TokenStream {
     let name = ident(&s.name);
     let declaration = emit_fields_struct(&s.name, &s.doc, &s.fields);
+    let serde = serde_impls(
+        &name,
+        quote!(crate::wire::serialize_struct(self, serializer)),
+        quote!(crate::wire::deserialize_struct(deserializer)),
+    );
     quote! {
         #declaration
-        impl serde::Serialize for #name {
-            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                crate::wire::serialize_struct(self, serializer)
-            }
-        }
-        impl<'de> serde::Deserialize<'de> for #name {
-            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                crate::wire::deserialize_struct(deserializer)
-            }
-        }
+        #serde
     }
 }
 
@@ -191,6 +187,11 @@ pub(super) fn emit_union(u: &Union) -> TokenStream {
             quote!(#pattern => Ok(Self::#variant_ident(crate::wire::WireStruct::deserialize_fields(map)?)),)
         }
     });
+    let serde = serde_impls(
+        &name,
+        quote!(match self { #(#serialize_arms)* }),
+        quote!(crate::wire::deserialize_union(deserializer)),
+    );
     quote! {
         #(#payloads)*
         #doc
@@ -215,17 +216,6 @@ pub(super) fn emit_union(u: &Union) -> TokenStream {
                 }
             }
         }
-        impl serde::Serialize for #name {
-            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                match self {
-                    #(#serialize_arms)*
-                }
-            }
-        }
-        impl<'de> serde::Deserialize<'de> for #name {
-            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                crate::wire::deserialize_union(deserializer)
-            }
-        }
+        #serde
     }
 }
