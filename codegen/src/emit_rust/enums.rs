@@ -4,11 +4,29 @@
 
 use super::*;
 
+/// An enum of any encoding: its documentation, the items of its kind, and its serde impls.
 pub(super) fn emit_enum(e: &Enum) -> TokenStream {
-    match &e.kind {
-        EnumKind::Cuda { .. } => emit_cuda_enum(e),
-        EnumKind::CudaFlags { .. } => emit_flags(e),
-        EnumKind::Name => emit_name_enum(e),
+    let name = ident(&e.name);
+    let (items, serde) = match &e.kind {
+        EnumKind::Cuda { .. } => (
+            emit_cuda_enum(e, &name),
+            serde_u32(&name, quote!(self.as_u32())),
+        ),
+        EnumKind::CudaFlags { .. } => (emit_flags(e, &name), serde_u32(&name, quote!(self.0))),
+        EnumKind::Name => (
+            emit_name_enum(e, &name),
+            serde_impls(
+                &name,
+                quote!(serializer.serialize_str(self.wire_name())),
+                quote!(crate::wire::deserialize_wire_name(deserializer)),
+            ),
+        ),
+    };
+    let doc = docs(&e.doc);
+    quote! {
+        #doc
+        #items
+        #serde
     }
 }
 
@@ -39,10 +57,8 @@ pub(super) fn rejection_arms(e: &Enum) -> Vec<TokenStream> {
         .collect()
 }
 
-pub(super) fn emit_cuda_enum(e: &Enum) -> TokenStream {
-    let name = ident(&e.name);
+fn emit_cuda_enum(e: &Enum, name: &proc_macro2::Ident) -> TokenStream {
     let name_str = &e.name;
-    let doc = docs(&e.doc);
     let variants = e.values.iter().map(|value| {
         let variant = ident(&value.name);
         let number = Literal::u32_unsuffixed(value.value.unwrap_or_default());
@@ -64,13 +80,7 @@ pub(super) fn emit_cuda_enum(e: &Enum) -> TokenStream {
         quote!(Self::#variant => #cuda,)
     });
     let reject = rejection_arms(e);
-    let serde = serde_impls(
-        &name,
-        quote!(serializer.serialize_u32(self.as_u32())),
-        quote!(crate::wire::deserialize_u32_domain(deserializer)),
-    );
     quote! {
-        #doc
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
         #[repr(u32)]
         pub enum #name {
@@ -105,14 +115,11 @@ pub(super) fn emit_cuda_enum(e: &Enum) -> TokenStream {
                 value.as_u32()
             }
         }
-        #serde
     }
 }
 
-pub(super) fn emit_flags(e: &Enum) -> TokenStream {
-    let name = ident(&e.name);
+fn emit_flags(e: &Enum, name: &proc_macro2::Ident) -> TokenStream {
     let name_str = &e.name;
-    let doc = docs(&e.doc);
     let consts = e.values.iter().map(|value| {
         let constant = format_ident!("{}", screaming_snake_case(&value.name));
         let number = Literal::u32_unsuffixed(value.value.unwrap_or_default());
@@ -138,13 +145,7 @@ pub(super) fn emit_flags(e: &Enum) -> TokenStream {
             quote!((#number, #label))
         });
     let reject = rejection_arms(e);
-    let serde = serde_impls(
-        &name,
-        quote!(serializer.serialize_u32(self.0)),
-        quote!(crate::wire::deserialize_u32_domain(deserializer)),
-    );
     quote! {
-        #doc
         #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
         pub struct #name(u32);
         impl #name {
@@ -189,14 +190,11 @@ pub(super) fn emit_flags(e: &Enum) -> TokenStream {
                 crate::wire::fmt_flags(f, #name_str, self.0, Self::NAMES)
             }
         }
-        #serde
     }
 }
 
-pub(super) fn emit_name_enum(e: &Enum) -> TokenStream {
-    let name = ident(&e.name);
+fn emit_name_enum(e: &Enum, name: &proc_macro2::Ident) -> TokenStream {
     let name_str = &e.name;
-    let doc = docs(&e.doc);
     let variants = e.values.iter().map(|value| {
         let variant = ident(&value.name);
         let doc = docs(&format!("{} Wire name `{}`.", value.doc, value.wire_name));
@@ -207,13 +205,7 @@ pub(super) fn emit_name_enum(e: &Enum) -> TokenStream {
     });
     let all = e.values.iter().map(|value| ident(&value.name));
     let wire_names = e.values.iter().map(|value| &value.wire_name);
-    let serde = serde_impls(
-        &name,
-        quote!(serializer.serialize_str(self.wire_name())),
-        quote!(crate::wire::deserialize_wire_name(deserializer)),
-    );
     quote! {
-        #doc
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
         pub enum #name {
             #(#variants)*
@@ -240,7 +232,6 @@ pub(super) fn emit_name_enum(e: &Enum) -> TokenStream {
                 crate::wire::from_wire_name(text)
             }
         }
-        #serde
     }
 }
 

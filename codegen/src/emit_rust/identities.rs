@@ -9,11 +9,7 @@ pub(super) fn emit_identity(identity: &Identity) -> TokenStream {
     let doc = docs(&identity.doc);
     match identity.repr {
         IdentityRepr::U32 => {
-            let serde = serde_impls(
-                &name,
-                quote!(serializer.serialize_u32(self.get())),
-                quote!(crate::wire::deserialize_u32_domain(deserializer)),
-            );
+            let serde = serde_u32(&name, quote!(self.get()));
             quote! {
             #doc
             #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -86,11 +86,7 @@ pub(super) fn emit_layout(layout: &Layout) -> TokenStream {
     });
     let build = value_fields.iter().map(|(field, ..)| ident(&field.name));
     let doc = docs(&doc);
-    let serde = serde_impls(
-        &name,
-        quote!(crate::wire::serialize_layout(self, serializer)),
-        quote!(crate::wire::deserialize_layout(deserializer)),
-    );
+    let serde = serde_wire(&name, "layout");
     quote! {
         #doc
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -152,6 +152,29 @@ fn layout_type(ty: &Type, nonzero: bool) -> TokenStream {
     }
 }
 
+/// The serde impls of a type that travels as a `u32` (`value`, with `self` in scope) and whose
+/// decoder refuses what its domain does not hold.
+fn serde_u32(name: &proc_macro2::Ident, value: TokenStream) -> TokenStream {
+    let serialize = quote!(serializer.serialize_u32(#value));
+    serde_impls(
+        name,
+        serialize,
+        quote!(crate::wire::deserialize_u32_domain(deserializer)),
+    )
+}
+
+/// The serde impls of a type that `crate::wire` encodes as a `kind` (`serialize_struct` and
+/// `deserialize_struct` for "struct").
+fn serde_wire(name: &proc_macro2::Ident, kind: &str) -> TokenStream {
+    let serialize = format_ident!("serialize_{kind}");
+    let deserialize = format_ident!("deserialize_{kind}");
+    serde_impls(
+        name,
+        quote!(crate::wire::#serialize(self, serializer)),
+        quote!(crate::wire::#deserialize(deserializer)),
+    )
+}
+
 /// The `Serialize` and `Deserialize` impls of `name`, written once: `serialize` is the body of
 /// `serialize` (with `self` and `serializer` in scope), `deserialize` the body of `deserialize`
 /// (with `deserializer`).

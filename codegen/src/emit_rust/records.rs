@@ -92,11 +92,7 @@ pub(super) fn emit_fields_struct(name_str: &str, doc_text: &str, fields: &[Field
 pub(super) fn emit_struct(s: &Struct) -> TokenStream {
     let name = ident(&s.name);
     let declaration = emit_fields_struct(&s.name, &s.doc, &s.fields);
-    let serde = serde_impls(
-        &name,
-        quote!(crate::wire::serialize_struct(self, serializer)),
-        quote!(crate::wire::deserialize_struct(deserializer)),
-    );
+    let serde = serde_wire(&name, "struct");
     quote! {
         #declaration
         #serde
