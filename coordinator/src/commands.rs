@@ -107,6 +107,16 @@ impl CommandError {
         }
     }
 
+    /// What a failed file or process operation on `path` becomes, `during` saying which.
+    pub fn io(path: impl Into<PathBuf>, during: &'static str) -> impl FnOnce(io::Error) -> Self {
+        let path = path.into();
+        move |source| Self::Io {
+            path,
+            during,
+            source,
+        }
+    }
+
     /// Wraps `self` as a failure after mutation (unless it already says so).
     pub fn after_mutation(self, during: impl Into<String>) -> Self {
         match self {
@@ -126,11 +136,7 @@ pub fn ensure_directory(dir: &Path) -> Result<(), CommandError> {
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .map_err(|source| CommandError::Io {
-            path: dir.to_path_buf(),
-            during: "creating the checkpoint directory",
-            source,
-        })
+        .map_err(CommandError::io(dir, "creating the checkpoint directory"))
 }
 
 /// inspect → validate → begin_checkpoint → prepare_multicast → save_allocations →

@@ -147,21 +147,16 @@ fn write_members(dir: &Path, root: u32, members: &[Member]) -> Result<(), Comman
         processes: members.to_vec(),
     };
     let text = serde_json::to_string_pretty(&file).expect("plain data serializes");
-    fs::write(&path, text + "\n").map_err(|source| CommandError::Io {
-        path,
-        during: "writing the process list",
-        source,
-    })
+    fs::write(&path, text + "\n").map_err(CommandError::io(path, "writing the process list"))
 }
 
 /// The processes `checkpoint` recorded, each checked to still be the same namespace PID.
 pub fn read_members(workload: &Workload, dir: &Path) -> Result<Vec<Member>, CommandError> {
     let path = dir.join(PROCESSES_FILE_NAME);
-    let text = fs::read_to_string(&path).map_err(|source| CommandError::Io {
-        path: path.clone(),
-        during: "reading the process list (written by `cuinterpose checkpoint`; pass --pid ROOT otherwise)",
-        source,
-    })?;
+    let text = fs::read_to_string(&path).map_err(CommandError::io(
+        &path,
+        "reading the process list (written by `cuinterpose checkpoint`; pass --pid ROOT otherwise)",
+    ))?;
     let file: ProcessesFile = serde_json::from_str(&text).map_err(|error| CommandError::Io {
         path: path.clone(),
         during: "parsing the process list",

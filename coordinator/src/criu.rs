@@ -60,11 +60,7 @@ impl Criu {
             .args(&self.extra_args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .output()
-            .map_err(|source| CommandError::Io {
-                path: self.binary.clone(),
-                during,
-                source,
-            })?;
+            .map_err(CommandError::io(&self.binary, during))?;
         if output.status.success() {
             return Ok(());
         }
@@ -97,11 +93,10 @@ impl Criu {
 
     /// `criu dump -t ROOT`: saves the tree and kills it.
     pub fn dump(&self, root: u32, images: &Path) -> Result<(), CommandError> {
-        std::fs::create_dir_all(images).map_err(|source| CommandError::Io {
-            path: images.to_path_buf(),
-            during: "creating the CRIU image directory",
-            source,
-        })?;
+        std::fs::create_dir_all(images).map_err(CommandError::io(
+            images,
+            "creating the CRIU image directory",
+        ))?;
         let log = images.join("dump.log");
         let root = root.to_string();
         self.run(
@@ -140,11 +135,10 @@ impl Criu {
             "criu restore",
             &log,
         )?;
-        let text = std::fs::read_to_string(&pidfile).map_err(|source| CommandError::Io {
-            path: pidfile.clone(),
-            during: "reading the restored root's PID",
-            source,
-        })?;
+        let text = std::fs::read_to_string(&pidfile).map_err(CommandError::io(
+            &pidfile,
+            "reading the restored root's PID",
+        ))?;
         text.trim().parse().map_err(|_| CommandError::Io {
             path: pidfile,
             during: "parsing the restored root's PID",

@@ -137,36 +137,39 @@ pub fn tree(proc: &Path, root: u32) -> Result<Vec<TreeProcess>, ProcessError> {
         let Some(stat) = read(&path)? else { continue };
         if parse_dead(&stat) {
             // Dead, not yet reaped: not part of the living tree (a dead root is no tree).
-            if pid == root {
-                return Err(ProcessError::NoSuchProcess { pid });
-            }
+            unless_root(pid, root)?;
             continue;
         }
-        let parent = parse_parent(&stat).ok_or(ProcessError::Parse {
-            path,
-            what: "the parent pid",
-        })?;
+        let parent = parsed(parse_parent(&stat), path, "the parent pid")?;
         parents.push((pid, parent));
     }
     let mut processes = Vec::new();
     for pid in descendants(root, &parents) {
         let path = proc.join(pid.to_string()).join("status");
         let Some(status) = read(&path)? else {
-            if pid == root {
-                return Err(ProcessError::NoSuchProcess { pid });
-            }
+            unless_root(pid, root)?;
             continue;
         };
-        let namespace_pid = parse_namespace_pid(&status).ok_or(ProcessError::Parse {
-            path,
-            what: "NSpid",
-        })?;
+        let namespace_pid = parsed(parse_namespace_pid(&status), path, "NSpid")?;
         processes.push(TreeProcess {
             host_pid: pid,
             namespace_pid,
         });
     }
     Ok(processes)
+}
+
+/// A process gone from the tree is skipped, unless it is `root`: then there is no tree.
+fn unless_root(pid: u32, root: u32) -> Result<(), ProcessError> {
+    if pid == root {
+        return Err(ProcessError::NoSuchProcess { pid });
+    }
+    Ok(())
+}
+
+/// `what`, parsed from the file at `path`, or why it could not be.
+fn parsed<T>(value: Option<T>, path: PathBuf, what: &'static str) -> Result<T, ProcessError> {
+    value.ok_or(ProcessError::Parse { path, what })
 }
 
 #[cfg(test)]

@@ -252,6 +252,12 @@ fn describe_new(gpu: &TargetGpu) -> String {
     format!("{} (GPU {})", uuid_text(&gpu.uuid), gpu.ordinal)
 }
 
+/// The UUID of the GPU numbered `ordinal` among `gpus` (each its ordinal and UUID).
+fn numbered(mut gpus: impl Iterator<Item = (i32, DeviceUuid)>, ordinal: u32) -> Option<DeviceUuid> {
+    gpus.find(|(number, _)| i64::from(*number) == i64::from(ordinal))
+        .map(|(_, uuid)| uuid)
+}
+
 /// Resolves `spec` for the checkpoint whose devices are `inventory` onto `target`; `needs` is
 /// the shared memory per old GPU ([`shared_bytes`]).
 pub fn resolve(
@@ -287,13 +293,13 @@ pub fn resolve(
                     DeviceRef::Ordinal(ordinal) if machine.is_empty() => {
                         return Err(RemapError::OrdinalsUnknown { ordinal });
                     }
-                    DeviceRef::Ordinal(ordinal) => machine
-                        .iter()
-                        .find(|m| i64::from(m.ordinal) == i64::from(ordinal))
-                        .map(|m| m.uuid)
-                        .ok_or_else(|| RemapError::NoSuchOld {
-                            device: format!("old GPU {ordinal}"),
-                        })?,
+                    DeviceRef::Ordinal(ordinal) => {
+                        numbered(machine.iter().map(|m| (m.ordinal, m.uuid)), ordinal).ok_or_else(
+                            || RemapError::NoSuchOld {
+                                device: format!("old GPU {ordinal}"),
+                            },
+                        )?
+                    }
                     DeviceRef::Uuid(uuid) => {
                         old_device(uuid)
                             .map(|d| d.uuid)
@@ -303,13 +309,13 @@ pub fn resolve(
                     }
                 };
                 let new = match *new {
-                    DeviceRef::Ordinal(ordinal) => target
-                        .iter()
-                        .find(|t| i64::from(t.ordinal) == i64::from(ordinal))
-                        .map(|t| t.uuid)
-                        .ok_or_else(|| RemapError::NoSuchNew {
-                            device: format!("GPU {ordinal}"),
-                        })?,
+                    DeviceRef::Ordinal(ordinal) => {
+                        numbered(target.iter().map(|t| (t.ordinal, t.uuid)), ordinal).ok_or_else(
+                            || RemapError::NoSuchNew {
+                                device: format!("GPU {ordinal}"),
+                            },
+                        )?
+                    }
                     DeviceRef::Uuid(uuid) => target
                         .iter()
                         .find(|t| t.uuid == uuid)

@@ -128,6 +128,22 @@ fn member(member: &MemberRange) -> String {
     )
 }
 
+/// Where a mapping lies and who may reach it, alike for both kinds of mapping:
+/// `at 0x…: size 0x…, offset 0x…[, flags 0x…], access [...]`.
+fn span(
+    address: u64,
+    size: u64,
+    offset: u64,
+    flags: Option<u64>,
+    list: &[AccessDescriptor],
+) -> String {
+    let flags = flags.map_or(String::new(), |flags| format!(", flags {flags:#x}"));
+    format!(
+        "at {address:#x}: size {size:#x}, offset {offset:#x}{flags}, access [{}]",
+        access(list)
+    )
+}
+
 /// One line describing a record, naming its allocation or multicast object by hex id.
 pub fn record(record: &Record) -> String {
     match record {
@@ -140,12 +156,9 @@ pub fn record(record: &Record) -> String {
             r.handle_count
         ),
         Record::Mapping(r) => format!(
-            "mapping of allocation {} at {:#x}: size {:#x}, offset {:#x}, access [{}]",
+            "mapping of allocation {} {}",
             reference(&r.allocation),
-            r.address,
-            r.size,
-            r.offset,
-            access(&r.access)
+            span(r.address, r.size, r.offset, None, &r.access)
         ),
         Record::Multicast(r) => format!(
             "multicast object {}: {}, {} handles",
@@ -180,13 +193,9 @@ pub fn record(record: &Record) -> String {
             )
         }
         Record::MulticastMapping(r) => format!(
-            "multicast mapping of object {} at {:#x}: size {:#x}, offset {:#x}, flags {:#x}, access [{}]",
+            "multicast mapping of object {} {}",
             reference(&r.object),
-            r.address,
-            r.size,
-            r.offset,
-            r.flags,
-            access(&r.access)
+            span(r.address, r.size, r.offset, Some(r.flags), &r.access)
         ),
         Record::Pool(r) => format!(
             "memory pool {} on device {}: max size {:#x}, release threshold {:#x}, access [{}]",

@@ -18,7 +18,7 @@ use cuinterpose_protocol::transport::{Endpoint, Timeouts, TransportError, call_w
 use cuinterpose_protocol::{InspectionReply, NamespacePid, Operation, Reply, Request, StateFile};
 
 use crate::events::{CopyProgress, CopyState, Event};
-use crate::plan::{ExchangeError, Outcome, Participants, Run, Stage};
+use crate::plan::{Broadcast, Broadcasted, ExchangeError, Outcome, Participants, Run, Stage};
 use crate::report::Report;
 pub use crate::stale::StaleSocket;
 use crate::stale::{self, Probe};
@@ -427,20 +427,15 @@ struct Sockets<'a> {
 }
 
 impl Participants for Sockets<'_> {
-    fn broadcast(
-        &mut self,
-        run: &Run,
-        stage: Stage,
-        request: &Request,
-        participants: &[NamespacePid],
-    ) -> (BTreeMap<NamespacePid, Outcome>, Duration) {
+    fn broadcast(&mut self, run: &Run, call: Broadcast<'_>) -> Broadcasted {
         let started = Instant::now();
-        let outcomes = match stage {
+        let outcomes = match call.stage {
             Stage::Execute(
                 operation @ (Operation::SaveAllocations | Operation::LoadAllocations),
             ) => {
-                let phase = stage.name_in(run.kind());
-                let expected = participants
+                let phase = call.stage.name_in(run.kind());
+                let expected = call
+                    .participants
                     .iter()
                     .map(|pid| (*pid, run.topology().bytes_of(*pid)))
                     .collect();
@@ -449,16 +444,19 @@ impl Participants for Sockets<'_> {
                     phase,
                     expected,
                 };
-                let timed =
-                    self.session
-                        .broadcast_watching(request, participants, &copy, self.progress);
+                let timed = self.session.broadcast_watching(
+                    call.request,
+                    call.participants,
+                    &copy,
+                    self.progress,
+                );
                 self.copies.extend(copy_reports(phase, &timed));
                 timed
                     .into_iter()
                     .map(|(pid, (outcome, _))| (pid, outcome))
                     .collect()
             }
-            _ => self.session.broadcast(request, participants),
+            _ => self.session.broadcast(call.request, call.participants),
         };
         (outcomes, started.elapsed())
     }

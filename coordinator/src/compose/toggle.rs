@@ -91,10 +91,9 @@ fn temporary_dir(root: u32) -> Result<PathBuf, CommandError> {
     fs::DirBuilder::new()
         .mode(0o700)
         .create(&path)
-        .map_err(|source| CommandError::Io {
-            path: path.clone(),
-            during: "creating a temporary checkpoint directory",
-            source,
-        })?;
+        .map_err(CommandError::io(
+            &path,
+            "creating a temporary checkpoint directory",
+        ))?;
     Ok(path)
 }

@@ -74,14 +74,7 @@ pub fn spawn(
     let criu = context
         .criu_pid
         .unwrap_or_else(std::os::unix::process::parent_id);
-    let io = |during: &'static str| {
-        let path = dir.to_path_buf();
-        move |source| CommandError::Io {
-            path,
-            during,
-            source,
-        }
-    };
+    let io = |during: &'static str| CommandError::io(dir, during);
     let exe = std::env::current_exe().map_err(io("locating this executable for the watcher"))?;
     let mut child = Command::new(exe)
         .arg("criu-hook")

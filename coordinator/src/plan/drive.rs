@@ -13,17 +13,21 @@ use super::run::{Outcome, Run, Step};
 use super::stage::Stage;
 use crate::report::{PhaseReport, Report};
 
+/// One broadcast a run asks for: the request of `stage` to each of `participants`.
+#[derive(Clone, Copy, Debug)]
+pub struct Broadcast<'a> {
+    pub stage: Stage,
+    pub request: &'a Request,
+    pub participants: &'a [NamespacePid],
+}
+
+/// Each addressed participant's outcome of a broadcast, and how long the broadcast took.
+pub type Broadcasted = (BTreeMap<NamespacePid, Outcome>, Duration);
+
 /// What a run's requests and its state go through.
 pub trait Participants {
-    /// Sends `request` (the request of `stage` in `run`) to each of `participants`: every
-    /// outcome, and how long the broadcast took.
-    fn broadcast(
-        &mut self,
-        run: &Run,
-        stage: Stage,
-        request: &Request,
-        participants: &[NamespacePid],
-    ) -> (BTreeMap<NamespacePid, Outcome>, Duration);
+    /// Sends `call` (a broadcast `run` asks for): every outcome, and how long it took.
+    fn broadcast(&mut self, run: &Run, call: Broadcast<'_>) -> Broadcasted;
 
     /// Makes `state` durable: whether it is, and how long it took.
     fn publish(&mut self, state: &StateFile) -> (Result<(), String>, Duration);
@@ -54,7 +58,12 @@ pub fn drive(run: &mut Run, through: &mut dyn Participants) -> Result<Report, Ru
                 participants,
             } => {
                 through.started(stage.name_in(run.kind()), participants.len());
-                let (outcomes, elapsed) = through.broadcast(run, stage, &request, &participants);
+                let call = Broadcast {
+                    stage,
+                    request: &request,
+                    participants: &participants,
+                };
+                let (outcomes, elapsed) = through.broadcast(run, call);
                 run.feed(outcomes, elapsed);
             }
             Step::Publish(state) => {

@@ -31,7 +31,7 @@ mod stage;
 #[cfg(test)]
 mod tests;
 
-pub use drive::{Participants, drive};
+pub use drive::{Broadcast, Broadcasted, Participants, drive};
 pub use failure::{ExchangeError, Failure, Reason, RunError};
 pub use run::{Outcome, Run, Step};
 pub use stage::{RunKind, Stage};

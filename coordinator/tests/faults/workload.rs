@@ -1,13 +1,12 @@
 //! The workload every fault scenario starts from (three workers sharing one allocation, A
 //! creating it, B and C importing it), and driving a run over it through a session.
 
-use std::collections::BTreeMap;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use cuinterpose_coordinator::commands;
-use cuinterpose_coordinator::plan::{Outcome, Participants, Run, RunError, Stage};
+use cuinterpose_coordinator::plan::{Broadcast, Broadcasted, Participants, Run, RunError, Stage};
 use cuinterpose_coordinator::report::Report;
 use cuinterpose_coordinator::session::Session;
 use cuinterpose_protocol::transport::{Endpoint, Timeouts, call};
@@ -230,18 +229,12 @@ struct Hooked<'a> {
 }
 
 impl Participants for Hooked<'_> {
-    fn broadcast(
-        &mut self,
-        _: &Run,
-        stage: Stage,
-        request: &Request,
-        participants: &[NamespacePid],
-    ) -> (BTreeMap<NamespacePid, Outcome>, Duration) {
-        (self.before)(stage);
+    fn broadcast(&mut self, _: &Run, call: Broadcast<'_>) -> Broadcasted {
+        (self.before)(call.stage);
         let started = Instant::now();
-        let outcomes = self.session.broadcast(request, participants);
+        let outcomes = self.session.broadcast(call.request, call.participants);
         self.last = started.elapsed();
-        self.took.entry(stage.name()).or_insert(self.last);
+        self.took.entry(call.stage.name()).or_insert(self.last);
         (outcomes, self.last)
     }
 

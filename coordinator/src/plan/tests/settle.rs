@@ -5,7 +5,7 @@
 //! the limit, failed or gone is fail-stop.
 
 use super::*;
-use cuinterpose_protocol::{ProgressReply, Request, StateFile};
+use cuinterpose_protocol::{ProgressReply, StateFile};
 
 const SLOW: &str = "timed out after 1s";
 const PREPARE_UNICAST: Stage = Stage::Execute(Operation::PrepareUnicast);
@@ -31,21 +31,15 @@ struct Fated<'a, F> {
 }
 
 impl<F: FnMut(Stage, u32, usize) -> Fate> Participants for Fated<'_, F> {
-    fn broadcast(
-        &mut self,
-        _: &Run,
-        stage: Stage,
-        request: &Request,
-        participants: &[NamespacePid],
-    ) -> (BTreeMap<NamespacePid, Outcome>, Duration) {
-        self.stages.push(stage);
+    fn broadcast(&mut self, _: &Run, call: Broadcast<'_>) -> Broadcasted {
+        self.stages.push(call.stage);
         let mut outcomes = BTreeMap::new();
-        for p in participants {
-            let fate = (self.fate)(stage, p.get(), self.rounds);
+        for p in call.participants {
+            let fate = (self.fate)(call.stage, p.get(), self.rounds);
             let outcome = if matches!(fate, Fate::Unheard) {
                 lost(SLOW)
             } else {
-                let reply = Ok(self.fakes.get_mut(p).expect("fake").handle(request));
+                let reply = Ok(self.fakes.get_mut(p).expect("fake").handle(call.request));
                 match fate {
                     Fate::Answers => reply,
                     Fate::Instead(outcome) => outcome,
@@ -54,7 +48,7 @@ impl<F: FnMut(Stage, u32, usize) -> Fate> Participants for Fated<'_, F> {
             };
             outcomes.insert(*p, outcome);
         }
-        if stage == Stage::Settle {
+        if call.stage == Stage::Settle {
             self.rounds += 1;
         }
         (outcomes, Duration::from_millis(400))

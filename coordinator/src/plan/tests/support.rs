@@ -4,9 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use cuinterpose_protocol::{
-    BoundedString, NamespacePid, RefusalCode, RefusedReply, Request, StateFile,
-};
+use cuinterpose_protocol::{BoundedString, NamespacePid, RefusalCode, RefusedReply, StateFile};
 
 use crate::plan::*;
 use cuinterpose_testkit::fixtures::*;
@@ -28,24 +26,22 @@ struct Faked<'a, 'b> {
 }
 
 impl Participants for Faked<'_, '_> {
-    fn broadcast(
-        &mut self,
-        run: &Run,
-        stage: Stage,
-        request: &Request,
-        participants: &[NamespacePid],
-    ) -> (BTreeMap<NamespacePid, Outcome>, Duration) {
+    fn broadcast(&mut self, run: &Run, call: Broadcast<'_>) -> Broadcasted {
         assert!(
-            participants.iter().all(|p| run.participants().contains(p)),
-            "{participants:?}"
+            call.participants
+                .iter()
+                .all(|p| run.participants().contains(p)),
+            "{:?}",
+            call.participants
         );
-        assert_eq!(Some(request), stage.request().as_ref());
-        self.stages.push(stage);
-        let outcomes = participants
+        assert_eq!(Some(call.request), call.stage.request().as_ref());
+        self.stages.push(call.stage);
+        let outcomes = call
+            .participants
             .iter()
             .map(|pid| {
-                let reply = self.fakes.get_mut(pid).expect("fake").handle(request);
-                (*pid, (self.tamper)(stage, *pid, Ok(reply)))
+                let reply = self.fakes.get_mut(pid).expect("fake").handle(call.request);
+                (*pid, (self.tamper)(call.stage, *pid, Ok(reply)))
             })
             .collect();
         (outcomes, Duration::from_millis(2))
