@@ -75,7 +75,22 @@ impl Differ {
         });
     }
 
-    /// Compares two named collections, calling `both` for entries present in each.
+    /// Records "`what` changed from `old` to `new`" under `subject` when they differ; says
+    /// whether they did.
+    fn differs<T: PartialEq + fmt::Debug>(
+        &mut self,
+        subject: &str,
+        what: &str,
+        old: T,
+        new: T,
+    ) -> bool {
+        let differs = old != new;
+        if differs {
+            self.change(subject, format!("{what} changed from {old:?} to {new:?}"));
+        }
+        differs
+    }
+
     /// Compares two lists item by item under their keys: `both` for an item in both, and a
     /// removal or addition for one in only one.
     fn keyed<'a, T: Keyed + 'a>(
@@ -142,11 +157,7 @@ impl Differ {
 
     fn enumeration(&mut self, name: &str, old: &Enum, new: &Enum) {
         let subject = format!("enum {name}");
-        if old.kind != new.kind {
-            self.change(
-                &subject,
-                format!("encoding changed from {:?} to {:?}", old.kind, new.kind),
-            );
+        if self.differs(&subject, "encoding", &old.kind, &new.kind) {
             return;
         }
         let wire = |e: &Enum| -> BTreeMap<String, String> {
@@ -178,26 +189,12 @@ impl Differ {
             }
         }
         let rejected = |e: &Enum| -> Vec<u32> { e.rejected.iter().map(|r| r.value).collect() };
-        if rejected(old) != rejected(new) {
-            self.change(
-                &subject,
-                format!(
-                    "rejected values changed from {:?} to {:?}",
-                    rejected(old),
-                    rejected(new)
-                ),
-            );
-        }
+        self.differs(&subject, "rejected values", rejected(old), rejected(new));
     }
 
     fn layout(&mut self, name: &str, old: &Layout, new: &Layout) {
         let subject = format!("layout {name}");
-        if old.size != new.size {
-            self.change(
-                &subject,
-                format!("size changed from {} to {}", old.size, new.size),
-            );
-        }
+        self.differs(&subject, "size", old.size, new.size);
         let describe = |layout: &Layout| -> Vec<String> {
             layout
                 .fields
@@ -273,12 +270,12 @@ pub fn compat(old: &Ir, new: &Ir) -> Report {
         &old.identities,
         &new.identities,
         |d, name, o, n| {
-            if o.repr != n.repr {
-                d.change(
-                    format!("identity {name}"),
-                    format!("representation changed from {:?} to {:?}", o.repr, n.repr),
-                );
-            }
+            d.differs(
+                &format!("identity {name}"),
+                "representation",
+                o.repr,
+                n.repr,
+            );
         },
     );
     d.keyed("struct", &old.structs, &new.structs, |d, name, o, n| {

@@ -87,7 +87,7 @@ impl Lowering<'_> {
                 );
                 continue;
             }
-            let depth = depth_of(&message.body, structs, unions, 0);
+            let depth = Nesting { structs, unions }.of_named(&message.body, 0);
             if let Some(max) = max_depth
                 && depth > max
             {
@@ -139,47 +139,45 @@ pub(super) fn named(ty: &Type) -> Vec<&str> {
     }
 }
 
-/// MessagePack nesting of a named struct or union (each map or array is one level).
-pub(super) fn depth_of(
-    name: &str,
-    structs: &[ir::Struct],
-    unions: &[ir::Union],
-    guard: u64,
-) -> u64 {
-    if guard > 64 {
-        return guard; // a cycle, reported separately
-    }
-    let fields: Vec<&ir::Field> = if let Some(s) = structs.iter().find(|s| s.name == name) {
-        s.fields.iter().collect()
-    } else if let Some(u) = unions.iter().find(|u| u.name == name) {
-        u.variants.iter().flat_map(|v| v.fields.iter()).collect()
-    } else {
-        return 0;
-    };
-    1 + fields
-        .iter()
-        .map(|f| type_depth(&f.ty, structs, unions, guard + 1))
-        .max()
-        .unwrap_or(0)
+/// MessagePack nesting (each map or array is one level) of the schema's types.
+pub(super) struct Nesting<'a> {
+    pub structs: &'a [ir::Struct],
+    pub unions: &'a [ir::Union],
 }
 
-pub(super) fn type_depth(
-    ty: &Type,
-    structs: &[ir::Struct],
-    unions: &[ir::Union],
-    guard: u64,
-) -> u64 {
-    match ty {
-        Type::List { element, .. } => 1 + type_depth(element, structs, unions, guard),
-        Type::Map { key, value, .. } => {
-            1 + type_depth(key, structs, unions, guard)
-                .max(type_depth(value, structs, unions, guard))
+impl Nesting<'_> {
+    /// The nesting of a named struct or union.
+    pub(super) fn of_named(&self, name: &str, guard: u64) -> u64 {
+        if guard > 64 {
+            return guard; // a cycle, reported separately
         }
-        Type::Option(inner) => type_depth(inner, structs, unions, guard),
-        Type::Named {
-            name,
-            kind: NamedKind::Struct | NamedKind::Union,
-        } => depth_of(name, structs, unions, guard),
-        _ => 0,
+        let fields: Vec<&ir::Field> = if let Some(s) = self.structs.iter().find(|s| s.name == name)
+        {
+            s.fields.iter().collect()
+        } else if let Some(u) = self.unions.iter().find(|u| u.name == name) {
+            u.variants.iter().flat_map(|v| v.fields.iter()).collect()
+        } else {
+            return 0;
+        };
+        1 + fields
+            .iter()
+            .map(|f| self.of_type(&f.ty, guard + 1))
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn of_type(&self, ty: &Type, guard: u64) -> u64 {
+        match ty {
+            Type::List { element, .. } => 1 + self.of_type(element, guard),
+            Type::Map { key, value, .. } => {
+                1 + self.of_type(key, guard).max(self.of_type(value, guard))
+            }
+            Type::Option(inner) => self.of_type(inner, guard),
+            Type::Named {
+                name,
+                kind: NamedKind::Struct | NamedKind::Union,
+            } => self.of_named(name, guard),
+            _ => 0,
+        }
     }
 }
