@@ -6,14 +6,9 @@ use cuinterpose_codegen::{compile, markdown, rust};
 
 mod support;
 
-const BASE: &str = r#"#![enable(implicit_some)]
-Schema(
-    version: 1,
-    limits: [
-        (name: "MAX_MESSAGE_BYTES", value: 1024, doc: "m"),
-        (name: "MAX_TICKET_BYTES", value: 64, doc: "t"),
-        (name: "MAX_DEPTH", value: 8, doc: "d"),
-    ],
+const BASE: &str = concat!(
+    schema_head!(),
+    r#"    ],
     enums: [
         (name: "Phase", doc: "p", encoding: Name, values: [
             (name: "Active", doc: "a"), (name: "Frozen", doc: "f"),
@@ -37,7 +32,8 @@ Schema(
         (operation: "Resume", from: "Loaded", to: "Active", stage: Restore),
     ]),
 )
-"#;
+"#
+);
 
 fn edit(from: &str, to: &str) -> String {
     support::edit(BASE, &[(from, to)])

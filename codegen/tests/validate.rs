@@ -5,14 +5,9 @@ use cuinterpose_codegen::compile;
 
 mod support;
 
-const BASE: &str = r#"#![enable(implicit_some)]
-Schema(
-    version: 1,
-    limits: [
-        (name: "MAX_MESSAGE_BYTES", value: 1024, doc: "m"),
-        (name: "MAX_TICKET_BYTES", value: 64, doc: "t"),
-        (name: "MAX_DEPTH", value: 8, doc: "d"),
-        (name: "MAX_ITEMS", value: 4, doc: "i"),
+const BASE: &str = concat!(
+    schema_head!(),
+    r#"        (name: "MAX_ITEMS", value: 4, doc: "i"),
     ],
     enums: [
         (name: "Color", doc: "c", encoding: Cuda(cudarc: "X"), values: [
@@ -48,7 +43,8 @@ Schema(
     ],
     messages: [(body: "Body", limit: "MAX_MESSAGE_BYTES", doc: "b")],
 )
-"#;
+"#
+);
 
 /// The base schema with `edits` applied.
 fn edit(edits: &[(&str, &str)]) -> String {

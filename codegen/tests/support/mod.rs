@@ -4,6 +4,22 @@
 
 use cuinterpose_codegen::compile;
 
+/// How every test schema begins: version 1 and the limits the compiler requires (a base schema
+/// goes on with more limits or the closing `],`).
+#[macro_export]
+macro_rules! schema_head {
+    () => {
+        r#"#![enable(implicit_some)]
+Schema(
+    version: 1,
+    limits: [
+        (name: "MAX_MESSAGE_BYTES", value: 1024, doc: "m"),
+        (name: "MAX_TICKET_BYTES", value: 64, doc: "t"),
+        (name: "MAX_DEPTH", value: 8, doc: "d"),
+"#
+    };
+}
+
 /// `base` with each `(from, to)` applied in turn; each `from` must occur exactly once.
 pub fn edit(base: &str, edits: &[(&str, &str)]) -> String {
     let mut text = base.to_owned();
