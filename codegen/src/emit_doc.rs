@@ -111,6 +111,11 @@ struct LayoutView {
     fields: Vec<LayoutFieldView>,
 }
 
+/// The view of each item of a schema list.
+fn views<T, V>(items: &[T], view: impl Fn(&T) -> V) -> Vec<V> {
+    items.iter().map(view).collect()
+}
+
 /// Table cells cannot hold a raw `|`.
 fn cell(text: &str) -> String {
     text.replace('|', "\\|")
@@ -133,161 +138,129 @@ pub fn markdown(ir: &Ir) -> Result<String, askama::Error> {
         source: ir.source.clone(),
         version: ir.version,
         version_hex: format!("{:02x}", ir.version),
-        messages: ir
-            .messages
-            .iter()
-            .map(|message| MessageView {
-                body: message.body.clone(),
-                limit: message.limit.limit.clone(),
-                limit_value: message.limit.value,
-                depth: message.depth,
-                doc: cell(&message.doc),
-            })
-            .collect(),
-        limits: ir
-            .limits
-            .iter()
-            .map(|limit| LimitView {
-                name: limit.name.clone(),
-                value: limit.value,
-                doc: cell(&limit.doc),
-            })
-            .collect(),
-        enums: ir
-            .enums
-            .iter()
-            .map(|e| EnumView {
-                name: e.name.clone(),
-                doc: e.doc.clone(),
-                encoding: match &e.kind {
-                    EnumKind::Cuda { cudarc } => {
-                        format!("CUDA enum `{cudarc}`, as its `u32` value")
-                    }
-                    EnumKind::CudaFlags { cudarc } => {
-                        format!("CUDA bit set `{cudarc}`, as a `u32` whose bits must all be listed")
-                    }
-                    EnumKind::Name => "snake_case name".to_owned(),
-                },
-                values: e
-                    .values
-                    .iter()
-                    .map(|value| ValueView {
-                        name: value.name.clone(),
-                        wire: match value.value {
-                            Some(number) => number.to_string(),
-                            None => value.wire_name.clone(),
-                        },
-                        cuda: value
-                            .cuda
-                            .as_ref()
-                            .map(|cuda| format!("`{cuda}`"))
-                            .unwrap_or_else(|| "—".to_owned()),
-                        doc: cell(&value.doc),
-                    })
-                    .collect(),
-                rejected: e
-                    .rejected
-                    .iter()
-                    .map(|rejected| RejectedView {
-                        value: rejected.value,
-                        cuda: rejected
-                            .cuda
-                            .as_ref()
-                            .map(|cuda| format!("(`{cuda}`)"))
-                            .unwrap_or_default(),
-                        reason: rejected.reason.clone(),
-                    })
-                    .collect(),
-            })
-            .collect(),
-        identities: ir
-            .identities
-            .iter()
-            .map(|identity| IdentityView {
-                name: identity.name.clone(),
-                doc: identity.doc.clone(),
-                wire: match identity.repr {
-                    IdentityRepr::U32 => "an unsigned integer, never 0".to_owned(),
-                    IdentityRepr::Bytes16 | IdentityRepr::Bytes32 => format!(
-                        "`bin 8` of {} bytes, never all zero ({} lowercase hex digits in text)",
-                        identity.repr.size(),
-                        2 * identity.repr.size()
-                    ),
-                },
-            })
-            .collect(),
-        structs: ir
-            .structs
-            .iter()
-            .map(|s| StructView {
-                name: s.name.clone(),
-                doc: s.doc.clone(),
-                fields: fields(&s.fields),
-            })
-            .collect(),
-        unions: ir
-            .unions
-            .iter()
-            .map(|u| UnionView {
-                name: u.name.clone(),
-                doc: u.doc.clone(),
-                variants: u
-                    .variants
-                    .iter()
-                    .map(|variant| VariantView {
-                        name: variant.name.clone(),
-                        wire: variant.wire_name.clone(),
-                        doc: variant.doc.clone(),
-                        fields: fields(&variant.fields),
-                    })
-                    .collect(),
-            })
-            .collect(),
-        layouts: ir
-            .layouts
-            .iter()
-            .map(|layout| LayoutView {
-                name: layout.name.clone(),
-                doc: layout.doc.clone(),
-                size: layout.size,
-                fields: layout
-                    .fields
-                    .iter()
-                    .map(|field| LayoutFieldView {
-                        range: format!("{}..{}", field.offset, field.offset + field.size),
-                        name: field.name.clone(),
-                        content: match &field.kind {
-                            LayoutFieldKind::Magic(text) => format!("ASCII `{text}`"),
-                            LayoutFieldKind::Version => "protocol version byte".to_owned(),
-                            LayoutFieldKind::VersionDigit => {
-                                "protocol version as one ASCII digit".to_owned()
-                            }
-                            LayoutFieldKind::Reserved => "reserved, must be zero".to_owned(),
-                            LayoutFieldKind::Value { ty, nonzero } => format!(
-                                "`{}` little-endian{}",
-                                ty.schema_text(),
-                                if *nonzero { ", never 0" } else { "" }
-                            ),
-                        },
-                    })
-                    .collect(),
-            })
-            .collect(),
-        lifecycle: ir.lifecycle.as_ref().map(|l| LifecycleView {
-            doc: cell(&l.doc),
-            steps: l
-                .chain
+        messages: views(&ir.messages, |message| MessageView {
+            body: message.body.clone(),
+            limit: message.limit.limit.clone(),
+            limit_value: message.limit.value,
+            depth: message.depth,
+            doc: cell(&message.doc),
+        }),
+        limits: views(&ir.limits, |limit| LimitView {
+            name: limit.name.clone(),
+            value: limit.value,
+            doc: cell(&limit.doc),
+        }),
+        enums: views(&ir.enums, |e| EnumView {
+            name: e.name.clone(),
+            doc: e.doc.clone(),
+            encoding: match &e.kind {
+                EnumKind::Cuda { cudarc } => {
+                    format!("CUDA enum `{cudarc}`, as its `u32` value")
+                }
+                EnumKind::CudaFlags { cudarc } => {
+                    format!("CUDA bit set `{cudarc}`, as a `u32` whose bits must all be listed")
+                }
+                EnumKind::Name => "snake_case name".to_owned(),
+            },
+            values: e
+                .values
                 .iter()
-                .map(|t| StepView {
-                    operation: t.operation.clone(),
-                    stage: match t.stage {
-                        crate::ast::Stage::Capture => "capture".to_owned(),
-                        crate::ast::Stage::Restore => "restore".to_owned(),
+                .map(|value| ValueView {
+                    name: value.name.clone(),
+                    wire: match value.value {
+                        Some(number) => number.to_string(),
+                        None => value.wire_name.clone(),
                     },
-                    from: t.from.clone(),
-                    to: t.to.clone(),
+                    cuda: value
+                        .cuda
+                        .as_ref()
+                        .map(|cuda| format!("`{cuda}`"))
+                        .unwrap_or_else(|| "—".to_owned()),
+                    doc: cell(&value.doc),
                 })
                 .collect(),
+            rejected: e
+                .rejected
+                .iter()
+                .map(|rejected| RejectedView {
+                    value: rejected.value,
+                    cuda: rejected
+                        .cuda
+                        .as_ref()
+                        .map(|cuda| format!("(`{cuda}`)"))
+                        .unwrap_or_default(),
+                    reason: rejected.reason.clone(),
+                })
+                .collect(),
+        }),
+        identities: views(&ir.identities, |identity| IdentityView {
+            name: identity.name.clone(),
+            doc: identity.doc.clone(),
+            wire: match identity.repr {
+                IdentityRepr::U32 => "an unsigned integer, never 0".to_owned(),
+                IdentityRepr::Bytes16 | IdentityRepr::Bytes32 => format!(
+                    "`bin 8` of {} bytes, never all zero ({} lowercase hex digits in text)",
+                    identity.repr.size(),
+                    2 * identity.repr.size()
+                ),
+            },
+        }),
+        structs: views(&ir.structs, |s| StructView {
+            name: s.name.clone(),
+            doc: s.doc.clone(),
+            fields: fields(&s.fields),
+        }),
+        unions: views(&ir.unions, |u| UnionView {
+            name: u.name.clone(),
+            doc: u.doc.clone(),
+            variants: u
+                .variants
+                .iter()
+                .map(|variant| VariantView {
+                    name: variant.name.clone(),
+                    wire: variant.wire_name.clone(),
+                    doc: variant.doc.clone(),
+                    fields: fields(&variant.fields),
+                })
+                .collect(),
+        }),
+        layouts: views(&ir.layouts, |layout| LayoutView {
+            name: layout.name.clone(),
+            doc: layout.doc.clone(),
+            size: layout.size,
+            fields: layout
+                .fields
+                .iter()
+                .map(|field| LayoutFieldView {
+                    range: format!("{}..{}", field.offset, field.offset + field.size),
+                    name: field.name.clone(),
+                    content: match &field.kind {
+                        LayoutFieldKind::Magic(text) => format!("ASCII `{text}`"),
+                        LayoutFieldKind::Version => "protocol version byte".to_owned(),
+                        LayoutFieldKind::VersionDigit => {
+                            "protocol version as one ASCII digit".to_owned()
+                        }
+                        LayoutFieldKind::Reserved => "reserved, must be zero".to_owned(),
+                        LayoutFieldKind::Value { ty, nonzero } => format!(
+                            "`{}` little-endian{}",
+                            ty.schema_text(),
+                            if *nonzero { ", never 0" } else { "" }
+                        ),
+                    },
+                })
+                .collect(),
+        }),
+        lifecycle: ir.lifecycle.as_ref().map(|l| LifecycleView {
+            doc: cell(&l.doc),
+            steps: views(&l.chain, |t| StepView {
+                operation: t.operation.clone(),
+                stage: match t.stage {
+                    crate::ast::Stage::Capture => "capture".to_owned(),
+                    crate::ast::Stage::Restore => "restore".to_owned(),
+                },
+                from: t.from.clone(),
+                to: t.to.clone(),
+            }),
         }),
     };
     reference.render()
