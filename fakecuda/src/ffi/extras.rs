@@ -10,15 +10,15 @@ use cudarc::driver::sys::{CUDA_ARRAY_DESCRIPTOR, CUarray, CUarray_st, CUfunction
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuProfilerStart() -> RawResult {
-    // No profiler is attached: starting and stopping collection has nothing to do.
-    with(|d| d.contexts.current().map(drop))
-}
+export! {
+    safe fn cuProfilerStart() {
+        // No profiler is attached: starting and stopping collection has nothing to do.
+        with(|d| d.contexts.current().map(drop))
+    }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuProfilerStop() -> RawResult {
-    with(|d| d.contexts.current().map(drop))
+    safe fn cuProfilerStop() {
+        with(|d| d.contexts.current().map(drop))
+    }
 }
 
 /// Coredump settings: `CUcoredumpSettings` value → the bytes last set (global and per-process
@@ -108,44 +108,26 @@ unsafe fn coredump_get(
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCoredumpSetAttributeGlobal(
-    a: c_uint,
-    v: *mut c_void,
-    s: *mut usize,
-) -> RawResult {
-    // SAFETY: forwarded under cuda.h's contract.
-    unsafe { coredump_set(0, a, v, s) }
-}
+export! {
+    fn cuCoredumpSetAttributeGlobal(a: c_uint, v: *mut c_void, s: *mut usize) {
+        // SAFETY: forwarded under cuda.h's contract.
+        unsafe { coredump_set(0, a, v, s) }
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCoredumpGetAttributeGlobal(
-    a: c_uint,
-    v: *mut c_void,
-    s: *mut usize,
-) -> RawResult {
-    // SAFETY: forwarded under cuda.h's contract.
-    unsafe { coredump_get(0, a, v, s) }
-}
+    fn cuCoredumpGetAttributeGlobal(a: c_uint, v: *mut c_void, s: *mut usize) {
+        // SAFETY: forwarded under cuda.h's contract.
+        unsafe { coredump_get(0, a, v, s) }
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCoredumpSetAttribute(
-    a: c_uint,
-    v: *mut c_void,
-    s: *mut usize,
-) -> RawResult {
-    // SAFETY: forwarded under cuda.h's contract.
-    unsafe { coredump_set(1, a, v, s) }
-}
+    fn cuCoredumpSetAttribute(a: c_uint, v: *mut c_void, s: *mut usize) {
+        // SAFETY: forwarded under cuda.h's contract.
+        unsafe { coredump_set(1, a, v, s) }
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCoredumpGetAttribute(
-    a: c_uint,
-    v: *mut c_void,
-    s: *mut usize,
-) -> RawResult {
-    // SAFETY: forwarded under cuda.h's contract.
-    unsafe { coredump_get(1, a, v, s) }
+    fn cuCoredumpGetAttribute(a: c_uint, v: *mut c_void, s: *mut usize) {
+        // SAFETY: forwarded under cuda.h's contract.
+        unsafe { coredump_get(1, a, v, s) }
+    }
 }
 
 /// No module, library, kernel or function ever exists here: a null handle is an invalid
@@ -159,14 +141,14 @@ fn no_such_code(handle: *mut c_void, name: *mut *const c_char) -> RawResult {
     })
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuKernelGetName(name: *mut *const c_char, k: CUkernel) -> RawResult {
-    no_such_code(k.cast(), name)
-}
+export! {
+    safe fn cuKernelGetName(name: *mut *const c_char, k: CUkernel) {
+        no_such_code(k.cast(), name)
+    }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuFuncGetName(name: *mut *const c_char, f: CUfunction) -> RawResult {
-    no_such_code(f.cast(), name)
+    safe fn cuFuncGetName(name: *mut *const c_char, f: CUfunction) {
+        no_such_code(f.cast(), name)
+    }
 }
 
 /// fakecuda runs no device code: every image is refused as one built for no GPU present.
@@ -183,58 +165,54 @@ fn refuse_image(what: &str) -> RawResult {
     })
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuModuleLoad(_m: *mut c_void, _f: *const c_char) -> RawResult {
-    refuse_image("cuModuleLoad")
-}
+export! {
+    safe fn cuModuleLoad(_m: *mut c_void, _f: *const c_char) {
+        refuse_image("cuModuleLoad")
+    }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuModuleLoadData(_m: *mut c_void, _i: *const c_void) -> RawResult {
-    refuse_image("cuModuleLoadData")
-}
+    safe fn cuModuleLoadData(_m: *mut c_void, _i: *const c_void) {
+        refuse_image("cuModuleLoadData")
+    }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuModuleLoadDataEx(
-    _m: *mut c_void,
-    _i: *const c_void,
-    _n: c_uint,
-    _o: *mut c_void,
-    _v: *mut *mut c_void,
-) -> RawResult {
-    refuse_image("cuModuleLoadDataEx")
-}
+    safe fn cuModuleLoadDataEx(
+        _m: *mut c_void,
+        _i: *const c_void,
+        _n: c_uint,
+        _o: *mut c_void,
+        _v: *mut *mut c_void,
+    ) {
+        refuse_image("cuModuleLoadDataEx")
+    }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuModuleLoadFatBinary(_m: *mut c_void, _i: *const c_void) -> RawResult {
-    refuse_image("cuModuleLoadFatBinary")
-}
+    safe fn cuModuleLoadFatBinary(_m: *mut c_void, _i: *const c_void) {
+        refuse_image("cuModuleLoadFatBinary")
+    }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuLibraryLoadData(
-    _l: *mut c_void,
-    _c: *const c_void,
-    _jo: *mut c_void,
-    _jv: *mut *mut c_void,
-    _jn: c_uint,
-    _lo: *mut c_void,
-    _lv: *mut *mut c_void,
-    _ln: c_uint,
-) -> RawResult {
-    refuse_image("cuLibraryLoadData")
-}
+    safe fn cuLibraryLoadData(
+        _l: *mut c_void,
+        _c: *const c_void,
+        _jo: *mut c_void,
+        _jv: *mut *mut c_void,
+        _jn: c_uint,
+        _lo: *mut c_void,
+        _lv: *mut *mut c_void,
+        _ln: c_uint,
+    ) {
+        refuse_image("cuLibraryLoadData")
+    }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuLibraryLoadFromFile(
-    _l: *mut c_void,
-    _f: *const c_char,
-    _jo: *mut c_void,
-    _jv: *mut *mut c_void,
-    _jn: c_uint,
-    _lo: *mut c_void,
-    _lv: *mut *mut c_void,
-    _ln: c_uint,
-) -> RawResult {
-    refuse_image("cuLibraryLoadFromFile")
+    safe fn cuLibraryLoadFromFile(
+        _l: *mut c_void,
+        _f: *const c_char,
+        _jo: *mut c_void,
+        _jv: *mut *mut c_void,
+        _jn: c_uint,
+        _lo: *mut c_void,
+        _lv: *mut *mut c_void,
+        _ln: c_uint,
+    ) {
+        refuse_image("cuLibraryLoadFromFile")
+    }
 }
 
 /// CUDA arrays: host memory of `Width × max(Height, 1) × NumChannels` elements.
@@ -251,90 +229,78 @@ fn element_size(format: u32) -> Option<usize> {
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuArrayCreate_v2(
-    handle: *mut CUarray,
-    desc: *const CUDA_ARRAY_DESCRIPTOR,
-) -> RawResult {
-    with(|d| {
-        d.contexts.current()?;
-        if handle.is_null() || desc.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        // The descriptor's format is a C enum: read it as the integer it is.
-        // SAFETY: `desc` points at a CUDA_ARRAY_DESCRIPTOR (cuda.h); the format field is a u32.
-        let (width, height, format, channels) = unsafe {
-            let p = desc.cast::<u8>();
-            (
-                (p as *const usize).read_unaligned(),
-                (p.add(8) as *const usize).read_unaligned(),
-                (p.add(16) as *const u32).read_unaligned(),
-                (p.add(20) as *const u32).read_unaligned(),
-            )
-        };
-        let size = element_size(format).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
-        if width == 0 || !matches!(channels, 1 | 2 | 4) {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let bytes = width
-            .checked_mul(height.max(1))
-            .and_then(|n| n.checked_mul(channels as usize * size))
-            .ok_or(CuError::CUDA_ERROR_OUT_OF_MEMORY)?;
-        let h = d.next_handle();
-        // SAFETY: validated above: every field holds a value its type allows.
-        let kept = unsafe { desc.read() };
-        ARRAYS
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert_with(HashMap::new)
-            .insert(h, (kept, vec![0; bytes]));
-        // SAFETY: CUarray out-parameter (cuda.h), non-null.
-        unsafe { put(handle, handle_ptr::<CUarray_st>(h)) }
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuArrayGetDescriptor_v2(
-    desc: *mut CUDA_ARRAY_DESCRIPTOR,
-    array: CUarray,
-) -> RawResult {
-    // SAFETY: CUDA_ARRAY_DESCRIPTOR out-parameter (cuda.h).
-    unsafe {
-        with_out(desc, |d| {
+export! {
+    fn cuArrayCreate_v2(handle: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) {
+        with(|d| {
             d.contexts.current()?;
-            let arrays = ARRAYS.lock().unwrap_or_else(|p| p.into_inner());
-            let (kept, _) = arrays
-                .as_ref()
-                .and_then(|a| a.get(&(array as usize as u64)))
-                .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
-            Ok(*kept)
+            if handle.is_null() || desc.is_null() {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+            // The descriptor's format is a C enum: read it as the integer it is.
+            // SAFETY: `desc` points at a CUDA_ARRAY_DESCRIPTOR (cuda.h); the format field is a u32.
+            let (width, height, format, channels) = unsafe {
+                let p = desc.cast::<u8>();
+                (
+                    (p as *const usize).read_unaligned(),
+                    (p.add(8) as *const usize).read_unaligned(),
+                    (p.add(16) as *const u32).read_unaligned(),
+                    (p.add(20) as *const u32).read_unaligned(),
+                )
+            };
+            let size = element_size(format).ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+            if width == 0 || !matches!(channels, 1 | 2 | 4) {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+            let bytes = width
+                .checked_mul(height.max(1))
+                .and_then(|n| n.checked_mul(channels as usize * size))
+                .ok_or(CuError::CUDA_ERROR_OUT_OF_MEMORY)?;
+            let h = d.next_handle();
+            // SAFETY: validated above: every field holds a value its type allows.
+            let kept = unsafe { desc.read() };
+            ARRAYS
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert_with(HashMap::new)
+                .insert(h, (kept, vec![0; bytes]));
+            // SAFETY: CUarray out-parameter (cuda.h), non-null.
+            unsafe { put(handle, handle_ptr::<CUarray_st>(h)) }
         })
     }
-}
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuArrayDestroy(array: CUarray) -> RawResult {
-    with(|d| {
+    fn cuArrayGetDescriptor_v2(desc: *mut CUDA_ARRAY_DESCRIPTOR, array: CUarray) -> desc |d| {
         d.contexts.current()?;
-        ARRAYS
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_mut()
-            .and_then(|a| a.remove(&(array as usize as u64)))
-            .map(drop)
-            .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)
-    })
+        let arrays = ARRAYS.lock().unwrap_or_else(|p| p.into_inner());
+        let (kept, _) = arrays
+            .as_ref()
+            .and_then(|a| a.get(&(array as usize as u64)))
+            .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
+        Ok(*kept)
+    }
+
+    safe fn cuArrayDestroy(array: CUarray) {
+        with(|d| {
+            d.contexts.current()?;
+            ARRAYS
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_mut()
+                .and_then(|a| a.remove(&(array as usize as u64)))
+                .map(drop)
+                .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)
+        })
+    }
 }
 
 // Legacy names whose ABI is the one of their successor: what cuGetProcAddress hands out for a
 // caller built for an older CUDA (the CUDA runtime asks for these at 4.1 and 7.0).
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> RawResult {
-    cuDevicePrimaryCtxRelease_v2(dev)
-}
+export! {
+    safe fn cuDevicePrimaryCtxRelease(dev: CUdevice) {
+        cuDevicePrimaryCtxRelease_v2(dev)
+    }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuDevicePrimaryCtxReset(dev: CUdevice) -> RawResult {
-    cuDevicePrimaryCtxReset_v2(dev)
+    safe fn cuDevicePrimaryCtxReset(dev: CUdevice) {
+        cuDevicePrimaryCtxReset_v2(dev)
+    }
 }

@@ -39,28 +39,28 @@ unsafe fn add_event_node(
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphAddEventRecordNode(
-    out: *mut CUgraphNode,
-    graph: CUgraph,
-    dependencies: *const CUgraphNode,
-    n: usize,
-    e: CUevent,
-) -> RawResult {
-    // SAFETY: the caller's dependency list (cuda.h).
-    unsafe { add_event_node(out, graph, dependencies, n, Work::EventRecord, e) }
-}
+export! {
+    fn cuGraphAddEventRecordNode(
+        out: *mut CUgraphNode,
+        graph: CUgraph,
+        dependencies: *const CUgraphNode,
+        n: usize,
+        e: CUevent,
+    ) {
+        // SAFETY: the caller's dependency list (cuda.h).
+        unsafe { add_event_node(out, graph, dependencies, n, Work::EventRecord, e) }
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphAddEventWaitNode(
-    out: *mut CUgraphNode,
-    graph: CUgraph,
-    dependencies: *const CUgraphNode,
-    n: usize,
-    e: CUevent,
-) -> RawResult {
-    // SAFETY: the caller's dependency list (cuda.h).
-    unsafe { add_event_node(out, graph, dependencies, n, Work::EventWait, e) }
+    fn cuGraphAddEventWaitNode(
+        out: *mut CUgraphNode,
+        graph: CUgraph,
+        dependencies: *const CUgraphNode,
+        n: usize,
+        e: CUevent,
+    ) {
+        // SAFETY: the caller's dependency list (cuda.h).
+        unsafe { add_event_node(out, graph, dependencies, n, Work::EventWait, e) }
+    }
 }
 
 /// The event of a record (`record`) or wait node.
@@ -75,20 +75,14 @@ fn node_event(node: CUgraphNode, record: bool, out: *mut CUevent) -> RawResult {
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphEventRecordNodeGetEvent(
-    node: CUgraphNode,
-    out: *mut CUevent,
-) -> RawResult {
-    node_event(node, true, out)
-}
+export! {
+    fn cuGraphEventRecordNodeGetEvent(node: CUgraphNode, out: *mut CUevent) {
+        node_event(node, true, out)
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphEventWaitNodeGetEvent(
-    node: CUgraphNode,
-    out: *mut CUevent,
-) -> RawResult {
-    node_event(node, false, out)
+    fn cuGraphEventWaitNodeGetEvent(node: CUgraphNode, out: *mut CUevent) {
+        node_event(node, false, out)
+    }
 }
 
 /// A record or wait node's new event, in a graph or (`exec`) in what it became there.
@@ -107,30 +101,20 @@ fn set_event(exec: Option<CUgraphExec>, node: CUgraphNode, record: bool, e: CUev
     })
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuGraphEventRecordNodeSetEvent(node: CUgraphNode, e: CUevent) -> RawResult {
-    set_event(None, node, true, e)
-}
+export! {
+    safe fn cuGraphEventRecordNodeSetEvent(node: CUgraphNode, e: CUevent) {
+        set_event(None, node, true, e)
+    }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuGraphEventWaitNodeSetEvent(node: CUgraphNode, e: CUevent) -> RawResult {
-    set_event(None, node, false, e)
-}
+    safe fn cuGraphEventWaitNodeSetEvent(node: CUgraphNode, e: CUevent) {
+        set_event(None, node, false, e)
+    }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuGraphExecEventRecordNodeSetEvent(
-    exec: CUgraphExec,
-    node: CUgraphNode,
-    e: CUevent,
-) -> RawResult {
-    set_event(Some(exec), node, true, e)
-}
+    safe fn cuGraphExecEventRecordNodeSetEvent(exec: CUgraphExec, node: CUgraphNode, e: CUevent) {
+        set_event(Some(exec), node, true, e)
+    }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuGraphExecEventWaitNodeSetEvent(
-    exec: CUgraphExec,
-    node: CUgraphNode,
-    e: CUevent,
-) -> RawResult {
-    set_event(Some(exec), node, false, e)
+    safe fn cuGraphExecEventWaitNodeSetEvent(exec: CUgraphExec, node: CUgraphNode, e: CUevent) {
+        set_event(Some(exec), node, false, e)
+    }
 }

@@ -43,62 +43,51 @@ pub(super) unsafe fn add_alloc(
     Ok(())
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphAddMemAllocNode(
-    out: *mut CUgraphNode,
-    graph: CUgraph,
-    dependencies: *const CUgraphNode,
-    n: usize,
-    params: *mut RawMemAllocNodeParams,
-) -> RawResult {
-    gated(|| {
-        // SAFETY: cuda.h's contract for the dependency list and the parameters.
-        unsafe { add_alloc(out, graph, deps(dependencies, n)?, params) }
-    })
-}
+export! {
+    fn cuGraphAddMemAllocNode(
+        out: *mut CUgraphNode,
+        graph: CUgraph,
+        dependencies: *const CUgraphNode,
+        n: usize,
+        params: *mut RawMemAllocNodeParams,
+    ) {
+        gated(|| {
+            // SAFETY: cuda.h's contract for the dependency list and the parameters.
+            unsafe { add_alloc(out, graph, deps(dependencies, n)?, params) }
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphAddMemFreeNode(
-    out: *mut CUgraphNode,
-    graph: CUgraph,
-    dependencies: *const CUgraphNode,
-    n: usize,
-    dptr: CUdeviceptr,
-) -> RawResult {
-    gated(|| {
-        let work = driver::with(|d| d.graph_mem_free_node(h(graph), dptr))?;
-        // SAFETY: cuda.h's contract for the dependency list.
-        add(out, graph, unsafe { deps(dependencies, n) }?, work)
-    })
-}
+    fn cuGraphAddMemFreeNode(
+        out: *mut CUgraphNode,
+        graph: CUgraph,
+        dependencies: *const CUgraphNode,
+        n: usize,
+        dptr: CUdeviceptr,
+    ) {
+        gated(|| {
+            let work = driver::with(|d| d.graph_mem_free_node(h(graph), dptr))?;
+            // SAFETY: cuda.h's contract for the dependency list.
+            add(out, graph, unsafe { deps(dependencies, n) }?, work)
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetGraphMemAttribute(
-    device: CUdevice,
-    attribute: c_uint,
-    value: *mut c_void,
-) -> RawResult {
-    with(|d| {
-        let v = d.graph_mem_attribute(device, attribute)?;
-        // SAFETY: a cuuint64_t out-parameter (cuda.h) for every attribute.
-        unsafe { put(value.cast::<u64>(), v) }
-    })
-}
+    fn cuDeviceGetGraphMemAttribute(device: CUdevice, attribute: c_uint, value: *mut c_void) {
+        with(|d| {
+            let v = d.graph_mem_attribute(device, attribute)?;
+            // SAFETY: a cuuint64_t out-parameter (cuda.h) for every attribute.
+            unsafe { put(value.cast::<u64>(), v) }
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceSetGraphMemAttribute(
-    device: CUdevice,
-    attribute: c_uint,
-    value: *mut c_void,
-) -> RawResult {
-    with(|d| {
-        // SAFETY: a cuuint64_t input (cuda.h) for every attribute.
-        let v = unsafe { get(value.cast_const().cast::<u64>()) }?;
-        d.graph_mem_set_attribute(device, attribute, v)
-    })
-}
+    fn cuDeviceSetGraphMemAttribute(device: CUdevice, attribute: c_uint, value: *mut c_void) {
+        with(|d| {
+            // SAFETY: a cuuint64_t input (cuda.h) for every attribute.
+            let v = unsafe { get(value.cast_const().cast::<u64>()) }?;
+            d.graph_mem_set_attribute(device, attribute, v)
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuDeviceGraphMemTrim(device: CUdevice) -> RawResult {
-    with(|d| d.graph_mem_trim(device))
+    safe fn cuDeviceGraphMemTrim(device: CUdevice) {
+        with(|d| d.graph_mem_trim(device))
+    }
 }

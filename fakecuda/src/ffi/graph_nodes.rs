@@ -13,61 +13,56 @@ use cudarc::driver::sys::{
     CUgraph, CUgraphConditionalHandle, CUgraphNode, CUgraphNodeParams, CUgraphNodeType as T,
 };
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphConditionalHandleCreate(
-    out: *mut CUgraphConditionalHandle,
-    graph: CUgraph,
-    ctx: CUcontext,
-    default: c_uint,
-    flags: c_uint,
-) -> RawResult {
-    // SAFETY: CUgraphConditionalHandle out-parameter (cuda.h).
-    unsafe {
-        with_out(out, |d| {
-            d.contexts.check_live(ctx as usize as u64)?;
-            let condition = d.next_handle();
-            d.graphs
-                .condition_create(condition, h(graph), default, flags)?;
-            Ok(condition)
+export! {
+    fn cuGraphConditionalHandleCreate(
+        out: *mut CUgraphConditionalHandle,
+        graph: CUgraph,
+        ctx: CUcontext,
+        default: c_uint,
+        flags: c_uint,
+    ) -> out |d| {
+        d.contexts.check_live(ctx as usize as u64)?;
+        let condition = d.next_handle();
+        d.graphs
+            .condition_create(condition, h(graph), default, flags)?;
+        Ok(condition)
+    }
+
+    /// A node from generic parameters. A conditional node's bodies are written back into
+    /// `params` (`phGraph_out` then points at an array that lives as long as the node).
+    fn cuGraphAddNode(
+        out: *mut CUgraphNode,
+        graph: CUgraph,
+        dependencies: *const CUgraphNode,
+        n: usize,
+        params: *mut CUgraphNodeParams,
+    ) {
+        gated(|| {
+            // SAFETY: CUgraphNodeParams input (cuda.h), a plain C struct read by value.
+            let p = unsafe { get(params.cast_const()) }?;
+            // SAFETY: cuda.h's contract for the dependency list.
+            let deps = unsafe { deps(dependencies, n) }?;
+            if p.type_ == T::CU_GRAPH_NODE_TYPE_CONDITIONAL {
+                // SAFETY: `type_` says the application filled the `conditional` member.
+                let c = unsafe { p.__bindgen_anon_1.conditional };
+                let bodies = add_conditional(out, graph, deps, c.handle, c.type_ as u32, c.size)?;
+                // SAFETY: `params` is the application's CUgraphNodeParams (read above); the
+                // driver owns and fills `phGraph_out` (cuda.h).
+                unsafe { (*params).__bindgen_anon_1.conditional.phGraph_out = bodies.cast() };
+                return Ok(());
+            }
+            if p.type_ == T::CU_GRAPH_NODE_TYPE_MEM_ALLOC {
+                let at = std::mem::offset_of!(CUgraphNodeParams, __bindgen_anon_1);
+                // SAFETY: `type_` says the application filled the `alloc` member, a
+                // CUDA_MEM_ALLOC_NODE_PARAMS at the union's offset (8-aligned) whose `dptr` the
+                // driver writes back (cuda.h).
+                let alloc = unsafe { params.cast::<u8>().add(at) }.cast();
+                // SAFETY: as above.
+                return unsafe { super::graph_memory::add_alloc(out, graph, deps, alloc) };
+            }
+            add(out, graph, deps, generic_work(graph, &p)?)
         })
     }
-}
-
-/// A node from generic parameters. A conditional node's bodies are written back into
-/// `params` (`phGraph_out` then points at an array that lives as long as the node).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphAddNode(
-    out: *mut CUgraphNode,
-    graph: CUgraph,
-    dependencies: *const CUgraphNode,
-    n: usize,
-    params: *mut CUgraphNodeParams,
-) -> RawResult {
-    gated(|| {
-        // SAFETY: CUgraphNodeParams input (cuda.h), a plain C struct read by value.
-        let p = unsafe { get(params.cast_const()) }?;
-        // SAFETY: cuda.h's contract for the dependency list.
-        let deps = unsafe { deps(dependencies, n) }?;
-        if p.type_ == T::CU_GRAPH_NODE_TYPE_CONDITIONAL {
-            // SAFETY: `type_` says the application filled the `conditional` member.
-            let c = unsafe { p.__bindgen_anon_1.conditional };
-            let bodies = add_conditional(out, graph, deps, c.handle, c.type_ as u32, c.size)?;
-            // SAFETY: `params` is the application's CUgraphNodeParams (read above); the
-            // driver owns and fills `phGraph_out` (cuda.h).
-            unsafe { (*params).__bindgen_anon_1.conditional.phGraph_out = bodies.cast() };
-            return Ok(());
-        }
-        if p.type_ == T::CU_GRAPH_NODE_TYPE_MEM_ALLOC {
-            let at = std::mem::offset_of!(CUgraphNodeParams, __bindgen_anon_1);
-            // SAFETY: `type_` says the application filled the `alloc` member, a
-            // CUDA_MEM_ALLOC_NODE_PARAMS at the union's offset (8-aligned) whose `dptr` the
-            // driver writes back (cuda.h).
-            let alloc = unsafe { params.cast::<u8>().add(at) }.cast();
-            // SAFETY: as above.
-            return unsafe { super::graph_memory::add_alloc(out, graph, deps, alloc) };
-        }
-        add(out, graph, deps, generic_work(graph, &p)?)
-    })
 }
 
 /// The work of a node from generic parameters, every kind but conditional nodes (which make
@@ -169,46 +164,48 @@ fn add_conditional(
     })
 }
 
-/// `cuGraphAddNode` with edge data: only default edges (null, or all zero) are modelled.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphAddNode_v2(
-    out: *mut CUgraphNode,
-    graph: CUgraph,
-    dependencies: *const CUgraphNode,
-    edges: *const EdgeData,
-    n: usize,
-    params: *mut CUgraphNodeParams,
-) -> RawResult {
-    // SAFETY: `n` CUgraphEdgeData or null (cuda.h).
-    if let Err(e) = unsafe { default_edges(edges, n) } {
-        return e.raw();
+export! {
+    /// `cuGraphAddNode` with edge data: only default edges (null, or all zero) are modelled.
+    fn cuGraphAddNode_v2(
+        out: *mut CUgraphNode,
+        graph: CUgraph,
+        dependencies: *const CUgraphNode,
+        edges: *const EdgeData,
+        n: usize,
+        params: *mut CUgraphNodeParams,
+    ) {
+        // SAFETY: `n` CUgraphEdgeData or null (cuda.h).
+        if let Err(e) = unsafe { default_edges(edges, n) } {
+            return e.raw();
+        }
+        // SAFETY: the same contract as cuGraphAddNode.
+        unsafe { cuGraphAddNode(out, graph, dependencies, n, params) }
     }
-    // SAFETY: the same contract as cuGraphAddNode.
-    unsafe { cuGraphAddNode(out, graph, dependencies, n, params) }
 }
 
 /// Where CUDA 13's `CUDA_HOST_NODE_PARAMS_v2` keeps `syncMode` (after the function and its
 /// argument), which the bindings' older layout lacks.
 const HOST_SYNC_MODE_AT: usize = 16;
 
-/// The newest `cuGraphAddNode` ABI (`cuda.bindings` asks for it at 13041): a host node's
-/// `syncMode` is read (blocking or spin-wait, both run by the stream's worker here; anything
-/// else is `CUDA_ERROR_INVALID_VALUE`).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphAddNode_v3(
-    out: *mut CUgraphNode,
-    graph: CUgraph,
-    dependencies: *const CUgraphNode,
-    edges: *const EdgeData,
-    n: usize,
-    params: *mut CUgraphNodeParams,
-) -> RawResult {
-    // SAFETY: the caller's CUgraphNodeParams (cuda.h).
-    if let Err(e) = unsafe { host_sync_mode(params) } {
-        return e.raw();
+export! {
+    /// The newest `cuGraphAddNode` ABI (`cuda.bindings` asks for it at 13041): a host node's
+    /// `syncMode` is read (blocking or spin-wait, both run by the stream's worker here; anything
+    /// else is `CUDA_ERROR_INVALID_VALUE`).
+    fn cuGraphAddNode_v3(
+        out: *mut CUgraphNode,
+        graph: CUgraph,
+        dependencies: *const CUgraphNode,
+        edges: *const EdgeData,
+        n: usize,
+        params: *mut CUgraphNodeParams,
+    ) {
+        // SAFETY: the caller's CUgraphNodeParams (cuda.h).
+        if let Err(e) = unsafe { host_sync_mode(params) } {
+            return e.raw();
+        }
+        // SAFETY: the same contract as cuGraphAddNode_v2.
+        unsafe { cuGraphAddNode_v2(out, graph, dependencies, edges, n, params) }
     }
-    // SAFETY: the same contract as cuGraphAddNode_v2.
-    unsafe { cuGraphAddNode_v2(out, graph, dependencies, edges, n, params) }
 }
 
 /// The check CUDA 13's node-parameter ABIs add: a host node's `syncMode` is blocking (0) or

@@ -82,49 +82,38 @@ fn node_work(node: CUgraphNode) -> CuResult<Work> {
     driver::with(|d| d.graphs.work(h(node)))
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeGetType(node: CUgraphNode, out: *mut c_uint) -> RawResult {
-    gated(|| {
-        let kind = node_type(&node_work(node)?) as c_uint;
-        // SAFETY: CUgraphNodeType out-parameter (cuda.h), an enum the size of an int.
-        unsafe { put(out, kind) }
-    })
-}
+export! {
+    fn cuGraphNodeGetType(node: CUgraphNode, out: *mut c_uint) {
+        gated(|| {
+            let kind = node_type(&node_work(node)?) as c_uint;
+            // SAFETY: CUgraphNodeType out-parameter (cuda.h), an enum the size of an int.
+            unsafe { put(out, kind) }
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphMemcpyNodeGetParams(
-    node: CUgraphNode,
-    out: *mut RawMemcpy3d,
-) -> RawResult {
-    gated(|| match node_work(node)? {
-        // SAFETY: CUDA_MEMCPY3D out-parameter (cuda.h).
-        Work::Memcpy { given, .. } => unsafe { put(out, *given) },
-        _ => Err(CuError::CUDA_ERROR_INVALID_VALUE),
-    })
-}
+    fn cuGraphMemcpyNodeGetParams(node: CUgraphNode, out: *mut RawMemcpy3d) {
+        gated(|| match node_work(node)? {
+            // SAFETY: CUDA_MEMCPY3D out-parameter (cuda.h).
+            Work::Memcpy { given, .. } => unsafe { put(out, *given) },
+            _ => Err(CuError::CUDA_ERROR_INVALID_VALUE),
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphMemsetNodeGetParams(
-    node: CUgraphNode,
-    out: *mut MemsetNodeParams,
-) -> RawResult {
-    gated(|| {
-        let p = memset_params(&node_work(node)?)?;
-        // SAFETY: CUDA_MEMSET_NODE_PARAMS out-parameter (cuda.h).
-        unsafe { put(out, p) }
-    })
-}
+    fn cuGraphMemsetNodeGetParams(node: CUgraphNode, out: *mut MemsetNodeParams) {
+        gated(|| {
+            let p = memset_params(&node_work(node)?)?;
+            // SAFETY: CUDA_MEMSET_NODE_PARAMS out-parameter (cuda.h).
+            unsafe { put(out, p) }
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphHostNodeGetParams(
-    node: CUgraphNode,
-    out: *mut HostNodeParams,
-) -> RawResult {
-    gated(|| match node_work(node)? {
-        // SAFETY: CUDA_HOST_NODE_PARAMS out-parameter (cuda.h).
-        Work::Host { function, user } => unsafe { put(out, HostNodeParams { function, user }) },
-        _ => Err(CuError::CUDA_ERROR_INVALID_VALUE),
-    })
+    fn cuGraphHostNodeGetParams(node: CUgraphNode, out: *mut HostNodeParams) {
+        gated(|| match node_work(node)? {
+            // SAFETY: CUDA_HOST_NODE_PARAMS out-parameter (cuda.h).
+            Work::Host { function, user } => unsafe { put(out, HostNodeParams { function, user }) },
+            _ => Err(CuError::CUDA_ERROR_INVALID_VALUE),
+        })
+    }
 }
 
 /// Where new parameters go: a graph's node, or what a node became in an executable graph.
@@ -161,176 +150,150 @@ unsafe fn set_generic(target: Target, params: *const CUgraphNodeParams) -> CuRes
     set(target, generic_work(handle_ptr(graph), &p)?)
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphMemcpyNodeSetParams(
-    node: CUgraphNode,
-    params: *const RawMemcpy3d,
-) -> RawResult {
-    gated(|| {
-        // SAFETY: CUDA_MEMCPY3D input (cuda.h).
-        let p = unsafe { get(params) }?;
-        set(Target::Node(node), memcpy_node(&p)?)
-    })
-}
+export! {
+    fn cuGraphMemcpyNodeSetParams(node: CUgraphNode, params: *const RawMemcpy3d) {
+        gated(|| {
+            // SAFETY: CUDA_MEMCPY3D input (cuda.h).
+            let p = unsafe { get(params) }?;
+            set(Target::Node(node), memcpy_node(&p)?)
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphMemsetNodeSetParams(
-    node: CUgraphNode,
-    params: *const MemsetNodeParams,
-) -> RawResult {
-    gated(|| {
-        // SAFETY: CUDA_MEMSET_NODE_PARAMS input (cuda.h).
-        let p = unsafe { get(params) }?;
-        set(Target::Node(node), memset_node(&p)?)
-    })
-}
+    fn cuGraphMemsetNodeSetParams(node: CUgraphNode, params: *const MemsetNodeParams) {
+        gated(|| {
+            // SAFETY: CUDA_MEMSET_NODE_PARAMS input (cuda.h).
+            let p = unsafe { get(params) }?;
+            set(Target::Node(node), memset_node(&p)?)
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphHostNodeSetParams(
-    node: CUgraphNode,
-    params: *const HostNodeParams,
-) -> RawResult {
-    gated(|| {
-        // SAFETY: CUDA_HOST_NODE_PARAMS input (cuda.h).
-        let p = unsafe { get(params) }?;
-        set(Target::Node(node), host_node(p.function, p.user)?)
-    })
-}
+    fn cuGraphHostNodeSetParams(node: CUgraphNode, params: *const HostNodeParams) {
+        gated(|| {
+            // SAFETY: CUDA_HOST_NODE_PARAMS input (cuda.h).
+            let p = unsafe { get(params) }?;
+            set(Target::Node(node), host_node(p.function, p.user)?)
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams(
-    exec: CUgraphExec,
-    node: CUgraphNode,
-    params: *const RawMemcpy3d,
-    _ctx: CUcontext,
-) -> RawResult {
-    gated(|| {
-        // SAFETY: CUDA_MEMCPY3D input (cuda.h).
-        let p = unsafe { get(params) }?;
-        set(Target::Exec(exec, node), memcpy_node(&p)?)
-    })
-}
+    fn cuGraphExecMemcpyNodeSetParams(
+        exec: CUgraphExec,
+        node: CUgraphNode,
+        params: *const RawMemcpy3d,
+        _ctx: CUcontext,
+    ) {
+        gated(|| {
+            // SAFETY: CUDA_MEMCPY3D input (cuda.h).
+            let p = unsafe { get(params) }?;
+            set(Target::Exec(exec, node), memcpy_node(&p)?)
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphExecMemsetNodeSetParams(
-    exec: CUgraphExec,
-    node: CUgraphNode,
-    params: *const MemsetNodeParams,
-    _ctx: CUcontext,
-) -> RawResult {
-    gated(|| {
-        // SAFETY: CUDA_MEMSET_NODE_PARAMS input (cuda.h).
-        let p = unsafe { get(params) }?;
-        set(Target::Exec(exec, node), memset_node(&p)?)
-    })
-}
+    fn cuGraphExecMemsetNodeSetParams(
+        exec: CUgraphExec,
+        node: CUgraphNode,
+        params: *const MemsetNodeParams,
+        _ctx: CUcontext,
+    ) {
+        gated(|| {
+            // SAFETY: CUDA_MEMSET_NODE_PARAMS input (cuda.h).
+            let p = unsafe { get(params) }?;
+            set(Target::Exec(exec, node), memset_node(&p)?)
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphExecHostNodeSetParams(
-    exec: CUgraphExec,
-    node: CUgraphNode,
-    params: *const HostNodeParams,
-) -> RawResult {
-    gated(|| {
-        // SAFETY: CUDA_HOST_NODE_PARAMS input (cuda.h).
-        let p = unsafe { get(params) }?;
-        set(Target::Exec(exec, node), host_node(p.function, p.user)?)
-    })
-}
+    fn cuGraphExecHostNodeSetParams(
+        exec: CUgraphExec,
+        node: CUgraphNode,
+        params: *const HostNodeParams,
+    ) {
+        gated(|| {
+            // SAFETY: CUDA_HOST_NODE_PARAMS input (cuda.h).
+            let p = unsafe { get(params) }?;
+            set(Target::Exec(exec, node), host_node(p.function, p.user)?)
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeSetParams(
-    node: CUgraphNode,
-    params: *mut CUgraphNodeParams,
-) -> RawResult {
-    // SAFETY: CUgraphNodeParams input (cuda.h).
-    gated(|| unsafe { set_generic(Target::Node(node), params) })
-}
-
-/// The newest `cuGraphNodeSetParams` ABI (`cuda.bindings` asks for it at 13041): a host
-/// node's sync mode is checked, as `cuGraphAddNode_v3` does.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeSetParams_v2(
-    node: CUgraphNode,
-    params: *mut CUgraphNodeParams,
-) -> RawResult {
-    gated(|| {
+    fn cuGraphNodeSetParams(node: CUgraphNode, params: *mut CUgraphNodeParams) {
         // SAFETY: CUgraphNodeParams input (cuda.h).
-        unsafe { host_sync_mode(params) }?;
-        // SAFETY: as above.
-        unsafe { set_generic(Target::Node(node), params) }
-    })
-}
+        gated(|| unsafe { set_generic(Target::Node(node), params) })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphExecNodeSetParams(
-    exec: CUgraphExec,
-    node: CUgraphNode,
-    params: *mut CUgraphNodeParams,
-) -> RawResult {
-    // SAFETY: CUgraphNodeParams input (cuda.h).
-    gated(|| unsafe { set_generic(Target::Exec(exec, node), params) })
-}
+    /// The newest `cuGraphNodeSetParams` ABI (`cuda.bindings` asks for it at 13041): a host
+    /// node's sync mode is checked, as `cuGraphAddNode_v3` does.
+    fn cuGraphNodeSetParams_v2(node: CUgraphNode, params: *mut CUgraphNodeParams) {
+        gated(|| {
+            // SAFETY: CUgraphNodeParams input (cuda.h).
+            unsafe { host_sync_mode(params) }?;
+            // SAFETY: as above.
+            unsafe { set_generic(Target::Node(node), params) }
+        })
+    }
 
-/// A node's parameters in the generic form: its type and its member of the union, the rest
-/// zero (no context is kept for a copy or a memset; a host function's sync mode is blocking).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeGetParams(
-    node: CUgraphNode,
-    params: *mut CUgraphNodeParams,
-) -> RawResult {
-    gated(|| {
-        let work = node_work(node)?;
-        if params.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let kind = node_type(&work);
-        if matches!(
-            kind,
-            T::CU_GRAPH_NODE_TYPE_GRAPH
-                | T::CU_GRAPH_NODE_TYPE_CONDITIONAL
-                | T::CU_GRAPH_NODE_TYPE_MEM_ALLOC
-                | T::CU_GRAPH_NODE_TYPE_MEM_FREE
-        ) {
-            return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
-        }
-        let at = std::mem::offset_of!(CUgraphNodeParams, __bindgen_anon_1);
-        let base = params.cast::<u8>();
-        // SAFETY: the application's CUgraphNodeParams (cuda.h), non-null: all zero bytes are
-        // a valid value of it (a node type, integers, null pointers and functions), then the
-        // type in its first field and the member at the union's offset, within its 232 bytes.
-        unsafe {
-            params.write_bytes(0, 1);
-            base.cast::<c_uint>().write(kind as c_uint);
-            let member = base.add(at);
-            match &work {
-                Work::Host { function, user } => {
-                    let p = HostNodeParams {
-                        function: *function,
-                        user: *user,
-                    };
-                    member.cast::<HostNodeParams>().write_unaligned(p);
-                }
-                Work::Memset { .. } => {
-                    let p = memset_params(&work)?;
-                    member.cast::<MemsetNodeParams>().write_unaligned(p);
-                }
-                Work::Memcpy { given, .. } => {
-                    let p = MemcpyNodeParams {
-                        flags: 0,
-                        reserved: 0,
-                        ctx: 0,
-                        copy: **given,
-                    };
-                    member.cast::<MemcpyNodeParams>().write_unaligned(p);
-                }
-                // CUDA_EVENT_RECORD_NODE_PARAMS / CUDA_EVENT_WAIT_NODE_PARAMS: the event.
-                Work::EventRecord(e) | Work::EventWait(e) => {
-                    member.cast::<u64>().write_unaligned(e.handle);
-                }
-                _ => {}
+    fn cuGraphExecNodeSetParams(
+        exec: CUgraphExec,
+        node: CUgraphNode,
+        params: *mut CUgraphNodeParams,
+    ) {
+        // SAFETY: CUgraphNodeParams input (cuda.h).
+        gated(|| unsafe { set_generic(Target::Exec(exec, node), params) })
+    }
+
+    /// A node's parameters in the generic form: its type and its member of the union, the rest
+    /// zero (no context is kept for a copy or a memset; a host function's sync mode is blocking).
+    fn cuGraphNodeGetParams(node: CUgraphNode, params: *mut CUgraphNodeParams) {
+        gated(|| {
+            let work = node_work(node)?;
+            if params.is_null() {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
             }
-        }
-        Ok(())
-    })
+            let kind = node_type(&work);
+            if matches!(
+                kind,
+                T::CU_GRAPH_NODE_TYPE_GRAPH
+                    | T::CU_GRAPH_NODE_TYPE_CONDITIONAL
+                    | T::CU_GRAPH_NODE_TYPE_MEM_ALLOC
+                    | T::CU_GRAPH_NODE_TYPE_MEM_FREE
+            ) {
+                return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
+            }
+            let at = std::mem::offset_of!(CUgraphNodeParams, __bindgen_anon_1);
+            let base = params.cast::<u8>();
+            // SAFETY: the application's CUgraphNodeParams (cuda.h), non-null: all zero bytes are
+            // a valid value of it (a node type, integers, null pointers and functions), then the
+            // type in its first field and the member at the union's offset, within its 232 bytes.
+            unsafe {
+                params.write_bytes(0, 1);
+                base.cast::<c_uint>().write(kind as c_uint);
+                let member = base.add(at);
+                match &work {
+                    Work::Host { function, user } => {
+                        let p = HostNodeParams {
+                            function: *function,
+                            user: *user,
+                        };
+                        member.cast::<HostNodeParams>().write_unaligned(p);
+                    }
+                    Work::Memset { .. } => {
+                        let p = memset_params(&work)?;
+                        member.cast::<MemsetNodeParams>().write_unaligned(p);
+                    }
+                    Work::Memcpy { given, .. } => {
+                        let p = MemcpyNodeParams {
+                            flags: 0,
+                            reserved: 0,
+                            ctx: 0,
+                            copy: **given,
+                        };
+                        member.cast::<MemcpyNodeParams>().write_unaligned(p);
+                    }
+                    // CUDA_EVENT_RECORD_NODE_PARAMS / CUDA_EVENT_WAIT_NODE_PARAMS: the event.
+                    Work::EventRecord(e) | Work::EventWait(e) => {
+                        member.cast::<u64>().write_unaligned(e.handle);
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        })
+    }
 }

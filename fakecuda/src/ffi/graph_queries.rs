@@ -91,25 +91,17 @@ unsafe fn graph_nodes(
     })
 }
 
-/// A graph's nodes in the order they were added.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphGetNodes(
-    graph: CUgraph,
-    nodes: *mut CUgraphNode,
-    count: *mut usize,
-) -> RawResult {
-    // SAFETY: the caller's list (cuda.h).
-    unsafe { graph_nodes(graph, nodes, count, crate::graph::Graphs::nodes_of) }
-}
+export! {
+    /// A graph's nodes in the order they were added.
+    fn cuGraphGetNodes(graph: CUgraph, nodes: *mut CUgraphNode, count: *mut usize) {
+        // SAFETY: the caller's list (cuda.h).
+        unsafe { graph_nodes(graph, nodes, count, crate::graph::Graphs::nodes_of) }
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphGetRootNodes(
-    graph: CUgraph,
-    nodes: *mut CUgraphNode,
-    count: *mut usize,
-) -> RawResult {
-    // SAFETY: the caller's list (cuda.h).
-    unsafe { graph_nodes(graph, nodes, count, crate::graph::Graphs::roots) }
+    fn cuGraphGetRootNodes(graph: CUgraph, nodes: *mut CUgraphNode, count: *mut usize) {
+        // SAFETY: the caller's list (cuda.h).
+        unsafe { graph_nodes(graph, nodes, count, crate::graph::Graphs::roots) }
+    }
 }
 
 /// # Safety
@@ -129,27 +121,27 @@ unsafe fn edges(
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphGetEdges(
-    graph: CUgraph,
-    from: *mut CUgraphNode,
-    to: *mut CUgraphNode,
-    count: *mut usize,
-) -> RawResult {
-    // SAFETY: the caller's lists (cuda.h).
-    unsafe { edges(graph, from, to, std::ptr::null_mut(), count) }
-}
+export! {
+    fn cuGraphGetEdges(
+        graph: CUgraph,
+        from: *mut CUgraphNode,
+        to: *mut CUgraphNode,
+        count: *mut usize,
+    ) {
+        // SAFETY: the caller's lists (cuda.h).
+        unsafe { edges(graph, from, to, std::ptr::null_mut(), count) }
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphGetEdges_v2(
-    graph: CUgraph,
-    from: *mut CUgraphNode,
-    to: *mut CUgraphNode,
-    data: *mut EdgeData,
-    count: *mut usize,
-) -> RawResult {
-    // SAFETY: the caller's lists (cuda.h).
-    unsafe { edges(graph, from, to, data, count) }
+    fn cuGraphGetEdges_v2(
+        graph: CUgraph,
+        from: *mut CUgraphNode,
+        to: *mut CUgraphNode,
+        data: *mut EdgeData,
+        count: *mut usize,
+    ) {
+        // SAFETY: the caller's lists (cuda.h).
+        unsafe { edges(graph, from, to, data, count) }
+    }
 }
 
 /// A node's neighbours: its dependencies (`up`) or its dependents.
@@ -176,85 +168,69 @@ unsafe fn neighbours(
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeGetDependencies(
-    node: CUgraphNode,
-    out: *mut CUgraphNode,
-    count: *mut usize,
-) -> RawResult {
-    // SAFETY: the caller's list (cuda.h).
-    unsafe { neighbours(node, true, out, std::ptr::null_mut(), count) }
-}
+export! {
+    fn cuGraphNodeGetDependencies(node: CUgraphNode, out: *mut CUgraphNode, count: *mut usize) {
+        // SAFETY: the caller's list (cuda.h).
+        unsafe { neighbours(node, true, out, std::ptr::null_mut(), count) }
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeGetDependencies_v2(
-    node: CUgraphNode,
-    out: *mut CUgraphNode,
-    data: *mut EdgeData,
-    count: *mut usize,
-) -> RawResult {
-    // SAFETY: the caller's list (cuda.h).
-    unsafe { neighbours(node, true, out, data, count) }
-}
+    fn cuGraphNodeGetDependencies_v2(
+        node: CUgraphNode,
+        out: *mut CUgraphNode,
+        data: *mut EdgeData,
+        count: *mut usize,
+    ) {
+        // SAFETY: the caller's list (cuda.h).
+        unsafe { neighbours(node, true, out, data, count) }
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeGetDependentNodes(
-    node: CUgraphNode,
-    out: *mut CUgraphNode,
-    count: *mut usize,
-) -> RawResult {
-    // SAFETY: the caller's list (cuda.h).
-    unsafe { neighbours(node, false, out, std::ptr::null_mut(), count) }
-}
+    fn cuGraphNodeGetDependentNodes(node: CUgraphNode, out: *mut CUgraphNode, count: *mut usize) {
+        // SAFETY: the caller's list (cuda.h).
+        unsafe { neighbours(node, false, out, std::ptr::null_mut(), count) }
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeGetDependentNodes_v2(
-    node: CUgraphNode,
-    out: *mut CUgraphNode,
-    data: *mut EdgeData,
-    count: *mut usize,
-) -> RawResult {
-    // SAFETY: the caller's list (cuda.h).
-    unsafe { neighbours(node, false, out, data, count) }
-}
+    fn cuGraphNodeGetDependentNodes_v2(
+        node: CUgraphNode,
+        out: *mut CUgraphNode,
+        data: *mut EdgeData,
+        count: *mut usize,
+    ) {
+        // SAFETY: the caller's list (cuda.h).
+        unsafe { neighbours(node, false, out, data, count) }
+    }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuGraphDestroyNode(node: CUgraphNode) -> RawResult {
-    with(|d| d.graphs.destroy_node(h(node)))
-}
+    safe fn cuGraphDestroyNode(node: CUgraphNode) {
+        with(|d| d.graphs.destroy_node(h(node)))
+    }
 
-/// `cuGraphDebugDotPrint`: the graph as DOT, a node per line (its type and local id) and an
-/// edge per line; `flags` (what detail to print) change nothing here.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphDebugDotPrint(
-    graph: CUgraph,
-    path: *const c_char,
-    _flags: c_uint,
-) -> RawResult {
-    gated(|| {
-        if path.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        // SAFETY: a NUL-terminated path (cuda.h), non-null.
-        let path = unsafe { CStr::from_ptr(path) }
-            .to_string_lossy()
-            .into_owned();
-        let dot = driver::with(|d| {
-            let g = h(graph);
-            let mut dot = format!("digraph fakecuda_graph_{} {{\n", d.graphs.graph_id(g)?);
-            for n in d.graphs.nodes_of(g)? {
-                let (local, _, _) = d.graphs.node(n)?;
-                let kind = super::graph_params::type_name(&d.graphs.work(n)?);
-                dot.push_str(&format!("  n{n:x} [label=\"{kind} {local}\"];\n"));
+    /// `cuGraphDebugDotPrint`: the graph as DOT, a node per line (its type and local id) and an
+    /// edge per line; `flags` (what detail to print) change nothing here.
+    fn cuGraphDebugDotPrint(graph: CUgraph, path: *const c_char, _flags: c_uint) {
+        gated(|| {
+            if path.is_null() {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
             }
-            for (from, to) in d.graphs.edges(g)? {
-                dot.push_str(&format!("  n{from:x} -> n{to:x};\n"));
-            }
-            dot.push_str("}\n");
-            Ok(dot)
-        })?;
-        std::fs::write(&path, dot).map_err(|_| CuError::CUDA_ERROR_OPERATING_SYSTEM)
-    })
+            // SAFETY: a NUL-terminated path (cuda.h), non-null.
+            let path = unsafe { CStr::from_ptr(path) }
+                .to_string_lossy()
+                .into_owned();
+            let dot = driver::with(|d| {
+                let g = h(graph);
+                let mut dot = format!("digraph fakecuda_graph_{} {{\n", d.graphs.graph_id(g)?);
+                for n in d.graphs.nodes_of(g)? {
+                    let (local, _, _) = d.graphs.node(n)?;
+                    let kind = super::graph_params::type_name(&d.graphs.work(n)?);
+                    dot.push_str(&format!("  n{n:x} [label=\"{kind} {local}\"];\n"));
+                }
+                for (from, to) in d.graphs.edges(g)? {
+                    dot.push_str(&format!("  n{from:x} -> n{to:x};\n"));
+                }
+                dot.push_str("}\n");
+                Ok(dot)
+            })?;
+            std::fs::write(&path, dot).map_err(|_| CuError::CUDA_ERROR_OPERATING_SYSTEM)
+        })
+    }
 }
 
 /// `CUDA_GRAPH_INSTANTIATE_PARAMS`.
@@ -310,91 +286,83 @@ const RESULT_ERROR: c_uint = 1;
 const RESULT_INVALID_STRUCTURE: c_uint = 2;
 const RESULT_NODE_OPERATION_NOT_SUPPORTED: c_uint = 3;
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphInstantiateWithParams(
-    out: *mut CUgraphExec,
-    graph: CUgraph,
-    params: *mut InstantiateParams,
-) -> RawResult {
-    gated(|| {
-        if params.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        // SAFETY: the caller's CUDA_GRAPH_INSTANTIATE_PARAMS (cuda.h), non-null.
-        let (flags, upload) = unsafe { ((*params).flags, (*params).upload_stream) };
-        let done = instantiate(out, graph, flags, Some(upload));
-        let result = match done {
-            Ok(()) => RESULT_SUCCESS,
-            Err(CuError::CUDA_ERROR_NOT_SUPPORTED) => RESULT_NODE_OPERATION_NOT_SUPPORTED,
-            // Dependencies out of order, or a second executable graph of a graph with memory.
-            Err(CuError::CUDA_ERROR_INVALID_VALUE) => RESULT_INVALID_STRUCTURE,
-            Err(_) => RESULT_ERROR,
-        };
-        // SAFETY: as above: the driver's outputs (no node is blamed here).
-        unsafe {
-            (*params).error_node = std::ptr::null_mut();
-            (*params).result = result;
-        }
-        done
-    })
-}
+export! {
+    fn cuGraphInstantiateWithParams(
+        out: *mut CUgraphExec,
+        graph: CUgraph,
+        params: *mut InstantiateParams,
+    ) {
+        gated(|| {
+            if params.is_null() {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+            // SAFETY: the caller's CUDA_GRAPH_INSTANTIATE_PARAMS (cuda.h), non-null.
+            let (flags, upload) = unsafe { ((*params).flags, (*params).upload_stream) };
+            let done = instantiate(out, graph, flags, Some(upload));
+            let result = match done {
+                Ok(()) => RESULT_SUCCESS,
+                Err(CuError::CUDA_ERROR_NOT_SUPPORTED) => RESULT_NODE_OPERATION_NOT_SUPPORTED,
+                // Dependencies out of order, or a second executable graph of a graph with memory.
+                Err(CuError::CUDA_ERROR_INVALID_VALUE) => RESULT_INVALID_STRUCTURE,
+                Err(_) => RESULT_ERROR,
+            };
+            // SAFETY: as above: the driver's outputs (no node is blamed here).
+            unsafe {
+                (*params).error_node = std::ptr::null_mut();
+                (*params).result = result;
+            }
+            done
+        })
+    }
 
-/// `cuGraphUpload`: nothing to move ahead of a launch here; the executable graph and the
-/// stream are checked.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) -> RawResult {
-    gated(|| {
-        driver::with(|d| d.graphs.exec_id(h(exec)).map(drop))?;
-        memcpy::target(Some(stream as usize as u64)).map(drop)
-    })
-}
+    /// `cuGraphUpload`: nothing to move ahead of a launch here; the executable graph and the
+    /// stream are checked.
+    safe fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) {
+        gated(|| {
+            driver::with(|d| d.graphs.exec_id(h(exec)).map(drop))?;
+            memcpy::target(Some(stream as usize as u64)).map(drop)
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphMemAllocNodeGetParams(
-    node: CUgraphNode,
-    out: *mut RawMemAllocNodeParams,
-) -> RawResult {
-    with(|d| {
-        let Work::MemAlloc {
-            base,
-            requested,
-            device,
-            ..
-        } = d.graphs.work(h(node))?
-        else {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        };
-        let (descs, n) = d.graphs.grants(h(node))?;
-        if out.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        // SAFETY: a CUDA_MEM_ALLOC_NODE_PARAMS out-parameter (cuda.h), non-null; all zero is
-        // a valid value of it before the fields are set.
-        unsafe {
-            out.write_bytes(0, 1);
-            let p = &mut *out;
-            p.pool_props.alloc_type = crate::abi::consts::ALLOCATION_TYPE_PINNED;
-            p.pool_props.location.type_ = crate::abi::consts::LOCATION_TYPE_DEVICE;
-            p.pool_props.location.id = device as i32;
-            p.access_descs = descs;
-            p.access_desc_count = n;
-            p.bytesize = requested as usize;
-            p.dptr = base;
-        }
-        Ok(())
-    })
-}
+    fn cuGraphMemAllocNodeGetParams(node: CUgraphNode, out: *mut RawMemAllocNodeParams) {
+        with(|d| {
+            let Work::MemAlloc {
+                base,
+                requested,
+                device,
+                ..
+            } = d.graphs.work(h(node))?
+            else {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            };
+            let (descs, n) = d.graphs.grants(h(node))?;
+            if out.is_null() {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+            // SAFETY: a CUDA_MEM_ALLOC_NODE_PARAMS out-parameter (cuda.h), non-null; all zero is
+            // a valid value of it before the fields are set.
+            unsafe {
+                out.write_bytes(0, 1);
+                let p = &mut *out;
+                p.pool_props.alloc_type = crate::abi::consts::ALLOCATION_TYPE_PINNED;
+                p.pool_props.location.type_ = crate::abi::consts::LOCATION_TYPE_DEVICE;
+                p.pool_props.location.id = device as i32;
+                p.access_descs = descs;
+                p.access_desc_count = n;
+                p.bytesize = requested as usize;
+                p.dptr = base;
+            }
+            Ok(())
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphMemFreeNodeGetParams(
-    node: CUgraphNode,
-    out: *mut CUdeviceptr,
-) -> RawResult {
-    with(|d| match d.graphs.work(h(node))? {
-        // SAFETY: CUdeviceptr out-parameter (cuda.h).
-        Work::MemFree { base } => unsafe { put(out, base) },
-        _ => Err(CuError::CUDA_ERROR_INVALID_VALUE),
-    })
+    fn cuGraphMemFreeNodeGetParams(node: CUgraphNode, out: *mut CUdeviceptr) {
+        with(|d| match d.graphs.work(h(node))? {
+            // SAFETY: CUdeviceptr out-parameter (cuda.h).
+            Work::MemFree { base } => unsafe { put(out, base) },
+            _ => Err(CuError::CUDA_ERROR_INVALID_VALUE),
+        })
+    }
 }
 
 /// Adds (`add`) or removes `n` edges `from[i] → to[i]`; only default edge data is modelled.
@@ -430,48 +398,46 @@ unsafe fn dependencies(
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphAddDependencies(
-    graph: CUgraph,
-    from: *const CUgraphNode,
-    to: *const CUgraphNode,
-    n: usize,
-) -> RawResult {
-    // SAFETY: the caller's lists (cuda.h).
-    unsafe { dependencies(graph, from, to, std::ptr::null(), n, true) }
-}
+export! {
+    fn cuGraphAddDependencies(
+        graph: CUgraph,
+        from: *const CUgraphNode,
+        to: *const CUgraphNode,
+        n: usize,
+    ) {
+        // SAFETY: the caller's lists (cuda.h).
+        unsafe { dependencies(graph, from, to, std::ptr::null(), n, true) }
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphAddDependencies_v2(
-    graph: CUgraph,
-    from: *const CUgraphNode,
-    to: *const CUgraphNode,
-    data: *const EdgeData,
-    n: usize,
-) -> RawResult {
-    // SAFETY: the caller's lists (cuda.h).
-    unsafe { dependencies(graph, from, to, data, n, true) }
-}
+    fn cuGraphAddDependencies_v2(
+        graph: CUgraph,
+        from: *const CUgraphNode,
+        to: *const CUgraphNode,
+        data: *const EdgeData,
+        n: usize,
+    ) {
+        // SAFETY: the caller's lists (cuda.h).
+        unsafe { dependencies(graph, from, to, data, n, true) }
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphRemoveDependencies(
-    graph: CUgraph,
-    from: *const CUgraphNode,
-    to: *const CUgraphNode,
-    n: usize,
-) -> RawResult {
-    // SAFETY: the caller's lists (cuda.h).
-    unsafe { dependencies(graph, from, to, std::ptr::null(), n, false) }
-}
+    fn cuGraphRemoveDependencies(
+        graph: CUgraph,
+        from: *const CUgraphNode,
+        to: *const CUgraphNode,
+        n: usize,
+    ) {
+        // SAFETY: the caller's lists (cuda.h).
+        unsafe { dependencies(graph, from, to, std::ptr::null(), n, false) }
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphRemoveDependencies_v2(
-    graph: CUgraph,
-    from: *const CUgraphNode,
-    to: *const CUgraphNode,
-    data: *const EdgeData,
-    n: usize,
-) -> RawResult {
-    // SAFETY: the caller's lists (cuda.h).
-    unsafe { dependencies(graph, from, to, data, n, false) }
+    fn cuGraphRemoveDependencies_v2(
+        graph: CUgraph,
+        from: *const CUgraphNode,
+        to: *const CUgraphNode,
+        data: *const EdgeData,
+        n: usize,
+    ) {
+        // SAFETY: the caller's lists (cuda.h).
+        unsafe { dependencies(graph, from, to, data, n, false) }
+    }
 }

@@ -46,33 +46,32 @@ pub(super) fn add(
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphCreate(out: *mut CUgraph, flags: c_uint) -> RawResult {
-    with(|d| {
-        if out.is_null() || flags != 0 {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let g = d.next_handle();
-        d.graphs.create(g);
-        // SAFETY: CUgraph out-parameter (cuda.h), non-null.
-        unsafe { put(out, handle_ptr::<CUgraph_st>(g)) }
-    })
-}
+export! {
+    fn cuGraphCreate(out: *mut CUgraph, flags: c_uint) {
+        with(|d| {
+            if out.is_null() || flags != 0 {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+            let g = d.next_handle();
+            d.graphs.create(g);
+            // SAFETY: CUgraph out-parameter (cuda.h), non-null.
+            unsafe { put(out, handle_ptr::<CUgraph_st>(g)) }
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuGraphDestroy(graph: CUgraph) -> RawResult {
-    super::user_objects::releasing(|d| d.graph_destroy(h(graph)))
-}
+    safe fn cuGraphDestroy(graph: CUgraph) {
+        super::user_objects::releasing(|d| d.graph_destroy(h(graph)))
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphAddEmptyNode(
-    out: *mut CUgraphNode,
-    graph: CUgraph,
-    dependencies: *const CUgraphNode,
-    n: usize,
-) -> RawResult {
-    // SAFETY: cuda.h's contract for the dependency list.
-    gated(|| add(out, graph, unsafe { deps(dependencies, n) }?, Work::Empty))
+    fn cuGraphAddEmptyNode(
+        out: *mut CUgraphNode,
+        graph: CUgraph,
+        dependencies: *const CUgraphNode,
+        n: usize,
+    ) {
+        // SAFETY: cuda.h's contract for the dependency list.
+        gated(|| add(out, graph, unsafe { deps(dependencies, n) }?, Work::Empty))
+    }
 }
 
 /// `CUDA_HOST_NODE_PARAMS`.
@@ -83,21 +82,22 @@ pub struct HostNodeParams {
     pub(super) user: usize,
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphAddHostNode(
-    out: *mut CUgraphNode,
-    graph: CUgraph,
-    dependencies: *const CUgraphNode,
-    n: usize,
-    params: *const HostNodeParams,
-) -> RawResult {
-    gated(|| {
-        // SAFETY: CUDA_HOST_NODE_PARAMS input (cuda.h).
-        let p = unsafe { get(params) }?;
-        let work = host_node(p.function, p.user)?;
-        // SAFETY: cuda.h's contract for the dependency list.
-        add(out, graph, unsafe { deps(dependencies, n) }?, work)
-    })
+export! {
+    fn cuGraphAddHostNode(
+        out: *mut CUgraphNode,
+        graph: CUgraph,
+        dependencies: *const CUgraphNode,
+        n: usize,
+        params: *const HostNodeParams,
+    ) {
+        gated(|| {
+            // SAFETY: CUDA_HOST_NODE_PARAMS input (cuda.h).
+            let p = unsafe { get(params) }?;
+            let work = host_node(p.function, p.user)?;
+            // SAFETY: cuda.h's contract for the dependency list.
+            add(out, graph, unsafe { deps(dependencies, n) }?, work)
+        })
+    }
 }
 
 /// A host node's work: the application's function (non-null) and its argument.
@@ -135,22 +135,23 @@ pub(super) fn memset_node(p: &MemsetNodeParams) -> CuResult<Work> {
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphAddMemsetNode(
-    out: *mut CUgraphNode,
-    graph: CUgraph,
-    dependencies: *const CUgraphNode,
-    n: usize,
-    params: *const MemsetNodeParams,
-    _ctx: CUcontext,
-) -> RawResult {
-    gated(|| {
-        // SAFETY: CUDA_MEMSET_NODE_PARAMS input (cuda.h).
-        let p = unsafe { get(params) }?;
-        let work = memset_node(&p)?;
-        // SAFETY: cuda.h's contract for the dependency list.
-        add(out, graph, unsafe { deps(dependencies, n) }?, work)
-    })
+export! {
+    fn cuGraphAddMemsetNode(
+        out: *mut CUgraphNode,
+        graph: CUgraph,
+        dependencies: *const CUgraphNode,
+        n: usize,
+        params: *const MemsetNodeParams,
+        _ctx: CUcontext,
+    ) {
+        gated(|| {
+            // SAFETY: CUDA_MEMSET_NODE_PARAMS input (cuda.h).
+            let p = unsafe { get(params) }?;
+            let work = memset_node(&p)?;
+            // SAFETY: cuda.h's contract for the dependency list.
+            add(out, graph, unsafe { deps(dependencies, n) }?, work)
+        })
+    }
 }
 
 /// `CUmemorytype`.
@@ -226,22 +227,23 @@ pub(super) fn memcpy_node(p: &RawMemcpy3d) -> CuResult<Work> {
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphAddMemcpyNode(
-    out: *mut CUgraphNode,
-    graph: CUgraph,
-    dependencies: *const CUgraphNode,
-    n: usize,
-    params: *const RawMemcpy3d,
-    _ctx: CUcontext,
-) -> RawResult {
-    gated(|| {
-        // SAFETY: CUDA_MEMCPY3D input (cuda.h).
-        let p = unsafe { get(params) }?;
-        let work = memcpy_node(&p)?;
-        // SAFETY: cuda.h's contract for the dependency list.
-        add(out, graph, unsafe { deps(dependencies, n) }?, work)
-    })
+export! {
+    fn cuGraphAddMemcpyNode(
+        out: *mut CUgraphNode,
+        graph: CUgraph,
+        dependencies: *const CUgraphNode,
+        n: usize,
+        params: *const RawMemcpy3d,
+        _ctx: CUcontext,
+    ) {
+        gated(|| {
+            // SAFETY: CUDA_MEMCPY3D input (cuda.h).
+            let p = unsafe { get(params) }?;
+            let work = memcpy_node(&p)?;
+            // SAFETY: cuda.h's contract for the dependency list.
+            add(out, graph, unsafe { deps(dependencies, n) }?, work)
+        })
+    }
 }
 
 /// A child-graph node's work: a copy of `child`'s nodes (another graph), taken now.
@@ -260,53 +262,48 @@ pub(super) fn child_node(graph: CUgraph, child: CUgraph) -> CuResult<Work> {
     Ok(Work::Child(nodes))
 }
 
-/// A child-graph node: a copy of `child`'s nodes, taken now (later changes to `child` are not
-/// seen, as with CUDA's clone).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphAddChildGraphNode(
-    out: *mut CUgraphNode,
-    graph: CUgraph,
-    dependencies: *const CUgraphNode,
-    n: usize,
-    child: CUgraph,
-) -> RawResult {
-    gated(|| {
-        let work = child_node(graph, child)?;
-        // SAFETY: cuda.h's contract for the dependency list.
-        add(out, graph, unsafe { deps(dependencies, n) }?, work)
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
-    out: *mut CUgraphExec,
-    graph: CUgraph,
-    flags: c_ulonglong,
-) -> RawResult {
-    // Upload needs a stream, which only cuGraphInstantiateWithParams names.
-    gated(|| super::graph_queries::instantiate(out, graph, flags, None))
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> RawResult {
-    gated(|| {
-        let order = driver::with(|d| {
-            let order = d.graphs.exec_order(h(exec))?;
-            // Graph allocations get their memory at the first launch.
-            d.graph_mem_launch(h(exec), &order)?;
-            Ok(order)
-        })?;
-        if loops_forever(&order) {
-            // No device code runs here to clear the condition: the loop would never end.
-            return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
-        }
-        let stream = Some(stream as usize as u64);
-        // Its copies and fills are the work of the stream's context.
-        let issuer = memcpy::issuer(&memcpy::target(stream)?);
-        memcpy::host_work(stream, move || {
-            run_works(issuer, &order);
+export! {
+    /// A child-graph node: a copy of `child`'s nodes, taken now (later changes to `child` are not
+    /// seen, as with CUDA's clone).
+    fn cuGraphAddChildGraphNode(
+        out: *mut CUgraphNode,
+        graph: CUgraph,
+        dependencies: *const CUgraphNode,
+        n: usize,
+        child: CUgraph,
+    ) {
+        gated(|| {
+            let work = child_node(graph, child)?;
+            // SAFETY: cuda.h's contract for the dependency list.
+            add(out, graph, unsafe { deps(dependencies, n) }?, work)
         })
-    })
+    }
+
+    fn cuGraphInstantiateWithFlags(out: *mut CUgraphExec, graph: CUgraph, flags: c_ulonglong) {
+        // Upload needs a stream, which only cuGraphInstantiateWithParams names.
+        gated(|| super::graph_queries::instantiate(out, graph, flags, None))
+    }
+
+    safe fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) {
+        gated(|| {
+            let order = driver::with(|d| {
+                let order = d.graphs.exec_order(h(exec))?;
+                // Graph allocations get their memory at the first launch.
+                d.graph_mem_launch(h(exec), &order)?;
+                Ok(order)
+            })?;
+            if loops_forever(&order) {
+                // No device code runs here to clear the condition: the loop would never end.
+                return Err(CuError::CUDA_ERROR_NOT_SUPPORTED);
+            }
+            let stream = Some(stream as usize as u64);
+            // Its copies and fills are the work of the stream's context.
+            let issuer = memcpy::issuer(&memcpy::target(stream)?);
+            memcpy::host_work(stream, move || {
+                run_works(issuer, &order);
+            })
+        })
+    }
 }
 
 /// Whether `order` holds a while node whose condition is set: nothing here could clear it.
@@ -416,58 +413,31 @@ fn run_works(issuer: u64, order: &[Work]) -> bool {
     true
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> RawResult {
-    super::user_objects::releasing(|d| d.graph_exec_destroy(h(exec)))
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphGetId(graph: CUgraph, id: *mut c_uint) -> RawResult {
-    // SAFETY: unsigned out-parameter (cuda.h).
-    unsafe { with_out(id, |d| d.graphs.graph_id(h(graph))) }
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphExecGetId(exec: CUgraphExec, id: *mut c_uint) -> RawResult {
-    // SAFETY: unsigned out-parameter (cuda.h).
-    unsafe { with_out(id, |d| d.graphs.exec_id(h(exec))) }
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeGetLocalId(node: CUgraphNode, id: *mut c_uint) -> RawResult {
-    // SAFETY: unsigned out-parameter (cuda.h).
-    unsafe {
-        with_out(id, |d| {
-            let (local, _, _) = d.graphs.node(h(node))?;
-            Ok(local)
-        })
+export! {
+    safe fn cuGraphExecDestroy(exec: CUgraphExec) {
+        super::user_objects::releasing(|d| d.graph_exec_destroy(h(exec)))
     }
-}
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeGetToolsId(
-    node: CUgraphNode,
-    id: *mut c_ulonglong,
-) -> RawResult {
-    // SAFETY: unsigned long long out-parameter (cuda.h).
-    unsafe {
-        with_out(id, |d| {
-            let (_, tools, _) = d.graphs.node(h(node))?;
-            Ok(tools)
-        })
+    fn cuGraphGetId(graph: CUgraph, id: *mut c_uint) -> id |d| {
+        d.graphs.graph_id(h(graph))
     }
-}
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphNodeGetContainingGraph(
-    node: CUgraphNode,
-    out: *mut CUgraph,
-) -> RawResult {
-    // SAFETY: CUgraph out-parameter (cuda.h).
-    unsafe {
-        with_out(out, |d| {
-            let (_, _, graph) = d.graphs.node(h(node))?;
-            Ok(handle_ptr::<CUgraph_st>(graph))
-        })
+    fn cuGraphExecGetId(exec: CUgraphExec, id: *mut c_uint) -> id |d| {
+        d.graphs.exec_id(h(exec))
+    }
+
+    fn cuGraphNodeGetLocalId(node: CUgraphNode, id: *mut c_uint) -> id |d| {
+        let (local, _, _) = d.graphs.node(h(node))?;
+        Ok(local)
+    }
+
+    fn cuGraphNodeGetToolsId(node: CUgraphNode, id: *mut c_ulonglong) -> id |d| {
+        let (_, tools, _) = d.graphs.node(h(node))?;
+        Ok(tools)
+    }
+
+    fn cuGraphNodeGetContainingGraph(node: CUgraphNode, out: *mut CUgraph) -> out |d| {
+        let (_, _, graph) = d.graphs.node(h(node))?;
+        Ok(handle_ptr::<CUgraph_st>(graph))
     }
 }

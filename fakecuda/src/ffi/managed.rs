@@ -20,24 +20,14 @@ fn advise(
     })
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemAdvise(
-    ptr: CUdeviceptr,
-    count: usize,
-    advice: c_uint,
-    device: CUdevice,
-) -> RawResult {
-    advise(ptr, count, advice, |d| d.advice_device(device))
-}
+export! {
+    safe fn cuMemAdvise(ptr: CUdeviceptr, count: usize, advice: c_uint, device: CUdevice) {
+        advise(ptr, count, advice, |d| d.advice_device(device))
+    }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemAdvise_v2(
-    ptr: CUdeviceptr,
-    count: usize,
-    advice: c_uint,
-    location: RawLocation,
-) -> RawResult {
-    advise(ptr, count, advice, |d| d.advice_place(location))
+    safe fn cuMemAdvise_v2(ptr: CUdeviceptr, count: usize, advice: c_uint, location: RawLocation) {
+        advise(ptr, count, advice, |d| d.advice_place(location))
+    }
 }
 
 /// Records the prefetch when the stream reaches it (nothing moves here).
@@ -63,25 +53,20 @@ fn prefetch(
     })
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemPrefetchAsync(
-    ptr: CUdeviceptr,
-    count: usize,
-    device: CUdevice,
-    stream: CUstream,
-) -> RawResult {
-    prefetch(ptr, count, |d| d.advice_device(device), 0, stream)
-}
+export! {
+    safe fn cuMemPrefetchAsync(ptr: CUdeviceptr, count: usize, device: CUdevice, stream: CUstream) {
+        prefetch(ptr, count, |d| d.advice_device(device), 0, stream)
+    }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemPrefetchAsync_v2(
-    ptr: CUdeviceptr,
-    count: usize,
-    location: RawLocation,
-    flags: c_uint,
-    stream: CUstream,
-) -> RawResult {
-    prefetch(ptr, count, |d| d.advice_place(location), flags, stream)
+    safe fn cuMemPrefetchAsync_v2(
+        ptr: CUdeviceptr,
+        count: usize,
+        location: RawLocation,
+        flags: c_uint,
+        stream: CUstream,
+    ) {
+        prefetch(ptr, count, |d| d.advice_place(location), flags, stream)
+    }
 }
 
 /// Writes one range attribute into `size` bytes at `data`.
@@ -102,53 +87,53 @@ unsafe fn put_range(data: *mut c_void, size: usize, value: RangeValue) -> CuResu
     Ok(())
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemRangeGetAttribute(
-    data: *mut c_void,
-    size: usize,
-    attribute: c_uint,
-    ptr: CUdeviceptr,
-    count: usize,
-) -> RawResult {
-    with(|d| {
-        let value = d.range_attribute(attribute, size, ptr, count as u64)?;
-        // SAFETY: `size` bytes of the caller's (cuda.h).
-        unsafe { put_range(data, size, value) }
-    })
-}
+export! {
+    fn cuMemRangeGetAttribute(
+        data: *mut c_void,
+        size: usize,
+        attribute: c_uint,
+        ptr: CUdeviceptr,
+        count: usize,
+    ) {
+        with(|d| {
+            let value = d.range_attribute(attribute, size, ptr, count as u64)?;
+            // SAFETY: `size` bytes of the caller's (cuda.h).
+            unsafe { put_range(data, size, value) }
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemRangeGetAttributes(
-    data: *mut *mut c_void,
-    sizes: *const usize,
-    attributes: *const c_uint,
-    n: usize,
-    ptr: CUdeviceptr,
-    count: usize,
-) -> RawResult {
-    with(|d| {
-        if n == 0 || data.is_null() || sizes.is_null() || attributes.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        // SAFETY: cuda.h: `n` storage pointers, sizes and attributes.
-        let (slots, sizes, attributes) = unsafe {
-            (
-                std::slice::from_raw_parts(data, n),
-                std::slice::from_raw_parts(sizes, n),
-                std::slice::from_raw_parts(attributes, n),
-            )
-        };
-        let values = attributes
-            .iter()
-            .zip(sizes)
-            .map(|(&a, &size)| d.range_attribute(a, size, ptr, count as u64))
-            .collect::<CuResult<Vec<_>>>()?;
-        for ((slot, &size), value) in slots.iter().zip(sizes).zip(values) {
-            // SAFETY: each slot holds `size` bytes of the caller's (cuda.h).
-            unsafe { put_range(*slot, size, value) }?;
-        }
-        Ok(())
-    })
+    fn cuMemRangeGetAttributes(
+        data: *mut *mut c_void,
+        sizes: *const usize,
+        attributes: *const c_uint,
+        n: usize,
+        ptr: CUdeviceptr,
+        count: usize,
+    ) {
+        with(|d| {
+            if n == 0 || data.is_null() || sizes.is_null() || attributes.is_null() {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+            // SAFETY: cuda.h: `n` storage pointers, sizes and attributes.
+            let (slots, sizes, attributes) = unsafe {
+                (
+                    std::slice::from_raw_parts(data, n),
+                    std::slice::from_raw_parts(sizes, n),
+                    std::slice::from_raw_parts(attributes, n),
+                )
+            };
+            let values = attributes
+                .iter()
+                .zip(sizes)
+                .map(|(&a, &size)| d.range_attribute(a, size, ptr, count as u64))
+                .collect::<CuResult<Vec<_>>>()?;
+            for ((slot, &size), value) in slots.iter().zip(sizes).zip(values) {
+                // SAFETY: each slot holds `size` bytes of the caller's (cuda.h).
+                unsafe { put_range(*slot, size, value) }?;
+            }
+            Ok(())
+        })
+    }
 }
 
 /// The CUDA 13 batch operations: `count` ranges of managed memory, each discarded (its
@@ -230,64 +215,63 @@ unsafe fn batch(
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPrefetchBatchAsync(
-    dptrs: *const CUdeviceptr,
-    sizes: *const usize,
-    count: usize,
-    locations: *const RawLocation,
-    location_idxs: *const usize,
-    n: usize,
-    flags: c_ulonglong,
-    stream: CUstream,
-) -> RawResult {
-    // SAFETY: the caller's arrays (cuda.h).
-    unsafe {
-        batch(
-            dptrs,
-            sizes,
-            count,
-            Some((locations, location_idxs, n)),
-            flags,
-            stream,
-        )
+export! {
+    fn cuMemPrefetchBatchAsync(
+        dptrs: *const CUdeviceptr,
+        sizes: *const usize,
+        count: usize,
+        locations: *const RawLocation,
+        location_idxs: *const usize,
+        n: usize,
+        flags: c_ulonglong,
+        stream: CUstream,
+    ) {
+        // SAFETY: the caller's arrays (cuda.h).
+        unsafe {
+            batch(
+                dptrs,
+                sizes,
+                count,
+                Some((locations, location_idxs, n)),
+                flags,
+                stream,
+            )
+        }
     }
-}
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemDiscardBatchAsync(
-    dptrs: *const CUdeviceptr,
-    sizes: *const usize,
-    count: usize,
-    flags: c_ulonglong,
-    stream: CUstream,
-) -> RawResult {
-    // SAFETY: the caller's arrays (cuda.h).
-    unsafe { batch(dptrs, sizes, count, None, flags, stream) }
-}
+    fn cuMemDiscardBatchAsync(
+        dptrs: *const CUdeviceptr,
+        sizes: *const usize,
+        count: usize,
+        flags: c_ulonglong,
+        stream: CUstream,
+    ) {
+        // SAFETY: the caller's arrays (cuda.h).
+        unsafe { batch(dptrs, sizes, count, None, flags, stream) }
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemDiscardAndPrefetchBatchAsync(
-    dptrs: *const CUdeviceptr,
-    sizes: *const usize,
-    count: usize,
-    locations: *const RawLocation,
-    location_idxs: *const usize,
-    n: usize,
-    flags: c_ulonglong,
-    stream: CUstream,
-) -> RawResult {
-    // SAFETY: the caller's arrays (cuda.h); the discard changes no byte here.
-    unsafe {
-        cuMemPrefetchBatchAsync(
-            dptrs,
-            sizes,
-            count,
-            locations,
-            location_idxs,
-            n,
-            flags,
-            stream,
-        )
+    fn cuMemDiscardAndPrefetchBatchAsync(
+        dptrs: *const CUdeviceptr,
+        sizes: *const usize,
+        count: usize,
+        locations: *const RawLocation,
+        location_idxs: *const usize,
+        n: usize,
+        flags: c_ulonglong,
+        stream: CUstream,
+    ) {
+        // SAFETY: the caller's arrays (cuda.h); the discard changes no byte here.
+        unsafe {
+            cuMemPrefetchBatchAsync(
+                dptrs,
+                sizes,
+                count,
+                locations,
+                location_idxs,
+                n,
+                flags,
+                stream,
+            )
+        }
     }
 }

@@ -86,6 +86,54 @@ fn handle_ptr<T>(h: u64) -> *mut T {
     std::ptr::without_provenance_mut(h as usize)
 }
 
+/// Declares exported entry points: each `fn NAME(PARAMS) ...` becomes `#[unsafe(no_mangle)]
+/// pub unsafe extern "C" fn NAME(PARAMS) -> RawResult`, its doc comments and attributes kept,
+/// so the symbol and its C signature are exactly what is written.
+///
+/// - `fn NAME(PARAMS) -> OUT |d| { BODY }`: BODY's value, computed on the locked driver, is
+///   written to the out-parameter OUT through [`with_out`] (null OUT: `INVALID_VALUE`, BODY
+///   does not run).
+/// - `fn NAME(PARAMS) { BODY }`: the body as written.
+/// - `for (PARAMS) { fn A { BODY } fn B { BODY } }`: several symbols of one ABI, each its own
+///   behaviour.
+/// - `safe fn NAME(PARAMS) { BODY }`: a safe `pub extern "C" fn`, for one that dereferences
+///   no pointer it is given.
+///
+/// Safety: the caller of every entry point keeps cuda.h's contract for it; for an OUT that
+/// contract is that it is null or valid for a write of its type, what `with_out` requires.
+macro_rules! export {
+    () => {};
+    (for $params:tt { $($(#[$meta:meta])* fn $name:ident $body:block)* } $($rest:tt)*) => {
+        export! { $($(#[$meta])* fn $name $params $body)* }
+        export! { $($rest)* }
+    };
+    (
+        $(#[$meta:meta])* fn $name:ident $params:tt -> $out:ident |$d:tt| $body:block
+        $($rest:tt)*
+    ) => {
+        $(#[$meta])*
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name $params -> RawResult {
+            // SAFETY: `$out` is null or valid for a write of its type: cuda.h's contract for
+            // this out-parameter, which the caller keeps.
+            unsafe { with_out($out, |$d| $body) }
+        }
+        export! { $($rest)* }
+    };
+    ($(#[$meta:meta])* fn $name:ident $params:tt $body:block $($rest:tt)*) => {
+        $(#[$meta])*
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name $params -> RawResult $body
+        export! { $($rest)* }
+    };
+    ($(#[$meta:meta])* safe fn $name:ident $params:tt $body:block $($rest:tt)*) => {
+        $(#[$meta])*
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $name $params -> RawResult $body
+        export! { $($rest)* }
+    };
+}
+
 mod contexts;
 mod devices;
 mod extras;

@@ -21,98 +21,79 @@ unsafe fn reserved_zero<T: Copy>(args: *const T, skip: usize) -> CuResult<Option
     Ok(Some(unsafe { args.read() }))
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCheckpointProcessGetState(pid: c_int, state: *mut c_uint) -> RawResult {
-    run(|| {
-        if state.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let s = checkpoint::client::get_state(pid)?;
-        // SAFETY: CUprocessState out-parameter (a C enum: u32), non-null.
-        unsafe { put(state, s) }
-    })
-}
-
-/// The thread of `pid` that serves checkpoint requests (fakecuda's control thread): CRIU's
-/// CUDA plugin lets it run while it holds the rest of the process stopped.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCheckpointProcessGetRestoreThreadId(
-    pid: c_int,
-    tid: *mut c_int,
-) -> RawResult {
-    run(|| {
-        if tid.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let found = checkpoint::client::restore_thread(pid)?;
-        // SAFETY: an int out-parameter, non-null.
-        unsafe { put(tid, found) }
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCheckpointProcessLock(
-    pid: c_int,
-    args: *mut CUcheckpointLockArgs,
-) -> RawResult {
-    run(|| {
-        // SAFETY: optional CUcheckpointLockArgs (cuda.h); only timeoutMs may be non-zero.
-        let a = unsafe { reserved_zero(args, 4) }?;
-        let timeout = a.map_or(0, |a| a.timeoutMs);
-        checkpoint::client::simple(pid, Op::Lock, u64::from(timeout))
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCheckpointProcessCheckpoint(
-    pid: c_int,
-    args: *mut CUcheckpointCheckpointArgs,
-) -> RawResult {
-    run(|| {
-        // SAFETY: optional CUcheckpointCheckpointArgs (cuda.h): reserved, must be zero.
-        unsafe { reserved_zero(args, 0) }?;
-        checkpoint::client::simple(pid, Op::Checkpoint, 0)
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCheckpointProcessRestore(
-    pid: c_int,
-    args: *mut CUcheckpointRestoreArgs,
-) -> RawResult {
-    run(|| {
-        let mut pairs = Vec::new();
-        if !args.is_null() {
-            // SAFETY: optional CUcheckpointRestoreArgs (cuda.h, CUDA 13 layout).
-            let a = unsafe { args.read() };
-            let count = a.gpuPairsCount as usize;
-            if count > 0 {
-                if a.gpuPairs.is_null() || count > crate::device::MAX_DEVICES as usize {
-                    return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-                }
-                // SAFETY: the caller passes `gpuPairsCount` pairs at `gpuPairs` (cuda.h).
-                let given = unsafe { std::slice::from_raw_parts(a.gpuPairs, count) };
-                let bytes = |u: &CUuuid| u.bytes.map(|b| b as u8);
-                pairs = given
-                    .iter()
-                    .map(|p| (bytes(&p.oldUuid), bytes(&p.newUuid)))
-                    .collect();
+export! {
+    fn cuCheckpointProcessGetState(pid: c_int, state: *mut c_uint) {
+        run(|| {
+            if state.is_null() {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
             }
-        }
-        checkpoint::client::restore(pid, pairs)
-    })
-}
+            let s = checkpoint::client::get_state(pid)?;
+            // SAFETY: CUprocessState out-parameter (a C enum: u32), non-null.
+            unsafe { put(state, s) }
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCheckpointProcessUnlock(
-    pid: c_int,
-    args: *mut CUcheckpointUnlockArgs,
-) -> RawResult {
-    run(|| {
-        // SAFETY: optional CUcheckpointUnlockArgs (cuda.h): reserved, must be zero.
-        unsafe { reserved_zero(args, 0) }?;
-        checkpoint::client::simple(pid, Op::Unlock, 0)
-    })
+    /// The thread of `pid` that serves checkpoint requests (fakecuda's control thread): CRIU's
+    /// CUDA plugin lets it run while it holds the rest of the process stopped.
+    fn cuCheckpointProcessGetRestoreThreadId(pid: c_int, tid: *mut c_int) {
+        run(|| {
+            if tid.is_null() {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+            let found = checkpoint::client::restore_thread(pid)?;
+            // SAFETY: an int out-parameter, non-null.
+            unsafe { put(tid, found) }
+        })
+    }
+
+    fn cuCheckpointProcessLock(pid: c_int, args: *mut CUcheckpointLockArgs) {
+        run(|| {
+            // SAFETY: optional CUcheckpointLockArgs (cuda.h); only timeoutMs may be non-zero.
+            let a = unsafe { reserved_zero(args, 4) }?;
+            let timeout = a.map_or(0, |a| a.timeoutMs);
+            checkpoint::client::simple(pid, Op::Lock, u64::from(timeout))
+        })
+    }
+
+    fn cuCheckpointProcessCheckpoint(pid: c_int, args: *mut CUcheckpointCheckpointArgs) {
+        run(|| {
+            // SAFETY: optional CUcheckpointCheckpointArgs (cuda.h): reserved, must be zero.
+            unsafe { reserved_zero(args, 0) }?;
+            checkpoint::client::simple(pid, Op::Checkpoint, 0)
+        })
+    }
+
+    fn cuCheckpointProcessRestore(pid: c_int, args: *mut CUcheckpointRestoreArgs) {
+        run(|| {
+            let mut pairs = Vec::new();
+            if !args.is_null() {
+                // SAFETY: optional CUcheckpointRestoreArgs (cuda.h, CUDA 13 layout).
+                let a = unsafe { args.read() };
+                let count = a.gpuPairsCount as usize;
+                if count > 0 {
+                    if a.gpuPairs.is_null() || count > crate::device::MAX_DEVICES as usize {
+                        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+                    }
+                    // SAFETY: the caller passes `gpuPairsCount` pairs at `gpuPairs` (cuda.h).
+                    let given = unsafe { std::slice::from_raw_parts(a.gpuPairs, count) };
+                    let bytes = |u: &CUuuid| u.bytes.map(|b| b as u8);
+                    pairs = given
+                        .iter()
+                        .map(|p| (bytes(&p.oldUuid), bytes(&p.newUuid)))
+                        .collect();
+                }
+            }
+            checkpoint::client::restore(pid, pairs)
+        })
+    }
+
+    fn cuCheckpointProcessUnlock(pid: c_int, args: *mut CUcheckpointUnlockArgs) {
+        run(|| {
+            // SAFETY: optional CUcheckpointUnlockArgs (cuda.h): reserved, must be zero.
+            unsafe { reserved_zero(args, 0) }?;
+            checkpoint::client::simple(pid, Op::Unlock, 0)
+        })
+    }
 }
 
 const _: () = assert!(CUDA_SUCCESS == 0);

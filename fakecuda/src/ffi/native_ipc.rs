@@ -20,15 +20,16 @@ pub struct FakecudaObjects {
     pub ipc_opened: u64,
 }
 
-/// Fills `out` with what the driver holds for this process. Not a CUDA API: fakecuda's test
-/// hook (`CUDA_ERROR_NOT_INITIALIZED` before `cuInit`).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn fakecuda_objects(out: *mut FakecudaObjects) -> RawResult {
-    run(|| {
-        let objects = driver::with(|d| Ok(d.objects()))?;
-        // SAFETY: out-parameter of the caller.
-        unsafe { put(out, objects) }
-    })
+export! {
+    /// Fills `out` with what the driver holds for this process. Not a CUDA API: fakecuda's test
+    /// hook (`CUDA_ERROR_NOT_INITIALIZED` before `cuInit`).
+    fn fakecuda_objects(out: *mut FakecudaObjects) {
+        run(|| {
+            let objects = driver::with(|d| Ok(d.objects()))?;
+            // SAFETY: out-parameter of the caller.
+            unsafe { put(out, objects) }
+        })
+    }
 }
 
 /// How many times this process called cuIpcGetMemHandle, cuIpcOpenMemHandle_v2 or
@@ -38,55 +39,42 @@ pub extern "C" fn fakecuda_native_ipc_calls() -> u64 {
     ipc::calls()
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuIpcGetMemHandle(
-    handle: *mut CUipcMemHandle,
-    dptr: CUdeviceptr,
-) -> RawResult {
-    ipc::count_call();
-    // SAFETY: CUipcMemHandle out-parameter (cuda.h).
-    unsafe {
-        with_out(handle, |d| {
-            let bytes = d.ipc_get(dptr)?;
-            let reserved = bytes.map(|b| b as c_char);
-            Ok(CUipcMemHandle { reserved })
+export! {
+    fn cuIpcGetMemHandle(handle: *mut CUipcMemHandle, dptr: CUdeviceptr) {
+        ipc::count_call();
+        // SAFETY: CUipcMemHandle out-parameter (cuda.h).
+        unsafe {
+            with_out(handle, |d| {
+                let bytes = d.ipc_get(dptr)?;
+                let reserved = bytes.map(|b| b as c_char);
+                Ok(CUipcMemHandle { reserved })
+            })
+        }
+    }
+
+    fn cuIpcOpenMemHandle_v2(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) {
+        ipc::count_call();
+        gated(|| {
+            if pdptr.is_null() {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+            let bytes = handle.reserved.map(|b| b as u8);
+            let p = ipc::open(&bytes, flags)?;
+            // SAFETY: CUdeviceptr out-parameter (cuda.h), non-null.
+            unsafe { put(pdptr, p) }
         })
     }
-}
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(
-    pdptr: *mut CUdeviceptr,
-    handle: CUipcMemHandle,
-    flags: c_uint,
-) -> RawResult {
-    ipc::count_call();
-    gated(|| {
-        if pdptr.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let bytes = handle.reserved.map(|b| b as u8);
-        let p = ipc::open(&bytes, flags)?;
-        // SAFETY: CUdeviceptr out-parameter (cuda.h), non-null.
-        unsafe { put(pdptr, p) }
-    })
-}
+    safe fn cuIpcCloseMemHandle(dptr: CUdeviceptr) {
+        ipc::count_call();
+        with(|d| d.ipc_close(dptr))
+    }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuIpcCloseMemHandle(dptr: CUdeviceptr) -> RawResult {
-    ipc::count_call();
-    with(|d| d.ipc_close(dptr))
-}
-
-/// The pre-11.0 name, the same ABI (the CUDA runtime asks for it at 4.1).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuIpcOpenMemHandle(
-    pdptr: *mut CUdeviceptr,
-    handle: CUipcMemHandle,
-    flags: c_uint,
-) -> RawResult {
-    // SAFETY: same contract as the _v2 entry point.
-    unsafe { cuIpcOpenMemHandle_v2(pdptr, handle, flags) }
+    /// The pre-11.0 name, the same ABI (the CUDA runtime asks for it at 4.1).
+    fn cuIpcOpenMemHandle(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) {
+        // SAFETY: same contract as the _v2 entry point.
+        unsafe { cuIpcOpenMemHandle_v2(pdptr, handle, flags) }
+    }
 }
 
 /// `CUipcEventHandle`, passed by value.
@@ -96,46 +84,38 @@ pub struct RawIpcEventHandle {
     reserved: [u8; crate::ipc_event::HANDLE_BYTES],
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuIpcGetEventHandle(
-    out: *mut RawIpcEventHandle,
-    e: cudarc::driver::sys::CUevent,
-) -> RawResult {
-    // SAFETY: CUipcEventHandle out-parameter (cuda.h).
-    unsafe {
-        with_out(out, |d| {
-            d.event_ipc_handle(e as usize as u64)
-                .map(|reserved| RawIpcEventHandle { reserved })
+export! {
+    fn cuIpcGetEventHandle(
+        out: *mut RawIpcEventHandle,
+        e: cudarc::driver::sys::CUevent,
+    ) -> out |d| {
+        d.event_ipc_handle(e as usize as u64)
+            .map(|reserved| RawIpcEventHandle { reserved })
+    }
+
+    /// `cuIpcOpenEventHandle`: another process's interprocess event, its page fetched from the
+    /// creator's control socket and mapped here; a new event of this process each time.
+    fn cuIpcOpenEventHandle(out: *mut cudarc::driver::sys::CUevent, handle: RawIpcEventHandle) {
+        gated(|| {
+            if out.is_null() {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+            let (pid, remote) = crate::ipc_event::decode(&handle.reserved)?;
+            driver::with(|d| d.contexts.current().map(drop))?;
+            if pid == std::process::id() {
+                // Opening one's own handle fails, as for memory handles.
+                return Err(CuError::CUDA_ERROR_INVALID_CONTEXT);
+            }
+            let fd = crate::checkpoint::client::fetch_ipc_fd(pid, remote)?;
+            let shared = crate::ipc_event::SharedMarks::open(fd)?;
+            let flags = crate::stream::EVENT_INTERPROCESS | crate::stream::EVENT_DISABLE_TIMING;
+            driver::with(|d| {
+                let h = d.next_handle();
+                d.events
+                    .insert(h, crate::stream::Event::with_marks(flags, Some(shared)));
+                // SAFETY: CUevent out-parameter (cuda.h), non-null.
+                unsafe { put(out, handle_ptr::<cudarc::driver::sys::CUevent_st>(h)) }
+            })
         })
     }
-}
-
-/// `cuIpcOpenEventHandle`: another process's interprocess event, its page fetched from the
-/// creator's control socket and mapped here; a new event of this process each time.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuIpcOpenEventHandle(
-    out: *mut cudarc::driver::sys::CUevent,
-    handle: RawIpcEventHandle,
-) -> RawResult {
-    gated(|| {
-        if out.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let (pid, remote) = crate::ipc_event::decode(&handle.reserved)?;
-        driver::with(|d| d.contexts.current().map(drop))?;
-        if pid == std::process::id() {
-            // Opening one's own handle fails, as for memory handles.
-            return Err(CuError::CUDA_ERROR_INVALID_CONTEXT);
-        }
-        let fd = crate::checkpoint::client::fetch_ipc_fd(pid, remote)?;
-        let shared = crate::ipc_event::SharedMarks::open(fd)?;
-        let flags = crate::stream::EVENT_INTERPROCESS | crate::stream::EVENT_DISABLE_TIMING;
-        driver::with(|d| {
-            let h = d.next_handle();
-            d.events
-                .insert(h, crate::stream::Event::with_marks(flags, Some(shared)));
-            // SAFETY: CUevent out-parameter (cuda.h), non-null.
-            unsafe { put(out, handle_ptr::<cudarc::driver::sys::CUevent_st>(h)) }
-        })
-    })
 }

@@ -19,83 +19,59 @@ unsafe fn location(p: *const RawLocation) -> CuResult<(u32, i32)> {
     Ok((l.type_, l.id))
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(
-    out: *mut CUmemoryPool,
-    dev: CUdevice,
-) -> RawResult {
-    // SAFETY: CUmemoryPool out-parameter (cuda.h).
-    unsafe {
-        with_out(out, |d| {
-            let dev = d.config.check_device(dev)?;
-            let h = d.pool_default(crate::pool::Place::Device(dev));
-            Ok(handle_ptr::<CUmemPoolHandle_st>(h))
-        })
-    }
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetMemPool(out: *mut CUmemoryPool, dev: CUdevice) -> RawResult {
-    // SAFETY: CUmemoryPool out-parameter (cuda.h).
-    unsafe {
-        with_out(out, |d| {
-            let dev = d.config.check_device(dev)?;
-            let h = d.pool_current(crate::pool::Place::Device(dev));
-            Ok(handle_ptr::<CUmemPoolHandle_st>(h))
-        })
-    }
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) -> RawResult {
-    with(|d| {
+export! {
+    fn cuDeviceGetDefaultMemPool(out: *mut CUmemoryPool, dev: CUdevice) -> out |d| {
         let dev = d.config.check_device(dev)?;
-        d.pool_set_current(dev, pool_of(pool))
-    })
-}
+        let h = d.pool_default(crate::pool::Place::Device(dev));
+        Ok(handle_ptr::<CUmemPoolHandle_st>(h))
+    }
 
-/// `cuMemGetMemPool` (CUDA 13): the current pool of a location for pinned or managed memory.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemGetMemPool(
-    out: *mut CUmemoryPool,
-    loc: *mut RawLocation,
-    alloc_type: c_uint,
-) -> RawResult {
-    with(|d| {
-        // SAFETY: CUmemLocation input (cuda.h).
-        let (kind, id) = unsafe { location(loc) }?;
-        let place = d.pool_place(alloc_type, (kind, id))?;
-        let h = d.pool_current(place);
-        // SAFETY: CUmemoryPool out-parameter (cuda.h).
-        unsafe { put(out, handle_ptr::<CUmemPoolHandle_st>(h)) }
-    })
-}
+    fn cuDeviceGetMemPool(out: *mut CUmemoryPool, dev: CUdevice) -> out |d| {
+        let dev = d.config.check_device(dev)?;
+        let h = d.pool_current(crate::pool::Place::Device(dev));
+        Ok(handle_ptr::<CUmemPoolHandle_st>(h))
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolCreate(
-    out: *mut CUmemoryPool,
-    props: *const c_void,
-) -> RawResult {
-    with(|d| {
-        if out.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        // SAFETY: `props` points at a CUmemPoolProps (cuda.h), read as plain integers.
-        let p = unsafe { get(props.cast::<cuinterpose_abi::RawPoolProps>()) }?;
-        let h = d.pool_create(
-            p.alloc_type,
-            p.handle_types,
-            (p.location.type_, p.location.id),
-            p.max_size as u64,
-        )?;
-        // SAFETY: CUmemoryPool out-parameter (cuda.h), non-null.
-        unsafe { put(out, handle_ptr::<CUmemPoolHandle_st>(h)) }
-    })
-}
+    safe fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) {
+        with(|d| {
+            let dev = d.config.check_device(dev)?;
+            d.pool_set_current(dev, pool_of(pool))
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> RawResult {
-    with(|d| d.pool_destroy(pool_of(pool)))
+    /// `cuMemGetMemPool` (CUDA 13): the current pool of a location for pinned or managed memory.
+    fn cuMemGetMemPool(out: *mut CUmemoryPool, loc: *mut RawLocation, alloc_type: c_uint) {
+        with(|d| {
+            // SAFETY: CUmemLocation input (cuda.h).
+            let (kind, id) = unsafe { location(loc) }?;
+            let place = d.pool_place(alloc_type, (kind, id))?;
+            let h = d.pool_current(place);
+            // SAFETY: CUmemoryPool out-parameter (cuda.h).
+            unsafe { put(out, handle_ptr::<CUmemPoolHandle_st>(h)) }
+        })
+    }
+
+    fn cuMemPoolCreate(out: *mut CUmemoryPool, props: *const c_void) {
+        with(|d| {
+            if out.is_null() {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+            // SAFETY: `props` points at a CUmemPoolProps (cuda.h), read as plain integers.
+            let p = unsafe { get(props.cast::<cuinterpose_abi::RawPoolProps>()) }?;
+            let h = d.pool_create(
+                p.alloc_type,
+                p.handle_types,
+                (p.location.type_, p.location.id),
+                p.max_size as u64,
+            )?;
+            // SAFETY: CUmemoryPool out-parameter (cuda.h), non-null.
+            unsafe { put(out, handle_ptr::<CUmemPoolHandle_st>(h)) }
+        })
+    }
+
+    safe fn cuMemPoolDestroy(pool: CUmemoryPool) {
+        with(|d| d.pool_destroy(pool_of(pool)))
+    }
 }
 
 /// The attributes that are 32-bit ints (the reuse flags); the rest are 64-bit (cuda.h).
@@ -105,88 +81,69 @@ fn narrow(attr: u32) -> bool {
         .contains(&attr)
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolGetAttribute(
-    pool: CUmemoryPool,
-    attr: c_uint,
-    value: *mut c_void,
-) -> RawResult {
-    with(|d| {
-        let v = d.pool_get_attribute(pool_of(pool), attr)?;
-        if narrow(attr) {
-            // SAFETY: an int out-parameter for this attribute (cuda.h).
-            unsafe { put(value.cast::<i32>(), v as i32) }
-        } else {
-            // SAFETY: a cuuint64_t out-parameter for this attribute (cuda.h).
-            unsafe { put(value.cast::<u64>(), v) }
-        }
-    })
-}
+export! {
+    fn cuMemPoolGetAttribute(pool: CUmemoryPool, attr: c_uint, value: *mut c_void) {
+        with(|d| {
+            let v = d.pool_get_attribute(pool_of(pool), attr)?;
+            if narrow(attr) {
+                // SAFETY: an int out-parameter for this attribute (cuda.h).
+                unsafe { put(value.cast::<i32>(), v as i32) }
+            } else {
+                // SAFETY: a cuuint64_t out-parameter for this attribute (cuda.h).
+                unsafe { put(value.cast::<u64>(), v) }
+            }
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolSetAttribute(
-    pool: CUmemoryPool,
-    attr: c_uint,
-    value: *mut c_void,
-) -> RawResult {
-    with(|d| {
-        let v = if narrow(attr) {
-            // SAFETY: an int input for this attribute (cuda.h).
-            u64::from(unsafe { get(value.cast::<i32>().cast_const()) }? != 0)
-        } else {
-            // SAFETY: a cuuint64_t input for this attribute (cuda.h).
-            unsafe { get(value.cast::<u64>().cast_const()) }?
-        };
-        d.pool_set_attribute(pool_of(pool), attr, v)
-    })
-}
+    fn cuMemPoolSetAttribute(pool: CUmemoryPool, attr: c_uint, value: *mut c_void) {
+        with(|d| {
+            let v = if narrow(attr) {
+                // SAFETY: an int input for this attribute (cuda.h).
+                u64::from(unsafe { get(value.cast::<i32>().cast_const()) }? != 0)
+            } else {
+                // SAFETY: a cuuint64_t input for this attribute (cuda.h).
+                unsafe { get(value.cast::<u64>().cast_const()) }?
+            };
+            d.pool_set_attribute(pool_of(pool), attr, v)
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolSetAccess(
-    pool: CUmemoryPool,
-    descs: *const RawAccessDesc,
-    count: usize,
-) -> RawResult {
-    with(|d| {
-        if descs.is_null() && count > 0 {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let list = if count == 0 {
-            &[][..]
-        } else {
-            // SAFETY: `count` CUmemAccessDesc (cuda.h), plain integers.
-            unsafe { std::slice::from_raw_parts(descs, count) }
-        };
-        let grants: Vec<(u32, i32, u32)> = list
-            .iter()
-            .map(|g| (g.location.type_, g.location.id, g.flags))
-            .collect();
-        d.pool_set_access(pool_of(pool), &grants)
-    })
-}
+    fn cuMemPoolSetAccess(pool: CUmemoryPool, descs: *const RawAccessDesc, count: usize) {
+        with(|d| {
+            if descs.is_null() && count > 0 {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+            let list = if count == 0 {
+                &[][..]
+            } else {
+                // SAFETY: `count` CUmemAccessDesc (cuda.h), plain integers.
+                unsafe { std::slice::from_raw_parts(descs, count) }
+            };
+            let grants: Vec<(u32, i32, u32)> = list
+                .iter()
+                .map(|g| (g.location.type_, g.location.id, g.flags))
+                .collect();
+            d.pool_set_access(pool_of(pool), &grants)
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolGetAccess(
-    flags: *mut c_uint,
-    pool: CUmemoryPool,
-    loc: *mut RawLocation,
-) -> RawResult {
-    with(|d| {
-        // SAFETY: CUmemLocation input (cuda.h).
-        let l = unsafe { location(loc) }?;
-        let f = d.pool_get_access(pool_of(pool), l)?;
-        // SAFETY: CUmemAccess_flags out-parameter (a C enum: u32).
-        unsafe { put(flags, f) }
-    })
-}
+    fn cuMemPoolGetAccess(flags: *mut c_uint, pool: CUmemoryPool, loc: *mut RawLocation) {
+        with(|d| {
+            // SAFETY: CUmemLocation input (cuda.h).
+            let l = unsafe { location(loc) }?;
+            let f = d.pool_get_access(pool_of(pool), l)?;
+            // SAFETY: CUmemAccess_flags out-parameter (a C enum: u32).
+            unsafe { put(flags, f) }
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, _keep: usize) -> RawResult {
-    // Freed memory is returned at once: nothing is kept to trim.
-    with(|d| {
-        d.pool_get_attribute(pool_of(pool), crate::pool::ATTR_USED_MEM_CURRENT)
-            .map(drop)
-    })
+    safe fn cuMemPoolTrimTo(pool: CUmemoryPool, _keep: usize) {
+        // Freed memory is returned at once: nothing is kept to trim.
+        with(|d| {
+            d.pool_get_attribute(pool_of(pool), crate::pool::ATTR_USED_MEM_CURRENT)
+                .map(drop)
+        })
+    }
 }
 
 /// A stream-ordered allocation (`alloc` gets the stream's context) written to `dptr`.
@@ -209,118 +166,108 @@ unsafe fn alloc_for(
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
-    dptr: *mut CUdeviceptr,
-    bytesize: usize,
-    pool: CUmemoryPool,
-    stream: CUstream,
-) -> RawResult {
-    // SAFETY: the caller's out-parameter (cuda.h).
-    unsafe {
-        alloc_for(dptr, stream, |d, _| {
-            d.pool_alloc(pool_of(pool), bytesize as u64)
+export! {
+    fn cuMemAllocFromPoolAsync(
+        dptr: *mut CUdeviceptr,
+        bytesize: usize,
+        pool: CUmemoryPool,
+        stream: CUstream,
+    ) {
+        // SAFETY: the caller's out-parameter (cuda.h).
+        unsafe {
+            alloc_for(dptr, stream, |d, _| {
+                d.pool_alloc(pool_of(pool), bytesize as u64)
+            })
+        }
+    }
+
+    fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) {
+        // SAFETY: the caller's out-parameter (cuda.h).
+        unsafe {
+            alloc_for(dptr, stream, |d, ctx| {
+                let device = d
+                    .contexts
+                    .device_of(ctx)
+                    .ok_or(CuError::CUDA_ERROR_INVALID_CONTEXT)?;
+                let pool = d.pool_current(crate::pool::Place::Device(device));
+                d.pool_alloc(pool, bytesize as u64)
+            })
+        }
+    }
+
+    safe fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) {
+        gated(|| {
+            driver::with(|d| d.pool_check_free(dptr))?;
+            // The memory goes back when the stream reaches the free.
+            memcpy::host_work(Some(stream as usize as u64), move || {
+                if let Err(e) = driver::with(|d| d.pool_free(dptr)) {
+                    eprintln!("fakecuda: cuMemFreeAsync of {dptr:#x} failed when it ran: {e}");
+                }
+            })
         })
     }
-}
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocAsync(
-    dptr: *mut CUdeviceptr,
-    bytesize: usize,
-    stream: CUstream,
-) -> RawResult {
-    // SAFETY: the caller's out-parameter (cuda.h).
-    unsafe {
-        alloc_for(dptr, stream, |d, ctx| {
-            let device = d
-                .contexts
-                .device_of(ctx)
-                .ok_or(CuError::CUDA_ERROR_INVALID_CONTEXT)?;
-            let pool = d.pool_current(crate::pool::Place::Device(device));
-            d.pool_alloc(pool, bytesize as u64)
-        })
-    }
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> RawResult {
-    gated(|| {
-        driver::with(|d| d.pool_check_free(dptr))?;
-        // The memory goes back when the stream reaches the free.
-        memcpy::host_work(Some(stream as usize as u64), move || {
-            if let Err(e) = driver::with(|d| d.pool_free(dptr)) {
-                eprintln!("fakecuda: cuMemFreeAsync of {dptr:#x} failed when it ran: {e}");
+    fn cuMemPoolExportToShareableHandle(
+        out: *mut c_void,
+        pool: CUmemoryPool,
+        handle_type: c_uint,
+        flags: u64,
+    ) {
+        with(|d| {
+            if out.is_null() {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
             }
+            let fd = d.pool_export(pool_of(pool), handle_type, flags)?;
+            // SAFETY: for POSIX FDs `out` points at an int (cuda.h), non-null.
+            unsafe { put(out.cast::<c_int>(), fd.into_raw_fd()) }
         })
-    })
-}
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolExportToShareableHandle(
-    out: *mut c_void,
-    pool: CUmemoryPool,
-    handle_type: c_uint,
-    flags: u64,
-) -> RawResult {
-    with(|d| {
-        if out.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let fd = d.pool_export(pool_of(pool), handle_type, flags)?;
-        // SAFETY: for POSIX FDs `out` points at an int (cuda.h), non-null.
-        unsafe { put(out.cast::<c_int>(), fd.into_raw_fd()) }
-    })
-}
+    fn cuMemPoolImportFromShareableHandle(
+        out: *mut CUmemoryPool,
+        handle: *mut c_void,
+        handle_type: c_uint,
+        flags: u64,
+    ) {
+        with(|d| {
+            if out.is_null() {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+            let number = handle as usize as c_int;
+            // SAFETY: F_GETFD only asks whether the number is an open descriptor.
+            if number < 0 || unsafe { libc::fcntl(number, libc::F_GETFD) } < 0 {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+            // SAFETY: open (checked above); the caller lends it for the call (cuda.h).
+            let fd = unsafe { BorrowedFd::borrow_raw(number) };
+            let h = d.pool_import(fd, handle_type, flags)?;
+            // SAFETY: CUmemoryPool out-parameter (cuda.h), non-null.
+            unsafe { put(out, handle_ptr::<CUmemPoolHandle_st>(h)) }
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolImportFromShareableHandle(
-    out: *mut CUmemoryPool,
-    handle: *mut c_void,
-    handle_type: c_uint,
-    flags: u64,
-) -> RawResult {
-    with(|d| {
-        if out.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let number = handle as usize as c_int;
-        // SAFETY: F_GETFD only asks whether the number is an open descriptor.
-        if number < 0 || unsafe { libc::fcntl(number, libc::F_GETFD) } < 0 {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        // SAFETY: open (checked above); the caller lends it for the call (cuda.h).
-        let fd = unsafe { BorrowedFd::borrow_raw(number) };
-        let h = d.pool_import(fd, handle_type, flags)?;
-        // SAFETY: CUmemoryPool out-parameter (cuda.h), non-null.
-        unsafe { put(out, handle_ptr::<CUmemPoolHandle_st>(h)) }
-    })
-}
+    fn cuMemPoolExportPointer(
+        data: *mut [u8; crate::pool::POINTER_BYTES],
+        ptr: CUdeviceptr,
+    ) -> data |d| {
+        d.pool_export_pointer(ptr)
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolExportPointer(
-    data: *mut [u8; crate::pool::POINTER_BYTES],
-    ptr: CUdeviceptr,
-) -> RawResult {
-    // SAFETY: CUmemPoolPtrExportData out-parameter (64 bytes, cuda.h).
-    unsafe { with_out(data, |d| d.pool_export_pointer(ptr)) }
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolImportPointer(
-    out: *mut CUdeviceptr,
-    pool: CUmemoryPool,
-    data: *const [u8; crate::pool::POINTER_BYTES],
-) -> RawResult {
-    gated(|| {
-        if out.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        // SAFETY: CUmemPoolPtrExportData input (64 bytes, cuda.h).
-        let bytes = unsafe { get(data) }?;
-        driver::with(|d| d.contexts.current().map(drop))?;
-        let p = crate::pool::import_pointer(pool_of(pool), &bytes)?;
-        // SAFETY: CUdeviceptr out-parameter (cuda.h), non-null.
-        unsafe { put(out, p) }
-    })
+    fn cuMemPoolImportPointer(
+        out: *mut CUdeviceptr,
+        pool: CUmemoryPool,
+        data: *const [u8; crate::pool::POINTER_BYTES],
+    ) {
+        gated(|| {
+            if out.is_null() {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+            }
+            // SAFETY: CUmemPoolPtrExportData input (64 bytes, cuda.h).
+            let bytes = unsafe { get(data) }?;
+            driver::with(|d| d.contexts.current().map(drop))?;
+            let p = crate::pool::import_pointer(pool_of(pool), &bytes)?;
+            // SAFETY: CUdeviceptr out-parameter (cuda.h), non-null.
+            unsafe { put(out, p) }
+        })
+    }
 }

@@ -75,92 +75,79 @@ pub(super) fn put_resource(
     unsafe { put(out, resource) }
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetDevResource(
-    dev: CUdevice,
-    out: *mut RawDevResource,
-    type_: c_uint,
-) -> RawResult {
-    with(|d| {
-        let dev = d.config.check_device(dev)?;
-        put_resource(out, type_, dev, SM_COUNT)
-    })
-}
+export! {
+    fn cuDeviceGetDevResource(dev: CUdevice, out: *mut RawDevResource, type_: c_uint) {
+        with(|d| {
+            let dev = d.config.check_device(dev)?;
+            put_resource(out, type_, dev, SM_COUNT)
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxGetDevResource(
-    ctx: CUcontext,
-    out: *mut RawDevResource,
-    type_: c_uint,
-) -> RawResult {
-    with(|d| {
-        let ctx = ctx as usize as u64;
-        let device = d
-            .contexts
-            .device_of(ctx)
-            .ok_or(CuError::CUDA_ERROR_INVALID_CONTEXT)?;
-        put_resource(out, type_, device, d.ctx_sms(ctx))
-    })
-}
+    fn cuCtxGetDevResource(ctx: CUcontext, out: *mut RawDevResource, type_: c_uint) {
+        with(|d| {
+            let ctx = ctx as usize as u64;
+            let device = d
+                .contexts
+                .device_of(ctx)
+                .ok_or(CuError::CUDA_ERROR_INVALID_CONTEXT)?;
+            put_resource(out, type_, device, d.ctx_sms(ctx))
+        })
+    }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamGetDevResource(
-    s: CUstream,
-    out: *mut RawDevResource,
-    type_: c_uint,
-) -> RawResult {
-    with(|d| {
-        let ctx = memcpy::issuer(&d.contexts.target(Some(s as usize as u64))?);
-        let device = d.contexts.device_of(ctx).unwrap_or(0);
-        put_resource(out, type_, device, d.ctx_sms(ctx))
-    })
-}
+    fn cuStreamGetDevResource(s: CUstream, out: *mut RawDevResource, type_: c_uint) {
+        with(|d| {
+            let ctx = memcpy::issuer(&d.contexts.target(Some(s as usize as u64))?);
+            let device = d.contexts.device_of(ctx).unwrap_or(0);
+            put_resource(out, type_, device, d.ctx_sms(ctx))
+        })
+    }
 
-/// Splits an SM resource into groups of `min_count` SMs (rounded up to the granularity):
-/// with `result` null, says how many groups fit; else makes at most `*groups` of them and puts
-/// the SMs left over in `remaining`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDevSmResourceSplitByCount(
-    result: *mut RawDevResource,
-    groups: *mut c_uint,
-    input: *const RawDevResource,
-    remaining: *mut RawDevResource,
-    flags: c_uint,
-    min_count: c_uint,
-) -> RawResult {
-    run(|| {
-        if groups.is_null() || flags != 0 {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        // SAFETY: CUdevResource input (cuda.h).
-        let input = unsafe { get(input) }?;
-        if input.type_ != TYPE_SM {
-            return Err(CuError::CUDA_ERROR_INVALID_RESOURCE_TYPE);
-        }
-        let size = min_count.max(1).div_ceil(SM_GRANULARITY) * SM_GRANULARITY;
-        let fit = input.sm[0] / size;
-        // SAFETY: the caller's in/out group count (cuda.h), non-null.
-        let wanted = unsafe { groups.read() };
-        let made = if result.is_null() || wanted == 0 {
-            fit
-        } else {
-            wanted.min(fit)
-        };
-        if !result.is_null() && wanted != 0 {
-            for i in 0..made as usize {
-                // SAFETY: `result` has room for `wanted` resources (cuda.h); `i < made <= wanted`.
-                unsafe { result.add(i).write(sm_resource(size)) };
+    /// Splits an SM resource into groups of `min_count` SMs (rounded up to the granularity):
+    /// with `result` null, says how many groups fit; else makes at most `*groups` of them and puts
+    /// the SMs left over in `remaining`.
+    fn cuDevSmResourceSplitByCount(
+        result: *mut RawDevResource,
+        groups: *mut c_uint,
+        input: *const RawDevResource,
+        remaining: *mut RawDevResource,
+        flags: c_uint,
+        min_count: c_uint,
+    ) {
+        run(|| {
+            if groups.is_null() || flags != 0 {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
             }
-        }
-        if !remaining.is_null() {
-            let used = if result.is_null() { 0 } else { made * size };
-            // SAFETY: CUdevResource out-parameter (cuda.h).
-            unsafe { put(remaining, sm_resource(input.sm[0] - used)) }?;
-        }
-        // SAFETY: as above.
-        unsafe { groups.write(made) };
-        Ok(())
-    })
+            // SAFETY: CUdevResource input (cuda.h).
+            let input = unsafe { get(input) }?;
+            if input.type_ != TYPE_SM {
+                return Err(CuError::CUDA_ERROR_INVALID_RESOURCE_TYPE);
+            }
+            let size = min_count.max(1).div_ceil(SM_GRANULARITY) * SM_GRANULARITY;
+            let fit = input.sm[0] / size;
+            // SAFETY: the caller's in/out group count (cuda.h), non-null.
+            let wanted = unsafe { groups.read() };
+            let made = if result.is_null() || wanted == 0 {
+                fit
+            } else {
+                wanted.min(fit)
+            };
+            if !result.is_null() && wanted != 0 {
+                for i in 0..made as usize {
+                    // SAFETY: `result` has room for `wanted` resources (cuda.h);
+                    // `i < made <= wanted`.
+                    unsafe { result.add(i).write(sm_resource(size)) };
+                }
+            }
+            if !remaining.is_null() {
+                let used = if result.is_null() { 0 } else { made * size };
+                // SAFETY: CUdevResource out-parameter (cuda.h).
+                unsafe { put(remaining, sm_resource(input.sm[0] - used)) }?;
+            }
+            // SAFETY: as above.
+            unsafe { groups.write(made) };
+            Ok(())
+        })
+    }
 }
 
 /// `CU_DEV_SM_RESOURCE_GROUP_PARAMS` (CUDA 13.1 to 13.3: 16 unsigned ints; 13.4 took one of the
@@ -227,47 +214,48 @@ fn structured_split(
     Ok((counts, left))
 }
 
-/// Splits an SM resource into `groups` structured groups as `params` asks, filling in the
-/// count of each group that asked to discover it; `result` (may be null: discovery only) gets
-/// the groups, `remainder` (may be null) what is left.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDevSmResourceSplit(
-    result: *mut RawDevResource,
-    groups: c_uint,
-    input: *const RawDevResource,
-    remainder: *mut RawDevResource,
-    flags: c_uint,
-    params: *mut RawGroupParams,
-) -> RawResult {
-    run(|| {
-        if flags != 0 || groups == 0 || params.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        // SAFETY: CUdevResource input (cuda.h).
-        let input = unsafe { get(input) }?;
-        if input.type_ != TYPE_SM {
-            return Err(CuError::CUDA_ERROR_INVALID_RESOURCE_TYPE);
-        }
-        // SAFETY: `groups` parameter entries (cuda.h), non-null.
-        let wanted = unsafe { std::slice::from_raw_parts_mut(params, groups as usize) };
-        let (counts, left) = structured_split(input.sm[0], wanted, !result.is_null())?;
-        for (i, (&count, p)) in counts.iter().zip(wanted.iter_mut()).enumerate() {
-            if p.sm_count == 0 {
-                p.sm_count = count;
+export! {
+    /// Splits an SM resource into `groups` structured groups as `params` asks, filling in the
+    /// count of each group that asked to discover it; `result` (may be null: discovery only) gets
+    /// the groups, `remainder` (may be null) what is left.
+    fn cuDevSmResourceSplit(
+        result: *mut RawDevResource,
+        groups: c_uint,
+        input: *const RawDevResource,
+        remainder: *mut RawDevResource,
+        flags: c_uint,
+        params: *mut RawGroupParams,
+    ) {
+        run(|| {
+            if flags != 0 || groups == 0 || params.is_null() {
+                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
             }
-            if !result.is_null() {
-                // SAFETY: `result` has room for `groups` resources (cuda.h); `i < groups`.
-                unsafe { result.add(i).write(sm_resource(count)) };
+            // SAFETY: CUdevResource input (cuda.h).
+            let input = unsafe { get(input) }?;
+            if input.type_ != TYPE_SM {
+                return Err(CuError::CUDA_ERROR_INVALID_RESOURCE_TYPE);
             }
-        }
-        if !remainder.is_null() {
-            let mut rest = sm_resource(left);
-            if left == 0 {
-                rest.type_ = TYPE_INVALID;
+            // SAFETY: `groups` parameter entries (cuda.h), non-null.
+            let wanted = unsafe { std::slice::from_raw_parts_mut(params, groups as usize) };
+            let (counts, left) = structured_split(input.sm[0], wanted, !result.is_null())?;
+            for (i, (&count, p)) in counts.iter().zip(wanted.iter_mut()).enumerate() {
+                if p.sm_count == 0 {
+                    p.sm_count = count;
+                }
+                if !result.is_null() {
+                    // SAFETY: `result` has room for `groups` resources (cuda.h); `i < groups`.
+                    unsafe { result.add(i).write(sm_resource(count)) };
+                }
             }
-            // SAFETY: CUdevResource out-parameter (cuda.h), non-null.
-            unsafe { put(remainder, rest) }?;
-        }
-        Ok(())
-    })
+            if !remainder.is_null() {
+                let mut rest = sm_resource(left);
+                if left == 0 {
+                    rest.type_ = TYPE_INVALID;
+                }
+                // SAFETY: CUdevResource out-parameter (cuda.h), non-null.
+                unsafe { put(remainder, rest) }?;
+            }
+            Ok(())
+        })
+    }
 }

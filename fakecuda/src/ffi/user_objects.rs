@@ -26,58 +26,46 @@ pub(super) fn releasing(f: impl FnOnce(&mut Driver) -> CuResult<()>) -> RawResul
 /// `CUhostFn`.
 type HostFn = Option<unsafe extern "C" fn(*mut c_void)>;
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuUserObjectCreate(
-    out: *mut CUuserObject,
-    ptr: *mut c_void,
-    destroy: HostFn,
-    initial: c_uint,
-    flags: c_uint,
-) -> RawResult {
-    // SAFETY: CUuserObject out-parameter (cuda.h).
-    unsafe {
-        with_out(out, |d| {
-            let handle = d.next_handle();
-            let destroy = destroy.map_or(0, |f| f as usize);
+export! {
+    fn cuUserObjectCreate(
+        out: *mut CUuserObject,
+        ptr: *mut c_void,
+        destroy: HostFn,
+        initial: c_uint,
+        flags: c_uint,
+    ) -> out |d| {
+        let handle = d.next_handle();
+        let destroy = destroy.map_or(0, |f| f as usize);
+        d.user_objects
+            .create(handle, ptr as usize, destroy, initial, flags)?;
+        Ok(handle_ptr::<CUuserObject_st>(handle))
+    }
+
+    safe fn cuUserObjectRetain(object: CUuserObject, count: c_uint) {
+        with(|d| d.user_objects.retain(h(object), count))
+    }
+
+    safe fn cuUserObjectRelease(object: CUuserObject, count: c_uint) {
+        releasing(|d| d.user_objects.release(h(object), u64::from(count)))
+    }
+
+    safe fn cuGraphRetainUserObject(
+        graph: CUgraph,
+        object: CUuserObject,
+        count: c_uint,
+        flags: c_uint,
+    ) {
+        with(|d| {
+            d.graphs.graph_id(h(graph))?;
             d.user_objects
-                .create(handle, ptr as usize, destroy, initial, flags)?;
-            Ok(handle_ptr::<CUuserObject_st>(handle))
+                .graph_retain(h(graph), h(object), count, flags)
         })
     }
-}
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuUserObjectRetain(object: CUuserObject, count: c_uint) -> RawResult {
-    with(|d| d.user_objects.retain(h(object), count))
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuUserObjectRelease(object: CUuserObject, count: c_uint) -> RawResult {
-    releasing(|d| d.user_objects.release(h(object), u64::from(count)))
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuGraphRetainUserObject(
-    graph: CUgraph,
-    object: CUuserObject,
-    count: c_uint,
-    flags: c_uint,
-) -> RawResult {
-    with(|d| {
-        d.graphs.graph_id(h(graph))?;
-        d.user_objects
-            .graph_retain(h(graph), h(object), count, flags)
-    })
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuGraphReleaseUserObject(
-    graph: CUgraph,
-    object: CUuserObject,
-    count: c_uint,
-) -> RawResult {
-    releasing(|d| {
-        d.graphs.graph_id(h(graph))?;
-        d.user_objects.graph_release(h(graph), h(object), count)
-    })
+    safe fn cuGraphReleaseUserObject(graph: CUgraph, object: CUuserObject, count: c_uint) {
+        releasing(|d| {
+            d.graphs.graph_id(h(graph))?;
+            d.user_objects.graph_release(h(graph), h(object), count)
+        })
+    }
 }
