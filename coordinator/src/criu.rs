@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::commands::CommandError;
 use crate::compose::{self, Workload};
@@ -259,6 +259,50 @@ fn hint(log: &str) -> Option<&'static str> {
          the tree's /proc at ./proc.crtools there); start each tree in a directory of its own, \
          or with a /proc of its own (unshare --mount-proc), or dump one at a time",
     )
+}
+
+/// The sockets of `n` workers listening in `dir`: `worker-<i>.sock`.
+pub fn worker_sockets(dir: &Path, n: usize) -> Vec<PathBuf> {
+    (0..n)
+        .map(|i| dir.join(format!("worker-{i}.sock")))
+        .collect()
+}
+
+/// The `sh -c` script that starts, in the background, one `"$0" --listen SOCKET FLAGS` per
+/// worker (`$0` the worker binary) and waits. The tree's output goes to `log`, a file only the
+/// tree writes: one another process also writes would change size between dump and restore,
+/// which CRIU refuses.
+pub fn listening_script(
+    log: &Path,
+    workers: impl IntoIterator<Item = (PathBuf, String)>,
+) -> String {
+    let mut script = format!("exec </dev/null >/dev/null 2>>'{}'; ", log.display());
+    for (socket, flags) in workers {
+        script.push_str(&format!("\"$0\" --listen '{}'{flags} & ", socket.display()));
+    }
+    script.push_str("wait");
+    script
+}
+
+/// The first child of process `parent` (the namespace init a spawned `unshare -fp` forks),
+/// waiting up to `wait` for it to start.
+pub fn first_child(parent: u32, wait: Duration) -> Option<u32> {
+    let deadline = Instant::now() + wait;
+    loop {
+        let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+            .unwrap_or_default();
+        if let Some(pid) = children
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+        {
+            return Some(pid);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 #[cfg(test)]

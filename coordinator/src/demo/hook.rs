@@ -10,13 +10,13 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use super::topology::{Demo, check_sharing};
-use super::types::{DemoError, setup};
-use super::workers::connect_all;
+use super::types::{DemoError, phase, setup};
+use super::workers::{connect_all, kill_namespace};
 use crate::compose::Workload;
 use crate::criu::Criu;
 use crate::events::Event;
 use crate::hook::{self, STATUS_FILE_NAME};
-use crate::report::{PhaseReport, Report};
+use crate::report::Report;
 
 /// Dump and restore cycles the demo runs through the hook.
 pub const CYCLES: usize = 2;
@@ -105,15 +105,6 @@ pub(super) fn hook_said(images: &Path, action: &str) -> Result<String, DemoError
     }
 }
 
-fn timed(name: String, started: Instant, participants: usize) -> PhaseReport {
-    PhaseReport {
-        name,
-        duration: started.elapsed(),
-        bytes: 0,
-        participants,
-    }
-}
-
 /// Runs [`CYCLES`] plain CRIU dumps and restores of the tree rooted at `root`, verifying every
 /// byte and sharing link after each. Returns the report and the restored root.
 #[allow(clippy::too_many_arguments)]
@@ -163,36 +154,30 @@ pub(super) fn cycles(
         let images = work.join(format!("images-{cycle}"));
         // Nothing outside the tree may stay connected to it during the dump.
         demo.workers.clear();
-        let started = Instant::now();
-        let name = format!("criu_dump_{cycle}");
-        progress(&Event::Started {
-            phase: &name,
-            participants: n,
-        });
-        if let Err(error) = criu.dump(root, &images) {
-            return Err(after_failed_dump(
-                demo, sockets, &images, error, unshare, root,
-            ));
-        }
-        let phase = timed(name, started, n);
-        progress(&Event::Done(&phase));
-        report.phases.push(phase);
+        phase(
+            format!("criu_dump_{cycle}"),
+            n,
+            &mut report,
+            progress,
+            || {
+                criu.dump(root, &images).map_err(|error| {
+                    after_failed_dump(demo, sockets, &images, error, unshare, root)
+                })
+            },
+        )?;
         hook_said(&images, "pre-dump")?;
         take_counts(&mut report, &images);
         if cycle == 1 {
             let _ = unshare.wait();
         }
 
-        let started = Instant::now();
-        let name = format!("criu_restore_{cycle}");
-        progress(&Event::Started {
-            phase: &name,
-            participants: n,
-        });
-        root = criu.restore(&images)?;
-        let phase = timed(name, started, n);
-        progress(&Event::Done(&phase));
-        report.phases.push(phase);
+        root = phase(
+            format!("criu_restore_{cycle}"),
+            n,
+            &mut report,
+            progress,
+            || Ok(criu.restore(&images)?),
+        )?;
         let said = hook_said(&images, "post-resume")?;
         demo.topology
             .push(format!("criu cycle {cycle}: post-resume: {said}"));
@@ -258,28 +243,22 @@ fn snapshot(
     criu.extra_args.push("--leave-running".into());
     demo.workers.clear();
     let n = sockets.len();
-    let started = Instant::now();
-    let name = "criu_snapshot".to_owned();
-    progress(&Event::Started {
-        phase: &name,
-        participants: n,
-    });
-    if let Err(error) = criu.dump(root, &images) {
-        return Err(after_failed_dump(
-            demo, sockets, &images, error, unshare, root,
-        ));
-    }
-    let watched = watch_record(&images).ok_or_else(|| {
-        DemoError::Verification("the hook's watcher recorded nothing after the snapshot".into())
+    let watched = phase("criu_snapshot".to_owned(), n, report, progress, || {
+        if let Err(error) = criu.dump(root, &images) {
+            return Err(after_failed_dump(
+                demo, sockets, &images, error, unshare, root,
+            ));
+        }
+        let watched = watch_record(&images).ok_or_else(|| {
+            DemoError::Verification("the hook's watcher recorded nothing after the snapshot".into())
+        })?;
+        if watched["status"] != "ok" {
+            return Err(DemoError::Verification(format!(
+                "the hook's watcher did not restore the snapshotted tree: {watched}"
+            )));
+        }
+        Ok(watched)
     })?;
-    if watched["status"] != "ok" {
-        return Err(DemoError::Verification(format!(
-            "the hook's watcher did not restore the snapshotted tree: {watched}"
-        )));
-    }
-    let phase = timed(name, started, n);
-    progress(&Event::Done(&phase));
-    report.phases.push(phase);
     demo.workers = connect_all(sockets)?;
     let (regions, bytes) = demo.verify_all()?;
     demo.topology.push(format!(
@@ -331,11 +310,7 @@ fn after_failed_dump(
         }
         demo.exit_all();
     } else {
-        // Killing the namespace init ends the whole PID namespace.
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(root as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+        kill_namespace(root);
     }
     let _ = unshare.wait();
     let what = match watched {

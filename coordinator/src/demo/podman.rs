@@ -12,13 +12,12 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
 
 use super::topology::Demo;
-use super::types::{DemoError, DriverChoice, setup};
+use super::types::{DemoError, DriverChoice, phase, setup};
 use super::workers::{Artifacts, connect_all, tree_script, worker_binary, worker_env};
 use crate::events::Event;
-use crate::report::{PhaseReport, Report};
+use crate::report::Report;
 
 /// Dump and restore cycles.
 pub const CYCLES: usize = 2;
@@ -230,21 +229,8 @@ pub(super) fn cycles(
     let n = sockets.len();
     let mut report = Report::new("demo --podman");
     let mut step = |report: &mut Report, name: String, args: &[&str]| {
-        let started = Instant::now();
-        progress(&Event::Started {
-            phase: &name,
-            participants: n,
-        });
-        container.run(args, &name)?;
-        let phase = PhaseReport {
-            name,
-            duration: started.elapsed(),
-            bytes: 0,
-            participants: n,
-        };
-        progress(&Event::Done(&phase));
-        report.phases.push(phase);
-        Ok::<(), DemoError>(())
+        let during = name.clone();
+        phase(name, n, report, progress, || container.run(args, &during))
     };
     let images = container.checkpoint_dir()?;
     for cycle in 1..=CYCLES {

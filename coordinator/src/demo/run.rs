@@ -2,21 +2,21 @@
 //! build, inspect, checkpoint and restore (in place or through CRIU), and verify.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use cuinterpose_protocol::transport::Timeouts;
 use cuinterpose_workload::Worker;
 use cuinterpose_workload::cuda::HANDLE_TYPE_POSIX_FD as POSIX;
 
 use super::topology::{Demo, build_topology, check_sharing, device_count};
-use super::types::{DemoError, DriverChoice, Options, Outcome, setup, worker_error};
+use super::types::{DemoError, DriverChoice, Options, Outcome, phase, setup, worker_error};
 use super::workers::{
-    Artifacts, artifacts, config, connect_all, entry_for, namespace_root, start_namespace,
+    Artifacts, artifacts, config, connect_all, entry_for, kill_namespace, namespace_root,
+    start_namespace,
 };
 use crate::compose::{self, Workload};
 use crate::criu;
 use crate::events::Event;
-use crate::report::{PhaseReport, Report};
+use crate::report::Report;
 use crate::session::{self, Session};
 
 /// Mesh allocations per process: each process creates as many as it imports, two records each
@@ -45,7 +45,8 @@ pub fn run(options: &Options, progress: &mut dyn FnMut(&Event)) -> Result<Outcom
         std::fs::create_dir_all(work.join(sub))
             .map_err(|e| setup(format!("creating {}: {e}", work.display())))?;
     }
-    let result = prepare_and_run(options, &artifacts, &work, progress);
+    let result = point_at_driver(options, &artifacts, &work)
+        .and_then(|()| run_in(options, &artifacts, &work, progress));
     if !options.keep {
         // Nothing the demo made outlives it unless --keep asked for it.
         let _ = std::fs::remove_dir_all(&work);
@@ -62,13 +63,8 @@ pub fn run(options: &Options, progress: &mut dyn FnMut(&Event)) -> Result<Outcom
     })
 }
 
-/// Links the driver into `work`, points the coordinator's own native calls at it, and runs.
-fn prepare_and_run(
-    options: &Options,
-    artifacts: &Artifacts,
-    work: &Path,
-    progress: &mut dyn FnMut(&Event),
-) -> Result<Outcome, DemoError> {
+/// Links the driver into `work` and points the coordinator's own native calls at it.
+fn point_at_driver(options: &Options, artifacts: &Artifacts, work: &Path) -> Result<(), DemoError> {
     let driver_path = match &options.driver {
         DriverChoice::Embedded => {
             if !artifacts.fakecuda.exists() {
@@ -91,7 +87,7 @@ fn prepare_and_run(
         std::env::set_var(crate::native::DRIVER_VARIABLE, &driver_path);
         std::env::set_var("FAKECUDA_CONTROL_DIR", work.join("fakecuda"));
     }
-    run_in(options, artifacts, work, progress)
+    Ok(())
 }
 
 fn run_in(
@@ -206,11 +202,7 @@ fn run_in(
                         );
                         demo.exit_all();
                     } else {
-                        // Killing the namespace init ends the whole PID namespace.
-                        let _ = nix::sys::signal::kill(
-                            nix::unistd::Pid::from_raw(root as i32),
-                            nix::sys::signal::Signal::SIGKILL,
-                        );
+                        kill_namespace(root);
                     }
                     let _ = unshare.wait();
                     return Err(error.into());
@@ -227,22 +219,11 @@ fn run_in(
             compose::toggle(&workload, std::process::id(), keep.as_deref(), progress)?
         }
     };
-    let started = Instant::now();
-    progress(&Event::Started {
-        phase: "demo_verify",
-        participants: n,
-    });
-    let (regions, bytes) = demo.verify_all()?;
-    let sharing = check_sharing(&mut demo)?;
     let mut report = report;
-    let verify = PhaseReport {
-        name: "demo_verify".into(),
-        duration: started.elapsed(),
-        bytes: 0,
-        participants: n,
-    };
-    progress(&Event::Done(&verify));
-    report.phases.push(verify);
+    let (regions, bytes, sharing) = phase("demo_verify".into(), n, &mut report, progress, || {
+        let (regions, bytes) = demo.verify_all()?;
+        Ok((regions, bytes, check_sharing(&mut demo)?))
+    })?;
     if let Some((started, _)) = container {
         // Tell every restored worker to exit, then remove the container.
         demo.exit_all();

@@ -114,6 +114,35 @@ impl Demo {
             .map_err(worker_error(format!("exporting {name}")))
     }
 
+    /// Worker `i` imports `name`, exported as `ticket`: the imported handle.
+    fn import(&mut self, i: usize, ticket: &OwnedFd, name: &str) -> Result<u64, DemoError> {
+        self.w(i)
+            .import(std::os::fd::AsFd::as_fd(ticket))
+            .map_err(worker_error(format!("importing {name}")))
+    }
+
+    /// Worker `i` imports `name` (`size` bytes, exported as `ticket`) and maps it whole on
+    /// `device`; returns the address. The handle is released at once, as imported handles
+    /// often are: the mapping keeps the memory.
+    fn import_mapped(
+        &mut self,
+        i: usize,
+        ticket: &OwnedFd,
+        size: u64,
+        device: i32,
+        name: &str,
+    ) -> Result<u64, DemoError> {
+        let h = self.import(i, ticket, name)?;
+        let va = self
+            .w(i)
+            .map_rw(h, size, device)
+            .map_err(worker_error(format!("mapping {name}")))?;
+        self.w(i)
+            .release(h)
+            .map_err(worker_error(format!("releasing {name}'s handle")))?;
+        Ok(va)
+    }
+
     /// Asks every worker to exit, ignoring those that are gone.
     pub(super) fn exit_all(&mut self) {
         for worker in &mut self.workers {
@@ -167,18 +196,7 @@ pub(super) fn build_topology(demo: &mut Demo) -> Result<(), DemoError> {
     let s0_size = demo.shared_bytes.max(gran).next_multiple_of(gran);
     let ticket = demo.create_shared(0, s0_size, devices[0], 1000, "S0")?;
     for (i, &device) in devices.iter().enumerate().skip(1) {
-        let h = demo
-            .w(i)
-            .import(std::os::fd::AsFd::as_fd(&ticket))
-            .map_err(worker_error("importing S0"))?;
-        let va = demo
-            .w(i)
-            .map_rw(h, s0_size, device)
-            .map_err(worker_error("mapping S0"))?;
-        // Imported handles are often released at once: the mapping keeps the memory.
-        demo.w(i)
-            .release(h)
-            .map_err(worker_error("releasing S0's handle"))?;
+        let va = demo.import_mapped(i, &ticket, s0_size, device, "S0")?;
         demo.expect(i, va, s0_size, 1000, format!("S0 imported by process {i}"));
     }
     demo.topology.push(format!(
@@ -190,10 +208,7 @@ pub(super) fn build_topology(demo: &mut Demo) -> Result<(), DemoError> {
     if n >= 3 {
         let ticket = demo.create_shared(1, 2 * gran, devices[1], 2000, "S1")?;
         for (i, &device) in devices.iter().enumerate().skip(2) {
-            let h = demo
-                .w(i)
-                .import(std::os::fd::AsFd::as_fd(&ticket))
-                .map_err(worker_error("importing S1"))?;
+            let h = demo.import(i, &ticket, "S1")?;
             let part = demo
                 .w(i)
                 .reserve(gran)
@@ -280,17 +295,7 @@ fn build_mesh(demo: &mut Demo, devices: &[i32]) -> Result<(), DemoError> {
             let seed = 1_000_000 + (creator * count + k) as u64;
             let name = format!("mesh allocation {k} of process {creator}");
             let ticket = demo.create_shared(creator, gran, devices[creator], seed, &name)?;
-            let h = demo
-                .w(importer)
-                .import(std::os::fd::AsFd::as_fd(&ticket))
-                .map_err(worker_error(format!("importing {name}")))?;
-            let va = demo
-                .w(importer)
-                .map_rw(h, gran, devices[importer])
-                .map_err(worker_error(format!("mapping {name}")))?;
-            demo.w(importer)
-                .release(h)
-                .map_err(worker_error(format!("releasing {name}'s handle")))?;
+            let va = demo.import_mapped(importer, &ticket, gran, devices[importer], &name)?;
             demo.expect(
                 importer,
                 va,

@@ -2,11 +2,13 @@
 //! stage shares.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
 use serde_json::{Value, json};
 
 use crate::criu::Criu;
-use crate::report::Report;
+use crate::events::Event;
+use crate::report::{PhaseReport, Report};
 
 /// Which driver the workers (and native checkpoint) use.
 #[derive(Debug, Clone)]
@@ -110,4 +112,30 @@ pub(super) fn worker_error(
 ) -> impl FnOnce(cuinterpose_workload::WorkloadError) -> DemoError {
     let what = what.into();
     move |source| DemoError::Worker { what, source }
+}
+
+/// Runs `step` as the demo's phase `name` of `participants` processes: announced through
+/// `progress`, timed, and added to `report` once it succeeded.
+pub(super) fn phase<T>(
+    name: String,
+    participants: usize,
+    report: &mut Report,
+    progress: &mut dyn FnMut(&Event),
+    step: impl FnOnce() -> Result<T, DemoError>,
+) -> Result<T, DemoError> {
+    let started = Instant::now();
+    progress(&Event::Started {
+        phase: &name,
+        participants,
+    });
+    let value = step()?;
+    let phase = PhaseReport {
+        name,
+        duration: started.elapsed(),
+        bytes: 0,
+        participants,
+    };
+    progress(&Event::Done(&phase));
+    report.phases.push(phase);
+    Ok(value)
 }

@@ -2,7 +2,7 @@
 //! configuration, and (for CRIU) the workload started as its own PID namespace.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cuinterpose_workload::{EntryPath, Output, Worker, WorkerConfig};
 
@@ -65,30 +65,32 @@ pub(super) fn entry_for(i: usize) -> EntryPath {
     }
 }
 
+/// Ends the PID namespace whose init is `root`: killing the init ends every process in it.
+pub(super) fn kill_namespace(root: u32) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(root as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
 /// The workers' socket paths and the `sh -c` script that starts them (each listening on its
 /// socket, `$0` the worker binary) and waits, its output going to the work directory's log.
 pub(super) fn tree_script(work: &Path, driver: &DriverChoice, n: usize) -> (Vec<PathBuf>, String) {
-    let sockets: Vec<PathBuf> = (0..n)
-        .map(|i| work.join(format!("worker-{i}.sock")))
-        .collect();
-    // The tree writes its own log: a file another process (here `unshare` itself) also writes
-    // would change size between dump and restore, which CRIU refuses.
-    let mut script = format!(
-        "exec </dev/null >/dev/null 2>>'{}'; ",
-        work.join("workload.log").display()
-    );
+    let sockets = crate::criu::worker_sockets(work, n);
     let driver_flag = match driver {
         DriverChoice::Path(p) => format!(" --driver '{}'", p.display()),
         DriverChoice::Embedded => String::new(),
     };
-    for (i, socket) in sockets.iter().enumerate() {
-        script.push_str(&format!(
-            "\"$0\" --listen '{}' --entry {}{driver_flag} & ",
-            socket.display(),
-            entry_for(i)
-        ));
-    }
-    script.push_str("wait");
+    // The tree writes its own log (`unshare` itself writes to another).
+    let script = crate::criu::listening_script(
+        &work.join("workload.log"),
+        sockets.iter().enumerate().map(|(i, socket)| {
+            (
+                socket.clone(),
+                format!(" --entry {}{driver_flag}", entry_for(i)),
+            )
+        }),
+    );
     (sockets, script)
 }
 
@@ -141,22 +143,8 @@ pub(super) fn start_namespace(
 
 /// The namespace init (`sh`) the spawned `unshare` forked.
 pub(super) fn namespace_root(unshare: u32) -> Result<u32, DemoError> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let children = std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"))
-            .unwrap_or_default();
-        if let Some(pid) = children
-            .split_whitespace()
-            .next()
-            .and_then(|p| p.parse().ok())
-        {
-            return Ok(pid);
-        }
-        if Instant::now() > deadline {
-            return Err(setup("the workload's namespace init did not start"));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    crate::criu::first_child(unshare, Duration::from_secs(10))
+        .ok_or_else(|| setup("the workload's namespace init did not start"))
 }
 
 pub(super) fn connect_all(sockets: &[PathBuf]) -> Result<Vec<Worker>, DemoError> {

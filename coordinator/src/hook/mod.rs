@@ -311,7 +311,7 @@ pub fn run(
     progress: &mut dyn FnMut(&Event),
 ) -> Result<Done, HookError> {
     match &context.action {
-        Action::PreDump => pre_dump(context, workload, progress),
+        Action::PreDump => pre_dump(context, &Tree::of(context, workload)?, progress),
         Action::PostDump => Ok(Done::ok("the dump completed", None)),
         Action::PreRestore => pre_restore(context.need_dir()?, workload),
         Action::PreResume => {
@@ -324,7 +324,7 @@ pub fn run(
             }
             Ok(Done::ok("noted the image directory for post-resume", None))
         }
-        Action::PostResume => post_resume(context, workload, progress),
+        Action::PostResume => post_resume(&Tree::of(context, workload)?, progress),
         Action::Other(name) => Ok(Done::skipped(format!("nothing to do at {name}"))),
     }
 }
@@ -337,6 +337,25 @@ fn reach(workload: &Workload, root: u32) -> Workload {
     }
 }
 
+/// What pre-dump and post-resume act on: the image directory, the tree's root, and the
+/// workload as the hook reaches it.
+struct Tree<'a> {
+    dir: &'a Path,
+    root: u32,
+    workload: Workload,
+}
+
+impl<'a> Tree<'a> {
+    fn of(context: &'a Context, workload: &Workload) -> Result<Self, HookError> {
+        let (dir, root) = (context.need_dir()?, context.need_root()?);
+        Ok(Self {
+            dir,
+            root,
+            workload: reach(workload, root),
+        })
+    }
+}
+
 fn no_participants(error: &CommandError) -> bool {
     matches!(
         error,
@@ -346,22 +365,21 @@ fn no_participants(error: &CommandError) -> bool {
 
 fn pre_dump(
     context: &Context,
-    workload: &Workload,
+    tree: &Tree,
     progress: &mut dyn FnMut(&Event),
 ) -> Result<Done, HookError> {
-    let (dir, root) = (context.need_dir()?, context.need_root()?);
-    let workload = reach(workload, root);
+    let (dir, root, workload) = (tree.dir, tree.root, &tree.workload);
     let skipped = || {
         Done::skipped(format!(
             "no cuinterpose participant in the tree of {root} (control directory {})",
             workload.control_dir.display()
         ))
     };
-    if !compose::has_participants(&workload, root)? {
+    if !compose::has_participants(workload, root)? {
         return Ok(skipped());
     }
     let driver = Driver::load().map_err(CommandError::from)?;
-    let members = match compose::find_members(&workload, &driver, root) {
+    let members = match compose::find_members(workload, &driver, root) {
         Ok(members) => members,
         Err(error) if no_participants(&error) => return Ok(skipped()),
         Err(error) => return Err(error.into()),
@@ -380,8 +398,8 @@ fn pre_dump(
         // state describing them goes too.
         crate::commands::discard_checkpoint(dir);
     }
-    let report = compose::checkpoint(&workload, root, dir, progress)?;
-    watch::spawn(context, root, dir, &workload)?;
+    let report = compose::checkpoint(workload, root, dir, progress)?;
+    watch::spawn(context, root, dir, workload)?;
     Ok(Done::ok(
         "the sharing was taken apart and every CUDA process checkpointed natively",
         Some(report),
@@ -409,21 +427,16 @@ fn pre_restore(dir: &Path, workload: &Workload) -> Result<Done, HookError> {
     Ok(Done::ok("the state is present and intact", None))
 }
 
-fn post_resume(
-    context: &Context,
-    workload: &Workload,
-    progress: &mut dyn FnMut(&Event),
-) -> Result<Done, HookError> {
-    let (dir, root) = (context.need_dir()?, context.need_root()?);
+fn post_resume(tree: &Tree, progress: &mut dyn FnMut(&Event)) -> Result<Done, HookError> {
+    let (dir, root, workload) = (tree.dir, tree.root, &tree.workload);
     if !state::state_path(dir).exists() {
         return Ok(Done::skipped("no cuinterpose state in these images"));
     }
-    let workload = reach(workload, root);
-    if compose::is_restored(&workload, root)? {
+    if compose::is_restored(workload, root)? {
         return Ok(Done::skipped("already restored"));
     }
     let report = compose::restore_with(
-        &workload,
+        workload,
         Some(root),
         dir,
         progress,

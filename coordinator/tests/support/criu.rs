@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use cuinterpose_coordinator::criu;
 
 /// CRIU ≥ 4.1: `$CUINTERPOSE_CRIU`, else the one `.ci/install-criu` caches; an error says why
 /// it cannot be used here.
@@ -50,23 +52,9 @@ pub fn with_cuda_plugin() -> Result<(PathBuf, PathBuf), String> {
 
 /// The namespace init (the first child) of the spawned `unshare` with host PID `unshare`.
 pub fn namespace_root(unshare: u32) -> u32 {
-    let deadline = Instant::now() + cuinterpose_testkit::slack(Duration::from_secs(10));
-    loop {
-        let children = std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"))
-            .unwrap_or_default();
-        if let Some(pid) = children
-            .split_whitespace()
-            .next()
-            .and_then(|p| p.parse().ok())
-        {
-            return pid;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the namespace init of {unshare} did not start"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let wait = cuinterpose_testkit::slack(Duration::from_secs(10));
+    criu::first_child(unshare, wait)
+        .unwrap_or_else(|| panic!("the namespace init of {unshare} did not start"))
 }
 
 /// A workload CRIU can dump: `n` `cuinterpose-worker --listen` processes started as one PID
@@ -75,17 +63,11 @@ pub fn namespace_root(unshare: u32) -> u32 {
 /// (`workload.log`: a file written from outside would change size under CRIU). Returns the
 /// spawned `unshare`, the namespace's init and the workers' socket paths.
 pub fn listening_tree(dir: &Path, n: usize, shim: bool) -> (Child, u32, Vec<PathBuf>) {
-    let sockets: Vec<PathBuf> = (0..n)
-        .map(|i| dir.join(format!("worker-{i}.sock")))
-        .collect();
-    let mut script = format!(
-        "exec </dev/null >/dev/null 2>>'{}'; ",
-        dir.join("workload.log").display()
+    let sockets = criu::worker_sockets(dir, n);
+    let script = criu::listening_script(
+        &dir.join("workload.log"),
+        sockets.iter().map(|socket| (socket.clone(), String::new())),
     );
-    for socket in &sockets {
-        script.push_str(&format!("\"$0\" --listen '{}' & ", socket.display()));
-    }
-    script.push_str("wait");
     let mut command = Command::new("unshare");
     command
         .args(["-fp", "setsid", "sh", "-c", &script])
