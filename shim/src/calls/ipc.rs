@@ -2,7 +2,7 @@
 //! and the `cuIpc*Mem*` calls implemented on the shim's own peer service. The native IPC
 //! functions are never called: native checkpoint refuses memory they touched.
 
-use super::track::{self, new_capability, new_id};
+use super::track;
 use super::{peer, sharing};
 use crate::driver::vmm::{map_read_write, unmap_and_free};
 use crate::driver::{Driver, context, driver};
@@ -131,10 +131,7 @@ pub fn create_region(
         Vec::new()
     };
     let (address, peers) = map_region(d, raw, extent, device, &peers)?;
-    let reference = AllocationReference {
-        id: new_id(),
-        creator_pid: r.pid,
-    };
+    let origin = track::created(r, raw, context);
     let properties = AllocationProperties {
         allocation_type: AllocationType::Pinned,
         location: Location::device(device),
@@ -147,16 +144,7 @@ pub fn create_region(
             ipc_exported: false,
             pool,
         }),
-        ..Allocation::new(
-            reference,
-            raw,
-            extent,
-            properties,
-            [0; 8],
-            false,
-            context,
-            new_capability(),
-        )
+        ..Allocation::new(origin, extent, properties, [0; 8])
     };
     record_region(r, allocation, address, device, peers)?;
     Ok((address, extent))
@@ -239,26 +227,17 @@ pub fn primary_ctx_reset(device: i32) -> CuResult<()> {
     // The primary context's handle (retained and released again: no net reference).
     let primary = d.primary_ctx_retain(device)?;
     d.primary_ctx_release(device)?;
-    process::with(|r| {
-        if r.allocations
-            .values()
-            .any(|a| a.malloc.is_some() && a.context == primary)
-        {
-            r.require_active()?;
-            drop_context_regions(d, r, primary)?;
-        }
-        Ok(())
-    })?;
-    d.primary_ctx_reset(device)?;
-    process::with(|r| {
-        peer::forget_context(d, r, primary);
-        Ok(())
-    })
+    ending_context(d, primary, || d.primary_ctx_reset(device))
 }
 
 /// `cuCtxDestroy_v2`: the context's regions go with it.
 pub fn ctx_destroy(ctx: usize) -> CuResult<()> {
     let d = driver()?;
+    ending_context(d, ctx, || d.ctx_destroy(ctx))
+}
+
+/// Drops `ctx`'s regions, lets the driver `end` the context, then forgets its peer links.
+fn ending_context(d: &Driver, ctx: usize, end: impl FnOnce() -> CuResult<()>) -> CuResult<()> {
     process::with(|r| {
         if r.allocations
             .values()
@@ -269,7 +248,7 @@ pub fn ctx_destroy(ctx: usize) -> CuResult<()> {
         }
         Ok(())
     })?;
-    d.ctx_destroy(ctx)?;
+    end()?;
     process::with(|r| {
         peer::forget_context(d, r, ctx);
         Ok(())

@@ -4,11 +4,14 @@
 //! whole team has joined), so they run with the registry lock dropped; while one is in flight
 //! `inspect` and `begin_checkpoint` are refused instead of waiting.
 
-use super::track::{self, HANDLE_TYPES_ALLOWED, new_capability, new_id};
+use super::track::{self, HANDLE_TYPES_ALLOWED};
+use crate::driver::api::{BindRange, Bound};
 use crate::driver::{Driver, context, driver};
 use crate::log;
 use crate::state::process;
-use crate::state::registry::{Binding, BindingTarget, Kind, Multicast, Registry, is_logical};
+use crate::state::registry::{
+    Binding, BindingTarget, Kind, Multicast, Origin, Registry, is_logical,
+};
 use crate::sys::abi::RawMulticastProp;
 use crate::sys::convert;
 use crate::sys::error::{CuError, CuResult};
@@ -33,12 +36,7 @@ pub fn create(prop: &RawMulticastProp) -> CuResult<u64> {
         r.require_active()?;
         let context = context::current(d);
         let raw = d.multicast_create(prop)?;
-        let id = new_id();
-        let reference = AllocationReference {
-            id,
-            creator_pid: r.pid,
-        };
-        let object = Multicast::new(reference, raw, properties, false, context, new_capability());
+        let object = Multicast::new(track::created(r, raw, context), properties);
         adopt(d, r, object)
     })
 }
@@ -59,7 +57,8 @@ pub fn adopt_import(
     let context = context::current(d);
     let raw = track::import_fd(d, fd.as_fd())?;
     drop(fd);
-    let object = Multicast::new(reference, raw, properties, true, context, capability);
+    let origin = Origin::imported(reference, raw, context, capability);
+    let object = Multicast::new(origin, properties);
     adopt(d, r, object)
 }
 
@@ -110,17 +109,10 @@ pub fn add_device(handle: u64, device: i32) -> CuResult<()> {
     })
 }
 
-/// `cuMulticastBindMem` (`device` None) and `cuMulticastBindMem_v2`.
-pub fn bind_mem(
-    handle: u64,
-    device: Option<i32>,
-    multicast_offset: usize,
-    member: u64,
-    member_offset: usize,
-    size: usize,
-    flags: u64,
-) -> CuResult<()> {
+/// `cuMulticastBindMem` (`range.device` None) and `cuMulticastBindMem_v2`.
+pub fn bind_mem(handle: u64, range: BindRange, member: u64, member_offset: usize) -> CuResult<()> {
     let d = driver()?;
+    let size = range.size;
     if !is_logical(handle) {
         if is_logical(member) {
             log!(
@@ -128,15 +120,11 @@ pub fn bind_mem(
             );
             return Err(CuError::NOT_SUPPORTED);
         }
-        return d.multicast_bind_mem(
-            handle,
-            device,
-            multicast_offset,
+        let bound = Bound::Memory {
             member,
-            member_offset,
-            size,
-            flags,
-        );
+            offset: member_offset,
+        };
+        return d.multicast_bind(handle, range, bound);
     }
     if !is_logical(member) {
         log!(
@@ -154,7 +142,7 @@ pub fn bind_mem(
         {
             return Err(CuError::INVALID_VALUE);
         }
-        let bound_device = match device {
+        let bound_device = match range.device {
             Some(dev) => dev,
             None if a.properties.location.location_type == LocationType::Device => {
                 a.properties.location.id
@@ -170,17 +158,11 @@ pub fn bind_mem(
         ))
     })?;
     let current = context::current(d);
-    unlocked(|| {
-        d.multicast_bind_mem(
-            raw,
-            device,
-            multicast_offset,
-            member_raw,
-            member_offset,
-            size,
-            flags,
-        )
-    })?;
+    let bound = Bound::Memory {
+        member: member_raw,
+        offset: member_offset,
+    };
+    unlocked(|| d.multicast_bind(raw, range, bound))?;
     process::with(|r| {
         if let Some(a) = r.allocations.get_mut(&reference.id) {
             a.shared = true;
@@ -194,8 +176,7 @@ pub fn bind_mem(
                     member: reference,
                     offset: member_offset as u64,
                 },
-                (multicast_offset, size, flags),
-                device,
+                range,
                 bound_device,
             ),
         );
@@ -217,19 +198,13 @@ fn record_binding(
     }
 }
 
-/// `cuMulticastBindAddr` (`device` None) and `cuMulticastBindAddr_v2`.
-pub fn bind_addr(
-    handle: u64,
-    device: Option<i32>,
-    multicast_offset: usize,
-    address: u64,
-    size: usize,
-    flags: u64,
-) -> CuResult<()> {
+/// `cuMulticastBindAddr` (`range.device` None) and `cuMulticastBindAddr_v2`.
+pub fn bind_addr(handle: u64, range: BindRange, address: u64) -> CuResult<()> {
     let d = driver()?;
     if !is_logical(handle) {
-        return d.multicast_bind_addr(handle, device, multicast_offset, address, size, flags);
+        return d.multicast_bind(handle, range, Bound::Address(address));
     }
+    let size = range.size;
     if size == 0 {
         return Err(CuError::INVALID_VALUE);
     }
@@ -257,12 +232,12 @@ pub fn bind_addr(
         };
         Ok((id, raw, member))
     })?;
-    let bound_device = match device {
+    let bound_device = match range.device {
         Some(dev) => dev,
         None => context::current_device(d)?,
     };
     let current = context::current(d);
-    unlocked(|| d.multicast_bind_addr(raw, device, multicast_offset, address, size, flags))?;
+    unlocked(|| d.multicast_bind(raw, range, Bound::Address(address)))?;
     process::with(|r| {
         if let Some((reference, _)) = &member
             && let Some(a) = r.allocations.get_mut(&reference.id)
@@ -275,8 +250,7 @@ pub fn bind_addr(
             current,
             Binding::new(
                 BindingTarget::Address { address, member },
-                (multicast_offset, size, flags),
-                device,
+                range,
                 bound_device,
             ),
         );

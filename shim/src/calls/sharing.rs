@@ -10,7 +10,7 @@ use crate::driver::{Driver, context, driver};
 use crate::log;
 use crate::state::cache;
 use crate::state::process;
-use crate::state::registry::{Allocation, Kind, Registry, is_logical};
+use crate::state::registry::{Allocation, Kind, Origin, Registry, is_logical};
 use crate::sys::abi::consts;
 use crate::sys::convert;
 use crate::sys::error::{CuError, CuResult};
@@ -191,26 +191,8 @@ fn known(r: &mut Registry, ticket: &Ticket) -> CuResult<Option<u64>> {
     let id = ticket.handle.allocation;
     let creator = ticket.handle.creator_pid;
     let kind = match ticket.resource {
-        ResourceKind::Unicast => {
-            let Some(a) = r.allocations.get_mut(&id) else {
-                return Ok(None);
-            };
-            if a.reference.creator_pid != creator {
-                return Err(CuError::INVALID_HANDLE);
-            }
-            a.shared = true;
-            Kind::Unicast
-        }
-        ResourceKind::Multicast => {
-            let Some(m) = r.multicasts.get_mut(&id) else {
-                return Ok(None);
-            };
-            if m.reference.creator_pid != creator {
-                return Err(CuError::INVALID_HANDLE);
-            }
-            m.shared = true;
-            Kind::Multicast
-        }
+        ResourceKind::Unicast => Kind::Unicast,
+        ResourceKind::Multicast => Kind::Multicast,
         ResourceKind::Pool => {
             log!(
                 "cuMemImportFromShareableHandle: the ticket names memory pool {id}; import it \
@@ -219,6 +201,13 @@ fn known(r: &mut Registry, ticket: &Ticket) -> CuResult<Option<u64>> {
             return Err(CuError::INVALID_HANDLE);
         }
     };
+    let Some(object) = r.common_mut(&id, kind) else {
+        return Ok(None);
+    };
+    if object.reference.creator_pid != creator {
+        return Err(CuError::INVALID_HANDLE);
+    }
+    *object.shared = true;
     r.mint(id, kind).map(Some)
 }
 
@@ -292,16 +281,8 @@ pub fn imported_allocation(
             return Err(CuError::NOT_SUPPORTED);
         }
     };
-    Ok(Allocation::new(
-        reference,
-        raw,
-        size,
-        properties,
-        prop.alloc_flags,
-        true,
-        context,
-        capability,
-    ))
+    let origin = Origin::imported(reference, raw, context, capability);
+    Ok(Allocation::new(origin, size, properties, prop.alloc_flags))
 }
 
 /// Asks the creator's shim for the real export FD of `reference` (registry lock not held);

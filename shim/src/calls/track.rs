@@ -5,11 +5,14 @@
 use crate::driver::Driver;
 use crate::log;
 use crate::state::cache;
-use crate::state::registry::{Allocation, Count, Kind, Mapping, Multicast, Registry, is_logical};
+use crate::state::registry::{
+    Allocation, Count, Kind, Mapping, Multicast, Origin, Registry, is_logical,
+};
 use crate::sys::abi::consts;
 use crate::sys::error::{CuError, CuResult};
 use cuinterpose_protocol::{
-    AllocationId, AllocationProperties, AllocationType, CapabilityToken, LocationType,
+    AllocationId, AllocationProperties, AllocationReference, AllocationType, CapabilityToken,
+    LocationType,
 };
 use std::os::fd::BorrowedFd;
 
@@ -30,6 +33,22 @@ pub fn new_id() -> AllocationId {
 
 pub fn new_capability() -> CapabilityToken {
     CapabilityToken::new(random_bytes()).expect("random_bytes is never all zero")
+}
+
+/// The origin of an object this process creates from `raw` in `context`: a new id and a new
+/// token, not shared yet.
+pub fn created(r: &Registry, raw: u64, context: usize) -> Origin {
+    let reference = AllocationReference {
+        id: new_id(),
+        creator_pid: r.pid,
+    };
+    Origin {
+        reference,
+        raw,
+        shared: false,
+        context,
+        capability: new_capability(),
+    }
 }
 
 /// Whether the shim can save and restore memory with these properties.
@@ -121,31 +140,20 @@ pub fn release_if_unused(
     id: AllocationId,
     kind: Kind,
 ) -> CuResult<()> {
-    match kind {
-        Kind::Unicast => {
-            if r.unicast_unused(&id) {
-                let allocation = r
-                    .allocations
-                    .remove(&id)
-                    .expect("checked by unicast_unused");
-                cache::remove(&id);
-                if let Some(raw) = allocation.driver {
-                    d.mem_release(raw)?;
-                }
-            }
+    let raw = match kind {
+        Kind::Unicast if r.unicast_unused(&id) => {
+            let allocation = r.allocations.remove(&id);
+            allocation.expect("checked by unicast_unused").driver
         }
-        Kind::Multicast => {
-            if r.multicast_unused(&id) {
-                let object = r
-                    .multicasts
-                    .remove(&id)
-                    .expect("checked by multicast_unused");
-                cache::remove(&id);
-                if let Some(raw) = object.driver {
-                    d.mem_release(raw)?;
-                }
-            }
+        Kind::Multicast if r.multicast_unused(&id) => {
+            let object = r.multicasts.remove(&id);
+            object.expect("checked by multicast_unused").driver
         }
+        _ => return Ok(()),
+    };
+    cache::remove(&id);
+    if let Some(raw) = raw {
+        d.mem_release(raw)?;
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! The logic behind each wrapped VMM entry point: creation, release, retain, map, unmap,
 //! access and properties. Untracked handles go to the driver unchanged.
 
-use super::track::{self, HANDLE_TYPES_ALLOWED, new_capability, new_id, trackable};
+use super::track::{self, HANDLE_TYPES_ALLOWED, trackable};
 use crate::driver::{context, driver};
 use crate::log;
 use crate::state::process;
@@ -9,7 +9,7 @@ use crate::state::registry::{Allocation, Kind, is_logical};
 use crate::sys::abi::{RawAccessDesc, RawAllocProp, consts};
 use crate::sys::convert;
 use crate::sys::error::{CuError, CuResult};
-use cuinterpose_protocol::{AccessDescriptor, AllocationReference, MAX_ACCESS};
+use cuinterpose_protocol::{AccessDescriptor, MAX_ACCESS};
 
 pub fn mem_create(size: usize, prop: &RawAllocProp, flags: u64) -> CuResult<u64> {
     let d = driver()?;
@@ -44,21 +44,8 @@ pub fn mem_create(size: usize, prop: &RawAllocProp, flags: u64) -> CuResult<u64>
         r.require_active()?;
         let context = context::current(d);
         let raw = d.mem_create(size, prop, flags)?;
-        let id = new_id();
-        let reference = AllocationReference {
-            id,
-            creator_pid: r.pid,
-        };
-        let allocation = Allocation::new(
-            reference,
-            raw,
-            size as u64,
-            properties,
-            prop.alloc_flags,
-            false,
-            context,
-            new_capability(),
-        );
+        let origin = track::created(r, raw, context);
+        let allocation = Allocation::new(origin, size as u64, properties, prop.alloc_flags);
         track::adopt(d, r, allocation)
     })
 }
@@ -107,26 +94,13 @@ pub fn map(address: u64, size: usize, offset: usize, handle: u64, flags: u64) ->
         r.require_active()?;
         let entry = r.entry(handle)?;
         let current = context::current(d);
-        let (driver_handle, context) = match entry.kind {
-            Kind::Unicast => {
-                let a = r
-                    .allocations
-                    .get_mut(&entry.id)
-                    .ok_or(CuError::INVALID_HANDLE)?;
-                (a.driver, &mut a.context)
-            }
-            Kind::Multicast => {
-                let m = r
-                    .multicasts
-                    .get_mut(&entry.id)
-                    .ok_or(CuError::INVALID_HANDLE)?;
-                (m.driver, &mut m.context)
-            }
-        };
-        let raw = driver_handle.ok_or(CuError::INVALID_HANDLE)?;
+        let object = r
+            .common_mut(&entry.id, entry.kind)
+            .ok_or(CuError::INVALID_HANDLE)?;
+        let raw = object.driver.ok_or(CuError::INVALID_HANDLE)?;
         d.mem_map(address, size, offset, raw, flags)?;
-        if *context == 0 {
-            *context = current;
+        if *object.context == 0 {
+            *object.context = current;
         }
         track::record_mapping(
             r,

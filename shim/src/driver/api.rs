@@ -20,6 +20,24 @@ pub struct DeviceIdentity {
     pub memory: u64,
 }
 
+/// What every `cuMulticastBind*` call names in the object besides the memory: the device of
+/// the `_v2` entry points (`None`: the original ones), the range and the flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BindRange {
+    pub device: Option<i32>,
+    pub multicast_offset: usize,
+    pub size: usize,
+    pub flags: u64,
+}
+
+/// What a multicast bind maps into the object: a member allocation's driver handle and an
+/// offset into it (`cuMulticastBindMem`), or an address (`cuMulticastBindAddr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    Memory { member: u64, offset: usize },
+    Address(u64),
+}
+
 impl Driver {
     pub fn init(&self, flags: u32) -> CuResult<()> {
         call!(self, cuInit(flags))
@@ -229,57 +247,37 @@ impl Driver {
         call!(self, cuMulticastAddDevice(raw, device))
     }
 
-    /// `cuMulticastBindMem` (`device` None) or `_v2`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn multicast_bind_mem(
-        &self,
-        raw: u64,
-        device: Option<i32>,
-        multicast_offset: usize,
-        member: u64,
-        member_offset: usize,
-        size: usize,
-        flags: u64,
-    ) -> CuResult<()> {
-        match device {
-            None => call!(
-                self,
-                cuMulticastBindMem(raw, multicast_offset, member, member_offset, size, flags)
-            ),
-            Some(dev) => call!(
-                self,
-                cuMulticastBindMem_v2(
-                    raw,
-                    dev,
-                    multicast_offset,
-                    member,
-                    member_offset,
-                    size,
-                    flags
+    /// `cuMulticastBindMem` or `cuMulticastBindAddr` by what is bound, the `_v2` entry point
+    /// when `range.device` is given.
+    pub fn multicast_bind(&self, raw: u64, range: BindRange, bound: Bound) -> CuResult<()> {
+        let BindRange {
+            device,
+            multicast_offset: offset,
+            size,
+            flags,
+        } = range;
+        match (bound, device) {
+            (Bound::Memory { member, offset: at }, None) => {
+                call!(
+                    self,
+                    cuMulticastBindMem(raw, offset, member, at, size, flags)
                 )
-            ),
-        }
-    }
-
-    /// `cuMulticastBindAddr` (`device` None) or `_v2`.
-    pub fn multicast_bind_addr(
-        &self,
-        raw: u64,
-        device: Option<i32>,
-        multicast_offset: usize,
-        address: u64,
-        size: usize,
-        flags: u64,
-    ) -> CuResult<()> {
-        match device {
-            None => call!(
-                self,
-                cuMulticastBindAddr(raw, multicast_offset, address, size, flags)
-            ),
-            Some(dev) => call!(
-                self,
-                cuMulticastBindAddr_v2(raw, dev, multicast_offset, address, size, flags)
-            ),
+            }
+            (Bound::Memory { member, offset: at }, Some(dev)) => {
+                call!(
+                    self,
+                    cuMulticastBindMem_v2(raw, dev, offset, member, at, size, flags)
+                )
+            }
+            (Bound::Address(address), None) => {
+                call!(self, cuMulticastBindAddr(raw, offset, address, size, flags))
+            }
+            (Bound::Address(address), Some(dev)) => {
+                call!(
+                    self,
+                    cuMulticastBindAddr_v2(raw, dev, offset, address, size, flags)
+                )
+            }
         }
     }
 

@@ -6,6 +6,7 @@
 use super::{entry, non_null, read, write};
 use crate::calls::sharing::Exported;
 use crate::calls::{multicast, sharing, vmm as ops};
+use crate::driver::api::BindRange;
 use crate::driver::call;
 use crate::driver::driver;
 use crate::sys::abi::{RawAccessDesc, RawAllocProp, RawIpcMemHandle, RawMulticastProp};
@@ -42,19 +43,24 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemGetAllocationGranularity(
-    granularity: *mut usize,
-    prop: *const RawAllocProp,
-    option: c_uint,
-) -> u32 {
-    entry(id::cuMemGetAllocationGranularity, || {
-        call!(
-            driver()?,
-            cuMemGetAllocationGranularity(granularity, prop, option)
-        )
-    })
+/// A granularity query, answered by the driver (hand-written so both names stay the shim's).
+macro_rules! granularity_entry {
+    ($name:ident, $prop:ty) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            granularity: *mut usize,
+            prop: *const $prop,
+            option: c_uint,
+        ) -> u32 {
+            entry(id::$name, || {
+                call!(driver()?, $name(granularity, prop, option))
+            })
+        }
+    };
 }
+
+granularity_entry!(cuMemGetAllocationGranularity, RawAllocProp);
+granularity_entry!(cuMulticastGetGranularity, RawMulticastProp);
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemCreate(
@@ -225,77 +231,43 @@ pub extern "C" fn cuMulticastAddDevice(handle: u64, device: c_int) -> u32 {
     })
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMulticastBindMem(
-    handle: u64,
-    multicast_offset: usize,
-    member: u64,
-    member_offset: usize,
-    size: usize,
-    flags: u64,
-) -> u32 {
-    entry(id::cuMulticastBindMem, || {
-        multicast::bind_mem(
-            handle,
-            None,
-            multicast_offset,
-            member,
-            member_offset,
-            size,
-            flags,
-        )
-    })
+/// A multicast bind entry point and its `_v2`, which adds the device: both call `$logic` with
+/// the bind range and the `$arg`s (what is bound).
+macro_rules! bind_entries {
+    ($v1:ident, $v2:ident, $logic:path, ($($arg:ident: $ty:ty),*)) => {
+        bind_entries!(@entry $v1, $logic, None, (), ($($arg: $ty),*));
+        bind_entries!(@entry $v2, $logic, Some(device), (device: c_int,), ($($arg: $ty),*));
+    };
+    (@entry $name:ident, $logic:path, $device:expr, ($($dev:tt)*), ($($arg:ident: $ty:ty),*)) => {
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $name(
+            handle: u64,
+            $($dev)*
+            multicast_offset: usize,
+            $($arg: $ty,)*
+            size: usize,
+            flags: u64,
+        ) -> u32 {
+            entry(id::$name, || {
+                let range = BindRange { device: $device, multicast_offset, size, flags };
+                $logic(handle, range, $($arg),*)
+            })
+        }
+    };
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMulticastBindMem_v2(
-    handle: u64,
-    device: c_int,
-    multicast_offset: usize,
-    member: u64,
-    member_offset: usize,
-    size: usize,
-    flags: u64,
-) -> u32 {
-    entry(id::cuMulticastBindMem_v2, || {
-        multicast::bind_mem(
-            handle,
-            Some(device),
-            multicast_offset,
-            member,
-            member_offset,
-            size,
-            flags,
-        )
-    })
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMulticastBindAddr(
-    handle: u64,
-    multicast_offset: usize,
-    address: u64,
-    size: usize,
-    flags: u64,
-) -> u32 {
-    entry(id::cuMulticastBindAddr, || {
-        multicast::bind_addr(handle, None, multicast_offset, address, size, flags)
-    })
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMulticastBindAddr_v2(
-    handle: u64,
-    device: c_int,
-    multicast_offset: usize,
-    address: u64,
-    size: usize,
-    flags: u64,
-) -> u32 {
-    entry(id::cuMulticastBindAddr_v2, || {
-        multicast::bind_addr(handle, Some(device), multicast_offset, address, size, flags)
-    })
-}
+bind_entries!(
+    cuMulticastBindMem,
+    cuMulticastBindMem_v2,
+    multicast::bind_mem,
+    (member: u64, member_offset: usize)
+);
+bind_entries!(
+    cuMulticastBindAddr,
+    cuMulticastBindAddr_v2,
+    multicast::bind_addr,
+    (address: u64)
+);
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMulticastUnbind(
@@ -306,20 +278,6 @@ pub extern "C" fn cuMulticastUnbind(
 ) -> u32 {
     entry(id::cuMulticastUnbind, || {
         multicast::unbind(handle, device, multicast_offset, size)
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMulticastGetGranularity(
-    granularity: *mut usize,
-    prop: *const RawMulticastProp,
-    option: c_uint,
-) -> u32 {
-    entry(id::cuMulticastGetGranularity, || {
-        call!(
-            driver()?,
-            cuMulticastGetGranularity(granularity, prop, option)
-        )
     })
 }
 

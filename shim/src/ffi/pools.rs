@@ -253,38 +253,29 @@ fn alloc_from_pool(
     unsafe { write(out, address) }
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
-    out: *mut u64,
-    size: usize,
-    p: usize,
-    stream: usize,
-) -> u32 {
-    entry(id::cuMemAllocFromPoolAsync, || {
-        alloc_from_pool(out, size, p, || {
-            // The application's arguments, forwarded under their cuda.h contract.
-            call!(driver()?, cuMemAllocFromPoolAsync(out, size, p, stream))
-        })
-    })
+/// An allocation entry point and its per-thread-default-stream (`_ptsz`) twin: the same
+/// `$logic`, given the driver's own call of each as the fallback.
+macro_rules! alloc_entries {
+    ($($name:ident)+, $params:tt => $logic:ident $used:tt) => {
+        $(alloc_entries!(@one $name, $params => $logic $used);)+
+    };
+    (@one $name:ident, ($($arg:ident: $ty:ty),*) => $logic:ident($($used:ident),*)) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> u32 {
+            entry(id::$name, || {
+                $logic($($used,)* || {
+                    // The application's arguments, forwarded under their cuda.h contract.
+                    call!(driver()?, $name($($arg),*))
+                })
+            })
+        }
+    };
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
-    out: *mut u64,
-    size: usize,
-    p: usize,
-    stream: usize,
-) -> u32 {
-    entry(id::cuMemAllocFromPoolAsync_ptsz, || {
-        alloc_from_pool(out, size, p, || {
-            // The application's arguments, forwarded under their cuda.h contract.
-            call!(
-                driver()?,
-                cuMemAllocFromPoolAsync_ptsz(out, size, p, stream)
-            )
-        })
-    })
-}
+alloc_entries!(
+    cuMemAllocFromPoolAsync cuMemAllocFromPoolAsync_ptsz,
+    (out: *mut u64, size: usize, p: usize, stream: usize) => alloc_from_pool(out, size, p)
+);
 
 /// From the device's current pool: the adapter's when one is current, else the driver's.
 fn alloc_async(out: *mut u64, size: usize, native: impl FnOnce() -> CuResult<()>) -> CuResult<()> {
@@ -296,33 +287,21 @@ fn alloc_async(out: *mut u64, size: usize, native: impl FnOnce() -> CuResult<()>
     }
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocAsync(out: *mut u64, size: usize, stream: usize) -> u32 {
-    entry(id::cuMemAllocAsync, || {
-        alloc_async(out, size, || {
-            // The application's arguments, forwarded under their cuda.h contract.
-            call!(driver()?, cuMemAllocAsync(out, size, stream))
-        })
-    })
-}
+alloc_entries!(
+    cuMemAllocAsync cuMemAllocAsync_ptsz,
+    (out: *mut u64, size: usize, stream: usize) => alloc_async(out, size)
+);
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocAsync_ptsz(out: *mut u64, size: usize, stream: usize) -> u32 {
-    entry(id::cuMemAllocAsync_ptsz, || {
-        alloc_async(out, size, || {
-            // The application's arguments, forwarded under their cuda.h contract.
-            call!(driver()?, cuMemAllocAsync_ptsz(out, size, stream))
-        })
-    })
+/// The driver's own call (`native`) unless the adapter has answered (`adapted`).
+fn unless_adapted(adapted: bool, native: impl FnOnce() -> CuResult<()>) -> CuResult<()> {
+    if adapted { Ok(()) } else { native() }
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemFreeAsync(ptr: u64, stream: usize) -> u32 {
     entry(id::cuMemFreeAsync, || {
-        if pool::free_async(ptr, stream)? {
-            return Ok(());
-        }
-        call!(driver()?, cuMemFreeAsync(ptr, stream))
+        let freed = pool::free_async(ptr, stream)?;
+        unless_adapted(freed, || call!(driver()?, cuMemFreeAsync(ptr, stream)))
     })
 }
 
@@ -335,20 +314,16 @@ pub extern "C" fn cuMemFreeAsync_ptsz(ptr: u64, stream: usize) -> u32 {
         } else {
             stream
         };
-        if pool::free_async(ptr, waits_on)? {
-            return Ok(());
-        }
-        call!(driver()?, cuMemFreeAsync_ptsz(ptr, stream))
+        let freed = pool::free_async(ptr, waits_on)?;
+        unless_adapted(freed, || call!(driver()?, cuMemFreeAsync_ptsz(ptr, stream)))
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDeviceSetMemPool(device: c_int, p: usize) -> u32 {
     entry(id::cuDeviceSetMemPool, || {
-        if pool::set_current_pool(device, handle(p))? {
-            return Ok(());
-        }
-        call!(driver()?, cuDeviceSetMemPool(device, p))
+        let set = pool::set_current_pool(device, handle(p))?;
+        unless_adapted(set, || call!(driver()?, cuDeviceSetMemPool(device, p)))
     })
 }
 

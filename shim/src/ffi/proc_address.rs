@@ -100,6 +100,32 @@ fn guarded(name: &'static str, body: impl FnOnce() -> c_int) -> c_int {
     }
 }
 
+/// Runs the runtime's own function `name` (its address given to `forward`, which calls it with
+/// the caller's arguments), then replaces a wrapped result, with panics caught.
+///
+/// # Safety
+/// `pfn` is null or valid for reading and writing one pointer.
+unsafe fn through_runtime(
+    name: &'static CStr,
+    pfn: *mut *mut c_void,
+    forward: impl FnOnce(*mut c_void) -> c_int,
+) -> c_int {
+    let shown = name.to_str().unwrap_or_default();
+    guarded(shown, || {
+        let real = runtime_function(name);
+        if real.is_null() {
+            crate::log!("{shown}: no CUDA runtime library is loaded");
+            return CUDA_ERROR_INITIALIZATION;
+        }
+        let code = forward(real);
+        if code == 0 {
+            // SAFETY: the runtime just wrote the result through `pfn`, valid per the caller.
+            unsafe { replace(pfn) };
+        }
+        code
+    })
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cudaGetDriverEntryPoint(
     symbol: *const c_char,
@@ -107,22 +133,14 @@ pub unsafe extern "C" fn cudaGetDriverEntryPoint(
     flags: u64,
     status: *mut c_int,
 ) -> c_int {
-    guarded("cudaGetDriverEntryPoint", || {
-        let real = runtime_function(c"cudaGetDriverEntryPoint");
-        if real.is_null() {
-            crate::log!("cudaGetDriverEntryPoint: no CUDA runtime library is loaded");
-            return CUDA_ERROR_INITIALIZATION;
-        }
+    let forward = |real| {
         // SAFETY: the runtime's function of this name has this prototype (CUDA ≥ 12).
         let real = unsafe { std::mem::transmute::<*mut c_void, EntryPoint>(real) };
         // SAFETY: the caller's arguments, forwarded.
-        let code = unsafe { real(symbol, pfn, flags, status) };
-        if code == 0 {
-            // SAFETY: the runtime just wrote the result through `pfn`.
-            unsafe { replace(pfn) };
-        }
-        code
-    })
+        unsafe { real(symbol, pfn, flags, status) }
+    };
+    // SAFETY: `pfn` is the caller's output, null or one writable pointer (its contract).
+    unsafe { through_runtime(c"cudaGetDriverEntryPoint", pfn, forward) }
 }
 
 #[unsafe(no_mangle)]
@@ -133,20 +151,12 @@ pub unsafe extern "C" fn cudaGetDriverEntryPointByVersion(
     flags: u64,
     status: *mut c_int,
 ) -> c_int {
-    guarded("cudaGetDriverEntryPointByVersion", || {
-        let real = runtime_function(c"cudaGetDriverEntryPointByVersion");
-        if real.is_null() {
-            crate::log!("cudaGetDriverEntryPointByVersion: no CUDA runtime library is loaded");
-            return CUDA_ERROR_INITIALIZATION;
-        }
+    let forward = |real| {
         // SAFETY: the runtime's function of this name has this prototype (CUDA ≥ 12.5).
         let real = unsafe { std::mem::transmute::<*mut c_void, EntryPointByVersion>(real) };
         // SAFETY: the caller's arguments, forwarded.
-        let code = unsafe { real(symbol, pfn, cuda_version, flags, status) };
-        if code == 0 {
-            // SAFETY: the runtime just wrote the result through `pfn`.
-            unsafe { replace(pfn) };
-        }
-        code
-    })
+        unsafe { real(symbol, pfn, cuda_version, flags, status) }
+    };
+    // SAFETY: `pfn` is the caller's output, null or one writable pointer (its contract).
+    unsafe { through_runtime(c"cudaGetDriverEntryPointByVersion", pfn, forward) }
 }

@@ -91,17 +91,23 @@ pub fn transfer(
 ) -> CuResult<()> {
     let total = jobs.iter().map(|a| a.size).fold(0u64, u64::saturating_add);
     progress::start(direction.operation(), total);
-    let result = transfer_all(d, arena, jobs, through, direction);
+    let copies = Copies { through, direction };
+    let result = transfer_all(d, arena, jobs, &copies);
     progress::finish();
     result
+}
+
+/// How a transfer copies: which direction, and where a save may read instead of an alias.
+struct Copies<'a> {
+    through: &'a BTreeMap<AllocationId, u64>,
+    direction: Direction,
 }
 
 fn transfer_all(
     d: &Driver,
     arena: &mut Arena,
     jobs: &[&Allocation],
-    through: &BTreeMap<AllocationId, u64>,
-    direction: Direction,
+    copies: &Copies,
 ) -> CuResult<()> {
     let Some(first) = jobs.first() else {
         return Ok(());
@@ -124,9 +130,7 @@ fn transfer_all(
                     .ok_or(CuError::INVALID_VALUE)?;
                 mine.push((*a, slice));
             }
-            result = context::run(d, ctx, device, || {
-                copy_group(d, device, mine, through, direction)
-            });
+            result = context::run(d, ctx, device, || copy_group(d, device, mine, copies));
             if result.is_err() {
                 break;
             }
@@ -148,9 +152,9 @@ fn copy_group(
     d: &Driver,
     device: i32,
     members: Vec<(&Allocation, &mut [u8])>,
-    through: &BTreeMap<AllocationId, u64>,
-    direction: Direction,
+    copies: &Copies,
 ) -> CuResult<()> {
+    let Copies { through, direction } = *copies;
     let mut aliases: Vec<Alias> = Vec::new();
     // Whatever was issued has finished when the scope returns, before the aliases go away or
     // the arena is touched again.

@@ -30,33 +30,26 @@ pub fn records(r: &Registry, devices: &[Device]) -> Result<BoundedVec<Record, MA
     for (&address, m) in &r.mappings {
         // Access lists are bounded when they are recorded (cuMemSetAccess refuses more).
         let access = BoundedVec::try_from(m.access.clone()).unwrap_or_default();
-        match m.kind {
-            Kind::Unicast => {
-                let Some(a) = r.allocations.get(&m.id) else {
-                    continue;
-                };
-                out.push(Record::Mapping(MappingRecord {
-                    allocation: a.reference.clone(),
-                    address,
-                    size: m.size,
-                    offset: m.offset,
-                    access,
-                }));
-            }
-            Kind::Multicast => {
-                let Some(o) = r.multicasts.get(&m.id) else {
-                    continue;
-                };
-                out.push(Record::MulticastMapping(MulticastMappingRecord {
-                    object: o.reference.clone(),
-                    address,
-                    size: m.size,
-                    offset: m.offset,
-                    flags: m.flags,
-                    access,
-                }));
-            }
-        }
+        let Some(reference) = r.reference(&m.id, m.kind).cloned() else {
+            continue;
+        };
+        out.push(match m.kind {
+            Kind::Unicast => Record::Mapping(MappingRecord {
+                allocation: reference,
+                address,
+                size: m.size,
+                offset: m.offset,
+                access,
+            }),
+            Kind::Multicast => Record::MulticastMapping(MulticastMappingRecord {
+                object: reference,
+                address,
+                size: m.size,
+                offset: m.offset,
+                flags: m.flags,
+                access,
+            }),
+        });
     }
     for o in r.multicasts.values() {
         out.push(Record::Multicast(MulticastRecord {

@@ -3,6 +3,7 @@
 
 use super::step::{MappingIndex, Step, at, remap};
 use crate::calls::sharing;
+use crate::driver::api::Bound;
 use crate::driver::{Driver, context};
 use crate::state::cache;
 use crate::state::registry::{BindingTarget, Kind, Multicast, Registry};
@@ -146,36 +147,18 @@ pub fn restore_multicast_bindings(d: &Driver, r: &mut Registry) -> Step<u64> {
         let device = multicast_device(r, id);
         context::run(d, m.context, device, || {
             for b in &m.bindings {
-                let (mc_offset, size) = (b.multicast_offset as usize, b.size as usize);
-                let v2 = b.version == cuinterpose_protocol::BindingVersion::V2;
-                match &b.target {
-                    BindingTarget::Memory { member, offset } => {
-                        let member_raw = r
+                let bound = match &b.target {
+                    BindingTarget::Memory { member, offset } => Bound::Memory {
+                        member: r
                             .allocations
                             .get(&member.id)
                             .and_then(|a| a.driver)
-                            .ok_or(CuError::INVALID_HANDLE)?;
-                        d.multicast_bind_mem(
-                            raw,
-                            v2.then_some(b.device),
-                            mc_offset,
-                            member_raw,
-                            *offset as usize,
-                            size,
-                            b.flags,
-                        )?;
-                    }
-                    BindingTarget::Address { address, .. } => {
-                        d.multicast_bind_addr(
-                            raw,
-                            v2.then_some(b.device),
-                            mc_offset,
-                            *address,
-                            size,
-                            b.flags,
-                        )?;
-                    }
-                }
+                            .ok_or(CuError::INVALID_HANDLE)?,
+                        offset: *offset as usize,
+                    },
+                    BindingTarget::Address { address, .. } => Bound::Address(*address),
+                };
+                d.multicast_bind(raw, b.range(), bound)?;
             }
             remap(d, r, &index, id, raw)
         })

@@ -5,6 +5,7 @@
 //! The registry translates them to the current driver handle, which changes across restore
 //! while the logical value stays.
 
+use crate::driver::api::BindRange;
 use crate::sys::abi::RawAllocProp;
 use crate::sys::error::{CuError, CuResult};
 use cuinterpose_protocol::{
@@ -74,30 +75,54 @@ pub struct MallocInfo {
     pub pool: u64,
 }
 
-impl Allocation {
-    /// A new record of the memory `raw` names in this process (`shared`: imported, so shared
-    /// from the start), unpublished, with no handles or mappings yet.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
+/// Where a new record of an allocation or a multicast object comes from: its identity, the
+/// driver's handle `raw` in this process, whether it is shared from the start (imported), the
+/// context it was made in, and the token that authorizes exports of it.
+#[derive(Debug)]
+pub struct Origin {
+    pub reference: AllocationReference,
+    pub raw: u64,
+    pub shared: bool,
+    pub context: usize,
+    pub capability: CapabilityToken,
+}
+
+impl Origin {
+    /// An object imported from its creator: shared from the start.
+    pub fn imported(
         reference: AllocationReference,
         raw: u64,
-        size: u64,
-        properties: AllocationProperties,
-        alloc_flags: [u8; 8],
-        shared: bool,
         context: usize,
         capability: CapabilityToken,
     ) -> Self {
-        Self {
+        Origin {
             reference,
-            driver: Some(raw),
+            raw,
+            shared: true,
+            context,
+            capability,
+        }
+    }
+}
+
+impl Allocation {
+    /// A new record of the memory `origin` names, unpublished, with no handles or mappings yet.
+    pub fn new(
+        origin: Origin,
+        size: u64,
+        properties: AllocationProperties,
+        alloc_flags: [u8; 8],
+    ) -> Self {
+        Self {
+            reference: origin.reference,
+            driver: Some(origin.raw),
             size,
             properties,
             alloc_flags,
-            shared,
+            shared: origin.shared,
             published: false,
-            context,
-            capability,
+            context: origin.context,
+            capability: origin.capability,
             primary_handle: 0,
             handle_refs: 0,
             mappings: 0,
@@ -124,6 +149,15 @@ impl Allocation {
     pub fn raw_properties(&self) -> RawAllocProp {
         crate::sys::convert::raw_allocation_properties(&self.properties, self.alloc_flags)
     }
+}
+
+/// The fields an allocation and a multicast object both have, borrowed from one of them.
+#[derive(Debug)]
+pub struct Common<'a> {
+    pub reference: &'a AllocationReference,
+    pub driver: Option<u64>,
+    pub shared: &'a mut bool,
+    pub context: &'a mut usize,
 }
 
 /// The two counters that keep an allocation or multicast object alive in this process.
@@ -153,23 +187,16 @@ pub struct Multicast {
 }
 
 impl Multicast {
-    /// A new record of the object `raw` names in this process (`shared`: imported), with no
-    /// handles, mappings, devices or bindings yet.
-    pub fn new(
-        reference: AllocationReference,
-        raw: u64,
-        properties: MulticastProperties,
-        shared: bool,
-        context: usize,
-        capability: CapabilityToken,
-    ) -> Self {
+    /// A new record of the object `origin` names, with no handles, mappings, devices or
+    /// bindings yet.
+    pub fn new(origin: Origin, properties: MulticastProperties) -> Self {
         Self {
-            reference,
-            driver: Some(raw),
+            reference: origin.reference,
+            driver: Some(origin.raw),
             properties,
-            shared,
-            context,
-            capability,
+            shared: origin.shared,
+            context: origin.context,
+            capability: origin.capability,
             primary_handle: 0,
             handle_refs: 0,
             mappings: 0,
@@ -211,26 +238,30 @@ pub struct Binding {
 }
 
 impl Binding {
-    /// A binding made by the v2 entry point when `requested_device` is given (v1 otherwise),
-    /// on `device`; `range` is (multicast offset, size, flags) as the call passed them.
-    pub fn new(
-        target: BindingTarget,
-        range: (usize, usize, u64),
-        requested_device: Option<i32>,
-        device: i32,
-    ) -> Binding {
-        let (multicast_offset, size, flags) = range;
+    /// A binding on `device` of `range` as the call passed it: made by the v2 entry point when
+    /// the range names a device (v1 otherwise).
+    pub fn new(target: BindingTarget, range: BindRange, device: i32) -> Binding {
         Binding {
             target,
-            multicast_offset: multicast_offset as u64,
-            size: size as u64,
-            flags,
-            version: if requested_device.is_some() {
+            multicast_offset: range.multicast_offset as u64,
+            size: range.size as u64,
+            flags: range.flags,
+            version: if range.device.is_some() {
                 BindingVersion::V2
             } else {
                 BindingVersion::V1
             },
             device,
+        }
+    }
+
+    /// The range to bind again, through the entry point that made the binding.
+    pub fn range(&self) -> BindRange {
+        BindRange {
+            device: (self.version == BindingVersion::V2).then_some(self.device),
+            multicast_offset: self.multicast_offset as usize,
+            size: self.size as usize,
+            flags: self.flags,
         }
     }
 }
@@ -434,6 +465,34 @@ impl Registry {
             bases.insert(0, base);
         }
         bases
+    }
+
+    /// What object `id` records of its identity and use, when it is recorded.
+    pub fn common_mut(&mut self, id: &AllocationId, kind: Kind) -> Option<Common<'_>> {
+        let (reference, driver, shared, context) = match kind {
+            Kind::Unicast => {
+                let a = self.allocations.get_mut(id)?;
+                (&a.reference, a.driver, &mut a.shared, &mut a.context)
+            }
+            Kind::Multicast => {
+                let m = self.multicasts.get_mut(id)?;
+                (&m.reference, m.driver, &mut m.shared, &mut m.context)
+            }
+        };
+        Some(Common {
+            reference,
+            driver,
+            shared,
+            context,
+        })
+    }
+
+    /// Object `id`'s identity, when it is recorded.
+    pub fn reference(&self, id: &AllocationId, kind: Kind) -> Option<&AllocationReference> {
+        match kind {
+            Kind::Unicast => self.allocations.get(id).map(|a| &a.reference),
+            Kind::Multicast => self.multicasts.get(id).map(|m| &m.reference),
+        }
     }
 
     /// Whether nothing keeps a unicast allocation's record alive any more.
