@@ -21,19 +21,24 @@ pub mod toggle;
 pub use build::{direct_library, entry_name, entry_paths, fake_runtime};
 pub use scenario::{ANY, CUDA_11, CUDA_12_1, Ctx, Mode, Needs, across_toggle, co_preloaded, plain};
 
-/// Both halves of one scenario (a `fn(&mut Ctx)` named `$name`) as two tests: `$plain` runs
-/// it [`plain`], `$toggle` [`across_toggle`], both with the entry-path needs `$needs`.
+/// Both halves of one scenario (a `fn(&mut Ctx)` named `$name`) as two tests in a module of
+/// that name: `$name::plain` runs it [`plain`], `$name::across_toggle` [`across_toggle`], both
+/// with the entry-path needs `$needs` (named as at the call site, hence the glob import).
 #[macro_export]
 macro_rules! scenario {
-    ($name:ident, $plain:ident, $toggle:ident, $needs:expr) => {
-        #[test]
-        fn $plain() {
-            $crate::plain(stringify!($name), $needs, $name);
-        }
+    ($name:ident, $needs:expr) => {
+        mod $name {
+            use super::*;
 
-        #[test]
-        fn $toggle() {
-            $crate::across_toggle(stringify!($name), $needs, $name);
+            #[test]
+            fn plain() {
+                $crate::plain(stringify!($name), $needs, $name);
+            }
+
+            #[test]
+            fn across_toggle() {
+                $crate::across_toggle(stringify!($name), $needs, $name);
+            }
         }
     };
 }

@@ -176,6 +176,11 @@ impl Ctx {
         w
     }
 
+    /// `N` new workers, spawned one after the other as [`Ctx::worker`] spawns them.
+    pub fn workers<const N: usize>(&mut self) -> [Worker; N] {
+        std::array::from_fn(|_| self.worker())
+    }
+
     /// A worker on this scenario's fakecuda without the shim (nor any other preload), through
     /// `dlsym`, initialised on device 0: an application cuinterpose does not see, which is no
     /// participant of any checkpoint.
@@ -335,6 +340,21 @@ impl Ctx {
     pub fn release_last(&mut self, w: &mut Worker, address: u64, handle: u64) {
         unmap_release(w, address, handle);
         self.assert_clean(w);
+    }
+
+    /// The end of one granule shared by `creator` with `importer`, the importer first: it
+    /// unmaps and releases `imported` (address, handle), the creator lets go of `created` last
+    /// ([`Ctx::release_last`]), and then the importer must hold nothing either.
+    pub fn release_shared(
+        &mut self,
+        importer: &mut Worker,
+        imported: (u64, u64),
+        creator: &mut Worker,
+        created: (u64, u64),
+    ) {
+        unmap_release(importer, imported.0, imported.1);
+        self.release_last(creator, created.0, created.1);
+        self.assert_clean(importer);
     }
 
     /// Checks that `w` holds nothing any more: no shim record, no driver allocation, mapping,

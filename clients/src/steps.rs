@@ -2,6 +2,7 @@
 
 use crate::{GRAN, POSIX};
 use cuinterpose_workload::Worker;
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// `cuMemCreate` of one POSIX-exportable granule on `device`, mapped read-write for it and
@@ -11,6 +12,20 @@ pub fn exportable(w: &mut Worker, device: i32, seed: u64) -> (u64, u64) {
     let address = w.map_rw(handle, GRAN, device).expect("map");
     w.fill(address, GRAN, seed).expect("fill");
     (handle, address)
+}
+
+/// [`exportable`], then exported as a POSIX FD: (handle, address, FD).
+pub fn exported(w: &mut Worker, device: i32, seed: u64) -> (u64, u64, OwnedFd) {
+    let (handle, address) = exportable(w, device, seed);
+    let fd = w.export(handle).expect("export");
+    (handle, address, fd)
+}
+
+/// `writer` fills the granule at `written` with the pattern of `seed` and `reader` must read
+/// that pattern at `read`: both map the same memory.
+pub fn crosses(writer: &mut Worker, written: u64, reader: &mut Worker, read: u64, seed: u64) {
+    writer.fill(written, GRAN, seed).expect("fill");
+    reader.verify(read, GRAN, seed).expect("the writer's bytes");
 }
 
 /// Reserves a granule, maps `handle` there and grants `device` read-write: the address.
@@ -28,6 +43,31 @@ pub fn unmap_free(w: &mut Worker, address: u64, size: u64) {
 pub fn unmap_release(w: &mut Worker, address: u64, handle: u64) {
     unmap_free(w, address, GRAN);
     w.release(handle).expect("cuMemRelease");
+}
+
+/// `from` exports `handle` as a POSIX FD and `to` imports it; the FD is closed at once: `to`'s
+/// handle.
+pub fn share(from: &mut Worker, to: &mut Worker, handle: u64) -> u64 {
+    let fd = from.export(handle).expect("export");
+    to.import(fd.as_fd()).expect("import")
+}
+
+/// `from` exports `handle` as a POSIX FD and sends it to `to`, which keeps it (SCM_RIGHTS
+/// without an import); the FD is closed here at once: its number in `to`'s table.
+pub fn hand_over(from: &mut Worker, handle: u64, to: &mut Worker) -> i32 {
+    let fd = from.export(handle).expect("export");
+    to.hold_fd(fd.as_fd()).expect("receive the FD")
+}
+
+/// torch symmetric memory's pattern: `owner` exports `handle` and imports its own export, as
+/// `peer` does from the same FD, which is closed then: (the owner's import, the peer's).
+pub fn import_own_export(owner: &mut Worker, peer: &mut Worker, handle: u64) -> (u64, u64) {
+    let fd = owner.export(handle).expect("export");
+    let own = owner
+        .import(fd.as_fd())
+        .expect("the exporter imports its own FD");
+    let theirs = peer.import(fd.as_fd()).expect("import");
+    (own, theirs)
 }
 
 /// `cuMemImportFromShareableHandle` of the worker's own descriptor `fd` (POSIX), which it keeps.

@@ -6,7 +6,8 @@
 //! (torch symmetric memory rank 0). Each runs plain and across a toggle.
 
 use cuinterpose_clients::steps::{
-    exportable, import_number, map_granule, settled_fd_count, unmap_free, unmap_release,
+    crosses, exportable, exported, hand_over, import_number, import_own_export, map_granule,
+    settled_fd_count, unmap_free, unmap_release,
 };
 use cuinterpose_clients::{ANY, CUDA_11, Ctx, GRAN, INVALID_HANDLE, scenario};
 use cuinterpose_protocol::Record;
@@ -37,8 +38,7 @@ fn handle_count(records: &[Record]) -> Option<u64> {
 // 1. PyTorch expandable segments / mscclpp: the exporter keeps its FD at a fixed number; the
 //    importer copies it out of the exporter's table with pidfd_getfd, imports, closes the dup.
 fn pytorch_expandable_segments_pidfd_getfd(ctx: &mut Ctx) {
-    let mut a = ctx.worker();
-    let mut b = ctx.worker();
+    let [mut a, mut b] = ctx.workers();
     let (h, va) = exportable(&mut a, 0, 11);
     let (_ours, n) = a.export_kept(h).expect("export, kept at a number");
     let fds_a = a.open_fd_count().unwrap();
@@ -80,19 +80,12 @@ fn pytorch_expandable_segments_pidfd_getfd(ctx: &mut Ctx) {
     ctx.assert_clean(&mut a);
     ctx.assert_clean(&mut b);
 }
-scenario!(
-    pytorch_expandable_segments_pidfd_getfd,
-    pytorch_expandable_segments_pidfd_getfd_plain,
-    pytorch_expandable_segments_pidfd_getfd_across_toggle,
-    ANY
-);
+scenario!(pytorch_expandable_segments_pidfd_getfd, ANY);
 
 // 2. As 1, with two consumers pulling the same exporter FD in turn (every pidfd_getfd copy
 //    shares one file offset).
 fn pytorch_expandable_segments_two_consumers(ctx: &mut Ctx) {
-    let mut a = ctx.worker();
-    let mut b = ctx.worker();
-    let mut c = ctx.worker();
+    let [mut a, mut b, mut c] = ctx.workers();
     let (h, va) = exportable(&mut a, 0, 21);
     let (_ours, n) = a.export_kept(h).unwrap();
     let pid = a.worker_host_pid();
@@ -116,18 +109,12 @@ fn pytorch_expandable_segments_two_consumers(ctx: &mut Ctx) {
     a.release(h).unwrap();
     ctx.assert_clean(&mut a);
 }
-scenario!(
-    pytorch_expandable_segments_two_consumers,
-    pytorch_expandable_segments_two_consumers_plain,
-    pytorch_expandable_segments_two_consumers_across_toggle,
-    ANY
-);
+scenario!(pytorch_expandable_segments_two_consumers, ANY);
 
 // 3. NCCL's proxy: the FD goes out by SCM_RIGHTS and the exporter closes its copy at once; the
 //    importer imports later from its own copy (here after a checkpoint in between).
 fn nccl_proxy_exporter_closes_after_sending(ctx: &mut Ctx) {
-    let mut a = ctx.worker();
-    let mut b = ctx.worker();
+    let [mut a, mut b] = ctx.workers();
     let (h, va) = exportable(&mut a, 0, 31);
     let fds_a = a.open_fd_count().unwrap();
     let fd = a.export(h).expect("export; the exporter closes its copy");
@@ -144,28 +131,16 @@ fn nccl_proxy_exporter_closes_after_sending(ctx: &mut Ctx) {
     let vb = map_granule(&mut b, hb, 0);
     b.verify(vb, GRAN, 31).unwrap();
     ctx.checkpoint(&mut [&mut a, &mut b]);
-    b.fill(vb, GRAN, 32).unwrap();
-    a.verify(va, GRAN, 32).unwrap();
-    unmap_release(&mut b, vb, hb);
-    ctx.release_last(&mut a, va, h);
-    ctx.assert_clean(&mut b);
+    crosses(&mut b, vb, &mut a, va, 32);
+    ctx.release_shared(&mut b, (vb, hb), &mut a, (va, h));
 }
-scenario!(
-    nccl_proxy_exporter_closes_after_sending,
-    nccl_proxy_exporter_closes_after_sending_plain,
-    nccl_proxy_exporter_closes_after_sending_across_toggle,
-    ANY
-);
+scenario!(nccl_proxy_exporter_closes_after_sending, ANY);
 
 // 4. torch symmetric memory's ring: A's FD is forwarded by B (which never imports it) to C.
 fn torch_symm_mem_ring_relay(ctx: &mut Ctx) {
-    let mut a = ctx.worker();
-    let mut b = ctx.worker();
-    let mut c = ctx.worker();
+    let [mut a, mut b, mut c] = ctx.workers();
     let (h, va) = exportable(&mut a, 0, 41);
-    let fd = a.export(h).unwrap();
-    let held = b.hold_fd(fd.as_fd()).expect("B receives A's FD");
-    drop(fd);
+    let held = hand_over(&mut a, h, &mut b);
     let relayed = b
         .send_fd(held, true)
         .expect("B forwards it and closes its copy");
@@ -183,28 +158,17 @@ fn torch_symm_mem_ring_relay(ctx: &mut Ctx) {
     ctx.checkpoint(&mut [&mut a, &mut b, &mut c]);
     ctx.assert_clean(&mut b);
     c.verify(vc, GRAN, 41).unwrap();
-    c.fill(vc, GRAN, 42).unwrap();
-    a.verify(va, GRAN, 42).unwrap();
-    unmap_release(&mut c, vc, hc);
-    ctx.release_last(&mut a, va, h);
-    ctx.assert_clean(&mut c);
+    crosses(&mut c, vc, &mut a, va, 42);
+    ctx.release_shared(&mut c, (vc, hc), &mut a, (va, h));
 }
-scenario!(
-    torch_symm_mem_ring_relay,
-    torch_symm_mem_ring_relay_plain,
-    torch_symm_mem_ring_relay_across_toggle,
-    ANY
-);
+scenario!(torch_symm_mem_ring_relay, ANY);
 
 // 5. NCCL symmetric windows / SGLang: import, map, set access, release the imported handle at
 //    once. The mapping alone keeps the memory (tracked, checkpointed, restored); the ticket
 //    keeps resolving; unmapping frees it.
 fn nccl_window_release_after_map(ctx: &mut Ctx) {
-    let mut a = ctx.worker();
-    let mut b = ctx.worker();
-    let mut c = ctx.worker();
-    let (h, va) = exportable(&mut a, 0, 51);
-    let ticket = a.export(h).unwrap();
+    let [mut a, mut b, mut c] = ctx.workers();
+    let (h, va, ticket) = exported(&mut a, 0, 51);
     let hb = b.import(ticket.as_fd()).unwrap();
     let vb = map_granule(&mut b, hb, 0);
     b.release(hb).expect("release the imported handle at once");
@@ -222,8 +186,7 @@ fn nccl_window_release_after_map(ctx: &mut Ctx) {
     }
     ctx.checkpoint(&mut [&mut a, &mut b, &mut c]);
     b.verify(vb, GRAN, 51).unwrap();
-    b.fill(vb, GRAN, 52).unwrap();
-    a.verify(va, GRAN, 52).unwrap();
+    crosses(&mut b, vb, &mut a, va, 52);
     // An earlier ticket still resolves for a new importer.
     let hc = c.import(ticket.as_fd()).expect("the ticket still resolves");
     let vc = map_granule(&mut c, hc, 0);
@@ -231,29 +194,21 @@ fn nccl_window_release_after_map(ctx: &mut Ctx) {
     c.verify(vc, GRAN, 52).unwrap();
     drop(ticket);
     // Unmapping frees it where only a mapping held it.
-    unmap_free(&mut b, vb, GRAN);
-    ctx.assert_clean(&mut b);
-    unmap_free(&mut c, vc, GRAN);
-    ctx.assert_clean(&mut c);
+    for (w, v) in [(&mut b, vb), (&mut c, vc)] {
+        unmap_free(w, v, GRAN);
+        ctx.assert_clean(w);
+    }
     ctx.release_last(&mut a, va, h);
 }
-scenario!(
-    nccl_window_release_after_map,
-    nccl_window_release_after_map_plain,
-    nccl_window_release_after_map_across_toggle,
-    ANY
-);
+scenario!(nccl_window_release_after_map, ANY);
 
 // 6. SGLang VMM graph inputs: the importer dups the received FD before every import and
 //    imports it twice: two handles, one allocation, two VAs (one inside a span reservation);
 //    both imported handles are released right after mapping.
 fn sglang_dup_and_import_twice(ctx: &mut Ctx) {
-    let mut a = ctx.worker();
-    let mut b = ctx.worker();
+    let [mut a, mut b] = ctx.workers();
     let (h, va) = exportable(&mut a, 0, 61);
-    let fd = a.export(h).unwrap();
-    let received = b.hold_fd(fd.as_fd()).unwrap();
-    drop(fd);
+    let received = hand_over(&mut a, h, &mut b);
     let d1 = b.dup_fd(received).unwrap();
     let h1 = import_number(&mut b, d1).expect("import of the first dup");
     let d2 = b.dup_fd(received).unwrap();
@@ -285,26 +240,15 @@ fn sglang_dup_and_import_twice(ctx: &mut Ctx) {
     ctx.assert_clean(&mut b);
     ctx.release_last(&mut a, va, h);
 }
-scenario!(
-    sglang_dup_and_import_twice,
-    sglang_dup_and_import_twice_plain,
-    sglang_dup_and_import_twice_across_toggle,
-    ANY
-);
+scenario!(sglang_dup_and_import_twice, ANY);
 
 // 7. torch symmetric memory's multicast rank 0 pattern on unicast memory: the exporter imports
 //    its own export (as every rank does), maps it a second time, and releases its creation
 //    reference once everyone imported.
 fn torch_symm_mem_exporter_imports_own_export(ctx: &mut Ctx) {
-    let mut a = ctx.worker();
-    let mut b = ctx.worker();
+    let [mut a, mut b] = ctx.workers();
     let (h, va) = exportable(&mut a, 0, 71);
-    let fd = a.export(h).unwrap();
-    let own = a
-        .import(fd.as_fd())
-        .expect("the exporter imports its own FD");
-    let hb = b.import(fd.as_fd()).unwrap();
-    drop(fd);
+    let (own, hb) = import_own_export(&mut a, &mut b, h);
     ctx.note(format!("own import is a new handle: {}", own != h));
     let va2 = map_granule(&mut a, own, 0);
     let vb = map_granule(&mut b, hb, 0);
@@ -322,8 +266,7 @@ fn torch_symm_mem_exporter_imports_own_export(ctx: &mut Ctx) {
     a.release(r1).unwrap();
     a.release(r2).unwrap();
     ctx.checkpoint(&mut [&mut a, &mut b]);
-    b.fill(vb, GRAN, 72).unwrap();
-    a.verify(va, GRAN, 72).unwrap();
+    crosses(&mut b, vb, &mut a, va, 72);
     a.verify(va2, GRAN, 72).unwrap();
     ctx.release_last(&mut b, vb, hb);
     unmap_free(&mut a, va, GRAN);
@@ -331,19 +274,13 @@ fn torch_symm_mem_exporter_imports_own_export(ctx: &mut Ctx) {
         .expect("the own import keeps the memory");
     ctx.release_last(&mut a, va2, own);
 }
-scenario!(
-    torch_symm_mem_exporter_imports_own_export,
-    torch_symm_mem_exporter_imports_own_export_plain,
-    torch_symm_mem_exporter_imports_own_export_across_toggle,
-    CUDA_11
-);
+scenario!(torch_symm_mem_exporter_imports_own_export, CUDA_11);
 
 // 8. NCCL's proxy thread: the importer sends the owner's raw handle value (an integer learned
 //    over bootstrap); the owner's proxy thread exports it afresh for every request, sends the
 //    FD and closes it. The value stays valid across a checkpoint.
 fn nccl_proxy_thread_exports_on_demand(ctx: &mut Ctx) {
-    let mut a = ctx.worker();
-    let mut b = ctx.worker();
+    let [mut a, mut b] = ctx.workers();
     let (h, va) = exportable(&mut a, 0, 81);
     // What crosses the bootstrap: the handle value as an integer.
     let value: u64 = h;
@@ -379,12 +316,7 @@ fn nccl_proxy_thread_exports_on_demand(ctx: &mut Ctx) {
     ctx.assert_clean(&mut b);
     ctx.release_last(&mut a, va, h);
 }
-scenario!(
-    nccl_proxy_thread_exports_on_demand,
-    nccl_proxy_thread_exports_on_demand_plain,
-    nccl_proxy_thread_exports_on_demand_across_toggle,
-    ANY
-);
+scenario!(nccl_proxy_thread_exports_on_demand, ANY);
 
 // 16. PyTorch expandable-segment churn: pages come and go inside one big reservation while
 //     others are exported and pulled; the number of an unmapped page's FD is reused, so a late
@@ -392,9 +324,7 @@ scenario!(
 //     ticket) or imports what the number holds now.
 fn pytorch_expandable_segments_churn(ctx: &mut Ctx) {
     const PAGES: u64 = 4;
-    let mut a = ctx.worker();
-    let mut b = ctx.worker();
-    let mut c = ctx.worker();
+    let [mut a, mut b, mut c] = ctx.workers();
     let pid = a.worker_host_pid();
     let segment = a.reserve(PAGES * GRAN).unwrap();
     let consumer = b.reserve(PAGES * GRAN).unwrap();
@@ -482,8 +412,7 @@ fn pytorch_expandable_segments_churn(ctx: &mut Ctx) {
     c.close_fd(stale).unwrap();
     ctx.checkpoint(&mut [&mut a, &mut b, &mut c]);
     c.verify(vc, GRAN, 170).unwrap();
-    c.fill(vc, GRAN, 171).unwrap();
-    a.verify(segment + GRAN, GRAN, 171).unwrap();
+    crosses(&mut c, vc, &mut a, segment + GRAN, 171);
     b.verify(consumer + 3 * GRAN, GRAN, 163).unwrap();
     // Teardown: consumers first, then every page, then the segments.
     ctx.release_last(&mut c, vc, late);
@@ -504,18 +433,12 @@ fn pytorch_expandable_segments_churn(ctx: &mut Ctx) {
     a.free_address(segment, PAGES * GRAN).unwrap();
     ctx.assert_clean(&mut a);
 }
-scenario!(
-    pytorch_expandable_segments_churn,
-    pytorch_expandable_segments_churn_plain,
-    pytorch_expandable_segments_churn_across_toggle,
-    ANY
-);
+scenario!(pytorch_expandable_segments_churn, ANY);
 
 // 18. A checkpoint between the export and the consumer's pidfd_getfd: after the restore the
 //     number still holds a ticket, which imports the restored allocation.
 fn pytorch_expandable_segments_checkpoint_before_pull(ctx: &mut Ctx) {
-    let mut a = ctx.worker();
-    let mut b = ctx.worker();
+    let [mut a, mut b] = ctx.workers();
     let (h, va) = exportable(&mut a, 0, 181);
     let (_ours, n) = a.export_kept(h).unwrap();
     ctx.checkpoint(&mut [&mut a, &mut b]);
@@ -533,9 +456,4 @@ fn pytorch_expandable_segments_checkpoint_before_pull(ctx: &mut Ctx) {
     a.release(h).unwrap();
     ctx.assert_clean(&mut a);
 }
-scenario!(
-    pytorch_expandable_segments_checkpoint_before_pull,
-    pytorch_expandable_segments_checkpoint_before_pull_plain,
-    pytorch_expandable_segments_checkpoint_before_pull_across_toggle,
-    ANY
-);
+scenario!(pytorch_expandable_segments_checkpoint_before_pull, ANY);

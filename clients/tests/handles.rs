@@ -5,7 +5,9 @@
 //! all-to-all fan-out torn down in random order (symmetric memory, custom all-reduce, NCCL
 //! windows). Each runs plain and across a toggle.
 
-use cuinterpose_clients::steps::{exportable, map_granule, unmap_free, unmap_release};
+use cuinterpose_clients::steps::{
+    crosses, exportable, exported, map_granule, share, unmap_free, unmap_release,
+};
 use cuinterpose_clients::{
     ANY, CUDA_11, Ctx, FABRIC, GRAN, HOST_NUMA, MIB, Mode, POSIX, outcome, scenario,
 };
@@ -21,8 +23,7 @@ use std::os::fd::AsFd;
 //    unmaps and releases again, which frees the memory; retain on cuMemAlloc memory fails
 //    with the driver's code (NCCL then falls back to legacy IPC).
 fn nccl_retain_release_unmap_release(ctx: &mut Ctx) {
-    let mut a = ctx.worker();
-    let mut b = ctx.worker();
+    let [mut a, mut b] = ctx.workers();
     let (h, va) = exportable(&mut a, 0, 91);
     let r = a.retain(va + GRAN / 2).expect("retain inside the mapping");
     ctx.note(format!("retain gives the creation value: {}", r == h));
@@ -43,8 +44,7 @@ fn nccl_retain_release_unmap_release(ctx: &mut Ctx) {
     ));
     a.release(again).unwrap();
     a.release(held).unwrap();
-    b.fill(vb, GRAN, 92).unwrap();
-    a.verify(va, GRAN, 92).unwrap();
+    crosses(&mut b, vb, &mut a, va, 92);
     // ncclCuMemFree.
     let r = a.retain(va).unwrap();
     a.release(r).unwrap();
@@ -66,12 +66,7 @@ fn nccl_retain_release_unmap_release(ctx: &mut Ctx) {
     ctx.assert_clean(&mut a);
     ctx.assert_clean(&mut b);
 }
-scenario!(
-    nccl_retain_release_unmap_release,
-    nccl_retain_release_unmap_release_plain,
-    nccl_retain_release_unmap_release_across_toggle,
-    CUDA_11
-);
+scenario!(nccl_retain_release_unmap_release, CUDA_11);
 
 /// Fabric export of `h`: the outcome.
 fn export_fabric(w: &mut Worker, h: u64) -> String {
@@ -83,8 +78,7 @@ fn export_fabric(w: &mut Worker, h: u64) -> String {
 //     PyTorch's fallback (any non-OOM create error → POSIX) and NCCL's (ncclMemAlloc retries
 //     POSIX alone) then share POSIX memory.
 fn pytorch_nccl_fabric_probe_then_posix(ctx: &mut Ctx) {
-    let mut a = ctx.worker();
-    let mut b = ctx.worker();
+    let [mut a, mut b] = ctx.workers();
     for (name, attribute) in [
         ("vmm", DEVICE_ATTRIBUTE_VMM_SUPPORTED),
         ("posix fd", DEVICE_ATTRIBUTE_POSIX_FD_SUPPORTED),
@@ -134,8 +128,7 @@ fn pytorch_nccl_fabric_probe_then_posix(ctx: &mut Ctx) {
     ctx.note(format!("fabric import: {}", outcome(&blob)));
     // The fallback: POSIX alone, shared the usual way. A POSIX|FABRIC allocation the driver
     // accepted is shared too, over its POSIX handle.
-    let (h, va) = exportable(&mut a, 0, 101);
-    let fd = a.export(h).unwrap();
+    let (h, va, fd) = exported(&mut a, 0, 101);
     let hb = b.import(fd.as_fd()).unwrap();
     let vb = map_granule(&mut b, hb, 0);
     let mixed = handle.map(|hm| {
@@ -152,8 +145,7 @@ fn pytorch_nccl_fabric_probe_then_posix(ctx: &mut Ctx) {
     ));
     ctx.checkpoint(&mut [&mut a, &mut b]);
     b.verify(vb, GRAN, 101).unwrap();
-    b.fill(vb, GRAN, 103).unwrap();
-    a.verify(va, GRAN, 103).unwrap();
+    crosses(&mut b, vb, &mut a, va, 103);
     if let Some((hm, vm, hmb, vmb)) = mixed {
         b.verify(vmb, GRAN, 102).unwrap();
         let props = a.properties(hm).unwrap();
@@ -162,16 +154,9 @@ fn pytorch_nccl_fabric_probe_then_posix(ctx: &mut Ctx) {
         unmap_release(&mut b, vmb, hmb);
         unmap_release(&mut a, vm, hm);
     }
-    unmap_release(&mut b, vb, hb);
-    ctx.release_last(&mut a, va, h);
-    ctx.assert_clean(&mut b);
+    ctx.release_shared(&mut b, (vb, hb), &mut a, (va, h));
 }
-scenario!(
-    pytorch_nccl_fabric_probe_then_posix,
-    pytorch_nccl_fabric_probe_then_posix_plain,
-    pytorch_nccl_fabric_probe_then_posix_across_toggle,
-    ANY
-);
+scenario!(pytorch_nccl_fabric_probe_then_posix, ANY);
 
 /// Read-write access for host NUMA node `node`.
 fn host_node(node: i32) -> Grant {
@@ -213,9 +198,7 @@ fn nccl_host_numa_buffers(ctx: &mut Ctx) {
         location_type: HOST_NUMA,
     });
     ctx.note(format!("host access: {host:?}"));
-    let fd = a.export(h).unwrap();
-    let hb = b.import(fd.as_fd()).unwrap();
-    drop(fd);
+    let hb = share(&mut a, &mut b, h);
     let pb = b.properties(hb).unwrap();
     ctx.note(format!(
         "imported location {}/{}",
@@ -237,8 +220,7 @@ fn nccl_host_numa_buffers(ctx: &mut Ctx) {
     ctx.note(format!("unknown NUMA node: {}", outcome(&bad_node)));
     ctx.checkpoint(&mut [&mut a, &mut b]);
     b.verify(vb, GRAN, 121).unwrap();
-    b.fill(vb, GRAN, 123).unwrap();
-    a.verify(va, GRAN, 123).unwrap();
+    crosses(&mut b, vb, &mut a, va, 123);
     a.verify(vd, GRAN, 122).unwrap();
     let after = a.properties(h).unwrap();
     assert_eq!((after.location_type, after.location_id), (HOST_NUMA, 0));
@@ -255,12 +237,7 @@ fn nccl_host_numa_buffers(ctx: &mut Ctx) {
     ctx.release_last(&mut a, vd, hd);
     ctx.assert_clean(&mut b);
 }
-scenario!(
-    nccl_host_numa_buffers,
-    nccl_host_numa_buffers_plain,
-    nccl_host_numa_buffers_across_toggle,
-    ANY
-);
+scenario!(nccl_host_numa_buffers, ANY);
 
 // 19. Importers on another GPU (every P2P import: owner device 0, importer device 1 with
 //     access for its own device) and on the same GPU (vLLM's probe i→i).
@@ -268,8 +245,7 @@ fn p2p_importer_on_other_and_same_gpu(ctx: &mut Ctx) {
     let mut a = ctx.worker();
     let mut other = ctx.worker_on(1);
     let mut same = ctx.worker();
-    let (h, va) = exportable(&mut a, 0, 191);
-    let fd = a.export(h).unwrap();
+    let (h, va, fd) = exported(&mut a, 0, 191);
     let ho = other.import(fd.as_fd()).unwrap();
     let hs = same.import(fd.as_fd()).unwrap();
     drop(fd);
@@ -288,19 +264,13 @@ fn p2p_importer_on_other_and_same_gpu(ctx: &mut Ctx) {
     ctx.checkpoint(&mut [&mut a, &mut other, &mut same]);
     assert_eq!(other.get_access(vo, 1).unwrap(), 3);
     assert_eq!(other.get_access(vo, 0).unwrap(), 0);
-    other.fill(vo, GRAN, 192).unwrap();
-    same.verify(vs, GRAN, 192).unwrap();
+    crosses(&mut other, vo, &mut same, vs, 192);
     a.verify(va, GRAN, 192).unwrap();
     for (w, v, hh) in [(&mut other, vo, ho), (&mut same, vs, hs), (&mut a, va, h)] {
         ctx.release_last(w, v, hh);
     }
 }
-scenario!(
-    p2p_importer_on_other_and_same_gpu,
-    p2p_importer_on_other_and_same_gpu_plain,
-    p2p_importer_on_other_and_same_gpu_across_toggle,
-    ANY
-);
+scenario!(p2p_importer_on_other_and_same_gpu, ANY);
 
 /// Bytes checked of each of the fan-out's 56 mappings (the whole granule after a restore).
 const SPOT: u64 = MIB / 16;
@@ -405,9 +375,4 @@ fn all_to_all_fan_out_of_eight(ctx: &mut Ctx) {
         }
     }
 }
-scenario!(
-    all_to_all_fan_out_of_eight,
-    all_to_all_fan_out_of_eight_plain,
-    all_to_all_fan_out_of_eight_across_toggle,
-    ANY
-);
+scenario!(all_to_all_fan_out_of_eight, ANY);

@@ -6,7 +6,8 @@
 //! NCCL NVLS / torch symmetric memory multicast teams. Each runs plain and across a toggle.
 
 use cuinterpose_clients::steps::{
-    exportable, map_granule, quiet_fd_count, settled_fd_count, unmap_free, unmap_release,
+    exportable, import_own_export, map_granule, quiet_fd_count, settled_fd_count, unmap_free,
+    unmap_release,
 };
 use cuinterpose_clients::{ANY, CUDA_12_1, Ctx, GRAN, MIB, NONE, POSIX, co_preloaded, scenario};
 use cuinterpose_workload::{Grant, Worker};
@@ -78,8 +79,6 @@ fn pytorch_vllm_legacy_ipc(ctx: &mut Ctx) {
 }
 scenario!(
     pytorch_vllm_legacy_ipc,
-    pytorch_vllm_legacy_ipc_plain,
-    pytorch_vllm_legacy_ipc_across_toggle,
     // The pre-11.0 name (the v1 ABI, the same as _v2) resolves from CUDA 4.1 on.
     cuinterpose_clients::Needs {
         version: 4010,
@@ -128,8 +127,7 @@ fn vllm_p2p_probe_device_reset(ctx: &mut Ctx) {
     probe_pair(ctx, &mut producer, &mut consumer, 141);
     ctx.assert_clean(&mut producer);
     ctx.assert_clean(&mut consumer);
-    let mut next_producer = ctx.worker();
-    let mut next_consumer = ctx.worker();
+    let [mut next_producer, mut next_consumer] = ctx.workers();
     ctx.checkpoint(&mut [
         &mut producer,
         &mut consumer,
@@ -149,8 +147,6 @@ fn vllm_p2p_probe_device_reset(ctx: &mut Ctx) {
 }
 scenario!(
     vllm_p2p_probe_device_reset,
-    vllm_p2p_probe_device_reset_plain,
-    vllm_p2p_probe_device_reset_across_toggle,
     // The pre-11.0 name (the v1 ABI, the same as _v2) resolves from CUDA 7.0 on.
     cuinterpose_clients::Needs {
         version: 7000,
@@ -173,8 +169,7 @@ fn tag(cycle: u64, which: u8) -> Vec<u8> {
 //     access, copies the data back. No handle, mapping or FD leaks.
 fn vllm_sleep_wake_same_addresses(ctx: &mut Ctx) {
     const CYCLES: u64 = 100;
-    let mut a = ctx.worker();
-    let mut peer = ctx.worker();
+    let [mut a, mut peer] = ctx.workers();
     let local = a.reserve(GRAN).unwrap();
     let shared = a.reserve(GRAN).unwrap();
     let remote = peer.reserve(GRAN).unwrap();
@@ -248,12 +243,7 @@ fn vllm_sleep_wake_same_addresses(ctx: &mut Ctx) {
     ctx.assert_clean(&mut a);
     ctx.assert_clean(&mut peer);
 }
-scenario!(
-    vllm_sleep_wake_same_addresses,
-    vllm_sleep_wake_same_addresses_plain,
-    vllm_sleep_wake_same_addresses_across_toggle,
-    ANY
-);
+scenario!(vllm_sleep_wake_same_addresses, ANY);
 
 // 17. The same sleep/wake pattern with the shim co-preloaded behind another interposer linked
 //     against libcuda (torch_memory_saver's preload mode), whose driver calls the dynamic
@@ -275,12 +265,7 @@ fn nccl_nvls_multicast_team(ctx: &mut Ctx) {
     let mut r0 = ctx.worker();
     let mut r1 = ctx.worker_on(1);
     let mc = r0.mc_create(2, GRAN, u64::from(POSIX)).unwrap();
-    let fd = r0.export(mc).unwrap();
-    let m0 = r0
-        .import(fd.as_fd())
-        .expect("rank 0 imports its own export");
-    let m1 = r1.import(fd.as_fd()).unwrap();
-    drop(fd);
+    let (m0, m1) = import_own_export(&mut r0, &mut r1, mc);
     ctx.note(format!("rank 0's import is a new handle: {}", m0 != mc));
     // Rank 1 maps the multicast VA before binding (registration path).
     let view1 = r1.reserve(GRAN).unwrap();
@@ -313,9 +298,4 @@ fn nccl_nvls_multicast_team(ctx: &mut Ctx) {
         ctx.release_last(w, p, h);
     }
 }
-scenario!(
-    nccl_nvls_multicast_team,
-    nccl_nvls_multicast_team_plain,
-    nccl_nvls_multicast_team_across_toggle,
-    CUDA_12_1
-);
+scenario!(nccl_nvls_multicast_team, CUDA_12_1);

@@ -4,17 +4,22 @@
 //! refuse.
 
 use cuinterpose_clients::scenario::{Mode, run};
-use cuinterpose_clients::steps::{exportable, map_granule, unmap_release};
+use cuinterpose_clients::steps::{exportable, exported, map_granule, share, unmap_release};
 use cuinterpose_clients::{Ctx, GRAN, INVALID_HANDLE, NOT_SUPPORTED, POSIX};
 use cuinterpose_workload::{EntryPath, Worker};
 use std::os::fd::AsFd;
 
-/// A test `$test` running the scenario `$name` once, under the shim (through `dlsym`).
+/// A test `$name::is_refused` running the scenario `$name` once, under the shim (through
+/// `dlsym`).
 macro_rules! shimmed {
-    ($name:ident, $test:ident) => {
-        #[test]
-        fn $test() {
-            run(stringify!($name), Mode::Shim, vec![EntryPath::Dlsym], $name);
+    ($name:ident) => {
+        mod $name {
+            use super::*;
+
+            #[test]
+            fn is_refused() {
+                run(stringify!($name), Mode::Shim, vec![EntryPath::Dlsym], $name);
+            }
         }
     };
 }
@@ -37,12 +42,9 @@ fn refused(ctx: &mut Ctx, workers: &mut [&mut Worker], what: &str) -> String {
 /// NCCL/symmetric-memory teardown in random order): its bytes have no carrier any more, so a
 /// checkpoint is refused at inspection until the importers let go too.
 fn creator_gone_while_importers_map_it(ctx: &mut Ctx) {
-    let mut a = ctx.worker();
-    let mut b = ctx.worker();
+    let [mut a, mut b] = ctx.workers();
     let (h, va) = exportable(&mut a, 0, 1);
-    let fd = a.export(h).unwrap();
-    let hb = b.import(fd.as_fd()).unwrap();
-    drop(fd);
+    let hb = share(&mut a, &mut b, h);
     let vb = map_granule(&mut b, hb, 0);
     unmap_release(&mut a, va, h);
     b.verify(vb, GRAN, 1)
@@ -54,18 +56,14 @@ fn creator_gone_while_importers_map_it(ctx: &mut Ctx) {
     assert_eq!(ctx.try_toggle(&mut [&mut a, &mut b]), Some(Ok(())));
 }
 
-shimmed!(
-    creator_gone_while_importers_map_it,
-    creator_gone_while_importers_map_it_is_refused
-);
+shimmed!(creator_gone_while_importers_map_it);
 
 /// A POSIX FD exported by a process without the shim is no ticket: the shim imports it
 /// natively and counts it, and a checkpoint is refused while it is held.
 fn raw_import_from_an_unshimmed_exporter(ctx: &mut Ctx) {
     let mut b = ctx.worker();
     let mut plain = ctx.unshimmed_worker();
-    let (h, va) = exportable(&mut plain, 0, 3);
-    let fd = plain.export(h).unwrap();
+    let (h, va, fd) = exported(&mut plain, 0, 3);
     let raw = b.import(fd.as_fd()).expect("imported natively");
     let vb = map_granule(&mut b, raw, 0);
     b.verify(vb, GRAN, 3).unwrap();
@@ -76,29 +74,21 @@ fn raw_import_from_an_unshimmed_exporter(ctx: &mut Ctx) {
     unmap_release(&mut plain, va, h);
 }
 
-shimmed!(
-    raw_import_from_an_unshimmed_exporter,
-    raw_import_from_an_unshimmed_exporter_is_refused
-);
+shimmed!(raw_import_from_an_unshimmed_exporter);
 
 /// A ticket whose allocation its creator released entirely (no handle, no mapping) no longer
 /// imports, even from an FD the importer still holds: the driver would import the memory the
 /// FD keeps alive, which nobody could checkpoint.
 fn ticket_of_a_released_allocation(ctx: &mut Ctx) {
-    let mut a = ctx.worker();
-    let mut b = ctx.worker();
-    let (h, va) = exportable(&mut a, 0, 4);
-    let fd = a.export(h).unwrap();
+    let [mut a, mut b] = ctx.workers();
+    let (h, va, fd) = exported(&mut a, 0, 4);
     unmap_release(&mut a, va, h);
     let err = b.import(fd.as_fd()).expect_err("the allocation is gone");
     assert_eq!(err.cuda_code(), Some(INVALID_HANDLE), "{err}");
     assert_eq!(ctx.try_toggle(&mut [&mut a, &mut b]), Some(Ok(())));
 }
 
-shimmed!(
-    ticket_of_a_released_allocation,
-    ticket_of_a_released_allocation_is_refused
-);
+shimmed!(ticket_of_a_released_allocation);
 
 /// Handle types the shim cannot checkpoint (Win32 here) are refused at creation with
 /// CUDA_ERROR_NOT_SUPPORTED, as this driver refuses them too.
@@ -111,7 +101,4 @@ fn unsupported_handle_types(ctx: &mut Ctx) {
     assert_eq!(ctx.records(&a), Some(Vec::new()));
 }
 
-shimmed!(
-    unsupported_handle_types,
-    unsupported_handle_types_are_refused
-);
+shimmed!(unsupported_handle_types);
