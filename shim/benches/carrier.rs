@@ -11,25 +11,17 @@
 //! such cost), so the floor of a load over fakecuda is the last baseline: the same bytes
 //! copied into a fresh memfd mapping by one thread per core.
 
+mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use common::{POSIX, Prop};
 use criterion::{Criterion, criterion_group, criterion_main};
 use cuinterpose_protocol::transport::{Endpoint, call};
 use cuinterpose_protocol::{ExecuteRequest, NamespacePid, Operation, Reply, Request};
 use std::ffi::{c_int, c_uint, c_void};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Prop {
-    type_: u32,
-    handle_types: u32,
-    location: [i32; 2],
-    win32: *mut c_void,
-    flags: [u8; 8],
-}
 
 const SIZE: usize = 64 << 20;
 
@@ -102,28 +94,12 @@ fn memcpy_warm(source: &[u8], warm: &mut [u8], threads: usize) -> Duration {
 fn bench(c: &mut Criterion) {
     let loaded = support::in_process("carrier-bench");
     let (sandbox, driver, shim) = (&loaded.sandbox, &loaded.driver, &loaded.shim);
-    let prop = Prop {
-        type_: 1,
-        handle_types: 1,
-        location: [1, 0],
-        win32: std::ptr::null_mut(),
-        flags: [0; 8],
-    };
     let access: [u32; 3] = [1, 0, 3];
     let (mut handle, mut va, mut fd): (u64, u64, c_int);
     va = 0;
+    common::init(shim, driver);
     // SAFETY: every call below uses cuda.h's prototype and valid pointers to locals.
     unsafe {
-        let init: libloading::Symbol<unsafe extern "C" fn(c_uint) -> u32> =
-            shim.get(b"cuInit\0").unwrap();
-        assert_eq!(init(0), 0);
-        let retain: libloading::Symbol<unsafe extern "C" fn(*mut usize, c_int) -> u32> =
-            driver.get(b"cuDevicePrimaryCtxRetain\0").unwrap();
-        let set: libloading::Symbol<unsafe extern "C" fn(usize) -> u32> =
-            driver.get(b"cuCtxSetCurrent\0").unwrap();
-        let mut ctx = 0;
-        assert_eq!(retain(&mut ctx, 0), 0);
-        assert_eq!(set(ctx), 0);
         let create: libloading::Symbol<
             unsafe extern "C" fn(*mut u64, usize, *const Prop, u64) -> u32,
         > = shim.get(b"cuMemCreate\0").unwrap();
@@ -140,7 +116,7 @@ fn bench(c: &mut Criterion) {
         let htod: libloading::Symbol<unsafe extern "C" fn(u64, *const c_void, usize) -> u32> =
             driver.get(b"cuMemcpyHtoD_v2\0").unwrap();
         (handle, fd) = (0, -1);
-        assert_eq!(create(&mut handle, SIZE, &prop, 0), 0);
+        assert_eq!(create(&mut handle, SIZE, &POSIX, 0), 0);
         assert_eq!(reserve(&mut va, SIZE, 0, 0, 0), 0);
         assert_eq!(map(va, SIZE, 0, handle, 0), 0);
         assert_eq!(set_access(va, SIZE, access.as_ptr(), 1), 0);

@@ -5,35 +5,17 @@
 //! Both libraries are `dlopen`ed into this process (the shim `RTLD_LOCAL`, so nothing else is
 //! interposed); the shim finds fakecuda through `CUINTERPOSE_DRIVER`.
 
+mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use common::{POSIX, Prop};
 use criterion::{Criterion, criterion_group, criterion_main};
-use std::ffi::{c_int, c_uint, c_void};
+use std::ffi::c_uint;
 use std::hint::black_box;
 
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Prop {
-    type_: u32,
-    handle_types: u32,
-    location: [i32; 2],
-    win32: *mut c_void,
-    flags: [u8; 8],
-}
-
-const POSIX: Prop = Prop {
-    type_: 1,
-    handle_types: 1,
-    location: [1, 0],
-    win32: std::ptr::null_mut(),
-    flags: [0; 8],
-};
 const SIZE: usize = 2 << 20;
 
-type Init = unsafe extern "C" fn(c_uint) -> u32;
-type Retain = unsafe extern "C" fn(*mut usize, c_int) -> u32;
-type SetCurrent = unsafe extern "C" fn(usize) -> u32;
 type Granularity = unsafe extern "C" fn(*mut usize, *const Prop, c_uint) -> u32;
 type Create = unsafe extern "C" fn(*mut u64, usize, *const Prop, u64) -> u32;
 type Reserve = unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> u32;
@@ -49,16 +31,10 @@ struct Api {
 }
 
 fn load(library: &libloading::Library, driver: &libloading::Library) -> Api {
-    // SAFETY: each name is looked up with its cuda.h prototype; the context calls go to the
-    // driver itself (the shim does not wrap them).
+    common::init(library, driver);
+    // SAFETY: each name is looked up with its cuda.h prototype; the reservation goes to the
+    // driver itself (the shim does not wrap it).
     unsafe {
-        let init: Init = *library.get(b"cuInit\0").unwrap();
-        assert_eq!(init(0), 0);
-        let retain: Retain = *driver.get(b"cuDevicePrimaryCtxRetain\0").unwrap();
-        let set: SetCurrent = *driver.get(b"cuCtxSetCurrent\0").unwrap();
-        let mut ctx = 0;
-        assert_eq!(retain(&mut ctx, 0), 0);
-        assert_eq!(set(ctx), 0);
         Api {
             granularity: *library.get(b"cuMemGetAllocationGranularity\0").unwrap(),
             create: *library.get(b"cuMemCreate\0").unwrap(),

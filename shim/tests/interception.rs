@@ -28,6 +28,17 @@ fn entry_paths() -> Vec<String> {
     paths
 }
 
+/// The stdout of the `share` program run with `args` (the shim preloaded when `shim` is set),
+/// which must succeed (`what` names the run when it does not).
+fn share(sandbox: &Sandbox, shim: bool, args: &[&str], what: &str) -> String {
+    let out = sandbox
+        .command(share_program(), shim)
+        .args(args)
+        .output()
+        .unwrap();
+    stdout_of(what, out)
+}
+
 /// A creator and an importer process share one allocation through `path`: the importer sees
 /// the creator's bytes, the creator sees the importer's write.
 fn check_sharing(path: &str) {
@@ -70,12 +81,12 @@ fn every_entry_path_shares_memory_between_processes() {
 /// pass-throughs alike (every driver entry point passes the checkpoint gate).
 fn check_resolution(path: &str) {
     let sandbox = Sandbox::new("resolve");
-    let out = sandbox
-        .command(share_program(), true)
-        .args(["resolve", path])
-        .output()
-        .unwrap();
-    let out = stdout_of(&format!("resolve over {path}"), out);
+    let out = share(
+        &sandbox,
+        true,
+        &["resolve", path],
+        &format!("resolve over {path}"),
+    );
     for line in out.lines() {
         let (name, library) = line.split_once(' ').unwrap();
         assert!(
@@ -96,12 +107,12 @@ fn every_driver_entry_point_resolves_to_the_shim() {
 #[test]
 fn without_the_shim_every_path_reaches_the_driver() {
     let sandbox = Sandbox::new("noshim");
-    let out = sandbox
-        .command(share_program(), false)
-        .args(["resolve", "dlsym"])
-        .output()
-        .unwrap();
-    let out = stdout_of("resolve without shim", out);
+    let out = share(
+        &sandbox,
+        false,
+        &["resolve", "dlsym"],
+        "resolve without shim",
+    );
     assert!(out.lines().all(|l| l.contains(" libcuda.so")), "{out}");
 }
 
@@ -109,22 +120,8 @@ fn without_the_shim_every_path_reaches_the_driver() {
 fn pass_through_results_equal_the_unshimmed_driver() {
     let sandbox = Sandbox::new("probe");
     for path in ["direct", "proc:12030"] {
-        let plain = stdout_of(
-            "probe",
-            sandbox
-                .command(share_program(), false)
-                .args(["probe", path])
-                .output()
-                .unwrap(),
-        );
-        let shimmed = stdout_of(
-            "probe",
-            sandbox
-                .command(share_program(), true)
-                .args(["probe", path])
-                .output()
-                .unwrap(),
-        );
+        let plain = share(&sandbox, false, &["probe", path], "probe");
+        let shimmed = share(&sandbox, true, &["probe", path], "probe");
         assert_eq!(plain, shimmed, "results differ under the shim ({path})");
         assert!(plain.lines().count() >= 30, "{plain}");
         // The probe reaches the driver's refusals, not just successes.
@@ -136,12 +133,7 @@ fn pass_through_results_equal_the_unshimmed_driver() {
 #[test]
 fn a_forked_child_holds_neither_the_control_socket_nor_cached_exports() {
     let sandbox = Sandbox::new("fork");
-    let out = sandbox
-        .command(share_program(), true)
-        .args(["fork", "direct"])
-        .output()
-        .unwrap();
-    let out = stdout_of("fork", out);
+    let out = share(&sandbox, true, &["fork", "direct"], "fork");
     let value = |key: &str| -> i64 {
         out.lines()
             .find_map(|l| l.strip_prefix(key))

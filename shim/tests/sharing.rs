@@ -7,8 +7,9 @@ mod support;
 use cuinterpose_protocol::ticket::{create_ticket, read_ticket};
 use cuinterpose_protocol::{
     AccessDescriptor, AccessFlags, AllocationProperties, AllocationRecord, AllocationReference,
-    AllocationType, BoundedVec, CapabilityToken, HandleTypes, Location, MappingRecord,
-    NamespacePid, Phase, Record, RefusalCode, Reply, Request, Ticket, VirtualShareableHandle,
+    AllocationType, BoundedVec, CapabilityToken, HandleTypes, InspectionReply, Location,
+    MappingRecord, NamespacePid, Phase, Record, RefusalCode, Reply, Request, Ticket,
+    VirtualShareableHandle,
 };
 use cuinterpose_workload::{EntryPath, Grant, Worker};
 use std::os::fd::AsFd;
@@ -39,17 +40,23 @@ fn check_share(entry: EntryPath) {
     let sandbox = Sandbox::new("rust-share");
     let mut a = worker(&sandbox, entry.clone(), true);
     let mut b = worker(&sandbox, entry.clone(), true);
-    let handle = a.create(4 * MIB, 0, POSIX).unwrap();
+    let (handle, va, ticket) = filled_export(&mut a, 4 * MIB, 11);
     assert_eq!(handle >> 48, 0xC0DE, "{entry:?}: {handle:#x}");
-    let va = a.map_rw(handle, 4 * MIB, 0).unwrap();
-    a.fill(va, 4 * MIB, 11).unwrap();
-    let ticket = a.export(handle).unwrap();
     let imported = b.import(ticket.as_fd()).unwrap();
     assert_eq!(imported >> 48, 0xC0DE, "{entry:?}");
     let vb = b.map_rw(imported, 4 * MIB, 0).unwrap();
     b.verify(vb, 4 * MIB, 11).unwrap();
     b.fill(vb, MIB, 12).unwrap();
     a.verify(va, MIB, 12).unwrap();
+}
+
+/// A new allocation of `size` bytes in `w`, mapped read-write on device 0 and filled from
+/// `seed`, and its export: (handle, address, ticket).
+fn filled_export(w: &mut Worker, size: u64, seed: u64) -> (u64, u64, std::os::fd::OwnedFd) {
+    let handle = w.create(size, 0, POSIX).unwrap();
+    let va = w.map_rw(handle, size, 0).unwrap();
+    w.fill(va, size, seed).unwrap();
+    (handle, va, w.export(handle).unwrap())
 }
 
 #[test]
@@ -120,6 +127,25 @@ fn named(mut records: Vec<Record>, devices: &[cuinterpose_protocol::Device]) -> 
     records
 }
 
+/// Asserts that `process`'s inspection reports exactly `records` (devices named as it lists
+/// them).
+fn check_records(process: &str, inspection: &InspectionReply, records: Vec<Record>) {
+    assert_eq!(
+        inspection.records.to_vec(),
+        named(records, &inspection.devices),
+        "the records of {process}"
+    );
+}
+
+/// Read-write (3) or read-only (1) access for device `id`, as the worker grants it.
+fn device_grant(id: i32, flags: u32) -> Grant {
+    Grant {
+        location_type: 1,
+        id,
+        flags,
+    }
+}
+
 /// The id the creator's shim gave the only shared allocation.
 fn shared_id(sandbox: &Sandbox, creator: &Worker) -> cuinterpose_protocol::AllocationId {
     let inspection = inspect(sandbox, pid(creator));
@@ -149,37 +175,13 @@ fn inspect_reports_a_three_process_topology_exactly() {
     let hb = b.import(ticket.as_fd()).unwrap();
     let vb = b.reserve(4 * MIB).unwrap();
     b.map(vb, 4 * MIB, 0, hb).unwrap();
-    b.set_access(
-        vb,
-        4 * MIB,
-        &[
-            Grant {
-                location_type: 1,
-                id: 0,
-                flags: 1,
-            },
-            Grant {
-                location_type: 1,
-                id: 1,
-                flags: 3,
-            },
-        ],
-    )
-    .unwrap();
+    b.set_access(vb, 4 * MIB, &[device_grant(0, 1), device_grant(1, 3)])
+        .unwrap();
     // C: the second half only, read-write for device 1, and the handle released at once.
     let hc = c.import(ticket.as_fd()).unwrap();
     let vc = c.reserve(2 * MIB).unwrap();
     c.map(vc, 2 * MIB, 2 * MIB, hc).unwrap();
-    c.set_access(
-        vc,
-        2 * MIB,
-        &[Grant {
-            location_type: 1,
-            id: 1,
-            flags: 3,
-        }],
-    )
-    .unwrap();
+    c.set_access(vc, 2 * MIB, &[device_grant(1, 3)]).unwrap();
     c.release(hc).unwrap();
 
     let ia = inspect(&sandbox, pid(&a));
@@ -197,54 +199,36 @@ fn inspect_reports_a_three_process_topology_exactly() {
     let rw0 = access(0, AccessFlags::ProtReadWrite);
     assert_eq!(ia.phase, Phase::Active);
     assert_eq!(ia.raw_imports, 0);
-    assert_eq!(
-        ia.records.to_vec(),
-        named(
-            vec![
-                allocation_record(x.clone(), 4 * MIB, true, 1),
-                allocation_record(p.clone(), 2 * MIB, false, 1),
-                mapping_record(x.clone(), va, 4 * MIB, 0, vec![rw0.clone()]),
-                mapping_record(p, vp, 2 * MIB, 0, vec![rw0]),
-            ],
-            &ia.devices
-        )
+    check_records(
+        "A",
+        &ia,
+        vec![
+            allocation_record(x.clone(), 4 * MIB, true, 1),
+            allocation_record(p.clone(), 2 * MIB, false, 1),
+            mapping_record(x.clone(), va, 4 * MIB, 0, vec![rw0.clone()]),
+            mapping_record(p, vp, 2 * MIB, 0, vec![rw0]),
+        ],
     );
-    let ib = inspect(&sandbox, pid(&b));
-    assert_eq!(
-        ib.records.to_vec(),
-        named(
-            vec![
-                allocation_record(x.clone(), 4 * MIB, false, 1),
-                mapping_record(
-                    x.clone(),
-                    vb,
-                    4 * MIB,
-                    0,
-                    vec![
-                        access(0, AccessFlags::ProtRead),
-                        access(1, AccessFlags::ProtReadWrite)
-                    ]
-                ),
-            ],
-            &ib.devices
-        )
+    let b_grants = vec![
+        access(0, AccessFlags::ProtRead),
+        access(1, AccessFlags::ProtReadWrite),
+    ];
+    check_records(
+        "B",
+        &inspect(&sandbox, pid(&b)),
+        vec![
+            allocation_record(x.clone(), 4 * MIB, false, 1),
+            mapping_record(x.clone(), vb, 4 * MIB, 0, b_grants),
+        ],
     );
-    let ic = inspect(&sandbox, pid(&c));
-    assert_eq!(
-        ic.records.to_vec(),
-        named(
-            vec![
-                allocation_record(x.clone(), 4 * MIB, false, 0),
-                mapping_record(
-                    x,
-                    vc,
-                    2 * MIB,
-                    2 * MIB,
-                    vec![access(1, AccessFlags::ProtReadWrite)]
-                ),
-            ],
-            &ic.devices
-        )
+    let c_grants = vec![access(1, AccessFlags::ProtReadWrite)];
+    check_records(
+        "C",
+        &inspect(&sandbox, pid(&c)),
+        vec![
+            allocation_record(x.clone(), 4 * MIB, false, 0),
+            mapping_record(x, vc, 2 * MIB, 2 * MIB, c_grants),
+        ],
     );
     // Unmapping C's only mapping drops its record: nothing holds the allocation there any more.
     c.unmap(vc, 2 * MIB).unwrap();
@@ -298,10 +282,7 @@ fn a_raw_descriptor_import_is_passed_through_and_counted() {
     let sandbox = Sandbox::new("raw");
     let mut plain = worker(&sandbox, EntryPath::Dlsym, false);
     let mut shimmed = worker(&sandbox, EntryPath::Dlsym, true);
-    let handle = plain.create(2 * MIB, 0, POSIX).unwrap();
-    let va = plain.map_rw(handle, 2 * MIB, 0).unwrap();
-    plain.fill(va, 2 * MIB, 5).unwrap();
-    let fd = plain.export(handle).unwrap();
+    let (_, _, fd) = filled_export(&mut plain, 2 * MIB, 5);
     let raw = shimmed.import(fd.as_fd()).unwrap();
     assert_ne!(raw >> 48, 0xC0DE, "a raw import keeps the driver's handle");
     let vr = shimmed.map_rw(raw, 2 * MIB, 0).unwrap();
@@ -318,10 +299,7 @@ fn importing_twice_names_one_record_and_re_export_names_the_creator() {
     let mut a = worker(&sandbox, EntryPath::Dlsym, true);
     let mut b = worker(&sandbox, EntryPath::Dlsym, true);
     let mut c = worker(&sandbox, EntryPath::Dlsym, true);
-    let handle = a.create(2 * MIB, 0, POSIX).unwrap();
-    let va = a.map_rw(handle, 2 * MIB, 0).unwrap();
-    a.fill(va, 2 * MIB, 3).unwrap();
-    let ticket = a.export(handle).unwrap();
+    let (handle, _, ticket) = filled_export(&mut a, 2 * MIB, 3);
     let first = b.import(ticket.as_fd()).unwrap();
     let second = b.import(ticket.as_fd()).unwrap();
     let records = inspect(&sandbox, pid(&b)).records;

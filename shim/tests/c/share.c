@@ -124,6 +124,38 @@ static CUdeviceptr map(CUhandle h) {
     return va;
 }
 
+/* A new POSIX-shareable allocation of SIZE bytes on device 0. */
+static CUhandle create_allocation(void) {
+    CUmemAllocationProp prop = {1, 1, {1, 0}, 0, {0}};
+    CUhandle h;
+    CUresult r;
+    if ((r = R(cuMemCreate)(&h, SIZE, &prop, 0))) die("create", r);
+    return h;
+}
+
+/* The allocation's export as a POSIX FD. */
+static int export_fd(CUhandle h) {
+    int fd;
+    CUresult r;
+    if ((r = R(cuMemExportToShareableHandle)(&fd, h, 1, 0))) die("export", r);
+    return fd;
+}
+
+/* Says `what` of the pool, waits for a line on stdin, closes `fd` (unless it is -1), destroys
+ * the pool, says so, and waits for another line. */
+static void destroy_when_told(const char *what, void *pool, int fd) {
+    char line[16];
+    CUresult r;
+    printf("%s %p\n", what, pool);
+    fflush(stdout);
+    if (!fgets(line, sizeof line, stdin)) die("stdin", 0);
+    if (fd != -1) close(fd);
+    if ((r = R(cuMemPoolDestroy)(pool))) die("pool destroy", r);
+    printf("destroyed\n");
+    fflush(stdout);
+    if (!fgets(line, sizeof line, stdin)) die("stdin", 0);
+}
+
 static int sock(const char *where, int listening) {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     int s = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -294,11 +326,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "fork")) {
         /* Export once (the shim caches the driver's FD), then fork: the child must hold
          * neither the control socket nor the cached FD, and must not answer as the parent. */
-        CUmemAllocationProp prop = {1, 1, {1, 0}, 0, {0}};
-        CUhandle h;
-        int fd;
-        if ((r = R(cuMemCreate)(&h, SIZE, &prop, 0))) die("create", r);
-        if ((r = R(cuMemExportToShareableHandle)(&fd, h, 1, 0))) die("export", r);
+        CUhandle h = create_allocation();
+        export_fd(h); /* the FD stays open */
         fflush(stdout);
         pid_t child = fork();
         if (child == 0) {
@@ -318,44 +347,26 @@ int main(int argc, char **argv) {
         CUmemPoolProps props = {1, 1, {1, 0}, 0, 0, {0}};
         void *pool;
         int fd;
-        char line[16];
         if ((r = R(cuMemPoolCreate)(&pool, &props))) die("pool create", r);
         if ((r = R(cuMemPoolExportToShareableHandle)(&fd, pool, 1, 0))) die("pool export", r);
         if (strcmp(argv[2], "-")) send_fd(sock(argv[2], 1), fd);
-        printf("exported %p\n", pool);
-        fflush(stdout);
-        if (!fgets(line, sizeof line, stdin)) die("stdin", 0);
-        close(fd);
-        if ((r = R(cuMemPoolDestroy)(pool))) die("pool destroy", r);
-        printf("destroyed\n");
-        fflush(stdout);
-        if (!fgets(line, sizeof line, stdin)) die("stdin", 0);
+        destroy_when_told("exported", pool, fd);
         return 0;
     }
     if (!strcmp(argv[1], "pool-import")) {
         int fd = recv_fd(sock(argv[2], 0));
         void *pool;
-        char line[16];
         if ((r = R(cuMemPoolImportFromShareableHandle)(&pool, (void *)(uintptr_t)fd, 1, 0)))
             die("pool import", r);
         close(fd);
-        printf("imported %p\n", pool);
-        fflush(stdout);
-        if (!fgets(line, sizeof line, stdin)) die("stdin", 0);
-        if ((r = R(cuMemPoolDestroy)(pool))) die("pool destroy", r);
-        printf("destroyed\n");
-        fflush(stdout);
-        if (!fgets(line, sizeof line, stdin)) die("stdin", 0);
+        destroy_when_told("imported", pool, -1);
         return 0;
     }
     if (!strcmp(argv[1], "creator")) {
-        CUmemAllocationProp prop = {1, 1, {1, 0}, 0, {0}};
-        CUhandle h;
-        int fd;
-        if ((r = R(cuMemCreate)(&h, SIZE, &prop, 0))) die("create", r);
+        CUhandle h = create_allocation();
         CUdeviceptr va = map(h);
         fill(va, 7);
-        if ((r = R(cuMemExportToShareableHandle)(&fd, h, 1, 0))) die("export", r);
+        int fd = export_fd(h);
         int s = sock(argv[2], 1);
         send_fd(s, fd);
         close(fd); /* the exporter closes its FD right after sending */

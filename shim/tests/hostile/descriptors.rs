@@ -144,6 +144,17 @@ fn descriptors_where_none_belong_are_closed() {
     target.check_healthy("a descriptor after the request");
 }
 
+/// 300 connections to the shim's socket, made from another thread, all within 5 s.
+fn connect_flood(target: &Target) -> Vec<UnixStream> {
+    let socket = target.socket.clone();
+    let connecting = std::thread::spawn(move || {
+        (0..300)
+            .map(|_| UnixStream::connect(&socket).expect("flood connect"))
+            .collect::<Vec<_>>()
+    });
+    join_within(connecting, slack(Duration::from_secs(5)), "300 connects")
+}
+
 #[test]
 fn a_flood_of_connections_is_bounded_and_passes() {
     let _serial = serial();
@@ -152,15 +163,7 @@ fn a_flood_of_connections_is_bounded_and_passes() {
     // 300 connections held open, none sending anything. Connecting must not block for long:
     // the shim accepts all of them (handling at most 64, closing the rest at once).
     let started = Instant::now();
-    let flood = std::thread::spawn({
-        let socket = target.socket.clone();
-        move || {
-            (0..300)
-                .map(|_| UnixStream::connect(&socket).expect("flood connect"))
-                .collect::<Vec<_>>()
-        }
-    });
-    let mut flood = join_within(flood, slack(Duration::from_secs(5)), "300 connects");
+    let mut flood = connect_flood(&target);
     let connected = started.elapsed();
     std::thread::sleep(Duration::from_millis(300));
     let (fds, threads) = (target.fds(), target.threads());
@@ -237,15 +240,7 @@ fn a_flood_of_connections_is_bounded_and_passes() {
     target.check_healthy(&format!("a flood of 300 (connected in {connected:?})"));
 
     // The same flood, closed by the peers: the shim recovers at once, not after its timeout.
-    let flood = std::thread::spawn({
-        let socket = target.socket.clone();
-        move || {
-            (0..300)
-                .map(|_| UnixStream::connect(&socket).expect("flood connect"))
-                .collect::<Vec<_>>()
-        }
-    });
-    let flood = join_within(flood, slack(Duration::from_secs(5)), "300 connects");
+    let flood = connect_flood(&target);
     std::thread::sleep(Duration::from_millis(200));
     drop(flood);
     let started = Instant::now();

@@ -2,6 +2,11 @@
 
 use super::*;
 
+/// The parts, one after the other.
+fn joined(parts: &[&[u8]]) -> Vec<u8> {
+    parts.concat()
+}
+
 #[test]
 fn malformed_frames_are_refused_and_leave_the_shim_serving() {
     let _serial = serial();
@@ -36,60 +41,42 @@ fn malformed_frames_are_refused_and_leave_the_shim_serving() {
         "not an envelope",
     );
 
-    // Wrong version in an otherwise valid envelope.
-    let mut other_version = inspect.clone();
-    other_version[9] = 99;
-    check_rejected(
-        &mut target,
-        "version 99",
-        &frame(&other_version),
-        "protocol version 99 received",
-    );
-    let mut version_zero = inspect.clone();
-    version_zero[9] = 0;
-    check_rejected(
-        &mut target,
-        "version 0",
-        &frame(&version_zero),
-        "protocol version 0 received",
-    );
-
-    // Trailing bytes after a valid body.
-    let mut trailing = inspect.clone();
-    trailing.extend_from_slice(&[0xc0, 0xc0, 0xc0]);
-    check_rejected(
-        &mut target,
-        "trailing bytes",
-        &frame(&trailing),
-        "3 trailing bytes after the body",
-    );
-
-    // A kind the protocol does not have, and a known kind with a field it does not have.
-    let mut unknown = inspect[..15].to_vec();
-    unknown.extend_from_slice(&[0x81, 0xa4]);
-    unknown.extend_from_slice(b"kind");
-    unknown.push(0xa6);
-    unknown.extend_from_slice(b"reboot");
-    check_rejected(
-        &mut target,
-        "unknown request kind",
-        &frame(&unknown),
-        "malformed body",
-    );
-    let mut extra = inspect[..15].to_vec();
-    extra.extend_from_slice(&[0x82, 0xa4]);
-    extra.extend_from_slice(b"kind");
-    extra.push(0xa7);
-    extra.extend_from_slice(b"inspect");
-    extra.extend_from_slice(&[0xa5]);
-    extra.extend_from_slice(b"extra");
-    extra.push(0x01);
-    check_rejected(
-        &mut target,
-        "an unknown field",
-        &frame(&extra),
-        "malformed body",
-    );
+    // Wrong version in an otherwise valid envelope; trailing bytes after a valid body; a kind
+    // the protocol does not have, and a known kind with a field it does not have.
+    let with_version = |version: u8| {
+        let mut body = inspect.clone();
+        body[9] = version;
+        body
+    };
+    let trailing = joined(&[&inspect, &[0xc0, 0xc0, 0xc0]]);
+    let unknown = joined(&[&inspect[..15], &[0x81, 0xa4], b"kind", &[0xa6], b"reboot"]);
+    let extra = joined(&[
+        &inspect[..15],
+        &[0x82, 0xa4],
+        b"kind",
+        &[0xa7],
+        b"inspect",
+        &[0xa5],
+        b"extra",
+        &[0x01],
+    ]);
+    for (what, body, expected) in [
+        (
+            "version 99",
+            with_version(99),
+            "protocol version 99 received",
+        ),
+        ("version 0", with_version(0), "protocol version 0 received"),
+        (
+            "trailing bytes",
+            trailing,
+            "3 trailing bytes after the body",
+        ),
+        ("unknown request kind", unknown, "malformed body"),
+        ("an unknown field", extra, "malformed body"),
+    ] {
+        check_rejected(&mut target, what, &frame(&body), expected);
+    }
 
     // Deep nesting: 12 000 nested (a frame under the request limit) one-element arrays, and as many nested maps, where a
     // request has a map (an export's `allocation`), and as the body itself. The decoder never
@@ -113,22 +100,15 @@ fn malformed_frames_are_refused_and_leave_the_shim_serving() {
         ("deep arrays", &[0x91u8][..]),
         ("deep maps", &[0x81, 0xa2, b'i', b'd'][..]),
     ] {
-        let mut deep = genuine_export[..allocation].to_vec();
-        for _ in 0..depth {
-            deep.extend_from_slice(open); // [[[...]]] or {"id": {"id": ...}}
-        }
-        deep.push(0xc0);
+        let nested = open.repeat(depth); // [[[...]]] or {"id": {"id": ...}}
+        let deep = joined(&[&genuine_export[..allocation], &nested, &[0xc0]]);
         check_rejected(
             &mut target,
             what,
             &frame(&deep),
             "malformed body: invalid type",
         );
-        let mut body = inspect[..15].to_vec();
-        for _ in 0..depth {
-            body.extend_from_slice(open);
-        }
-        body.push(0xc0);
+        let body = joined(&[&inspect[..15], &nested, &[0xc0]]);
         check_rejected(
             &mut target,
             &format!("{what} as the body"),
