@@ -78,42 +78,50 @@ pub fn create_ticket(ticket: &Ticket) -> Result<OwnedFd, TicketError> {
         MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
     )
     .map_err(io_error("creating the ticket memfd"))?;
-    let mut written = 0;
-    while written < bytes.len() {
-        match pwrite(&fd, &bytes[written..], written as libc::off_t) {
-            Ok(0) => {
-                return Err(TicketError::Io {
-                    during: "writing the ticket",
-                    source: io::Error::from(io::ErrorKind::WriteZero),
-                });
-            }
-            Ok(count) => written += count,
-            Err(Errno::EINTR) => {}
-            Err(errno) => return Err(io_error("writing the ticket")(errno)),
-        }
-    }
+    positional(
+        bytes.len(),
+        "writing the ticket",
+        io::ErrorKind::WriteZero,
+        |written| pwrite(&fd, &bytes[written..], written as libc::off_t),
+    )?;
     fcntl(&fd, FcntlArg::F_ADD_SEALS(TICKET_SEALS)).map_err(io_error("sealing the ticket"))?;
     Ok(fd)
 }
 
-/// Reads `buffer.len()` bytes at `offset` without touching the shared file offset.
-fn pread_exact(fd: BorrowedFd<'_>, buffer: &mut [u8], offset: usize) -> Result<(), TicketError> {
-    let mut filled = 0;
-    while filled < buffer.len() {
-        match pread(fd, &mut buffer[filled..], (offset + filled) as libc::off_t) {
-            // Sealed against shrinking, so a short file here means a size we were not told.
+/// Runs `step(done)`, one `pread`/`pwrite` at byte `done`, until `len` bytes are done,
+/// retrying on EINTR; a step that moves nothing fails with `short`.
+fn positional(
+    len: usize,
+    during: &'static str,
+    short: io::ErrorKind,
+    mut step: impl FnMut(usize) -> nix::Result<usize>,
+) -> Result<(), TicketError> {
+    let mut done = 0;
+    while done < len {
+        match step(done) {
             Ok(0) => {
                 return Err(TicketError::Io {
-                    during: "reading the ticket",
-                    source: io::Error::from(io::ErrorKind::UnexpectedEof),
+                    during,
+                    source: io::Error::from(short),
                 });
             }
-            Ok(count) => filled += count,
+            Ok(count) => done += count,
             Err(Errno::EINTR) => {}
-            Err(errno) => return Err(io_error("reading the ticket")(errno)),
+            Err(errno) => return Err(io_error(during)(errno)),
         }
     }
     Ok(())
+}
+
+/// Reads `buffer.len()` bytes at `offset` without touching the shared file offset.
+fn pread_exact(fd: BorrowedFd<'_>, buffer: &mut [u8], offset: usize) -> Result<(), TicketError> {
+    // Sealed against shrinking, so a short file here means a size we were not told.
+    positional(
+        buffer.len(),
+        "reading the ticket",
+        io::ErrorKind::UnexpectedEof,
+        |filled| pread(fd, &mut buffer[filled..], (offset + filled) as libc::off_t),
+    )
 }
 
 /// Reads and validates a ticket.

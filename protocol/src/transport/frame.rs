@@ -130,11 +130,21 @@ fn io_error(
     }
 }
 
-/// Control buffer for one outgoing descriptor, aligned for `cmsghdr`.
+/// Control buffer of `N` bytes for ancillary data, aligned for `cmsghdr`: 32 hold one
+/// outgoing descriptor, 64 the received ones.
 #[repr(C)]
-struct SendControl {
+struct Control<const N: usize> {
     _align: [libc::cmsghdr; 0],
-    bytes: [u8; 32],
+    bytes: [u8; N],
+}
+
+impl<const N: usize> Control<N> {
+    fn new() -> Self {
+        Self {
+            _align: [],
+            bytes: [0; N],
+        }
+    }
 }
 
 /// One `sendmsg` of `parts` (empty parts skipped), with `fd` attached when given.
@@ -151,10 +161,7 @@ fn sendmsg_once(
             iov_len: part.len(),
         })
         .collect();
-    let mut control = SendControl {
-        _align: [],
-        bytes: [0; 32],
-    };
+    let mut control = Control::<32>::new();
     // SAFETY: msghdr is plain data; all-zero is a valid empty header.
     let mut header: libc::msghdr = unsafe { mem::zeroed() };
     header.msg_iov = iov.as_mut_ptr();
@@ -241,13 +248,6 @@ pub(crate) fn send_frame(
     Ok(())
 }
 
-/// Control buffer for received descriptors, aligned for `cmsghdr`.
-#[repr(C)]
-struct ReceiveControl {
-    _align: [libc::cmsghdr; 0],
-    bytes: [u8; 64],
-}
-
 /// One `recvmsg` into `buffer`. Every descriptor that arrives is wrapped in an `OwnedFd` and
 /// pushed to `fds` before anything else can fail, so every error path closes it. Returns the
 /// byte count and whether the kernel truncated the ancillary data.
@@ -260,10 +260,7 @@ fn recvmsg_once(
         iov_base: buffer.as_mut_ptr().cast(),
         iov_len: buffer.len(),
     };
-    let mut control = ReceiveControl {
-        _align: [],
-        bytes: [0; 64],
-    };
+    let mut control = Control::<64>::new();
     // SAFETY: pure arithmetic.
     let space = unsafe { libc::CMSG_SPACE((RECEIVE_FD_SLOTS * FD_BYTES) as libc::c_uint) } as usize;
     debug_assert!(space <= control.bytes.len());

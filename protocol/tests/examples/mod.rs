@@ -24,6 +24,20 @@ pub fn reference(fill: u8, creator: u32) -> p::AllocationReference {
     }
 }
 
+/// A 2 MiB binding at offset 0 of multicast object 0x22 from `source`, on `device`.
+fn binding(source: p::BindingSource, version: p::BindingVersion, device: i32) -> p::Record {
+    p::Record::MulticastBinding(p::MulticastBindingRecord {
+        object: reference(0x22, 100),
+        source,
+        multicast_offset: 0,
+        size: 2 << 20,
+        flags: 0,
+        version,
+        device,
+        device_uuid: Some(gpu(device)),
+    })
+}
+
 /// The UUID of the examples' GPU `ordinal` (as [`devices`] lists it).
 pub fn gpu(ordinal: i32) -> p::DeviceUuid {
     p::DeviceUuid::new([0x5a + ordinal as u8; 16]).expect("non-zero uuid")
@@ -107,37 +121,27 @@ pub fn records() -> Vec<(&'static str, p::Record)> {
         ),
         (
             "multicast_binding_memory",
-            p::Record::MulticastBinding(p::MulticastBindingRecord {
-                object: reference(0x22, 100),
-                source: p::BindingSource::Memory(p::MemoryBindingSource {
+            binding(
+                p::BindingSource::Memory(p::MemoryBindingSource {
                     member: p::MemberRange {
                         allocation: reference(0x11, 100),
                         offset: 0,
                     },
                 }),
-                multicast_offset: 0,
-                size: 2 << 20,
-                flags: 0,
-                version: p::BindingVersion::V1,
-                device: 0,
-                device_uuid: Some(gpu(0)),
-            }),
+                p::BindingVersion::V1,
+                0,
+            ),
         ),
         (
             "multicast_binding_address",
-            p::Record::MulticastBinding(p::MulticastBindingRecord {
-                object: reference(0x22, 100),
-                source: p::BindingSource::Address(p::AddressBindingSource {
+            binding(
+                p::BindingSource::Address(p::AddressBindingSource {
                     address: 0x7f12_3400_0000,
                     member: None,
                 }),
-                multicast_offset: 0,
-                size: 2 << 20,
-                flags: 0,
-                version: p::BindingVersion::V2,
-                device: 1,
-                device_uuid: Some(gpu(1)),
-            }),
+                p::BindingVersion::V2,
+                1,
+            ),
         ),
         (
             "multicast_mapping",

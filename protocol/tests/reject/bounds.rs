@@ -54,18 +54,7 @@ fn list_over_its_bound_is_rejected() {
 #[test]
 fn declared_array_length_over_the_bound_is_rejected_before_elements() {
     // An inspection whose records array declares MAX_RECORDS + 1 elements and holds none.
-    let mut bytes = Mp::default()
-        .map(6)
-        .str("kind")
-        .str("inspection")
-        .str("namespace_pid")
-        .uint(1)
-        .str("phase")
-        .str("active")
-        .str("raw_imports")
-        .uint(0)
-        .str("records")
-        .0;
+    let mut bytes = inspection_until_records().0;
     bytes.push(0xdd);
     bytes.extend_from_slice(&((p::MAX_RECORDS + 1) as u32).to_be_bytes());
     check_malformed::<p::Reply>(
@@ -216,24 +205,17 @@ mod layouts {
 
     #[test]
     fn zero_fields() {
-        let mut bytes = vsh();
-        bytes[4..8].fill(0);
-        assert!(matches!(
-            p::VirtualShareableHandle::decode(&bytes),
-            Err(p::LayoutError::Field {
-                field: "creator_pid",
-                ..
-            })
-        ));
-        let mut bytes = vsh();
-        bytes[8..24].fill(0);
-        assert!(matches!(
-            p::VirtualShareableHandle::decode(&bytes),
-            Err(p::LayoutError::Field {
-                field: "allocation",
-                ..
-            })
-        ));
+        for (range, zeroed) in [(4..8, "creator_pid"), (8..24, "allocation")] {
+            let mut bytes = vsh();
+            bytes[range].fill(0);
+            assert!(
+                matches!(
+                    p::VirtualShareableHandle::decode(&bytes),
+                    Err(p::LayoutError::Field { field, .. }) if field == zeroed
+                ),
+                "{zeroed} zeroed"
+            );
+        }
         let mut bytes = ipc();
         bytes[48..56].fill(0);
         assert!(matches!(

@@ -2,28 +2,47 @@
 
 use super::*;
 
-#[test]
-fn union_kind_must_come_first() {
-    let bytes = Mp::default()
-        .map(2)
-        .str("operation")
-        .str("save_allocations")
-        .str("kind")
-        .str("execute")
-        .wrap();
-    check_malformed::<p::Request>(&bytes, "unknown field `operation`, expected `kind`");
-}
+/// A case of [`strict_request_maps`]: its name, the map's entries, what the refusal says.
+type MapCase = (&'static str, &'static [(&'static str, &'static str)], &'static str);
 
+/// Requests of string keys and values, each with what the refusal says.
 #[test]
-fn unknown_union_kind() {
-    let bytes = Mp::default().map(1).str("kind").str("shutdown").wrap();
-    check_malformed::<p::Request>(&bytes, "Request: unknown name `shutdown`");
-}
-
-#[test]
-fn missing_kind() {
-    let bytes = Mp::default().map(0).wrap();
-    check_malformed::<p::Request>(&bytes, "missing field `kind`");
+fn strict_request_maps() {
+    let cases: [MapCase; 6] = [
+        (
+            "union kind must come first",
+            &[("operation", "save_allocations"), ("kind", "execute")],
+            "unknown field `operation`, expected `kind`",
+        ),
+        (
+            "unknown union kind",
+            &[("kind", "shutdown")],
+            "Request: unknown name `shutdown`",
+        ),
+        ("missing kind", &[], "missing field `kind`"),
+        (
+            "duplicate field",
+            &[
+                ("kind", "execute"),
+                ("operation", "save_allocations"),
+                ("operation", "load_allocations"),
+            ],
+            "duplicate field `operation`",
+        ),
+        (
+            "missing field",
+            &[("kind", "execute")],
+            "missing field `operation`",
+        ),
+        (
+            "unknown operation name",
+            &[("kind", "execute"), ("operation", "format_disk")],
+            "Operation: unknown name `format_disk`",
+        ),
+    ];
+    for (case, entries, needle) in cases {
+        check_malformed_case::<p::Request>(&format!("{case}: "), &str_map(entries), needle);
+    }
 }
 
 #[test]
@@ -36,38 +55,6 @@ fn unknown_field() {
         .uint(1)
         .wrap();
     check_malformed::<p::Request>(&bytes, "unknown field `verbose`");
-}
-
-#[test]
-fn duplicate_field() {
-    let bytes = Mp::default()
-        .map(3)
-        .str("kind")
-        .str("execute")
-        .str("operation")
-        .str("save_allocations")
-        .str("operation")
-        .str("load_allocations")
-        .wrap();
-    check_malformed::<p::Request>(&bytes, "duplicate field `operation`");
-}
-
-#[test]
-fn missing_field() {
-    let bytes = Mp::default().map(1).str("kind").str("execute").wrap();
-    check_malformed::<p::Request>(&bytes, "missing field `operation`");
-}
-
-#[test]
-fn unknown_operation_name() {
-    let bytes = Mp::default()
-        .map(2)
-        .str("kind")
-        .str("execute")
-        .str("operation")
-        .str("format_disk")
-        .wrap();
-    check_malformed::<p::Request>(&bytes, "Operation: unknown name `format_disk`");
 }
 
 #[test]
@@ -104,30 +91,21 @@ fn export_with(allocation: Mp, capability: &[u8]) -> Vec<u8> {
 
 #[test]
 fn zero_identities_are_rejected() {
-    check_malformed::<p::Request>(
-        &export_with(reference(), &[0; 16]),
-        "CapabilityToken must not be zero",
-    );
-    let zero_pid = Mp::default()
-        .map(2)
-        .str("id")
-        .bin(&[0x11; 16])
-        .str("creator_pid")
-        .uint(0);
-    check_malformed::<p::Request>(
-        &export_with(zero_pid, &[1; 16]),
-        "NamespacePid must not be zero",
-    );
-    let zero_id = Mp::default()
-        .map(2)
-        .str("id")
-        .bin(&[0; 16])
-        .str("creator_pid")
-        .uint(1);
-    check_malformed::<p::Request>(
-        &export_with(zero_id, &[1; 16]),
-        "AllocationId must not be zero",
-    );
+    for (allocation, capability, needle) in [
+        (reference(), [0; 16], "CapabilityToken must not be zero"),
+        (
+            reference_with(&[0x11; 16], 0),
+            [1; 16],
+            "NamespacePid must not be zero",
+        ),
+        (
+            reference_with(&[0; 16], 1),
+            [1; 16],
+            "AllocationId must not be zero",
+        ),
+    ] {
+        check_malformed::<p::Request>(&export_with(allocation, &capability), needle);
+    }
 }
 
 #[test]
@@ -152,17 +130,7 @@ fn mapping_with(location_type: u64, flags: u64) -> Vec<u8> {
 
 /// [`mapping_with`], the location's fields after its id written by `uuid`.
 fn mapping_with_uuid(location_type: u64, flags: u64, uuid: impl Fn(Mp) -> Mp) -> Vec<u8> {
-    let location = Mp::default()
-        .map(6)
-        .str("kind")
-        .str("inspection")
-        .str("namespace_pid")
-        .uint(1)
-        .str("phase")
-        .str("active")
-        .str("raw_imports")
-        .uint(0)
-        .str("records")
+    let location = inspection_until_records()
         .array(1)
         .map(6)
         .str("kind")

@@ -71,30 +71,69 @@ impl Mp {
 }
 
 fn reference() -> Mp {
+    reference_with(&[0x11; 16], 100)
+}
+
+/// An allocation reference of `id` and `creator_pid`, valid or not.
+fn reference_with(id: &[u8], creator_pid: u64) -> Mp {
     Mp::default()
         .map(2)
         .str("id")
-        .bin(&[0x11; 16])
+        .bin(id)
         .str("creator_pid")
-        .uint(100)
+        .uint(creator_pid)
+}
+
+/// A map of string keys to string values, in order, in an envelope.
+fn str_map(entries: &[(&str, &str)]) -> Vec<u8> {
+    let len = u8::try_from(entries.len()).expect("a short map");
+    entries
+        .iter()
+        .fold(Mp::default().map(len), |mp, (key, value)| {
+            mp.str(key).str(value)
+        })
+        .wrap()
+}
+
+/// An inspection reply's fields up to its `records` key (namespace pid 1, active, no raw
+/// imports); the records array comes next.
+fn inspection_until_records() -> Mp {
+    Mp::default()
+        .map(6)
+        .str("kind")
+        .str("inspection")
+        .str("namespace_pid")
+        .uint(1)
+        .str("phase")
+        .str("active")
+        .str("raw_imports")
+        .uint(0)
+        .str("records")
 }
 
 /// Decodes `bytes` as `M` and asserts a malformed-body error whose text contains `needle`.
 fn check_malformed<M: p::Message + std::fmt::Debug>(bytes: &[u8], needle: &str) {
+    check_malformed_case::<M>("", bytes, needle);
+}
+
+/// [`check_malformed`] of one case of a table, its failure messages starting with `case`.
+fn check_malformed_case<M: p::Message + std::fmt::Debug>(case: &str, bytes: &[u8], needle: &str) {
     match p::decode::<M>(bytes) {
         Err(DecodeError::Malformed { reason, .. }) => {
             assert!(
                 reason.contains(needle),
-                "`{reason}` should mention `{needle}`"
+                "{case}`{reason}` should mention `{needle}`"
             )
         }
-        other => panic!("expected a malformed-body error mentioning `{needle}`, got {other:?}"),
+        other => {
+            panic!("{case}expected a malformed-body error mentioning `{needle}`, got {other:?}")
+        }
     }
 }
 
 #[test]
 fn valid_hand_built_request_decodes() {
-    let bytes = Mp::default().map(1).str("kind").str("inspect").wrap();
+    let bytes = str_map(&[("kind", "inspect")]);
     assert_eq!(p::decode::<p::Request>(&bytes), Ok(p::Request::Inspect));
 }
 
