@@ -37,20 +37,7 @@ impl SharedMarks {
     }
 
     fn map(fd: OwnedFd) -> CuResult<SharedMarks> {
-        // SAFETY: a new shared mapping of the whole memfd page; nothing else is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                PAGE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                std::os::fd::AsRawFd::as_raw_fd(&fd),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(CuError::CUDA_ERROR_OPERATING_SYSTEM);
-        }
+        let p = sys::map_page(fd.as_fd(), PAGE).ok_or(CuError::CUDA_ERROR_OPERATING_SYSTEM)?;
         Ok(SharedMarks { fd, page: p.cast() })
     }
 

@@ -35,20 +35,7 @@ const TEAM_PAGE: usize = 4096;
 
 impl Team {
     fn map(fd: OwnedFd) -> CuResult<Team> {
-        // SAFETY: a fresh shared mapping of a page-sized memfd at a kernel-chosen address.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                TEAM_PAGE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                std::os::fd::AsRawFd::as_raw_fd(&fd),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(CuError::CUDA_ERROR_OUT_OF_MEMORY);
-        }
+        let p = sys::map_page(fd.as_fd(), TEAM_PAGE).ok_or(CuError::CUDA_ERROR_OUT_OF_MEMORY)?;
         Ok(Team { fd, page: p.cast() })
     }
 

@@ -185,6 +185,23 @@ pub unsafe fn map_shared(
     Ok(())
 }
 
+/// A fresh shared read-write mapping of `fd`'s first `len` bytes at an address the kernel
+/// picks (a page two processes share); `None` when the kernel refuses.
+pub fn map_page(fd: BorrowedFd<'_>, len: usize) -> Option<*mut libc::c_void> {
+    // SAFETY: a new mapping at a kernel-chosen address: no existing memory is affected.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    (p != libc::MAP_FAILED).then_some(p)
+}
+
 /// Changes the protection of a mapped range.
 ///
 /// # Safety

@@ -50,8 +50,14 @@ fn check_coredump(scope: usize, attrib: u32, value: *mut c_void, size: *mut usiz
     Ok(())
 }
 
-unsafe fn coredump_set(
+/// A setting's entry point: once the arguments are checked, the setting is set from (`set`)
+/// or read into the caller's `value` of `*size` bytes.
+///
+/// # Safety
+/// `value` and `size` as cuda.h documents them for the call.
+unsafe fn coredump(
     scope: usize,
+    set: bool,
     attrib: u32,
     value: *mut c_void,
     size: *mut usize,
@@ -59,74 +65,70 @@ unsafe fn coredump_set(
     run(|| {
         check_coredump(scope, attrib, value, size)?;
         // SAFETY: `size` is the caller's in/out size (cuda.h), non-null.
-        let len = unsafe { *size };
-        let bytes = if COREDUMP_STRINGS.contains(&attrib) {
-            // SAFETY: a NUL-terminated string of at most `len` bytes (cuda.h).
-            let s = unsafe { std::ffi::CStr::from_ptr(value.cast()) };
-            // The size may or may not count the NUL (the bindings pass the string length).
-            if s.to_bytes().len() > len {
-                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-            }
-            s.to_bytes_with_nul().to_vec()
-        } else {
-            if len == 0 {
-                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-            }
-            // SAFETY: `len` readable bytes at `value` (cuda.h).
-            unsafe { std::slice::from_raw_parts(value.cast::<u8>(), len) }.to_vec()
-        };
+        let size = unsafe { &mut *size };
         let mut store = COREDUMP.lock().unwrap_or_else(|p| p.into_inner());
-        store.get_or_insert_with(Default::default)[scope].insert(attrib, bytes);
+        let settings = &mut store.get_or_insert_with(Default::default)[scope];
+        if set {
+            // SAFETY: per the caller.
+            let bytes = unsafe { read_setting(attrib, value, *size) }?;
+            settings.insert(attrib, bytes);
+            return Ok(());
+        }
+        let bytes = settings
+            .get(&attrib)
+            .cloned()
+            .unwrap_or_else(|| coredump_default(attrib));
+        if *size < bytes.len() && COREDUMP_STRINGS.contains(&attrib) {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        let n = (*size).min(bytes.len());
+        // SAFETY: `value` has room for `*size` bytes (cuda.h); `n` is at most that.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), value.cast::<u8>(), n) };
+        *size = n;
         Ok(())
     })
 }
 
-unsafe fn coredump_get(
-    scope: usize,
-    attrib: u32,
-    value: *mut c_void,
-    size: *mut usize,
-) -> RawResult {
-    run(|| {
-        check_coredump(scope, attrib, value, size)?;
-        let store = COREDUMP.lock().unwrap_or_else(|p| p.into_inner());
-        let bytes = store
-            .as_ref()
-            .and_then(|s| s[scope].get(&attrib).cloned())
-            .unwrap_or_else(|| coredump_default(attrib));
-        // SAFETY: `size` is the caller's in/out size (cuda.h), non-null.
-        let room = unsafe { *size };
-        if room < bytes.len() && COREDUMP_STRINGS.contains(&attrib) {
+/// The value a set gives: a C string, or `len` bytes.
+///
+/// # Safety
+/// `value` holds `len` bytes, or a C string of at most that length (cuda.h).
+unsafe fn read_setting(attrib: u32, value: *mut c_void, len: usize) -> CuResult<Vec<u8>> {
+    if COREDUMP_STRINGS.contains(&attrib) {
+        // SAFETY: a NUL-terminated string of at most `len` bytes (cuda.h).
+        let s = unsafe { std::ffi::CStr::from_ptr(value.cast()) };
+        // The size may or may not count the NUL (the bindings pass the string length).
+        if s.to_bytes().len() > len {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         }
-        let n = room.min(bytes.len());
-        // SAFETY: `value` has room for `room` bytes (cuda.h); `n` is at most that.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), value.cast::<u8>(), n) };
-        // SAFETY: as above.
-        unsafe { *size = n };
-        Ok(())
-    })
+        return Ok(s.to_bytes_with_nul().to_vec());
+    }
+    if len == 0 {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: `len` readable bytes at `value` (cuda.h).
+    Ok(unsafe { std::slice::from_raw_parts(value.cast::<u8>(), len) }.to_vec())
 }
 
 export! {
     fn cuCoredumpSetAttributeGlobal(a: c_uint, v: *mut c_void, s: *mut usize) {
         // SAFETY: forwarded under cuda.h's contract.
-        unsafe { coredump_set(0, a, v, s) }
+        unsafe { coredump(0, true, a, v, s) }
     }
 
     fn cuCoredumpGetAttributeGlobal(a: c_uint, v: *mut c_void, s: *mut usize) {
         // SAFETY: forwarded under cuda.h's contract.
-        unsafe { coredump_get(0, a, v, s) }
+        unsafe { coredump(0, false, a, v, s) }
     }
 
     fn cuCoredumpSetAttribute(a: c_uint, v: *mut c_void, s: *mut usize) {
         // SAFETY: forwarded under cuda.h's contract.
-        unsafe { coredump_set(1, a, v, s) }
+        unsafe { coredump(1, true, a, v, s) }
     }
 
     fn cuCoredumpGetAttribute(a: c_uint, v: *mut c_void, s: *mut usize) {
         // SAFETY: forwarded under cuda.h's contract.
-        unsafe { coredump_get(1, a, v, s) }
+        unsafe { coredump(1, false, a, v, s) }
     }
 }
 
@@ -187,32 +189,32 @@ export! {
     safe fn cuModuleLoadFatBinary(_m: *mut c_void, _i: *const c_void) {
         refuse_image("cuModuleLoadFatBinary")
     }
+}
 
-    safe fn cuLibraryLoadData(
-        _l: *mut c_void,
-        _c: *const c_void,
-        _jo: *mut c_void,
-        _jv: *mut *mut c_void,
-        _jn: c_uint,
-        _lo: *mut c_void,
-        _lv: *mut *mut c_void,
-        _ln: c_uint,
-    ) {
-        refuse_image("cuLibraryLoadData")
-    }
+/// The library loads: their ABIs differ only in what the second argument points at (an image
+/// or a file name), before the JIT and library option arrays.
+macro_rules! library_loads {
+    ($($name:ident($source:ty);)*) => {
+        export! {$(
+            safe fn $name(
+                _l: *mut c_void,
+                _source: $source,
+                _jo: *mut c_void,
+                _jv: *mut *mut c_void,
+                _jn: c_uint,
+                _lo: *mut c_void,
+                _lv: *mut *mut c_void,
+                _ln: c_uint,
+            ) {
+                refuse_image(stringify!($name))
+            }
+        )*}
+    };
+}
 
-    safe fn cuLibraryLoadFromFile(
-        _l: *mut c_void,
-        _f: *const c_char,
-        _jo: *mut c_void,
-        _jv: *mut *mut c_void,
-        _jn: c_uint,
-        _lo: *mut c_void,
-        _lv: *mut *mut c_void,
-        _ln: c_uint,
-    ) {
-        refuse_image("cuLibraryLoadFromFile")
-    }
+library_loads! {
+    cuLibraryLoadData(*const c_void);
+    cuLibraryLoadFromFile(*const c_char);
 }
 
 /// CUDA arrays: host memory of `Width × max(Height, 1) × NumChannels` elements.

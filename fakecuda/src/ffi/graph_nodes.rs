@@ -164,34 +164,12 @@ fn add_conditional(
     })
 }
 
-export! {
-    /// `cuGraphAddNode` with edge data: only default edges (null, or all zero) are modelled.
-    fn cuGraphAddNode_v2(
-        out: *mut CUgraphNode,
-        graph: CUgraph,
-        dependencies: *const CUgraphNode,
-        edges: *const EdgeData,
-        n: usize,
-        params: *mut CUgraphNodeParams,
-    ) {
-        // SAFETY: `n` CUgraphEdgeData or null (cuda.h).
-        if let Err(e) = unsafe { default_edges(edges, n) } {
-            return e.raw();
-        }
-        // SAFETY: the same contract as cuGraphAddNode.
-        unsafe { cuGraphAddNode(out, graph, dependencies, n, params) }
-    }
-}
-
 /// Where CUDA 13's `CUDA_HOST_NODE_PARAMS_v2` keeps `syncMode` (after the function and its
 /// argument), which the bindings' older layout lacks.
 const HOST_SYNC_MODE_AT: usize = 16;
 
 export! {
-    /// The newest `cuGraphAddNode` ABI (`cuda.bindings` asks for it at 13041): a host node's
-    /// `syncMode` is read (blocking or spin-wait, both run by the stream's worker here; anything
-    /// else is `CUDA_ERROR_INVALID_VALUE`).
-    fn cuGraphAddNode_v3(
+    for (
         out: *mut CUgraphNode,
         graph: CUgraph,
         dependencies: *const CUgraphNode,
@@ -199,12 +177,28 @@ export! {
         n: usize,
         params: *mut CUgraphNodeParams,
     ) {
-        // SAFETY: the caller's CUgraphNodeParams (cuda.h).
-        if let Err(e) = unsafe { host_sync_mode(params) } {
-            return e.raw();
+        /// `cuGraphAddNode` with edge data: only default edges (null, or all zero) are
+        /// modelled.
+        fn cuGraphAddNode_v2 {
+            // SAFETY: `n` CUgraphEdgeData or null (cuda.h).
+            if let Err(e) = unsafe { default_edges(edges, n) } {
+                return e.raw();
+            }
+            // SAFETY: the same contract as cuGraphAddNode.
+            unsafe { cuGraphAddNode(out, graph, dependencies, n, params) }
         }
-        // SAFETY: the same contract as cuGraphAddNode_v2.
-        unsafe { cuGraphAddNode_v2(out, graph, dependencies, edges, n, params) }
+
+        /// The newest `cuGraphAddNode` ABI (`cuda.bindings` asks for it at 13041): a host
+        /// node's `syncMode` is read (blocking or spin-wait, both run by the stream's worker
+        /// here; anything else is `CUDA_ERROR_INVALID_VALUE`).
+        fn cuGraphAddNode_v3 {
+            // SAFETY: the caller's CUgraphNodeParams (cuda.h).
+            if let Err(e) = unsafe { host_sync_mode(params) } {
+                return e.raw();
+            }
+            // SAFETY: the same contract as cuGraphAddNode_v2.
+            unsafe { cuGraphAddNode_v2(out, graph, dependencies, edges, n, params) }
+        }
     }
 }
 

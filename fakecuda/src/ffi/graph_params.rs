@@ -150,69 +150,55 @@ unsafe fn set_generic(target: Target, params: *const CUgraphNodeParams) -> CuRes
     set(target, generic_work(handle_ptr(graph), &p)?)
 }
 
+/// New parameters for `target` from one parameter struct, which `work` decodes.
+///
+/// # Safety
+/// `params` is null or points at a readable `P`.
+unsafe fn set_from<P: Copy>(
+    target: Target,
+    params: *const P,
+    work: impl FnOnce(&P) -> CuResult<Work>,
+) -> RawResult {
+    gated(|| {
+        // SAFETY: per the caller.
+        let p = unsafe { get(params) }?;
+        set(target, work(&p)?)
+    })
+}
+
+/// The two `cu[Exec]*NodeSetParams` entry points of one parameter struct: for a graph's node,
+/// and for what it became in an executable graph (some with a context that changes nothing).
+macro_rules! set_params {
+    ($($node:ident, $exec:ident($params:ty $(, $ctx:ident: $ctx_type:ty)?) => $work:expr;)*) => {
+        export! {$(
+            fn $node(node: CUgraphNode, params: *const $params) {
+                // SAFETY: cuda.h's contract for the parameters.
+                unsafe { set_from(Target::Node(node), params, $work) }
+            }
+
+            fn $exec(
+                exec: CUgraphExec,
+                node: CUgraphNode,
+                params: *const $params,
+                $($ctx: $ctx_type,)?
+            ) {
+                // SAFETY: cuda.h's contract for the parameters.
+                unsafe { set_from(Target::Exec(exec, node), params, $work) }
+            }
+        )*}
+    };
+}
+
+set_params! {
+    cuGraphMemcpyNodeSetParams, cuGraphExecMemcpyNodeSetParams(RawMemcpy3d, _ctx: CUcontext)
+        => memcpy_node;
+    cuGraphMemsetNodeSetParams, cuGraphExecMemsetNodeSetParams(MemsetNodeParams, _ctx: CUcontext)
+        => memset_node;
+    cuGraphHostNodeSetParams, cuGraphExecHostNodeSetParams(HostNodeParams)
+        => |p| host_node(p.function, p.user);
+}
+
 export! {
-    fn cuGraphMemcpyNodeSetParams(node: CUgraphNode, params: *const RawMemcpy3d) {
-        gated(|| {
-            // SAFETY: CUDA_MEMCPY3D input (cuda.h).
-            let p = unsafe { get(params) }?;
-            set(Target::Node(node), memcpy_node(&p)?)
-        })
-    }
-
-    fn cuGraphMemsetNodeSetParams(node: CUgraphNode, params: *const MemsetNodeParams) {
-        gated(|| {
-            // SAFETY: CUDA_MEMSET_NODE_PARAMS input (cuda.h).
-            let p = unsafe { get(params) }?;
-            set(Target::Node(node), memset_node(&p)?)
-        })
-    }
-
-    fn cuGraphHostNodeSetParams(node: CUgraphNode, params: *const HostNodeParams) {
-        gated(|| {
-            // SAFETY: CUDA_HOST_NODE_PARAMS input (cuda.h).
-            let p = unsafe { get(params) }?;
-            set(Target::Node(node), host_node(p.function, p.user)?)
-        })
-    }
-
-    fn cuGraphExecMemcpyNodeSetParams(
-        exec: CUgraphExec,
-        node: CUgraphNode,
-        params: *const RawMemcpy3d,
-        _ctx: CUcontext,
-    ) {
-        gated(|| {
-            // SAFETY: CUDA_MEMCPY3D input (cuda.h).
-            let p = unsafe { get(params) }?;
-            set(Target::Exec(exec, node), memcpy_node(&p)?)
-        })
-    }
-
-    fn cuGraphExecMemsetNodeSetParams(
-        exec: CUgraphExec,
-        node: CUgraphNode,
-        params: *const MemsetNodeParams,
-        _ctx: CUcontext,
-    ) {
-        gated(|| {
-            // SAFETY: CUDA_MEMSET_NODE_PARAMS input (cuda.h).
-            let p = unsafe { get(params) }?;
-            set(Target::Exec(exec, node), memset_node(&p)?)
-        })
-    }
-
-    fn cuGraphExecHostNodeSetParams(
-        exec: CUgraphExec,
-        node: CUgraphNode,
-        params: *const HostNodeParams,
-    ) {
-        gated(|| {
-            // SAFETY: CUDA_HOST_NODE_PARAMS input (cuda.h).
-            let p = unsafe { get(params) }?;
-            set(Target::Exec(exec, node), host_node(p.function, p.user)?)
-        })
-    }
-
     fn cuGraphNodeSetParams(node: CUgraphNode, params: *mut CUgraphNodeParams) {
         // SAFETY: CUgraphNodeParams input (cuda.h).
         gated(|| unsafe { set_generic(Target::Node(node), params) })

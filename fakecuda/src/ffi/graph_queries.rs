@@ -174,29 +174,21 @@ export! {
         unsafe { neighbours(node, true, out, std::ptr::null_mut(), count) }
     }
 
-    fn cuGraphNodeGetDependencies_v2(
-        node: CUgraphNode,
-        out: *mut CUgraphNode,
-        data: *mut EdgeData,
-        count: *mut usize,
-    ) {
-        // SAFETY: the caller's list (cuda.h).
-        unsafe { neighbours(node, true, out, data, count) }
-    }
-
     fn cuGraphNodeGetDependentNodes(node: CUgraphNode, out: *mut CUgraphNode, count: *mut usize) {
         // SAFETY: the caller's list (cuda.h).
         unsafe { neighbours(node, false, out, std::ptr::null_mut(), count) }
     }
 
-    fn cuGraphNodeGetDependentNodes_v2(
-        node: CUgraphNode,
-        out: *mut CUgraphNode,
-        data: *mut EdgeData,
-        count: *mut usize,
-    ) {
-        // SAFETY: the caller's list (cuda.h).
-        unsafe { neighbours(node, false, out, data, count) }
+    for (node: CUgraphNode, out: *mut CUgraphNode, data: *mut EdgeData, count: *mut usize) {
+        fn cuGraphNodeGetDependencies_v2 {
+            // SAFETY: the caller's list (cuda.h).
+            unsafe { neighbours(node, true, out, data, count) }
+        }
+
+        fn cuGraphNodeGetDependentNodes_v2 {
+            // SAFETY: the caller's list (cuda.h).
+            unsafe { neighbours(node, false, out, data, count) }
+        }
     }
 
     safe fn cuGraphDestroyNode(node: CUgraphNode) {

@@ -82,24 +82,6 @@ pub struct HostNodeParams {
     pub(super) user: usize,
 }
 
-export! {
-    fn cuGraphAddHostNode(
-        out: *mut CUgraphNode,
-        graph: CUgraph,
-        dependencies: *const CUgraphNode,
-        n: usize,
-        params: *const HostNodeParams,
-    ) {
-        gated(|| {
-            // SAFETY: CUDA_HOST_NODE_PARAMS input (cuda.h).
-            let p = unsafe { get(params) }?;
-            let work = host_node(p.function, p.user)?;
-            // SAFETY: cuda.h's contract for the dependency list.
-            add(out, graph, unsafe { deps(dependencies, n) }?, work)
-        })
-    }
-}
-
 /// A host node's work: the application's function (non-null) and its argument.
 pub(super) fn host_node(function: usize, user: usize) -> CuResult<Work> {
     if function == 0 {
@@ -133,25 +115,6 @@ pub(super) fn memset_node(p: &MemsetNodeParams) -> CuResult<Work> {
         count: p.width,
         height: p.height,
     })
-}
-
-export! {
-    fn cuGraphAddMemsetNode(
-        out: *mut CUgraphNode,
-        graph: CUgraph,
-        dependencies: *const CUgraphNode,
-        n: usize,
-        params: *const MemsetNodeParams,
-        _ctx: CUcontext,
-    ) {
-        gated(|| {
-            // SAFETY: CUDA_MEMSET_NODE_PARAMS input (cuda.h).
-            let p = unsafe { get(params) }?;
-            let work = memset_node(&p)?;
-            // SAFETY: cuda.h's contract for the dependency list.
-            add(out, graph, unsafe { deps(dependencies, n) }?, work)
-        })
-    }
 }
 
 /// `CUmemorytype`.
@@ -196,26 +159,29 @@ pub(super) fn memcpy_node(p: &RawMemcpy3d) -> CuResult<Work> {
         return Err(CuError::CUDA_ERROR_INVALID_VALUE);
     }
     let rows = p.height * p.depth;
-    let (src, dst) = driver::with(|d| {
-        let src = side(
-            d,
-            p.src_memory_type,
-            (p.src_host, p.src_device),
-            (p.src_x_in_bytes, p.src_y, p.src_z),
-            (p.src_pitch, p.src_height.max(p.height)),
-            rows,
-            p.width_in_bytes,
-        )?;
-        let dst = side(
-            d,
-            p.dst_memory_type,
-            (p.dst_host, p.dst_device),
-            (p.dst_x_in_bytes, p.dst_y, p.dst_z),
-            (p.dst_pitch, p.dst_height.max(p.height)),
-            rows,
-            p.width_in_bytes,
-        )?;
-        Ok((src, dst))
+    // Each end's fields, the source's then the destination's.
+    let kinds = [p.src_memory_type, p.dst_memory_type];
+    let addresses = [(p.src_host, p.src_device), (p.dst_host, p.dst_device)];
+    let offsets = [
+        (p.src_x_in_bytes, p.src_y, p.src_z),
+        (p.dst_x_in_bytes, p.dst_y, p.dst_z),
+    ];
+    let strides = [(p.src_pitch, p.src_height), (p.dst_pitch, p.dst_height)];
+    let [src, dst] = driver::with(|d| {
+        let end = |i: usize| {
+            let (pitch, height) = strides[i];
+            let stride = (pitch, height.max(p.height));
+            side(
+                d,
+                kinds[i],
+                addresses[i],
+                offsets[i],
+                stride,
+                rows,
+                p.width_in_bytes,
+            )
+        };
+        Ok([end(0)?, end(1)?])
     })?;
     Ok(Work::Memcpy {
         dst,
@@ -227,23 +193,52 @@ pub(super) fn memcpy_node(p: &RawMemcpy3d) -> CuResult<Work> {
     })
 }
 
-export! {
-    fn cuGraphAddMemcpyNode(
-        out: *mut CUgraphNode,
-        graph: CUgraph,
-        dependencies: *const CUgraphNode,
-        n: usize,
-        params: *const RawMemcpy3d,
-        _ctx: CUcontext,
-    ) {
-        gated(|| {
-            // SAFETY: CUDA_MEMCPY3D input (cuda.h).
-            let p = unsafe { get(params) }?;
-            let work = memcpy_node(&p)?;
-            // SAFETY: cuda.h's contract for the dependency list.
-            add(out, graph, unsafe { deps(dependencies, n) }?, work)
-        })
-    }
+/// A node whose work `work` makes from one parameter struct.
+///
+/// # Safety
+/// `params` is null or points at a readable `P`; cuda.h's contract for the dependency list.
+unsafe fn add_from<P: Copy>(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    dependencies: *const CUgraphNode,
+    n: usize,
+    params: *const P,
+    work: impl FnOnce(&P) -> CuResult<Work>,
+) -> RawResult {
+    gated(|| {
+        // SAFETY: per the caller.
+        let p = unsafe { get(params) }?;
+        let work = work(&p)?;
+        // SAFETY: per the caller.
+        add(out, graph, unsafe { deps(dependencies, n) }?, work)
+    })
+}
+
+/// `cuGraphAdd*Node` entry points of one ABI: the new node's handle out, the graph, its
+/// dependencies, their count, the node's parameter struct (and, for some, a context that
+/// changes nothing here).
+macro_rules! add_nodes {
+    ($($name:ident($params:ty $(, $ctx:ident: $ctx_type:ty)?) => $work:expr;)*) => {
+        export! {$(
+            fn $name(
+                out: *mut CUgraphNode,
+                graph: CUgraph,
+                dependencies: *const CUgraphNode,
+                n: usize,
+                params: *const $params,
+                $($ctx: $ctx_type,)?
+            ) {
+                // SAFETY: cuda.h's contract for the parameters and the dependency list.
+                unsafe { add_from(out, graph, dependencies, n, params, $work) }
+            }
+        )*}
+    };
+}
+
+add_nodes! {
+    cuGraphAddHostNode(HostNodeParams) => |p| host_node(p.function, p.user);
+    cuGraphAddMemsetNode(MemsetNodeParams, _ctx: CUcontext) => memset_node;
+    cuGraphAddMemcpyNode(RawMemcpy3d, _ctx: CUcontext) => memcpy_node;
 }
 
 /// A child-graph node's work: a copy of `child`'s nodes (another graph), taken now.

@@ -216,29 +216,6 @@ unsafe fn batch(
 }
 
 export! {
-    fn cuMemPrefetchBatchAsync(
-        dptrs: *const CUdeviceptr,
-        sizes: *const usize,
-        count: usize,
-        locations: *const RawLocation,
-        location_idxs: *const usize,
-        n: usize,
-        flags: c_ulonglong,
-        stream: CUstream,
-    ) {
-        // SAFETY: the caller's arrays (cuda.h).
-        unsafe {
-            batch(
-                dptrs,
-                sizes,
-                count,
-                Some((locations, location_idxs, n)),
-                flags,
-                stream,
-            )
-        }
-    }
-
     fn cuMemDiscardBatchAsync(
         dptrs: *const CUdeviceptr,
         sizes: *const usize,
@@ -250,7 +227,7 @@ export! {
         unsafe { batch(dptrs, sizes, count, None, flags, stream) }
     }
 
-    fn cuMemDiscardAndPrefetchBatchAsync(
+    for (
         dptrs: *const CUdeviceptr,
         sizes: *const usize,
         count: usize,
@@ -260,18 +237,17 @@ export! {
         flags: c_ulonglong,
         stream: CUstream,
     ) {
-        // SAFETY: the caller's arrays (cuda.h); the discard changes no byte here.
-        unsafe {
-            cuMemPrefetchBatchAsync(
-                dptrs,
-                sizes,
-                count,
-                locations,
-                location_idxs,
-                n,
-                flags,
-                stream,
-            )
+        fn cuMemPrefetchBatchAsync {
+            let to = Some((locations, location_idxs, n));
+            // SAFETY: the caller's arrays (cuda.h).
+            unsafe { batch(dptrs, sizes, count, to, flags, stream) }
+        }
+
+        /// The discard changes no byte here: a prefetch.
+        fn cuMemDiscardAndPrefetchBatchAsync {
+            let to = Some((locations, location_idxs, n));
+            // SAFETY: the caller's arrays (cuda.h).
+            unsafe { batch(dptrs, sizes, count, to, flags, stream) }
         }
     }
 }

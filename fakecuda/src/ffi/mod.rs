@@ -46,15 +46,22 @@ fn with(f: impl FnOnce(&mut Driver) -> CuResult<()>) -> RawResult {
 ///
 /// # Safety
 /// `out` is null or valid for a write of `T`.
+unsafe fn write_out<T>(out: *mut T, f: impl FnOnce() -> CuResult<T>) -> CuResult<()> {
+    if out.is_null() {
+        return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+    }
+    let value = f()?;
+    // SAFETY: non-null, and valid for writes per the caller.
+    unsafe { put(out, value) }
+}
+
+/// [`write_out`] of a value computed on the locked driver.
+///
+/// # Safety
+/// `out` is null or valid for a write of `T`.
 unsafe fn with_out<T>(out: *mut T, f: impl FnOnce(&mut Driver) -> CuResult<T>) -> RawResult {
-    with(|d| {
-        if out.is_null() {
-            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-        }
-        let value = f(d)?;
-        // SAFETY: non-null, and valid for writes per the caller.
-        unsafe { put(out, value) }
-    })
+    // SAFETY: per the caller.
+    with(|d| unsafe { write_out(out, || f(d)) })
 }
 
 /// Writes an output argument.

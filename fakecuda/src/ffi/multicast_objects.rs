@@ -45,55 +45,45 @@ fn member(handle: CUmemGenericAllocationHandle, offset: usize) -> multicast::Bin
     }
 }
 
+/// A bind's two ABIs: v1 (the member's own device) and v2 (`dev` named after the handle), of
+/// one source (`$src`, made of the arguments between the offset and the size).
+macro_rules! bind_abis {
+    ($($v1:ident, $v2:ident($($arg:ident: $type:ty),+) => $src:expr;)*) => {
+        export! {$(
+            safe fn $v1(
+                mc_handle: CUmemGenericAllocationHandle,
+                mc_offset: usize,
+                $($arg: $type,)+
+                size: usize,
+                flags: c_ulonglong,
+            ) {
+                bind(mc_handle, None, mc_offset, $src, size, flags)
+            }
+
+            safe fn $v2(
+                mc_handle: CUmemGenericAllocationHandle,
+                dev: CUdevice,
+                mc_offset: usize,
+                $($arg: $type,)+
+                size: usize,
+                flags: c_ulonglong,
+            ) {
+                bind(mc_handle, Some(dev), mc_offset, $src, size, flags)
+            }
+        )*}
+    };
+}
+
+bind_abis! {
+    cuMulticastBindMem, cuMulticastBindMem_v2(
+        mem_handle: CUmemGenericAllocationHandle,
+        mem_offset: usize
+    ) => member(mem_handle, mem_offset);
+    cuMulticastBindAddr, cuMulticastBindAddr_v2(memptr: CUdeviceptr)
+        => multicast::BindSource::Addr { ptr: memptr };
+}
+
 export! {
-    safe fn cuMulticastBindMem(
-        mc_handle: CUmemGenericAllocationHandle,
-        mc_offset: usize,
-        mem_handle: CUmemGenericAllocationHandle,
-        mem_offset: usize,
-        size: usize,
-        flags: c_ulonglong,
-    ) {
-        let src = member(mem_handle, mem_offset);
-        bind(mc_handle, None, mc_offset, src, size, flags)
-    }
-
-    safe fn cuMulticastBindMem_v2(
-        mc_handle: CUmemGenericAllocationHandle,
-        dev: CUdevice,
-        mc_offset: usize,
-        mem_handle: CUmemGenericAllocationHandle,
-        mem_offset: usize,
-        size: usize,
-        flags: c_ulonglong,
-    ) {
-        let src = member(mem_handle, mem_offset);
-        bind(mc_handle, Some(dev), mc_offset, src, size, flags)
-    }
-
-    safe fn cuMulticastBindAddr(
-        mc_handle: CUmemGenericAllocationHandle,
-        mc_offset: usize,
-        memptr: CUdeviceptr,
-        size: usize,
-        flags: c_ulonglong,
-    ) {
-        let src = multicast::BindSource::Addr { ptr: memptr };
-        bind(mc_handle, None, mc_offset, src, size, flags)
-    }
-
-    safe fn cuMulticastBindAddr_v2(
-        mc_handle: CUmemGenericAllocationHandle,
-        dev: CUdevice,
-        mc_offset: usize,
-        memptr: CUdeviceptr,
-        size: usize,
-        flags: c_ulonglong,
-    ) {
-        let src = multicast::BindSource::Addr { ptr: memptr };
-        bind(mc_handle, Some(dev), mc_offset, src, size, flags)
-    }
-
     safe fn cuMulticastUnbind(
         mc_handle: CUmemGenericAllocationHandle,
         dev: CUdevice,

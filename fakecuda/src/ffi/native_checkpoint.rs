@@ -23,27 +23,15 @@ unsafe fn reserved_zero<T: Copy>(args: *const T, skip: usize) -> CuResult<Option
 
 export! {
     fn cuCheckpointProcessGetState(pid: c_int, state: *mut c_uint) {
-        run(|| {
-            if state.is_null() {
-                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-            }
-            let s = checkpoint::client::get_state(pid)?;
-            // SAFETY: CUprocessState out-parameter (a C enum: u32), non-null.
-            unsafe { put(state, s) }
-        })
+        // SAFETY: CUprocessState out-parameter (a C enum: u32).
+        run(|| unsafe { write_out(state, || checkpoint::client::get_state(pid)) })
     }
 
     /// The thread of `pid` that serves checkpoint requests (fakecuda's control thread): CRIU's
     /// CUDA plugin lets it run while it holds the rest of the process stopped.
     fn cuCheckpointProcessGetRestoreThreadId(pid: c_int, tid: *mut c_int) {
-        run(|| {
-            if tid.is_null() {
-                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-            }
-            let found = checkpoint::client::restore_thread(pid)?;
-            // SAFETY: an int out-parameter, non-null.
-            unsafe { put(tid, found) }
-        })
+        // SAFETY: an int out-parameter.
+        run(|| unsafe { write_out(tid, || checkpoint::client::restore_thread(pid)) })
     }
 
     fn cuCheckpointProcessLock(pid: c_int, args: *mut CUcheckpointLockArgs) {

@@ -213,14 +213,9 @@ export! {
         handle_type: c_uint,
         flags: u64,
     ) {
-        with(|d| {
-            if out.is_null() {
-                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-            }
-            let fd = d.pool_export(pool_of(pool), handle_type, flags)?;
-            // SAFETY: for POSIX FDs `out` points at an int (cuda.h), non-null.
-            unsafe { put(out.cast::<c_int>(), fd.into_raw_fd()) }
-        })
+        let fd = |d: &mut Driver| d.pool_export(pool_of(pool), handle_type, flags);
+        // SAFETY: for POSIX FDs `out` points at an int (cuda.h); the caller owns the FD.
+        unsafe { with_out(out.cast::<c_int>(), |d| fd(d).map(IntoRawFd::into_raw_fd)) }
     }
 
     fn cuMemPoolImportFromShareableHandle(

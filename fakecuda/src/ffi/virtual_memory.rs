@@ -126,14 +126,9 @@ export! {
         handle_type: c_uint,
         flags: c_ulonglong,
     ) {
-        with(|d| {
-            if shareable.is_null() {
-                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-            }
-            let fd = d.export(handle, handle_type, flags)?;
-            // SAFETY: for POSIX FDs `shareable` points at an int (cuda.h); the caller owns the FD.
-            unsafe { put(shareable.cast::<c_int>(), fd.into_raw_fd()) }
-        })
+        let fd = |d: &mut Driver| d.export(handle, handle_type, flags);
+        // SAFETY: for POSIX FDs `shareable` points at an int (cuda.h); the caller owns the FD.
+        unsafe { with_out(shareable.cast::<c_int>(), |d| fd(d).map(IntoRawFd::into_raw_fd)) }
     }
 
     fn cuMemImportFromShareableHandle(
