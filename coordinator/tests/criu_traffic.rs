@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -16,6 +15,7 @@ use cuinterpose_workload::Worker;
 use cuinterpose_workload::proto::{TrafficMode, TrafficThread};
 use support::cli::{self, check_exit, path};
 use support::criu;
+use support::sandbox::shared_by_all;
 
 const MIB: u64 = 1 << 20;
 const SLOT: u64 = 64 * 1024;
@@ -63,14 +63,7 @@ fn traffic_runs_on_through_criu_dumps_and_restores() {
         w.init(0).expect("cuInit");
     }
     let shared_size = 2 * MIB;
-    let handle = workers[0].create(shared_size, 0, 1).expect("create");
-    let ticket = workers[0].export(handle).expect("export");
-    let mut shared = vec![workers[0].map_rw(handle, shared_size, 0).expect("map")];
-    for w in workers.iter_mut().skip(1) {
-        let imported = w.import(ticket.as_fd()).expect("import");
-        shared.push(w.map_rw(imported, shared_size, 0).expect("map import"));
-    }
-    drop(ticket);
+    let shared = shared_by_all(&mut workers, shared_size);
     for (p, w) in workers.iter_mut().enumerate() {
         let private = w.mem_alloc(2 * MIB).expect("cuMemAlloc");
         let slot = |t: usize| shared[p] + ((p * 3 + t) as u64) * SLOT;

@@ -36,8 +36,7 @@ use support::harness::Test;
 use support::sandbox::Sandbox;
 
 fn main() {
-    if std::env::var(ROLE).as_deref() == Ok("publish") {
-        publisher();
+    if support::harness::as_child(ROLE, "publish", publisher) {
         return;
     }
     let tests: [Test<Sandbox>; 10] = [

@@ -20,7 +20,7 @@ use cuinterpose_workload::Worker;
 use cuinterpose_workload::proto::{TrafficMode, TrafficReport, TrafficThread};
 use support::cli::{self, check_exit};
 use support::harness::Test;
-use support::sandbox::Sandbox;
+use support::sandbox::{Sandbox, shared_by_all};
 use support::tmpfs::{Tmpfs, unavailable};
 
 const MIB: u64 = 1 << 20;
@@ -152,14 +152,7 @@ fn toggles_under_traffic(sandbox: &Sandbox) {
         .collect();
     let shared_size = 2 * MIB;
     assert!(SLOT * (PROCESSES * THREADS) as u64 <= shared_size);
-    let handle = workers[0].create(shared_size, 0, 1).expect("create");
-    let ticket = workers[0].export(handle).expect("export");
-    let mut shared = vec![workers[0].map_rw(handle, shared_size, 0).expect("map")];
-    for w in workers.iter_mut().skip(1) {
-        let imported = w.import(ticket.as_fd()).expect("import");
-        shared.push(w.map_rw(imported, shared_size, 0).expect("map import"));
-    }
-    drop(ticket);
+    let shared = shared_by_all(&mut workers, shared_size);
     for (p, w) in workers.iter_mut().enumerate() {
         let private = w.mem_alloc(2 * MIB).expect("cuMemAlloc");
         let slot = |t: usize| shared[p] + ((p * THREADS + t) as u64) * SLOT;

@@ -30,8 +30,7 @@ const CONTROL: &str = "CUI_TEST_CONTROL_DIR";
 const LIBRARY: &str = "CUI_TEST_FAKECUDA";
 
 fn main() {
-    if std::env::var(ROLE).as_deref() == Ok("member") {
-        member();
+    if support::harness::as_child(ROLE, "member", member) {
         return;
     }
     let tests: [Test<Path>; 3] = [

@@ -142,22 +142,18 @@ fn invalid_topology_stops_before_any_mutation() {
         .push(mapping(7, 101, 0x1000, SIZE, 0).into());
     let mut fakes = fake_participants(&topology);
     let mut run = Run::capture(fakes.keys().copied());
-    let stages = drive(&mut run, &mut fakes, &mut untouched(), Ok(()));
-    assert_eq!(stages, [Stage::Inspect]);
-    check_failed(
-        &run,
-        Stage::Inspect,
+    check_refused_at_inspect(
+        &mut run,
+        &mut fakes,
         Some(102),
         "refers to no allocation record",
-        false,
     );
     assert!(fakes.values().all(|fake| fake.phase == Phase::Active));
 
     let mut fakes = fake_participants(&shared_topology(101));
     fakes.get_mut(&pid(103)).expect("103").raw_imports = 1;
     let mut run = Run::capture(fakes.keys().copied());
-    drive(&mut run, &mut fakes, &mut untouched(), Ok(()));
-    check_failed(&run, Stage::Inspect, Some(103), "1 live imports", false);
+    check_refused_at_inspect(&mut run, &mut fakes, Some(103), "1 live imports");
 
     let run = Run::capture([]);
     check_failed(&run, Stage::Inspect, None, "no participants", false);
@@ -233,14 +229,11 @@ fn refusals_without_mutation_are_not_fail_stop() {
         fake.phase = Phase::Frozen;
     }
     let mut run = Run::capture(fakes.keys().copied());
-    let stages = drive(&mut run, &mut fakes, &mut untouched(), Ok(()));
-    assert_eq!(stages, [Stage::Inspect]);
-    check_failed(
-        &run,
-        Stage::Inspect,
+    check_refused_at_inspect(
+        &mut run,
+        &mut fakes,
         Some(101),
         "in phase frozen, expected phase active",
-        false,
     );
 
     let (mut fakes, mut run) = shared_capture();

@@ -12,6 +12,32 @@ use super::errors::{Object, TopologyError};
 use crate::render;
 
 impl Checker<'_> {
+    /// `pid`'s import `record` of `object` against its creator's record.
+    fn check_import(
+        &mut self,
+        pid: NamespacePid,
+        object: Object,
+        record: &AllocationRecord,
+        creator: &AllocationRecord,
+    ) {
+        if record.size != creator.size {
+            self.errors.push(TopologyError::ImportSizeMismatch {
+                pid,
+                object: object.clone(),
+                size: record.size,
+                creator_size: creator.size,
+            });
+        }
+        if !same_memory(&record.properties, &creator.properties) {
+            self.errors.push(TopologyError::ImportPropertiesMismatch {
+                pid,
+                object,
+                found: render::allocation_properties(&record.properties),
+                expected: render::allocation_properties(&creator.properties),
+            });
+        }
+    }
+
     /// Creator and importer allocation records.
     pub(super) fn allocations(&mut self) {
         let allocations: Vec<(NamespacePid, &AllocationRecord)> = self
@@ -36,25 +62,10 @@ impl Checker<'_> {
                     object: object.clone(),
                 });
             }
-            if !self.check_reference(pid, object.clone(), &creators) {
-                continue;
-            }
-            let creator = self.allocations[&(record.allocation.creator_pid, record.allocation.id)];
-            if record.size != creator.size {
-                self.errors.push(TopologyError::ImportSizeMismatch {
-                    pid,
-                    object: object.clone(),
-                    size: record.size,
-                    creator_size: creator.size,
-                });
-            }
-            if !same_memory(&record.properties, &creator.properties) {
-                self.errors.push(TopologyError::ImportPropertiesMismatch {
-                    pid,
-                    object,
-                    found: render::allocation_properties(&record.properties),
-                    expected: render::allocation_properties(&creator.properties),
-                });
+            if self.check_reference(pid, object.clone(), &creators) {
+                let creator =
+                    self.allocations[&(record.allocation.creator_pid, record.allocation.id)];
+                self.check_import(pid, object, record, creator);
             }
         }
         for &(pid, record) in &allocations {

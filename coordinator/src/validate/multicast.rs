@@ -111,24 +111,20 @@ impl Checker<'_> {
                                 device: r.device,
                             });
                         }
+                        let invalid = |problem: &str| TopologyError::InvalidBinding {
+                            pid,
+                            object: object.clone(),
+                            device: r.device,
+                            problem: problem.to_string(),
+                        };
                         if r.size == 0 {
-                            self.errors.push(TopologyError::InvalidBinding {
-                                pid,
-                                object: object.clone(),
-                                device: r.device,
-                                problem: "size is 0".to_string(),
-                            });
+                            self.errors.push(invalid("size is 0"));
                         }
                         let member = match &r.source {
                             BindingSource::Memory(source) => Some(&source.member),
                             BindingSource::Address(source) => {
                                 if source.address == 0 {
-                                    self.errors.push(TopologyError::InvalidBinding {
-                                        pid,
-                                        object: object.clone(),
-                                        device: r.device,
-                                        problem: "bound address is null".to_string(),
-                                    });
+                                    self.errors.push(invalid("bound address is null"));
                                 }
                                 source.member.as_ref()
                             }

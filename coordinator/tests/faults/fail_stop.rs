@@ -87,8 +87,7 @@ pub(crate) fn fail_stopped(sandbox: &Sandbox) {
             .map(|operation| Request::Execute(ExecuteRequest { operation })),
         );
         for request in requests {
-            let r = workload.refusal(index, &request);
-            assert_eq!(r.code, RefusalCode::FailStopped, "{request:?}: {r:?}");
+            let r = workload.refused_as(index, &request, RefusalCode::FailStopped);
             assert!(
                 r.message
                     .as_str()

@@ -99,8 +99,28 @@ pub(crate) fn phase_through(kind: RunKind, stage: Stage) -> Phase {
     }
 }
 
-/// The run failed in `stage`, naming `victim` first with a reason containing `text`.
+/// The run `kind` (`result`) failed in `stage`, where worker `index` (namespace PID `victim`)
+/// was `happened` ("killed", "silent"), naming it first with a reason containing `text`.
+/// Returns the error and what happened, for later messages.
 pub(crate) fn check_failure(
+    result: Result<Report, RunError>,
+    (kind, stage, index): (RunKind, Stage, usize),
+    happened: &str,
+    victim: NamespacePid,
+    text: &str,
+) -> (RunError, String) {
+    let what = format!(
+        "{} {happened} in {} {}",
+        NAMES[index],
+        kind.command(),
+        stage
+    );
+    let error = result.expect_err(&what);
+    check_failure_of(&error, kind, stage, victim, text);
+    (error, what)
+}
+
+fn check_failure_of(
     error: &RunError,
     kind: RunKind,
     stage: Stage,
@@ -209,12 +229,10 @@ pub(crate) fn killed_in_each_phase(sandbox: &Sandbox) {
         };
         let (result, took) = drive(&session, &mut run, &mut publish, &mut before);
         killer.expect("the stage was reached").join().unwrap();
-        let what = format!("{} killed in {} {}", NAMES[victim], kind.command(), target);
-        let error = result.expect_err(&what);
-        check_failure(
-            &error,
-            kind,
-            target,
+        let (error, what) = check_failure(
+            result,
+            (kind, target, victim),
+            "killed",
             workload.pid(victim),
             "closed the connection",
         );
@@ -354,19 +372,18 @@ pub(crate) fn stops_answering(sandbox: &Sandbox) {
             }
         };
         let (result, took) = drive(&session, &mut run, &mut no_publish, &mut before);
-        let what = format!("{} silent in {} {}", NAMES[victim], kind.command(), target);
-        let error = result.expect_err(&what);
-        check_failure(
-            &error,
-            kind,
-            target,
+        // begin_checkpoint's reply may take twice the control timeout (the drain).
+        let timed_out = if target == Stage::BeginCheckpoint {
+            "timed out after 2s"
+        } else {
+            "timed out after 1s"
+        };
+        let (error, what) = check_failure(
+            result,
+            (kind, target, victim),
+            "silent",
             workload.pid(victim),
-            // begin_checkpoint's reply may take twice the control timeout (the drain).
-            if target == Stage::BeginCheckpoint {
-                "timed out after 2s"
-            } else {
-                "timed out after 1s"
-            },
+            timed_out,
         );
         let rolled_back = kind == RunKind::Capture && target.rolls_back();
         // Only the silent one failed the stage. Asked to roll back, it stays silent, and so
@@ -512,8 +529,7 @@ pub(crate) fn lost_reply(sandbox: &Sandbox) {
     );
     workload.await_log(B, "could not send the begin_checkpoint reply");
     // A second begin_checkpoint to the frozen participant is refused, not repeated.
-    let r = workload.refusal(B, &Request::BeginCheckpoint);
-    assert_eq!(r.code, RefusalCode::OutOfOrder, "{r:?}");
+    let r = workload.refused_as(B, &Request::BeginCheckpoint, RefusalCode::OutOfOrder);
     assert!(
         r.message
             .as_str()
@@ -555,11 +571,8 @@ pub(crate) fn lost_reply(sandbox: &Sandbox) {
     assert_eq!(workload.phases(), [Phase::Active; 3]);
     workload.check_shared(7);
     // Loading again is refused (out of order), not repeated.
-    let r = workload.refusal(
-        A,
-        &Request::Execute(ExecuteRequest {
-            operation: Operation::LoadAllocations,
-        }),
-    );
-    assert_eq!(r.code, RefusalCode::OutOfOrder, "{r:?}");
+    let load = Request::Execute(ExecuteRequest {
+        operation: Operation::LoadAllocations,
+    });
+    workload.refused_as(A, &load, RefusalCode::OutOfOrder);
 }

@@ -10,7 +10,9 @@ use cuinterpose_coordinator::plan::{Broadcast, Broadcasted, Participants, Run, R
 use cuinterpose_coordinator::report::Report;
 use cuinterpose_coordinator::session::Session;
 use cuinterpose_protocol::transport::{Endpoint, Timeouts, call};
-use cuinterpose_protocol::{NamespacePid, Phase, RefusedReply, Reply, Request, StateFile};
+use cuinterpose_protocol::{
+    NamespacePid, Phase, RefusalCode, RefusedReply, Reply, Request, StateFile,
+};
 use cuinterpose_workload::Worker;
 
 use crate::support::cli::{cuinterpose, path, text};
@@ -130,6 +132,18 @@ impl Workload {
             Ok(Reply::Refused(refusal)) => refusal,
             other => panic!("{}: {request:?}: {other:?}", NAMES[index]),
         }
+    }
+
+    /// [`Self::refusal`], whose code must be `code`.
+    pub(crate) fn refused_as(
+        &self,
+        index: usize,
+        request: &Request,
+        code: RefusalCode,
+    ) -> RefusedReply {
+        let r = self.refusal(index, request);
+        assert_eq!(r.code, code, "{request:?}: {r:?}");
+        r
     }
 
     pub(crate) fn phase(&self, index: usize) -> Phase {

@@ -11,6 +11,20 @@ use cuinterpose_protocol::{
 use crate::case::{Case, CaseResult, ensure};
 use crate::topology::{Bind, GRAN, READ, READ_WRITE};
 
+/// Of `records`, those of variant `kind` of the multicast object `object`, as `take` gives
+/// each.
+macro_rules! held {
+    ($records:expr, $kind:ident, $object:expr, |$record:ident| $take:expr) => {
+        $records
+            .iter()
+            .filter_map(|record| match record {
+                Record::$kind($record) if $record.object == $object => Some($take),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+}
+
 pub(crate) fn records_diff(
     what: &str,
     expected: &BTreeMap<NamespacePid, Vec<Record>>,
@@ -293,13 +307,7 @@ pub(crate) fn check_model(
             let p = member.process;
             let name = case.name(p);
             let mine = &records[&pid(p)];
-            let multicast: Vec<_> = mine
-                .iter()
-                .filter_map(|record| match record {
-                    Record::Multicast(record) if record.object == object => Some(record),
-                    _ => None,
-                })
-                .collect();
+            let multicast = held!(mine, Multicast, object, |record| record);
             ensure!(
                 multicast.len() == 1
                     && multicast[0].properties.device_count == group.members.len() as u32
@@ -307,27 +315,13 @@ pub(crate) fn check_model(
                     && multicast[0].handle_count == 1,
                 "{name}: group {g}: multicast records {multicast:?}"
             );
-            let devices: Vec<i32> = mine
-                .iter()
-                .filter_map(|record| match record {
-                    Record::MulticastDevice(record) if record.object == object => {
-                        Some(record.device)
-                    }
-                    _ => None,
-                })
-                .collect();
+            let devices: Vec<i32> = held!(mine, MulticastDevice, object, |record| record.device);
             ensure!(
                 devices == [plan.devices[p]],
                 "{name}: group {g}: devices {devices:?}, expected [{}]",
                 plan.devices[p]
             );
-            let views: Vec<_> = mine
-                .iter()
-                .filter_map(|record| match record {
-                    Record::MulticastMapping(record) if record.object == object => Some(record),
-                    _ => None,
-                })
-                .collect();
+            let views = held!(mine, MulticastMapping, object, |record| record);
             match member.view {
                 None => ensure!(views.is_empty(), "{name}: group {g}: views {views:?}"),
                 Some(view) => ensure!(

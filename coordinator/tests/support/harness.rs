@@ -6,6 +6,16 @@ use std::time::Instant;
 /// A named test of a context `T`.
 pub type Test<T> = (&'static str, fn(&T));
 
+/// Runs `child` when the environment variable `variable` is `role` (a test re-running its
+/// binary as a helper process): whether it did, so that `main` then runs no test.
+pub fn as_child(variable: &str, role: &str, child: fn()) -> bool {
+    let is_child = std::env::var(variable).as_deref() == Ok(role);
+    if is_child {
+        child();
+    }
+    is_child
+}
+
 /// Runs `tests` in order, each with one context shared by all of them, built by `setup`
 /// before the first test that runs (never when every test is filtered out). Like libtest:
 /// positional arguments are name filters; flags (`--nocapture`, ...) are accepted and ignored.

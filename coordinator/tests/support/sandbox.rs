@@ -88,3 +88,16 @@ pub fn check_writes_cross(workers: &mut [Worker], addresses: &[u64], size: u64, 
         }
     }
 }
+
+/// One allocation of `size` bytes on device 0, created by the first of `workers` and imported
+/// by the others, mapped read-write in each: its address in each worker, in order.
+pub fn shared_by_all(workers: &mut [Worker], size: u64) -> Vec<u64> {
+    let handle = workers[0].create(size, 0, 1).expect("create");
+    let ticket = workers[0].export(handle).expect("export");
+    let mut shared = vec![workers[0].map_rw(handle, size, 0).expect("map")];
+    for w in workers.iter_mut().skip(1) {
+        let imported = w.import(std::os::fd::AsFd::as_fd(&ticket)).expect("import");
+        shared.push(w.map_rw(imported, size, 0).expect("map import"));
+    }
+    shared
+}

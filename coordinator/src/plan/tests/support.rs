@@ -231,6 +231,19 @@ pub(super) fn check_failed(
     error.clone()
 }
 
+/// Driven untouched, `run` stops at inspect having changed nothing, naming `participant` with
+/// `reason` ([`check_failed`]).
+pub(super) fn check_refused_at_inspect(
+    run: &mut Run,
+    fakes: &mut Fakes,
+    participant: Option<u32>,
+    reason: &str,
+) {
+    let stages = drive(run, fakes, &mut untouched(), Ok(()));
+    assert_eq!(stages, [Stage::Inspect]);
+    check_failed(run, Stage::Inspect, participant, reason, false);
+}
+
 pub(super) fn captured() -> (Fakes, StateFile) {
     let topology = shared_topology(101);
     let mut fakes = fake_participants(&topology);
