@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use cuinterpose_testkit::fixtures::TempDir;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub use cuinterpose_testkit::target_profile_dir as profile_dir;
 
@@ -59,21 +59,19 @@ pub fn null_driver() -> &'static Path {
 }
 
 /// A private directory for one test: control sockets of the shim and of fakecuda live here.
+/// It is removed when the sandbox is dropped.
 pub struct Sandbox {
     pub root: PathBuf,
+    _dir: TempDir,
 }
 
 impl Sandbox {
     pub fn new(name: &str) -> Sandbox {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let root = std::env::temp_dir().join(format!(
-            "cuishim-{name}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(&root).unwrap();
-        Sandbox { root }
+        let dir = TempDir::new(&format!("shim-{name}")).unwrap();
+        Sandbox {
+            root: dir.path().to_path_buf(),
+            _dir: dir,
+        }
     }
 
     pub fn control_dir(&self) -> PathBuf {
@@ -93,12 +91,6 @@ impl Sandbox {
             cmd.env_remove("LD_PRELOAD");
         }
         cmd
-    }
-}
-
-impl Drop for Sandbox {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
     }
 }
 
