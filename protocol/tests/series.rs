@@ -3,7 +3,7 @@
 //! `check`, which serializes them and fails one that leaks a descriptor.
 
 use std::fs;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -88,6 +88,17 @@ fn timeouts(control: Duration) -> Timeouts {
     Timeouts::new(control, Duration::from_secs(60)).expect("timeouts")
 }
 
+type ExportResult = Result<(Reply, Option<OwnedFd>), TransportError>;
+
+/// The replies to the exports 1 to `count`, sent by `export_all` with the control timeout
+/// `control`.
+fn export_replies(endpoint: &Endpoint, count: u32, control: Duration) -> Vec<ExportResult> {
+    let requests: Vec<Request> = (1..=count).map(export).collect();
+    transport::export_all(endpoint, &requests, &timeouts(control))
+        .expect("connect")
+        .collect()
+}
+
 #[test]
 fn a_series_is_answered_in_order_each_with_its_descriptor() {
     check(|| {
@@ -162,11 +173,7 @@ fn a_server_that_closes_mid_series_ends_it_with_an_error() {
     check(|| {
         let dir = Scratch::new("closes");
         let (endpoint, server) = server(dir.path(), 3, false);
-        let requests: Vec<Request> = (1..=10).map(export).collect();
-        let replies: Vec<_> =
-            transport::export_all(&endpoint, &requests, &timeouts(Duration::from_secs(5)))
-                .expect("connect")
-                .collect();
+        let replies = export_replies(&endpoint, 10, Duration::from_secs(5));
         assert_eq!(
             replies.len(),
             4,
@@ -188,12 +195,9 @@ fn a_server_that_stops_answering_times_out_within_the_control_timeout() {
     check(|| {
         let dir = Scratch::new("stalls");
         let (endpoint, server) = server(dir.path(), 2, true);
-        let requests: Vec<Request> = (1..=5).map(export).collect();
         let timeout = Duration::from_millis(400);
         let started = Instant::now();
-        let replies: Vec<_> = transport::export_all(&endpoint, &requests, &timeouts(timeout))
-            .expect("connect")
-            .collect();
+        let replies = export_replies(&endpoint, 5, timeout);
         let waited = started.elapsed();
         assert_eq!(replies.len(), 3, "{replies:?}");
         let error = replies[2].as_ref().expect_err("stalled");

@@ -45,6 +45,33 @@ fn assert_timed_out<T: std::fmt::Debug>(
     );
 }
 
+/// The peer's report says it saw this side close the connection.
+fn assert_peer_closed(lines: &[String]) {
+    assert!(
+        lines.iter().any(|line| line.starts_with("peer-closed")),
+        "{lines:?}"
+    );
+}
+
+/// The peer's report after `case` says it closed every descriptor it received.
+fn assert_fds_closed(case: &str, lines: &[String]) {
+    assert!(
+        lines.contains(&"fds-closed".to_string()),
+        "{case}: {lines:?}"
+    );
+}
+
+/// Whether `error` is a frame whose bytes hold no envelope.
+fn not_an_envelope(error: &TransportError) -> bool {
+    matches!(
+        error,
+        TransportError::Malformed {
+            source: DecodeError::NotEnvelope { .. },
+            ..
+        }
+    )
+}
+
 // ---------------------------------------------------------------- allocation high-water mark
 
 /// Records the largest single allocation, to show an oversized length prefix allocates nothing.

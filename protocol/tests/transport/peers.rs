@@ -147,12 +147,7 @@ fn stalled_then_normal(mode: &str, request_timeout: Duration) -> (Duration, Vec<
     assert!(matches!(reply, Reply::Inspection(_)), "{reply:?}");
     let lines = server.finish();
     let stalled_lines = stalled.finish();
-    assert!(
-        stalled_lines
-            .iter()
-            .any(|line| line.starts_with("peer-closed")),
-        "{stalled_lines:?}"
-    );
+    assert_peer_closed(&stalled_lines);
     (elapsed, lines)
 }
 
@@ -209,29 +204,19 @@ fn missing_or_dead_listener_is_refused() {
         let dir = Scratch::new("dead");
         let path = dir.join("cuinterpose-7.sock");
         let endpoint = Endpoint::new(&path).expect("endpoint");
-        let result = transport::call(&endpoint, &Request::Inspect, None, Duration::from_secs(1));
-        assert!(
-            matches!(
-                &result,
-                Err(TransportError::Refused {
-                    reason: RefusalReason::NoSocket,
-                    ..
-                })
-            ),
-            "{result:?}"
-        );
+        // A call that must be refused for `expected`: its result.
+        let refused = |expected: RefusalReason| {
+            let result =
+                transport::call(&endpoint, &Request::Inspect, None, Duration::from_secs(1));
+            assert!(
+                matches!(&result, Err(TransportError::Refused { reason, .. }) if *reason == expected),
+                "{result:?}"
+            );
+            result
+        };
+        drop(refused(RefusalReason::NoSocket));
         drop(StdListener::bind(&path).expect("bind"));
-        let result = transport::call(&endpoint, &Request::Inspect, None, Duration::from_secs(1));
-        assert!(
-            matches!(
-                &result,
-                Err(TransportError::Refused {
-                    reason: RefusalReason::NotListening,
-                    ..
-                })
-            ),
-            "{result:?}"
-        );
+        let result = refused(RefusalReason::NotListening);
         if let Err(error) = &result {
             assert_names_endpoint(error, &path);
             assert!(!error.may_have_arrived(), "{error}");

@@ -271,18 +271,17 @@ fn timeouts_default_override_and_reject_invalid_values() {
             custom.for_request(&export_request(p::ResourceKind::Unicast)),
             Duration::from_secs(3)
         );
-        assert_eq!(
-            custom.for_request(&execute(p::Operation::SaveAllocations)),
-            Duration::from_secs(7200)
-        );
-        assert_eq!(
-            custom.for_request(&execute(p::Operation::LoadAllocations)),
-            Duration::from_secs(7200)
-        );
-        assert_eq!(
-            custom.for_request(&execute(p::Operation::PrepareUnicast)),
-            Duration::from_secs(3)
-        );
+        for (operation, seconds) in [
+            (p::Operation::SaveAllocations, 7200),
+            (p::Operation::LoadAllocations, 7200),
+            (p::Operation::PrepareUnicast, 3),
+        ] {
+            assert_eq!(
+                custom.for_request(&execute(operation)),
+                Duration::from_secs(seconds),
+                "{operation:?}"
+            );
+        }
 
         for bad in [
             "",
