@@ -13,10 +13,12 @@ use cuinterpose_coordinator::plan::Stage;
 use cuinterpose_coordinator::session::Session;
 use cuinterpose_coordinator::state;
 use cuinterpose_protocol::transport::Timeouts;
-use cuinterpose_protocol::{NamespacePid, Operation, Phase, Record, Request};
+use cuinterpose_protocol::{
+    CAPTURE_OPERATIONS, NamespacePid, Operation, Phase, RESTORE_OPERATIONS, Record, Request,
+};
 use cuinterpose_testkit::fixtures::{SIZE, TempDir, pid, shared_topology, state_file};
 use serde_json::Value;
-use support::cli::{check_exit, cuinterpose, path};
+use support::cli::{check_contains, check_exit, cuinterpose, path};
 use support::{FakeShim, Misbehaviour, Trigger, start_all};
 
 /// Fake shims serving `shared_topology(first)` in a fresh control directory (one of them
@@ -111,40 +113,23 @@ fn prepare_then_restore_through_the_library() {
 
     let report = commands::restore(&session, checkpoint.path(), &mut |_| {}).expect("restore");
     let names: Vec<&str> = report.phases.iter().map(|p| p.name.as_str()).collect();
-    assert_eq!(
-        names,
-        [
-            "inspect",
-            "load_allocations",
-            "restore_unicast",
-            "restore_multicast_creators",
-            "restore_multicast_importers",
-            "restore_multicast_devices",
-            "restore_multicast_bindings",
-            "verify"
-        ]
-    );
+    // The restore reports inspect, each restore operation of the schema, then verify.
+    let restores = RESTORE_OPERATIONS.map(|o| o.wire_name());
+    assert_eq!(names, [&["inspect"], &restores[..], &["verify"]].concat());
     assert_eq!(report.bytes(), SIZE);
     assert_eq!(scene.phases(), [Phase::Active; 3]);
-    assert_eq!(
-        fakes[0].requests(),
-        [
-            "inspect",
-            "begin_checkpoint",
-            "prepare_multicast",
-            "save_allocations",
-            "prepare_unicast",
-            "hold",
-            "inspect",
-            "load_allocations",
-            "restore_unicast",
-            "restore_multicast_creators",
-            "restore_multicast_importers",
-            "restore_multicast_devices",
-            "restore_multicast_bindings",
-            "inspect"
-        ]
-    );
+    // What the first participant was asked: the capture, then the restore (verify asks
+    // inspect).
+    let captures = CAPTURE_OPERATIONS.map(|o| o.wire_name());
+    let asked = [
+        &["inspect", "begin_checkpoint"],
+        &captures[..],
+        &["hold", "inspect"],
+        &restores[..],
+        &["inspect"],
+    ]
+    .concat();
+    assert_eq!(fakes[0].requests(), asked);
 }
 
 #[test]
@@ -324,14 +309,14 @@ fn a_silent_participant_fails_after_the_control_timeout() {
         elapsed >= Duration::from_secs(1) && elapsed < Duration::from_secs(5),
         "{elapsed:?}"
     );
-    assert!(
-        stderr.contains("prepare failed in phase inspect: participant 403: no reply:")
-            && stderr.contains("timed out after 1s"),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains("nothing was changed in any participant"),
-        "{stderr}"
+    check_contains(
+        "stderr",
+        &stderr,
+        &[
+            "prepare failed in phase inspect: participant 403: no reply:",
+            "timed out after 1s",
+            "nothing was changed in any participant",
+        ],
     );
     assert_eq!(scene.phases(), [Phase::Active; 3]);
     drop(scene);
@@ -469,15 +454,12 @@ fn a_stale_socket_is_named_removed_and_left_out() {
         &cuinterpose(&["inspect", "--control-dir", scene.ctl()], &[]),
         0,
     );
-    assert!(
-        stderr.contains("process 798 is gone (stale socket")
-            && stderr.contains("cuinterpose-798.sock, removed)"),
-        "{stderr}"
-    );
-    assert!(
-        stdout.contains("topology: valid: 3 participants"),
-        "{stdout}"
-    );
+    let gone = [
+        "process 798 is gone (stale socket",
+        "cuinterpose-798.sock, removed)",
+    ];
+    check_contains("stderr", &stderr, &gone);
+    check_contains("stdout", &stdout, &["topology: valid: 3 participants"]);
     assert!(!stale.exists());
 }
 

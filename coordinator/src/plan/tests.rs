@@ -236,37 +236,34 @@ fn refusals_without_mutation_are_not_fail_stop() {
         "in phase frozen, expected phase active",
     );
 
-    let (mut fakes, mut run) = shared_capture();
-    let mut tamper = answer_at(Stage::BeginCheckpoint, None, || {
-        refused(RefusalCode::Busy, "control queue full")
-    });
-    drive(&mut run, &mut fakes, &mut tamper, Ok(()));
-    let error = check_failed(
-        &run,
-        Stage::BeginCheckpoint,
-        Some(101),
-        "refused (busy)",
-        false,
-    );
-    assert_eq!(error.participants(), [pid(101), pid(102), pid(103)]);
-
-    // One refuses, the others froze: not fail-stop either (freezing destroys nothing and
-    // the frozen ones go back to active on their own).
-    let (mut fakes, mut run) = shared_capture();
-    let mut tamper = answer_at(Stage::BeginCheckpoint, Some(101), || {
-        refused(RefusalCode::OutOfOrder, "begin_checkpoint in phase frozen")
-    });
-    drive(&mut run, &mut fakes, &mut tamper, Ok(()));
-    let error = check_failed(
-        &run,
-        Stage::BeginCheckpoint,
-        Some(101),
-        "refused (out_of_order)",
-        false,
-    );
-    assert!(error.fail_stopped.is_empty());
-    // Nothing was changed: nobody is told to fail-stop.
-    assert_eq!(run.fail_stop_targets(), None);
+    // Everyone refuses begin_checkpoint; then one refuses and the others froze: not fail-stop
+    // either (freezing destroys nothing and the frozen ones go back to active on their own).
+    for (refusing, code, message, reason) in [
+        (
+            None,
+            RefusalCode::Busy,
+            "control queue full",
+            "refused (busy)",
+        ),
+        (
+            Some(101),
+            RefusalCode::OutOfOrder,
+            "begin_checkpoint in phase frozen",
+            "refused (out_of_order)",
+        ),
+    ] {
+        let (mut fakes, mut run) = shared_capture();
+        let mut tamper = answer_at(Stage::BeginCheckpoint, refusing, || refused(code, message));
+        drive(&mut run, &mut fakes, &mut tamper, Ok(()));
+        let error = check_failed(&run, Stage::BeginCheckpoint, Some(101), reason, false);
+        if refusing.is_none() {
+            assert_eq!(error.participants(), [pid(101), pid(102), pid(103)]);
+        } else {
+            assert!(error.fail_stopped.is_empty());
+            // Nothing was changed: nobody is told to fail-stop.
+            assert_eq!(run.fail_stop_targets(), None);
+        }
+    }
 }
 
 /// The one loop tells every participant of a run that failed after changing them, and nobody
@@ -293,8 +290,9 @@ fn the_loop_tells_the_participants_of_a_fail_stop() {
 
 #[test]
 fn transport_error_names_the_participant() {
+    let prepare_unicast = Stage::Execute(Operation::PrepareUnicast);
     let (mut fakes, mut run) = shared_capture();
-    let mut tamper = answer_at(Stage::Execute(Operation::PrepareUnicast), Some(103), || {
+    let mut tamper = answer_at(prepare_unicast, Some(103), || {
         closed(
             "socket /tmp/x/cuinterpose-103.sock: the peer closed the connection while \
                  receiving the reply",
@@ -303,7 +301,7 @@ fn transport_error_names_the_participant() {
     drive(&mut run, &mut fakes, &mut tamper, Ok(()));
     check_failed(
         &run,
-        Stage::Execute(Operation::PrepareUnicast),
+        prepare_unicast,
         Some(103),
         "no reply: socket /tmp/x/cuinterpose-103.sock: the peer closed",
         true,

@@ -43,6 +43,13 @@ pub fn check_exit(output: &Output, code: i32) -> (String, String) {
     (stdout, stderr)
 }
 
+/// `text` (an output, `what` naming it) contains each of `parts`.
+pub fn check_contains(what: &str, text: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(text.contains(part), "{part:?} not in {what}: {text}");
+    }
+}
+
 pub fn path(dir: &Path) -> &str {
     dir.to_str().expect("UTF-8 path")
 }

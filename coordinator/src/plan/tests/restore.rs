@@ -51,15 +51,7 @@ fn restore_refuses_live_records_that_differ_from_the_saved_ones() {
     );
     assert!(fakes.values().all(|fake| fake.phase == Phase::Released));
 
-    let (mut fakes, state) = captured();
-    fakes.get_mut(&pid(103)).expect("103").phase = Phase::Active;
-    let mut run = Run::restore(&state, fakes.keys().copied());
-    check_refused_at_inspect(
-        &mut run,
-        &mut fakes,
-        Some(103),
-        "in phase active, expected phase released",
-    );
+    check_found_in(Phase::Active, "in phase active, expected phase released");
 }
 
 #[test]
@@ -193,13 +185,8 @@ fn an_interrupted_restore_completes_when_run_again() {
     }
 
     // Phases no interrupted restore leaves (two steps apart) are refused, unchanged.
-    let (mut fakes, state) = captured();
-    fakes.get_mut(&pid(103)).expect("103").phase = Phase::UnicastRestored;
-    let mut run = Run::restore(&state, fakes.keys().copied());
-    check_refused_at_inspect(
-        &mut run,
-        &mut fakes,
-        Some(103),
+    check_found_in(
+        Phase::UnicastRestored,
         "in phase unicast_restored, expected phase released",
     );
 }
@@ -236,4 +223,13 @@ fn a_phase_that_reached_nobody_changed_nothing() {
         check_failed(&run, load, Some(101), reason, mutated);
         assert_eq!(run.fail_stop_targets().is_some(), mutated);
     }
+}
+
+/// A restore that finds participant 103 in `phase` is refused at inspect, changing nothing,
+/// for `reason`.
+fn check_found_in(phase: Phase, reason: &str) {
+    let (mut fakes, state) = captured();
+    fakes.get_mut(&pid(103)).expect("103").phase = phase;
+    let mut run = Run::restore(&state, fakes.keys().copied());
+    check_refused_at_inspect(&mut run, &mut fakes, Some(103), reason);
 }

@@ -165,16 +165,7 @@ fn a_second_prepare_unicast_refused_as_out_of_order_is_not_a_failure() {
     let (stages, _) = check(&mut run, |stage, p, rounds| match (stage, p, rounds) {
         (PREPARE_UNICAST, 102, 0) => Fate::Unheard,
         // Its progress said saved: the first request had not started yet.
-        (Stage::Settle, 102, 0) => Fate::Instead(Ok(ProgressReply {
-            namespace_pid: pid(102),
-            operation: Some(Operation::SaveAllocations),
-            running: false,
-            done: 0,
-            total: 0,
-            phase: Phase::Saved,
-            held: false,
-        }
-        .into())),
+        (Stage::Settle, 102, 0) => progress_of(102, Some(Operation::SaveAllocations), Phase::Saved),
         (PREPARE_UNICAST, 102, 1) => Fate::Instead(refused(
             RefusalCode::OutOfOrder,
             "prepare_unicast needs phase saved; this process is in phase released",
@@ -205,19 +196,25 @@ fn a_participant_silent_past_the_limit_is_fail_stop() {
     assert_eq!(error.stage, PREPARE_UNICAST);
     assert_eq!(run.fail_stop_targets().map(<[_]>::len), Some(3));
     let text = error.to_string();
-    assert!(
-        text.contains("participant 102: no reply: timed out after 1s")
-            && text.contains("then, waiting for every participant to be released (settle)")
-            && text.contains("FAIL-STOP"),
-        "{text}"
-    );
+    for part in [
+        "participant 102: no reply: timed out after 1s",
+        "then, waiting for every participant to be released (settle)",
+        "FAIL-STOP",
+    ] {
+        assert!(text.contains(part), "{part:?} in {text}");
+    }
 }
 
 /// Participant 103's progress reply: idle, in `phase`.
 fn progress(phase: Phase) -> Fate {
+    progress_of(103, None, phase)
+}
+
+/// Participant `p`'s progress reply: idle after `operation`, in `phase`.
+fn progress_of(p: u32, operation: Option<Operation>, phase: Phase) -> Fate {
     Fate::Instead(Ok(ProgressReply {
-        namespace_pid: pid(103),
-        operation: None,
+        namespace_pid: pid(p),
+        operation,
         running: false,
         done: 0,
         total: 0,
@@ -382,16 +379,9 @@ fn a_participant_behind_in_a_restore_gets_the_step_again() {
 
     let (run, stages, _) = check_restore(|stage, p, rounds| match (stage, p, rounds) {
         (RESTORE_UNICAST, 102, 0) => Fate::Unheard,
-        (Stage::Settle, 102, 0) => Fate::Instead(Ok(ProgressReply {
-            namespace_pid: pid(102),
-            operation: Some(Operation::LoadAllocations),
-            running: false,
-            done: 0,
-            total: 0,
-            phase: Phase::Loaded,
-            held: false,
+        (Stage::Settle, 102, 0) => {
+            progress_of(102, Some(Operation::LoadAllocations), Phase::Loaded)
         }
-        .into())),
         (RESTORE_UNICAST, 102, 1) => Fate::Instead(refused(
             RefusalCode::OutOfOrder,
             "restore_unicast needs phase loaded; this process is in phase unicast_restored",
