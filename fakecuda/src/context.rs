@@ -134,22 +134,24 @@ impl Contexts {
             .ok_or(CuError::CUDA_ERROR_INVALID_CONTEXT)
     }
 
-    pub fn primary_retain(&mut self, dev: u32) -> CuResult<u64> {
-        let h = PRIMARY_BASE + u64::from(dev);
+    /// `dev`'s primary context, with its handle.
+    fn primary_mut(&mut self, dev: u32) -> CuResult<(u64, &mut Context)> {
+        let h = self.primary_handle(dev);
         let c = self
             .table
             .get_mut(&h)
             .ok_or(CuError::CUDA_ERROR_INVALID_DEVICE)?;
+        Ok((h, c))
+    }
+
+    pub fn primary_retain(&mut self, dev: u32) -> CuResult<u64> {
+        let (h, c) = self.primary_mut(dev)?;
         c.refs += 1;
         Ok(h)
     }
 
     pub fn primary_release(&mut self, dev: u32) -> CuResult<()> {
-        let h = PRIMARY_BASE + u64::from(dev);
-        let c = self
-            .table
-            .get_mut(&h)
-            .ok_or(CuError::CUDA_ERROR_INVALID_DEVICE)?;
+        let (h, c) = self.primary_mut(dev)?;
         if c.refs == 0 {
             return Err(CuError::CUDA_ERROR_INVALID_CONTEXT);
         }
@@ -168,11 +170,7 @@ impl Contexts {
 
     /// Destroys the primary context's streams and makes it inactive, whatever its count.
     pub fn primary_reset(&mut self, dev: u32) -> CuResult<()> {
-        let h = PRIMARY_BASE + u64::from(dev);
-        let c = self
-            .table
-            .get_mut(&h)
-            .ok_or(CuError::CUDA_ERROR_INVALID_DEVICE)?;
+        let (h, c) = self.primary_mut(dev)?;
         c.refs = 0;
         self.close_streams(h);
         self.forget_peers(h);
@@ -180,10 +178,9 @@ impl Contexts {
     }
 
     pub fn primary_state(&self, dev: u32) -> CuResult<bool> {
-        let h = PRIMARY_BASE + u64::from(dev);
         let c = self
             .table
-            .get(&h)
+            .get(&self.primary_handle(dev))
             .ok_or(CuError::CUDA_ERROR_INVALID_DEVICE)?;
         Ok(c.refs > 0)
     }

@@ -68,6 +68,15 @@ impl Ipc {
             .map(|o| o.context)
     }
 
+    /// The open handle mapped at `base`, with its key.
+    fn opened_at(&mut self, base: u64) -> CuResult<((u32, u64), &mut Opened)> {
+        self.opened
+            .iter_mut()
+            .find(|(_, o)| o.base == base)
+            .map(|(k, o)| (*k, o))
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
+    }
+
     /// Forgets every handle context `ctx` opened: the bases to unmap.
     pub fn close_context(&mut self, ctx: u64) -> Vec<u64> {
         let mut bases = Vec::new();
@@ -106,26 +115,8 @@ fn decode(h: &[u8; HANDLE_BYTES]) -> CuResult<Named> {
     if &h[..8] != MAGIC || h[12..16] != [0; 4] || h[40..].iter().any(|b| *b != 0) {
         return Err(CuError::CUDA_ERROR_INVALID_VALUE);
     }
-    let pid = u32::from_le_bytes(
-        h[8..12]
-            .try_into()
-            .map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?,
-    );
-    let alloc = u64::from_le_bytes(
-        h[16..24]
-            .try_into()
-            .map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?,
-    );
-    let size = u64::from_le_bytes(
-        h[24..32]
-            .try_into()
-            .map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?,
-    );
-    let requested = u64::from_le_bytes(
-        h[32..40]
-            .try_into()
-            .map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?,
-    );
+    let pid = u32::from_le_bytes([h[8], h[9], h[10], h[11]]);
+    let (alloc, size, requested) = (sys::le_u64(h, 16), sys::le_u64(h, 24), sys::le_u64(h, 32));
     if requested == 0 || requested > size {
         return Err(CuError::CUDA_ERROR_INVALID_VALUE);
     }
@@ -231,18 +222,7 @@ impl Driver {
 
     pub fn ipc_close(&mut self, ptr: u64) -> CuResult<()> {
         self.contexts.current()?;
-        let key = self
-            .ipc
-            .opened
-            .iter()
-            .find(|(_, o)| o.base == ptr)
-            .map(|(k, _)| *k)
-            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
-        let o = self
-            .ipc
-            .opened
-            .get_mut(&key)
-            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let (key, o) = self.ipc.opened_at(ptr)?;
         o.refs -= 1;
         if o.refs == 0 {
             self.ipc.opened.remove(&key);

@@ -82,6 +82,13 @@ pub struct Multicast {
     pub objects: HashMap<u64, McObject>,
 }
 
+impl Multicast {
+    /// Object `h`, or `unknown` (the error the caller reports) where there is none.
+    pub fn object_mut(&mut self, h: u64, unknown: CuError) -> CuResult<&mut McObject> {
+        self.objects.get_mut(&h).ok_or(unknown)
+    }
+}
+
 fn mc_memfd_name(num: u32, size: u64, types: u32) -> String {
     format!("fakecuda-mc:n{num}:s{size}:t{types}")
 }
@@ -346,11 +353,7 @@ impl Driver {
 
     /// Rebuilds the host view of one multicast mapping from the bindings of its view device.
     pub fn mc_install_view(&mut self, start: u64) -> CuResult<()> {
-        let m = self
-            .vmm
-            .mappings
-            .get(&start)
-            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let m = self.vmm.mapping(start)?;
         let Target::Multicast(h) = m.target else {
             return Err(CuError::CUDA_ERROR_INVALID_VALUE);
         };

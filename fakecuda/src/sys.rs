@@ -264,7 +264,6 @@ pub fn write_all(fd: impl AsFd, bytes: &[u8]) -> CuResult<()> {
     Ok(())
 }
 
-/// A duplicate of `fd` for handing out (exports): a new close-on-exec descriptor every time.
 /// The little-endian u64 at `at` in `b` (handles and exported names are laid out so).
 pub fn le_u64(b: &[u8], at: usize) -> u64 {
     let mut w = [0u8; 8];
@@ -272,6 +271,7 @@ pub fn le_u64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(w)
 }
 
+/// A duplicate of `fd` for handing out (exports): a new close-on-exec descriptor every time.
 pub fn dup_cloexec(fd: BorrowedFd<'_>) -> CuResult<OwnedFd> {
     fd.try_clone_to_owned()
         .map_err(|e| CuError::from(nix::Error::from_raw(e.raw_os_error().unwrap_or(0))))

@@ -86,8 +86,8 @@ fn parse_device_map(text: &str) -> Result<DeviceMap, String> {
         .map(DeviceMap)
 }
 
-type StateFn = unsafe extern "C" fn(c_int, *mut c_uint) -> c_uint;
-type TidFn = unsafe extern "C" fn(c_int, *mut c_int) -> c_uint;
+/// `cuCheckpointProcessGetState` (a CUprocessState) and `…GetRestoreThreadId` (an int).
+type QueryFn<T> = unsafe extern "C" fn(c_int, *mut T) -> c_uint;
 /// Every step takes an optional args struct: a null pointer, or for lock, the timeout.
 type StepFn = unsafe extern "C" fn(c_int, *mut [u64; 8]) -> c_uint;
 type RestoreFn = unsafe extern "C" fn(c_int, *mut RestoreArgs) -> c_uint;
@@ -131,17 +131,20 @@ impl Driver {
         format!("{s} ({code})")
     }
 
-    fn state(&self, pid: c_int) -> Result<&'static str, String> {
-        let f = self.sym::<StateFn>("cuCheckpointProcessGetState")?;
-        let mut s: c_uint = 0;
-        // SAFETY: `s` is a valid CUprocessState out-parameter.
-        let r = unsafe { f(pid, &mut s) };
+    /// The value a query entry point writes for `pid` (`what` names it in an error).
+    fn query<T: Copy + Default>(&self, name: &str, what: &str, pid: c_int) -> Result<T, String> {
+        let f = self.sym::<QueryFn<T>>(name)?;
+        let mut value = T::default();
+        // SAFETY: `value` is a valid out-parameter of the type the entry point writes.
+        let r = unsafe { f(pid, &mut value) };
         if r != 0 {
-            return Err(format!(
-                "pid {pid}: get-state failed: {}",
-                self.error_name(r)
-            ));
+            return Err(format!("pid {pid}: {what} failed: {}", self.error_name(r)));
         }
+        Ok(value)
+    }
+
+    fn state(&self, pid: c_int) -> Result<&'static str, String> {
+        let s: c_uint = self.query("cuCheckpointProcessGetState", "get-state", pid)?;
         Ok(match s {
             0 => "running",
             1 => "locked",
@@ -152,17 +155,11 @@ impl Driver {
     }
 
     fn restore_tid(&self, pid: c_int) -> Result<c_int, String> {
-        let f = self.sym::<TidFn>("cuCheckpointProcessGetRestoreThreadId")?;
-        let mut tid: c_int = 0;
-        // SAFETY: `tid` is a valid int out-parameter.
-        let r = unsafe { f(pid, &mut tid) };
-        if r != 0 {
-            return Err(format!(
-                "pid {pid}: get-restore-tid failed: {}",
-                self.error_name(r)
-            ));
-        }
-        Ok(tid)
+        self.query(
+            "cuCheckpointProcessGetRestoreThreadId",
+            "get-restore-tid",
+            pid,
+        )
     }
 
     fn restore(&self, pid: c_int, pairs: &[GpuPair]) -> Result<(), String> {

@@ -279,11 +279,22 @@ impl Graphs {
         Ok(())
     }
 
-    pub fn graph_id(&self, graph: u64) -> CuResult<u32> {
+    /// Graph `graph`; an unknown handle is `CUDA_ERROR_INVALID_VALUE`.
+    fn graph(&self, graph: u64) -> CuResult<&Graph> {
         self.graphs
             .get(&graph)
-            .map(|g| g.id)
             .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
+    }
+
+    /// Node `node`; an unknown handle is `CUDA_ERROR_INVALID_VALUE`.
+    fn node_ref(&self, node: u64) -> CuResult<&Node> {
+        self.nodes
+            .get(&node)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
+    }
+
+    pub fn graph_id(&self, graph: u64) -> CuResult<u32> {
+        self.graph(graph).map(|g| g.id)
     }
 
     pub fn exec_id(&self, exec: u64) -> CuResult<u32> {
@@ -295,10 +306,8 @@ impl Graphs {
 
     /// A node's (local id, tools id, graph).
     pub fn node(&self, node: u64) -> CuResult<(u32, u64, u64)> {
-        self.nodes
-            .get(&node)
+        self.node_ref(node)
             .map(|n| (n.local_id, n.tools_id, n.graph))
-            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
     }
 
     /// Instantiates `graph`: its nodes' work in dependency order.
@@ -336,10 +345,7 @@ impl Graphs {
     /// dependencies allow, ties in the order nodes were added (dependencies added later with
     /// `cuGraphAddDependencies` may reorder them). A cycle is `CUDA_ERROR_INVALID_VALUE`.
     pub fn order(&self, graph: u64) -> CuResult<Vec<u64>> {
-        let g = self
-            .graphs
-            .get(&graph)
-            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let g = self.graph(graph)?;
         let position: HashMap<u64, usize> =
             g.nodes.iter().enumerate().map(|(i, n)| (*n, i)).collect();
         // Kahn's algorithm; the ready node added first goes first.
@@ -416,10 +422,7 @@ impl Graphs {
 
     /// The graph allocations of `graph`'s nodes: (base, whether a free node ends it).
     pub fn allocations_of(&self, graph: u64) -> CuResult<Vec<(u64, bool)>> {
-        let g = self
-            .graphs
-            .get(&graph)
-            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let g = self.graph(graph)?;
         let works = || g.nodes.iter().map(|n| &self.nodes[n].work);
         Ok(works()
             .filter_map(|w| match w {
@@ -456,18 +459,12 @@ impl Graphs {
 
     /// A node's work as it stands (after any `cuGraph*SetParams`).
     pub fn work(&self, node: u64) -> CuResult<Work> {
-        self.nodes
-            .get(&node)
-            .map(|n| n.work.clone())
-            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
+        self.node_ref(node).map(|n| n.work.clone())
     }
 
     /// A graph's nodes, in the order they were added.
     pub fn nodes_of(&self, graph: u64) -> CuResult<Vec<u64>> {
-        self.graphs
-            .get(&graph)
-            .map(|g| g.nodes.clone())
-            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
+        self.graph(graph).map(|g| g.nodes.clone())
     }
 
     /// `cuGraphNodeSetParams` and the typed setters: new parameters of the same kind for a node

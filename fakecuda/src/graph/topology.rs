@@ -5,21 +5,12 @@ use super::*;
 
 impl Graphs {
     fn graph_of_node(&self, node: u64) -> CuResult<&Graph> {
-        let n = self
-            .nodes
-            .get(&node)
-            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
-        self.graphs
-            .get(&n.graph)
-            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
+        self.graph(self.node_ref(node)?.graph)
     }
 
     /// The nodes `node` depends on, in the order they were given.
     pub fn dependencies(&self, node: u64) -> CuResult<Vec<u64>> {
-        self.nodes
-            .get(&node)
-            .map(|n| n.deps.clone())
-            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
+        self.node_ref(node).map(|n| n.deps.clone())
     }
 
     /// The nodes that depend on `node`, in the order they were added.

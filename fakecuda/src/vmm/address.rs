@@ -126,23 +126,16 @@ impl Driver {
     pub fn map_target(&mut self, ptr: u64, size: u64, offset: u64, target: Target) -> CuResult<()> {
         match target {
             Target::Alloc(h) => {
-                let a = self
-                    .vmm
-                    .allocs
-                    .get_mut(&h)
-                    .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
+                let a = self.vmm.alloc_mut(h, CuError::CUDA_ERROR_INVALID_HANDLE)?;
                 // SAFETY: `ptr..ptr+size` lies in a fakecuda reservation with no mapping in it
                 // (checked by the caller).
                 unsafe { sys::map_shared(ptr, size, a.fd()?, offset, libc::PROT_NONE)? };
                 a.users += 1;
             }
             Target::Multicast(h) => {
-                let m = self
-                    .mc
-                    .objects
-                    .get_mut(&h)
-                    .ok_or(CuError::CUDA_ERROR_INVALID_HANDLE)?;
-                m.users += 1;
+                self.mc
+                    .object_mut(h, CuError::CUDA_ERROR_INVALID_HANDLE)?
+                    .users += 1;
                 // The view stays inaccessible until cuMemSetAccess picks the device.
             }
         }
@@ -230,11 +223,7 @@ impl Driver {
             }
         }
         for s in starts {
-            let m = self
-                .vmm
-                .mappings
-                .get_mut(&s)
-                .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+            let m = self.vmm.mapping_mut(s)?;
             for (host, id, flags) in &grants {
                 let table = if *host {
                     &mut m.host_access
@@ -254,11 +243,7 @@ impl Driver {
 
     /// Makes the host view of one mapping match its access grants.
     pub fn apply_access(&mut self, start: u64) -> CuResult<()> {
-        let m = self
-            .vmm
-            .mappings
-            .get(&start)
-            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let m = self.vmm.mapping(start)?;
         match m.target {
             // SAFETY: the mapping is a fakecuda view inside a fakecuda reservation.
             Target::Alloc(_) => unsafe { sys::protect(start, m.size, m.prot()) },

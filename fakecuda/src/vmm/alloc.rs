@@ -122,11 +122,7 @@ impl Driver {
             .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
         match m.target {
             Target::Alloc(h) => {
-                let a = self
-                    .vmm
-                    .allocs
-                    .get_mut(&h)
-                    .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+                let a = self.vmm.alloc_mut(h, CuError::CUDA_ERROR_INVALID_VALUE)?;
                 if a.legacy || a.ipc_opened {
                     // Not VMM memory: there is no generic handle to return.
                     return Err(CuError::CUDA_ERROR_INVALID_VALUE);
@@ -135,12 +131,9 @@ impl Driver {
                 Ok(h)
             }
             Target::Multicast(h) => {
-                let o = self
-                    .mc
-                    .objects
-                    .get_mut(&h)
-                    .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
-                o.handle_refs += 1;
+                self.mc
+                    .object_mut(h, CuError::CUDA_ERROR_INVALID_VALUE)?
+                    .handle_refs += 1;
                 Ok(h)
             }
         }

@@ -195,6 +195,24 @@ fn parse_alloc_memfd_name(name: &str) -> Option<(u32, u32, u32)> {
 }
 
 impl Vmm {
+    /// The mapping that starts at `start`.
+    pub fn mapping(&self, start: u64) -> CuResult<&Mapping> {
+        self.mappings
+            .get(&start)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
+    }
+
+    pub fn mapping_mut(&mut self, start: u64) -> CuResult<&mut Mapping> {
+        self.mappings
+            .get_mut(&start)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
+    }
+
+    /// Allocation `h`, or `unknown` (the error the caller reports) where there is none.
+    pub fn alloc_mut(&mut self, h: u64, unknown: CuError) -> CuResult<&mut PhysAlloc> {
+        self.allocs.get_mut(&h).ok_or(unknown)
+    }
+
     pub fn mapping_at(&self, ptr: u64) -> Option<(u64, &Mapping)> {
         let (start, m) = self.mappings.range(..=ptr).next_back()?;
         (ptr < start + m.size).then_some((*start, m))
