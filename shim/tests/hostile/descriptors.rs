@@ -4,40 +4,11 @@ use super::*;
 
 /// `sendmsg` of `bytes` with `fds` attached as one `SCM_RIGHTS` message.
 fn send_with_fds(stream: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> std::io::Result<usize> {
-    let mut iov = libc::iovec {
-        iov_base: bytes.as_ptr().cast_mut().cast(),
-        iov_len: bytes.len(),
-    };
-    let payload = std::mem::size_of_val(fds) as libc::c_uint;
-    // SAFETY: CMSG_SPACE / CMSG_LEN are arithmetic.
-    let (space, length) = unsafe { (libc::CMSG_SPACE(payload), libc::CMSG_LEN(payload)) };
-    let mut control = vec![0u64; (space as usize).div_ceil(8)];
-    // SAFETY: msghdr is plain data; all-zero is an empty header.
-    let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
-    header.msg_iov = &raw mut iov;
-    header.msg_iovlen = 1;
-    header.msg_control = control.as_mut_ptr().cast();
-    header.msg_controllen = space as _;
-    // SAFETY: the control buffer holds `space` bytes aligned for cmsghdr, so the first header
-    // exists and its data has room for `fds`.
-    unsafe {
-        let message = libc::CMSG_FIRSTHDR(&header);
-        (*message).cmsg_level = libc::SOL_SOCKET;
-        (*message).cmsg_type = libc::SCM_RIGHTS;
-        (*message).cmsg_len = length as _;
-        std::ptr::copy_nonoverlapping(
-            fds.as_ptr(),
-            libc::CMSG_DATA(message).cast::<RawFd>(),
-            fds.len(),
-        );
-    }
-    // SAFETY: the header's buffers live until the call returns.
-    let sent = unsafe { libc::sendmsg(stream.as_raw_fd(), &header, libc::MSG_NOSIGNAL) };
-    if sent < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(sent as usize)
-    }
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+    let iov = [std::io::IoSlice::new(bytes)];
+    let rights = [ControlMessage::ScmRights(fds)];
+    sendmsg::<()>(stream.as_raw_fd(), &iov, &rights, MsgFlags::MSG_NOSIGNAL, None)
+        .map_err(std::io::Error::from)
 }
 
 /// A pipe: (read end, write end).
