@@ -8,24 +8,8 @@ import os
 from multiprocessing import reduction
 
 from cuda.bindings import driver
-
-
-def check(result):
-    """Unwraps a cuda-bindings return tuple, raising on an error code."""
-    err, *values = result if isinstance(result, tuple) else (result,)
-    if err != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"{err!r}")
-    if not values:
-        return None
-    return values[0] if len(values) == 1 else tuple(values)
-
-
-def context():
-    check(driver.cuInit(0))
-    device = check(driver.cuDeviceGet(0))
-    ctx = check(driver.cuDevicePrimaryCtxRetain(device))
-    check(driver.cuCtxSetCurrent(ctx))
-    return ctx
+from driver_support import check
+from driver_support import primary_context as context
 
 
 def ipc_pool(max_size=0):

@@ -6,15 +6,7 @@ import os
 from multiprocessing import reduction
 
 from cuda.bindings import driver as cu
-
-
-def check(result):
-    err, *values = result if isinstance(result, tuple) else (result,)
-    if err != cu.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"{err!r}")
-    if not values:
-        return None
-    return values[0] if len(values) == 1 else tuple(values)
+from driver_support import check
 
 
 def holds(address, value, size):

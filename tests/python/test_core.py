@@ -11,6 +11,8 @@ import pytest
 from cuda.core import Device, EventOptions, LegacyPinnedMemoryResource
 from cuda.core import checkpoint
 
+from conftest import run_importer
+
 
 @pytest.fixture(scope="module")
 def device():
@@ -106,8 +108,6 @@ def test_device_memory_pools_allocate_in_stream_order(device):
 
 
 def test_pool_ipc_shares_bytes_between_processes(device):
-    import multiprocessing
-
     from cuda.core import DeviceMemoryResource, DeviceMemoryResourceOptions
 
     import pool_ipc_child
@@ -119,18 +119,7 @@ def test_pool_ipc_shares_bytes_between_processes(device):
     buffer = resource.allocate(size, stream=stream)
     buffer.fill(7, stream=stream)
     stream.sync()
-    # CUDA processes must not fork (cuda.core checks the global start method).
-    multiprocessing.set_start_method("spawn", force=True)
-    results = multiprocessing.Queue()
-    child = multiprocessing.Process(
-        target=pool_ipc_child.run,
-        args=(resource.allocation_handle, buffer.ipc_descriptor, size, results),
-    )
-    child.start()
-    assert results.get(timeout=60) == ("saw", True), "the importer saw the creator's bytes"
-    assert results.get(timeout=60) == ("wrote", True)
-    child.join(60)
-    assert child.exitcode == 0
+    run_importer(pool_ipc_child.run, resource, buffer, size)
     pinned = LegacyPinnedMemoryResource().allocate(size)
     pinned.copy_from(buffer, stream=stream)
     stream.sync()

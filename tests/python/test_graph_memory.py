@@ -8,6 +8,7 @@ import pytest
 from cuda.bindings import driver as cu
 
 from conftest import check
+from driver_support import device_to_host
 
 R = cu.CUresult
 T = cu.CUgraphNodeType
@@ -40,14 +41,7 @@ def fill_then_read(graph, dptr, after, host, value):
     memset = check(cu.cuGraphAddNode(graph, [after], None, 1, fill))
     copy = cu.CUgraphNodeParams()
     copy.type = T.CU_GRAPH_NODE_TYPE_MEMCPY
-    c = copy.memcpy.copyParams
-    c.srcMemoryType = cu.CUmemorytype.CU_MEMORYTYPE_DEVICE
-    c.srcDevice = dptr
-    c.dstMemoryType = cu.CUmemorytype.CU_MEMORYTYPE_HOST
-    c.dstHost = host.ctypes.data
-    c.WidthInBytes = SIZE
-    c.Height = 1
-    c.Depth = 1
+    device_to_host(copy.memcpy.copyParams, dptr, host, SIZE)
     return check(cu.cuGraphAddNode(graph, [memset], None, 1, copy))
 
 

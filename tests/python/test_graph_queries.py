@@ -5,6 +5,7 @@ back. The same with and without the shim."""
 from cuda.bindings import driver as cu
 
 from conftest import check
+from driver_support import device_to_host
 
 R = cu.CUresult
 SIZE = 4096
@@ -124,13 +125,7 @@ def test_dependencies_added_later_order_the_launch(context):
     host = np.zeros(SIZE, dtype=np.uint8)
     g = check(cu.cuGraphCreate(0))
     copy = cu.CUDA_MEMCPY3D()
-    copy.srcMemoryType = cu.CUmemorytype.CU_MEMORYTYPE_DEVICE
-    copy.srcDevice = dptr
-    copy.dstMemoryType = cu.CUmemorytype.CU_MEMORYTYPE_HOST
-    copy.dstHost = host.ctypes.data
-    copy.WidthInBytes = SIZE
-    copy.Height = 1
-    copy.Depth = 1
+    device_to_host(copy, dptr, host, SIZE)
     b = check(cu.cuGraphAddMemcpyNode(g, None, 0, copy, context))
     fill = cu.CUDA_MEMSET_NODE_PARAMS()
     fill.dst = dptr

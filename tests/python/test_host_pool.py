@@ -10,7 +10,7 @@ import ctypes
 import numpy as np
 from cuda.bindings import driver as cu
 
-from conftest import check
+from conftest import check, run_importer
 
 R = cu.CUresult
 SIZE = 1 << 16
@@ -92,8 +92,6 @@ def test_cuda_core_managed_pools(context):
 
 
 def test_host_numa_pools_share_bytes_between_processes(context):
-    import multiprocessing
-
     from cuda.core import Device, PinnedMemoryResource, PinnedMemoryResourceOptions
 
     import host_pool_ipc_child
@@ -109,17 +107,7 @@ def test_host_numa_pools_share_bytes_between_processes(context):
     assert resource.is_ipc_enabled and resource.is_host_accessible
     buffer = resource.allocate(SIZE, stream=stream)
     ctypes.memset(int(buffer.handle), 7, SIZE)
-    multiprocessing.set_start_method("spawn", force=True)
-    results = multiprocessing.Queue()
-    child = multiprocessing.Process(
-        target=host_pool_ipc_child.run,
-        args=(resource.allocation_handle, buffer.ipc_descriptor, SIZE, results),
-    )
-    child.start()
-    assert results.get(timeout=60) == ("saw", True), "the importer saw the creator's bytes"
-    assert results.get(timeout=60) == ("wrote", True)
-    child.join(60)
-    assert child.exitcode == 0
+    run_importer(host_pool_ipc_child.run, resource, buffer, SIZE)
     assert ctypes.string_at(int(buffer.handle), SIZE) == b"\x09" * SIZE, "the creator sees it"
     # A device reaches the memory once the pool grants it, as for any host pool.
     out = np.zeros(SIZE, dtype=np.uint8)
