@@ -33,6 +33,14 @@ fn edit(participants: &mut Participants, p: u32, change: impl FnOnce(&mut Vec<Re
     records.sort();
 }
 
+/// [`pooled`] with `added` in participant 102: validation reports `rule` there, naming
+/// `object`.
+fn check_added(added: Vec<Record>, object: u8, rule: &str) {
+    let mut participants = pooled();
+    edit(&mut participants, 102, |r| r.extend(added));
+    check(&participants, Some(102), Some(object), rule);
+}
+
 #[test]
 fn a_shared_pool_is_valid() {
     let topology = validates(&pooled());
@@ -48,55 +56,32 @@ fn an_imported_pool_needs_its_creator() {
     });
     check(&participants, Some(102), Some(20), "has no creator record");
     // The creator is not part of the checkpoint.
-    let mut participants = pooled();
-    edit(&mut participants, 102, |r| {
-        r.push(pool(21, 150, Vec::new()).into())
-    });
-    check(
-        &participants,
-        Some(102),
-        Some(21),
+    check_added(
+        vec![pool(21, 150, Vec::new()).into()],
+        21,
         "which is not a participant",
     );
 }
 
 #[test]
 fn a_member_needs_its_pool_and_its_allocation() {
-    let mut participants = pooled();
-    edit(&mut participants, 102, |r| {
-        r.push(pool_member(22, 101, 1, 101).into())
-    });
-    check(
-        &participants,
-        Some(102),
-        Some(22),
+    check_added(
+        vec![pool_member(22, 101, 1, 101).into()],
+        22,
         "holds no record of the pool",
     );
-    let mut participants = pooled();
-    edit(&mut participants, 102, |r| {
-        r.push(pool_member(20, 101, 7, 101).into())
-    });
-    check(
-        &participants,
-        Some(102),
-        Some(7),
+    check_added(
+        vec![pool_member(20, 101, 7, 101).into()],
+        7,
         "has no allocation record here",
     );
 }
 
 #[test]
 fn a_pool_holds_only_its_creators_allocations() {
-    let mut participants = pooled();
-    edit(&mut participants, 102, |r| {
-        r.push(allocation(3, 102, SIZE, false, 1).into());
-        r.push(pool_member(20, 101, 3, 102).into());
-    });
-    check(
-        &participants,
-        Some(102),
-        Some(3),
-        "a pool's allocations are its creator's",
-    );
+    let own = allocation(3, 102, SIZE, false, 1).into();
+    let added = vec![own, pool_member(20, 101, 3, 102).into()];
+    check_added(added, 3, "a pool's allocations are its creator's");
 }
 
 #[test]

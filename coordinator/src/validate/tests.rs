@@ -3,7 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use cuinterpose_protocol::{
-    AccessDescriptor, InspectionReply, MemberRange, MulticastRecord, NamespacePid, Phase, Record,
+    AccessDescriptor, AllocationRecord, InspectionReply, MemberRange, MulticastRecord,
+    NamespacePid, Phase, Record,
 };
 
 use super::*;
@@ -141,103 +142,104 @@ fn participant_rules() {
 
 #[test]
 fn creator_rules() {
-    let mut p = valid();
-    of(&mut p, 101).push(allocation(1, 101, SIZE, true, 3).into());
-    check(&p, Some(101), Some(1), "reported twice");
-
-    let mut p = valid();
-    of(&mut p, 102).retain(|r| !matches!(r, Record::Allocation(_)));
-    of(&mut p, 102).push(allocation(1, 102, SIZE, true, 1).into());
-    check(
-        &p,
-        None,
-        Some(1),
-        "claimed as creator by participants 101, 102",
-    );
-
-    let mut p = valid();
-    of(&mut p, 103).retain(|r| !matches!(r, Record::Allocation(_)));
-    of(&mut p, 103).push(allocation(1, 102, SIZE, false, 1).into());
-    check(
-        &p,
-        Some(103),
-        Some(1),
-        "names creator 102, but participant 101 holds the creator record",
-    );
-
-    let mut p = valid();
-    of(&mut p, 103).push(allocation(5, 999, SIZE, false, 1).into());
-    check(
-        &p,
-        Some(103),
-        Some(5),
-        "imported from participant 999, which is not a participant",
-    );
-
-    let mut p = valid();
-    of(&mut p, 103).push(allocation(5, 102, SIZE, false, 1).into());
-    check(
-        &p,
-        Some(103),
-        Some(5),
-        "its creator (participant 102) has no creator record",
-    );
-
-    let mut p = valid();
-    of(&mut p, 101).push(allocation(6, 101, 0, false, 1).into());
-    check(&p, Some(101), Some(6), "created with size 0");
+    // Each: the participant that gains a record (first dropping its own allocation records when
+    // `alone`), the record, and where validation reports which rule.
+    let cases = [
+        (
+            101,
+            false,
+            allocation(1, 101, SIZE, true, 3),
+            Some(101),
+            1,
+            "reported twice",
+        ),
+        (
+            102,
+            true,
+            allocation(1, 102, SIZE, true, 1),
+            None,
+            1,
+            "claimed as creator by participants 101, 102",
+        ),
+        (
+            103,
+            true,
+            allocation(1, 102, SIZE, false, 1),
+            Some(103),
+            1,
+            "names creator 102, but participant 101 holds the creator record",
+        ),
+        (
+            101,
+            false,
+            allocation(6, 101, 0, false, 1),
+            Some(101),
+            6,
+            "created with size 0",
+        ),
+    ];
+    for (holder, alone, record, participant, object, rule) in cases {
+        let mut p = valid();
+        if alone {
+            of(&mut p, holder).retain(|r| !matches!(r, Record::Allocation(_)));
+        }
+        of(&mut p, holder).push(record.into());
+        check(&p, participant, Some(object), rule);
+    }
+    // Participant 103 imports allocation 5 from a creator that holds no record of it.
+    for (creator, rule) in [
+        (
+            999,
+            "imported from participant 999, which is not a participant",
+        ),
+        (102, "its creator (participant 102) has no creator record"),
+    ] {
+        let mut p = valid();
+        of(&mut p, 103).push(allocation(5, creator, SIZE, false, 1).into());
+        check(&p, Some(103), Some(5), rule);
+    }
 }
 
 #[test]
 fn importer_rules() {
-    let mut p = valid();
-    for record in of(&mut p, 102).iter_mut() {
-        if let Record::Allocation(r) = record {
-            r.size = 2 * SIZE;
-        }
+    // Each: the participant whose allocation record is edited, the edit, the rule.
+    let cases: [(u32, fn(&mut AllocationRecord), &str); 3] = [
+        (
+            102,
+            |r| r.size = 2 * SIZE,
+            "importer record has size 0x400000, the creator's has 0x200000",
+        ),
+        (
+            102,
+            |r| r.properties.location.id = 1,
+            "importer properties (pinned on device 1",
+        ),
+        (
+            103,
+            |r| r.host_carrier = true,
+            "host carrier set on an importer record",
+        ),
+    ];
+    for (holder, edit, rule) in cases {
+        let mut p = valid();
+        edit_allocations(&mut p, holder, edit);
+        check(&p, Some(holder), Some(1), rule);
     }
-    check(
-        &p,
-        Some(102),
-        Some(1),
-        "importer record has size 0x400000, the creator's has 0x200000",
-    );
+}
 
-    let mut p = valid();
-    for record in of(&mut p, 102).iter_mut() {
+/// Applies `edit` to each allocation record of participant `holder`.
+fn edit_allocations(p: &mut Participants, holder: u32, edit: impl Fn(&mut AllocationRecord)) {
+    for record in of(p, holder).iter_mut() {
         if let Record::Allocation(r) = record {
-            r.properties.location.id = 1;
+            edit(r);
         }
     }
-    check(
-        &p,
-        Some(102),
-        Some(1),
-        "importer properties (pinned on device 1",
-    );
-
-    let mut p = valid();
-    for record in of(&mut p, 103).iter_mut() {
-        if let Record::Allocation(r) = record {
-            r.host_carrier = true;
-        }
-    }
-    check(
-        &p,
-        Some(103),
-        Some(1),
-        "host carrier set on an importer record",
-    );
 }
 
 #[test]
 fn shared_allocations_need_the_carrier_and_an_anchor() {
     let mut p = valid();
-    for record in of(&mut p, 101).iter_mut() {
-        if let Record::Allocation(r) = record {
-            r.host_carrier = false;
-        }
-    }
+    edit_allocations(&mut p, 101, |r| r.host_carrier = false);
     check(
         &p,
         Some(101),
@@ -247,11 +249,7 @@ fn shared_allocations_need_the_carrier_and_an_anchor() {
 
     // A mapping alone anchors.
     let mut p = valid();
-    for record in of(&mut p, 101).iter_mut() {
-        if let Record::Allocation(r) = record {
-            r.handle_count = 0;
-        }
-    }
+    edit_allocations(&mut p, 101, |r| r.handle_count = 0);
     validate(&inspections(&p, Phase::Active)).expect("a mapping anchors");
     of(&mut p, 101).retain(|r| !matches!(r, Record::Mapping(_)));
     check(&p, Some(101), Some(1), "has no anchor");
@@ -416,10 +414,6 @@ fn multicast_device_rules() {
     check(&p, None, Some(9), "4 (participant, device) pairs");
 
     let mut p = valid();
-    of(&mut p, 102).push(multicast_device(9, 101, 0).into());
-    check(&p, Some(102), Some(9), "device 0 added more than once");
-
-    let mut p = valid();
     of(&mut p, 102).retain(|r| !matches!(r, Record::MulticastBinding(_)));
     check(
         &p,
@@ -428,23 +422,35 @@ fn multicast_device_rules() {
         "device 0 is attached but has no binding in this participant",
     );
 
-    let mut p = valid();
-    of(&mut p, 102).push(memory_binding(reference(9, 101), reference(1, 101), 0, SIZE, 1).into());
-    check(
-        &p,
-        Some(102),
-        Some(9),
-        "binding on device 1, which this participant did not attach",
-    );
+    // Each: a record participant 102 gains, the object named, the rule.
+    let added: [(Record, u8, &str); 3] = [
+        (
+            multicast_device(9, 101, 0).into(),
+            9,
+            "device 0 added more than once",
+        ),
+        (
+            memory_binding(reference(9, 101), reference(1, 101), 0, SIZE, 1).into(),
+            9,
+            "binding on device 1, which this participant did not attach",
+        ),
+        (
+            multicast_device(8, 101, 0).into(),
+            8,
+            "device for a multicast object this participant holds no record of",
+        ),
+    ];
+    for (record, object, rule) in added {
+        check_added(102, record, object, rule);
+    }
+}
 
+/// The valid topology with `record` added to participant `holder`: validation reports `rule`
+/// there, naming `object` ([`check`]).
+fn check_added(holder: u32, record: Record, object: u8, rule: &str) -> Vec<TopologyError> {
     let mut p = valid();
-    of(&mut p, 102).push(multicast_device(8, 101, 0).into());
-    check(
-        &p,
-        Some(102),
-        Some(8),
-        "device for a multicast object this participant holds no record of",
-    );
+    of(&mut p, holder).push(record);
+    check(&p, Some(holder), Some(object), rule)
 }
 
 #[test]
@@ -457,23 +463,23 @@ fn multicast_binding_rules() {
         id(7)
     ))));
 
-    let mut p = valid();
-    of(&mut p, 102)
-        .push(memory_binding(reference(9, 101), reference(1, 101), SIZE / 2, SIZE, 0).into());
-    check(
-        &p,
-        Some(102),
-        Some(9),
-        "offset 0x100000 + size 0x200000 exceeds its size 0x200000",
-    );
-
-    let mut p = valid();
-    of(&mut p, 102).push(memory_binding(reference(9, 101), reference(1, 101), 0, 0, 0).into());
-    check(&p, Some(102), Some(9), "binding on device 0: size is 0");
-
-    let mut p = valid();
-    of(&mut p, 102).push(address_binding(reference(9, 101), 0, None, SIZE, 0).into());
-    check(&p, Some(102), Some(9), "bound address is null");
+    // Each: a binding participant 102 gains, the rule it breaks.
+    let member =
+        |offset, size| memory_binding(reference(9, 101), reference(1, 101), offset, size, 0);
+    let added: [(Record, &str); 3] = [
+        (
+            member(SIZE / 2, SIZE).into(),
+            "offset 0x100000 + size 0x200000 exceeds its size 0x200000",
+        ),
+        (member(0, 0).into(), "binding on device 0: size is 0"),
+        (
+            address_binding(reference(9, 101), 0, None, SIZE, 0).into(),
+            "bound address is null",
+        ),
+    ];
+    for (record, rule) in added {
+        check_added(102, record, 9, rule);
+    }
 
     // Address bindings, tracked or not, are valid when in bounds.
     let mut p = valid();
@@ -495,12 +501,10 @@ fn multicast_binding_rules() {
         .push(address_binding(reference(9, 101), address(102, 1), Some(tracked), SIZE, 0).into());
     check(&p, Some(102), Some(9), "offset 0x1 + size 0x200000 exceeds");
 
-    let mut p = valid();
-    of(&mut p, 102).push(memory_binding(reference(8, 101), reference(1, 101), 0, SIZE, 0).into());
-    check(
-        &p,
-        Some(102),
-        Some(8),
+    check_added(
+        102,
+        memory_binding(reference(8, 101), reference(1, 101), 0, SIZE, 0).into(),
+        8,
         "binding for a multicast object this participant holds no record of",
     );
 }
