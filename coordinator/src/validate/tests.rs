@@ -203,7 +203,8 @@ fn creator_rules() {
 #[test]
 fn importer_rules() {
     // Each: the participant whose allocation record is edited, the edit, the rule.
-    let cases: [(u32, fn(&mut AllocationRecord), &str); 3] = [
+    type Case = (u32, fn(&mut AllocationRecord), &'static str);
+    let cases: [Case; 3] = [
         (
             102,
             |r| r.size = 2 * SIZE,
