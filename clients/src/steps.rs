@@ -70,20 +70,6 @@ pub fn import_own_export(owner: &mut Worker, peer: &mut Worker, handle: u64) -> 
     (own, theirs)
 }
 
-/// `cuMemImportFromShareableHandle` of the worker's own descriptor `fd` (POSIX), which it keeps.
-pub fn import_number(w: &mut Worker, fd: i32) -> Result<u64, cuinterpose_workload::WorkloadError> {
-    w.import_with(
-        &cuinterpose_workload::Command::Import {
-            handle_type: POSIX,
-            fd: Some(fd),
-            shareable: None,
-            keep: false,
-        },
-        None,
-    )
-    .map(|(handle, _)| handle)
-}
-
 /// The worker's open descriptor count, waiting up to 2 s for it to become `expected`: a
 /// peer's connection to the shim's socket (an import asking this creator for its FD) lingers a
 /// moment after the peer got its answer.

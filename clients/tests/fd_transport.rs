@@ -6,8 +6,8 @@
 //! (torch symmetric memory rank 0). Each runs plain and across a toggle.
 
 use cuinterpose_clients::steps::{
-    crosses, exportable, exported, hand_over, import_number, import_own_export, map_granule,
-    settled_fd_count, unmap_free, unmap_release,
+    crosses, exportable, exported, hand_over, import_own_export, map_granule, settled_fd_count,
+    unmap_free, unmap_release,
 };
 use cuinterpose_clients::{ANY, CUDA_11, Ctx, GRAN, INVALID_HANDLE, scenario};
 use cuinterpose_protocol::Record;
@@ -210,9 +210,9 @@ fn sglang_dup_and_import_twice(ctx: &mut Ctx) {
     let (h, va) = exportable(&mut a, 0, 61);
     let received = hand_over(&mut a, h, &mut b);
     let d1 = b.dup_fd(received).unwrap();
-    let h1 = import_number(&mut b, d1).expect("import of the first dup");
+    let h1 = b.import_number(d1).expect("import of the first dup");
     let d2 = b.dup_fd(received).unwrap();
-    let h2 = import_number(&mut b, d2).expect("import of the second dup");
+    let h2 = b.import_number(d2).expect("import of the second dup");
     ctx.note(format!("two handles: {}", h1 != h2));
     for fd in [d1, d2, received] {
         b.close_fd(fd).unwrap();
@@ -399,7 +399,7 @@ fn pytorch_expandable_segments_churn(ctx: &mut Ctx) {
     a.close_fd(foreign).unwrap();
     // The copy pulled before page 2 went: on the bare driver the FD keeps the old memory
     // alive; under the shim a ticket whose allocation is gone no longer imports (documented).
-    let stale_import = import_number(&mut c, stale);
+    let stale_import = c.import_number(stale);
     if ctx.shimmed() {
         let err = stale_import.expect_err("a ticket of a released allocation");
         assert_eq!(err.cuda_code(), Some(INVALID_HANDLE), "{err}");

@@ -114,17 +114,7 @@ fn pytorch_nccl_fabric_probe_then_posix(ctx: &mut Ctx) {
         }
     }
     // A fabric blob never imports without IMEX.
-    let blob = b
-        .import_with(
-            &Command::Import {
-                handle_type: FABRIC,
-                fd: None,
-                shareable: Some(vec![0x5a; 64]),
-                keep: false,
-            },
-            None,
-        )
-        .map(drop);
+    let blob = b.import_fabric(vec![0x5a; 64]).map(drop);
     ctx.note(format!("fabric import: {}", outcome(&blob)));
     // The fallback: POSIX alone, shared the usual way. A POSIX|FABRIC allocation the driver
     // accepted is shared too, over its POSIX handle.

@@ -213,6 +213,34 @@ impl Worker {
         }
     }
 
+    /// `Import` of the worker's own descriptor `fd` (POSIX FD), which stays open there.
+    pub fn import_number(&mut self, fd: i32) -> Result<u64, WorkloadError> {
+        self.import_with(
+            &Command::Import {
+                handle_type: crate::cuda::HANDLE_TYPE_POSIX_FD,
+                fd: Some(fd),
+                shareable: None,
+                keep: false,
+            },
+            None,
+        )
+        .map(|(handle, _)| handle)
+    }
+
+    /// `Import` of the bytes of a FABRIC handle.
+    pub fn import_fabric(&mut self, shareable: Vec<u8>) -> Result<u64, WorkloadError> {
+        self.import_with(
+            &Command::Import {
+                handle_type: crate::cuda::HANDLE_TYPE_FABRIC,
+                fd: None,
+                shareable: Some(shareable),
+                keep: false,
+            },
+            None,
+        )
+        .map(|(handle, _)| handle)
+    }
+
     /// Takes descriptor `fd` of process `pid` with `pidfd_getfd` and imports it (POSIX FD).
     pub fn import_from_pid(&mut self, pid: i32, fd: i32) -> Result<u64, WorkloadError> {
         expect_reply!(self,

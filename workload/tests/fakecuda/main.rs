@@ -175,17 +175,7 @@ fn failing_calls_return_the_cuda_code() {
         .export(h)
         .expect_err("posix export of a fabric allocation");
     assert_eq!(err.cuda_code(), Some(cuda::INVALID_VALUE), "{err}");
-    let err = w
-        .import_with(
-            &Command::Import {
-                handle_type: FABRIC,
-                fd: None,
-                shareable: Some(vec![0; 64]),
-                keep: false,
-            },
-            None,
-        )
-        .expect_err("fabric import");
+    let err = w.import_fabric(vec![0; 64]).expect_err("fabric import");
     // fakecuda reads the handle pointer as a descriptor number before it looks at the type,
     // so a FABRIC import answers INVALID_VALUE where its README promises NOT_SUPPORTED.
     assert!(
@@ -351,17 +341,7 @@ fn descriptor_counts_are_stable() {
 
 /// Imports descriptor number `fd` of the worker's own table.
 fn import_number(w: &mut Worker, fd: i32) -> u64 {
-    w.import_with(
-        &Command::Import {
-            handle_type: POSIX_FD,
-            fd: Some(fd),
-            shareable: None,
-            keep: false,
-        },
-        None,
-    )
-    .expect("import by number")
-    .0
+    w.import_number(fd).expect("import by number")
 }
 
 /// A team of one device: bind memory (v2, per device) and through the address (v1), map the
