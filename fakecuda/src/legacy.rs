@@ -34,6 +34,16 @@ pub struct Legacy {
     pub host_allocs: BTreeMap<u64, HostAlloc>,
 }
 
+impl Legacy {
+    /// Forgets the `cuMemAllocHost`/`cuMemHostAlloc` memory at `base`, which must be a base
+    /// one of them returned.
+    pub fn take_host_alloc(&mut self, base: u64) -> CuResult<HostAlloc> {
+        self.host_allocs
+            .remove(&base)
+            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
+    }
+}
+
 impl Driver {
     pub fn mem_alloc(&mut self, bytes: u64) -> CuResult<u64> {
         self.device_alloc(bytes, false)

@@ -80,11 +80,7 @@ impl Driver {
     /// `cuMemFreeHost`: only a base `host_alloc` returned.
     pub fn host_free(&mut self, p: u64) -> CuResult<()> {
         self.contexts.current()?;
-        let a = self
-            .legacy
-            .host_allocs
-            .remove(&p)
-            .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?;
+        let a = self.legacy.take_host_alloc(p)?;
         self.forget_advice(p);
         // SAFETY: unmaps exactly the mapping `host_alloc` made (removed from the table above,
         // so no second free can reach it).

@@ -15,16 +15,13 @@ const CLASSIC_SIZE: usize = 3 << 20;
 
 #[test]
 fn child_role_dispatch() {
-    let Some(role) = child_role() else { return };
-    match role.as_str() {
-        "target" => target(None),
-        "target-exported" => target(Some("exported")),
-        "target-imported" => target(Some("imported")),
-        "target-ipc" => target(Some("ipc")),
-        "target-multicast" => target(Some("multicast")),
-        other => panic!("unknown role {other}"),
-    }
-    std::process::exit(0);
+    run_role(&[
+        ("target", || target(None)),
+        ("target-exported", || target(Some("exported"))),
+        ("target-imported", || target(Some("imported"))),
+        ("target-ipc", || target(Some("ipc"))),
+        ("target-multicast", || target(Some("multicast"))),
+    ]);
 }
 
 /// Child: two private allocations (one VMM, one cuMemAlloc) with known bytes, optionally one
@@ -66,14 +63,7 @@ fn target(sharing: Option<&str>) {
             ok(cu.cuIpcGetMemHandle(&mut handle, b));
         }
         Some("multicast") => {
-            let mut mc = 0;
-            let prop = McProp {
-                num_devices: 1,
-                size: GRAN,
-                handle_types: 0,
-                flags: 0,
-            };
-            ok(cu.cuMulticastCreate(&mut mc, &prop));
+            cu.mc_create(1, GRAN, 0);
         }
         _ => {}
     }
@@ -105,6 +95,14 @@ fn target(sharing: Option<&str>) {
         }
     }
     keep.clear();
+}
+
+/// A `target` child once it has printed its two addresses.
+fn spawn_target() -> (Child, (u64, u64)) {
+    lib_dir();
+    let child = Child::spawn(role_command("target"));
+    let addrs = addrs(&child);
+    (child, addrs)
 }
 
 fn addrs(child: &Child) -> (u64, u64) {
@@ -139,10 +137,8 @@ fn device_memfds(pid: i32) -> usize {
 #[test]
 fn toggle_through_the_api_keeps_addresses_and_bytes() {
     let cu = cuda();
-    lib_dir();
-    let mut child = Child::spawn(role_command("target"));
+    let (mut child, (a, b)) = spawn_target();
     let pid = child.pid();
-    let (a, b) = addrs(&child);
     assert_eq!(state(pid), RUNNING);
     let n = std::ptr::null_mut();
     assert_eq!(
@@ -192,8 +188,7 @@ fn toggle_through_the_api_keeps_addresses_and_bytes() {
         "1",
         "same addresses {a:#x} {b:#x}, same bytes"
     );
-    child.send("exit");
-    assert!(child.wait().success());
+    child.finish();
 }
 
 /// (c) Checkpoint refuses while sharing is live, and the state stays LOCKED.
@@ -275,10 +270,8 @@ fn cli(args: &[&str]) -> std::process::Output {
 /// (f) `fakecuda-checkpoint --toggle` round-trips a two-allocation process, bytes verified.
 #[test]
 fn cli_toggle_round_trips_a_two_allocation_process() {
-    lib_dir();
-    let mut child = Child::spawn(role_command("target"));
+    let (mut child, _) = spawn_target();
     let pid = child.pid().to_string();
-    addrs(&child);
     let get = |label: &str| {
         let out = cli(&["--get-state", "--pid", &pid]);
         assert!(
@@ -326,8 +319,7 @@ fn cli_toggle_round_trips_a_two_allocation_process() {
     }
     child.send("verify");
     assert_eq!(child.expect("VERIFY", 30), "1");
-    child.send("exit");
-    assert!(child.wait().success());
+    child.finish();
 }
 
 /// The command line CRIU's CUDA plugin uses (CRIU 4.1.1 `plugins/cuda/cuda_plugin.c`): `-h`
@@ -336,10 +328,8 @@ fn cli_toggle_round_trips_a_two_allocation_process() {
 /// [--timeout MS]`; a process without the driver is an error, named.
 #[test]
 fn the_cuda_plugin_command_line_works() {
-    lib_dir();
-    let mut child = Child::spawn(role_command("target"));
+    let (mut child, _) = spawn_target();
     let pid = child.pid().to_string();
-    addrs(&child);
     let help = cli(&["-h"]);
     assert!(String::from_utf8_lossy(&help.stdout).contains("--action"));
     let out = cli(&["--get-restore-tid", "--pid", &pid]);
@@ -395,8 +385,7 @@ fn the_cuda_plugin_command_line_works() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    child.send("exit");
-    assert!(child.wait().success());
+    child.finish();
 }
 
 /// A refused checkpoint in `--toggle` leaves the target running, not locked (its next driver
@@ -429,7 +418,6 @@ fn a_refused_toggle_unlocks_and_sockets_go_at_exit() {
     assert_eq!(String::from_utf8_lossy(&state.stdout).trim(), "running");
     child.send("verify");
     assert_eq!(child.expect("VERIFY", 30), "1", "the target still works");
-    child.send("exit");
-    assert!(child.wait().success());
+    child.finish();
     assert!(!socket.exists(), "{} removed at exit", socket.display());
 }

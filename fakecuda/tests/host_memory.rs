@@ -76,9 +76,7 @@ fn host_allocations_copy_and_describe_themselves() {
         "freed twice"
     );
     assert_eq!(attribute_u32(cu, MEMORY_TYPE, host), Err(INVALID_VALUE));
-    ok(cu.cuMemUnmap(dev, GRAN));
-    ok(cu.cuMemAddressFree(dev, GRAN));
-    ok(cu.cuMemRelease(h));
+    cu.unmap_free(dev, GRAN, h);
 }
 
 #[test]

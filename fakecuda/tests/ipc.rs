@@ -6,12 +6,7 @@ use support::*;
 
 #[test]
 fn child_role_dispatch() {
-    let Some(role) = child_role() else { return };
-    match role.as_str() {
-        "opener" => opener(),
-        other => panic!("unknown role {other}"),
-    }
-    std::process::exit(0);
+    run_role(&[("opener", opener)]);
 }
 
 fn parse_handle(s: &str) -> [u8; 64] {

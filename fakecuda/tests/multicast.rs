@@ -9,25 +9,7 @@ use support::*;
 
 #[test]
 fn child_role_dispatch() {
-    let Some(role) = child_role() else { return };
-    match role.as_str() {
-        "member" => member(),
-        "waiting-binder" => waiting_binder(),
-        other => panic!("unknown role {other}"),
-    }
-    std::process::exit(0);
-}
-
-fn mc_create(num: u32, size: usize, types: u64) -> u64 {
-    let mut h = 0;
-    let prop = McProp {
-        num_devices: num,
-        size,
-        handle_types: types,
-        flags: 0,
-    };
-    ok(cuda().cuMulticastCreate(&mut h, &prop));
-    h
+    run_role(&[("member", member), ("waiting-binder", waiting_binder)]);
 }
 
 /// (e) Team rules: every device joins before any bind; sizes and offsets are multiples of the
@@ -70,7 +52,7 @@ fn team_rules_and_member_views() {
     assert_eq!(cu.cuMulticastCreate(&mut bad, &none), INVALID_VALUE);
 
     let size = 2 * GRAN;
-    let mc = mc_create(2, size, 0);
+    let mc = cuda().mc_create(2, size, 0);
     let m0 = cu.create(size, 0, 0);
     let m1 = cu.create(size, 1, 0);
     ok(cu.cuMulticastAddDevice(mc, 0));
@@ -200,7 +182,7 @@ fn member() {
 #[test]
 fn team_shared_between_processes() {
     let (_serial, cu) = begin(0);
-    let mc = mc_create(2, GRAN, u64::from(POSIX_FD));
+    let mc = cuda().mc_create(2, GRAN, u64::from(POSIX_FD));
     let mut fd = -1;
     ok(cu.cuMemExportToShareableHandle((&mut fd as *mut i32).cast(), mc, POSIX_FD, 0));
     // SAFETY: the export returned an FD this test owns.
@@ -225,7 +207,7 @@ fn team_shared_between_processes() {
 fn waiting_binder() {
     let cu = cuda();
     cu.setup(0);
-    let mc = mc_create(2, GRAN, u64::from(POSIX_FD));
+    let mc = cuda().mc_create(2, GRAN, u64::from(POSIX_FD));
     let mut fd = -1;
     ok(cu.cuMemExportToShareableHandle((&mut fd as *mut i32).cast(), mc, POSIX_FD, 0));
     ok(cu.cuMulticastAddDevice(mc, 0));
@@ -244,7 +226,7 @@ fn lock_times_out_behind_a_call_in_flight() {
     lib_dir();
     let mut cmd = role_command("waiting-binder");
     cmd.env("FAKECUDA_MULTICAST_BIND_TIMEOUT_MS", "3000");
-    let mut child = Child::spawn(cmd);
+    let child = Child::spawn(cmd);
     child.expect("BINDING", 30);
     // The child announces the bind just before making it: retry until the lock meets the
     // call in flight rather than racing it.
@@ -268,6 +250,5 @@ fn lock_times_out_behind_a_call_in_flight() {
         "909",
         "the bind itself gives up with a timeout"
     );
-    child.send("exit");
-    assert!(child.wait().success());
+    child.finish();
 }

@@ -179,7 +179,5 @@ fn copies_need_their_devices_access_and_peer_access_grants_it() {
     for p in [p0, later] {
         ok(cu.cuMemFree_v2(p));
     }
-    ok(cu.cuMemUnmap(vmm, GRAN));
-    ok(cu.cuMemAddressFree(vmm, GRAN));
-    ok(cu.cuMemRelease(h));
+    cu.unmap_free(vmm, GRAN, h);
 }

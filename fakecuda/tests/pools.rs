@@ -10,12 +10,7 @@ use support::*;
 
 #[test]
 fn child_role_dispatch() {
-    let Some(role) = child_role() else { return };
-    match role.as_str() {
-        "pool-importer" => pool_importer(),
-        other => panic!("unknown role {other}"),
-    }
-    std::process::exit(0);
+    run_role(&[("pool-importer", pool_importer)]);
 }
 
 /// `CU_MEMPOOL_ATTR_*`.

@@ -66,9 +66,7 @@ fn buffer(cu: &Cuda) -> (u64, u64) {
 }
 
 fn free(cu: &Cuda, (h, p): (u64, u64)) {
-    ok(cu.cuMemUnmap(p, GRAN));
-    ok(cu.cuMemAddressFree(p, GRAN));
-    ok(cu.cuMemRelease(h));
+    cu.unmap_free(p, GRAN, h);
 }
 
 #[test]

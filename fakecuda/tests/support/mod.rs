@@ -97,6 +97,17 @@ pub struct McProp {
     pub flags: u64,
 }
 
+impl McProp {
+    pub fn new(num_devices: u32, size: usize, handle_types: u64) -> McProp {
+        McProp {
+            num_devices,
+            size,
+            handle_types,
+            flags: 0,
+        }
+    }
+}
+
 pub fn ok(r: u32) {
     assert_eq!(r, SUCCESS, "expected CUDA_SUCCESS, got {r}");
 }
@@ -277,6 +288,21 @@ impl Cuda {
         p
     }
 
+    /// Unmap + free the reservation + release the allocation: undoes [`Cuda::create`] and
+    /// [`Cuda::map_rw`].
+    pub fn unmap_free(&self, p: u64, size: usize, h: u64) {
+        ok(self.cuMemUnmap(p, size));
+        ok(self.cuMemAddressFree(p, size));
+        ok(self.cuMemRelease(h));
+    }
+
+    /// A multicast object of `num_devices` devices and `size` bytes, exportable as `types`.
+    pub fn mc_create(&self, num_devices: u32, size: usize, types: u64) -> u64 {
+        let mut h = 0;
+        ok(self.cuMulticastCreate(&mut h, &McProp::new(num_devices, size, types)));
+        h
+    }
+
     pub fn write(&self, p: u64, bytes: &[u8]) {
         ok(self.cuMemcpyHtoD_v2(p, bytes.as_ptr().cast(), bytes.len()));
     }
@@ -343,6 +369,18 @@ pub fn child_role() -> Option<String> {
     std::env::var("FAKECUDA_TEST_ROLE").ok()
 }
 
+/// The body of each test binary's `child_role_dispatch` test: in a child started for one of
+/// `roles` (by [`role_command`]), runs it and exits; in the test run itself, returns.
+pub fn run_role(roles: &[(&str, fn())]) {
+    let Some(role) = child_role() else { return };
+    let (_, run) = roles
+        .iter()
+        .find(|(name, _)| *name == role)
+        .unwrap_or_else(|| panic!("unknown role {role}"));
+    run();
+    std::process::exit(0);
+}
+
 /// Line-oriented conversation with a child over its stdin/stdout.
 pub struct Child {
     pub child: std::process::Child,
@@ -399,6 +437,13 @@ impl Child {
         let stdin = self.child.stdin.as_mut().expect("stdin");
         writeln!(stdin, "{line}").expect("write to child");
         stdin.flush().expect("flush");
+    }
+
+    /// Tells the child to exit and checks that it exits cleanly.
+    #[track_caller]
+    pub fn finish(mut self) {
+        self.send("exit");
+        assert!(self.wait().success());
     }
 
     pub fn wait(mut self) -> std::process::ExitStatus {

@@ -116,9 +116,7 @@ fn two_processes_share_an_allocation() {
     assert_eq!(cu.read(p, GRAN), pattern(7, GRAN));
     child.send("done");
     assert!(child.wait().success());
-    ok(cu.cuMemUnmap(p, size));
-    ok(cu.cuMemAddressFree(p, size));
-    ok(cu.cuMemRelease(h));
+    cu.unmap_free(p, size, h);
     drop(mine);
     check_fds_at_most(fds_before, "no descriptor leaked");
 }

@@ -273,9 +273,7 @@ fn export_and_import_rules() {
         NOT_SUPPORTED
     );
     for (p, h) in [(pa, a), (pb, b)] {
-        ok(cu.cuMemUnmap(p, GRAN));
-        ok(cu.cuMemAddressFree(p, GRAN));
-        ok(cu.cuMemRelease(h));
+        cu.unmap_free(p, GRAN, h);
     }
     ok(cu.cuMemRelease(both));
     ok(cu.cuMemRelease(plain));

@@ -220,21 +220,12 @@ fn host_numa_allocations() {
     let d = cu.create(GRAN, 0, POSIX_FD);
     let pd = cu.map_rw(d, GRAN, 0);
     assert_eq!(cu.cuMemSetAccess(pd, GRAN, &grants[1], 1), INVALID_VALUE);
-    let mut mc = 0;
-    let mc_prop = McProp {
-        num_devices: 1,
-        size: GRAN,
-        handle_types: 0,
-        flags: 0,
-    };
-    ok(cu.cuMulticastCreate(&mut mc, &mc_prop));
+    let mc = cu.mc_create(1, GRAN, 0);
     ok(cu.cuMulticastAddDevice(mc, 0));
     assert_eq!(cu.cuMulticastBindMem(mc, 0, h, 0, GRAN, 0), INVALID_VALUE);
     ok(cu.cuMemRelease(mc));
     for (ptr, handle) in [(p, h), (q, imported), (pd, d)] {
-        ok(cu.cuMemUnmap(ptr, GRAN));
-        ok(cu.cuMemAddressFree(ptr, GRAN));
-        ok(cu.cuMemRelease(handle));
+        cu.unmap_free(ptr, GRAN, handle);
     }
 }
 
@@ -269,7 +260,5 @@ fn resetting_a_context_frees_its_memory() {
         cu.cuMemGetAddressRange_v2(&mut base, &mut size, p),
         NOT_FOUND
     );
-    ok(cu.cuMemUnmap(v, GRAN));
-    ok(cu.cuMemAddressFree(v, GRAN));
-    ok(cu.cuMemRelease(h));
+    cu.unmap_free(v, GRAN, h);
 }
