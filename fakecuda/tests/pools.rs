@@ -29,6 +29,13 @@ fn props(device: u32, handle_types: u32) -> [u64; 11] {
     p
 }
 
+/// A new pool of `props`.
+fn create_pool(cu: &Cuda, props: &[u64; 11]) -> usize {
+    let mut pool = 0;
+    ok(cu.cuMemPoolCreate(&mut pool, props));
+    pool
+}
+
 fn attribute(cu: &Cuda, pool: usize, attr: u32) -> u64 {
     let mut v = 0u64;
     ok(cu.cuMemPoolGetAttribute(pool, attr, (&mut v as *mut u64).cast()));
@@ -51,8 +58,7 @@ fn pools_allocate_in_stream_order_and_count_their_memory() {
         NOT_SUPPORTED,
         "fabric pools need IMEX"
     );
-    let mut pool = 0;
-    ok(cu.cuMemPoolCreate(&mut pool, &props(0, 0)));
+    let pool = create_pool(cu, &props(0, 0));
     let mut threshold = u64::MAX;
     ok(cu.cuMemPoolSetAttribute(pool, RELEASE_THRESHOLD, (&mut threshold as *mut u64).cast()));
     assert_eq!(attribute(cu, pool, RELEASE_THRESHOLD), u64::MAX);
@@ -103,8 +109,7 @@ fn a_pools_max_size_bounds_what_its_allocations_ask_for() {
     let (_serial, cu) = begin(0);
     let mut limited = props(0, 0);
     limited[3] = GRAN as u64; // maxSize
-    let mut pool = 0;
-    ok(cu.cuMemPoolCreate(&mut pool, &limited));
+    let pool = create_pool(cu, &limited);
     let mut small = [0u64; 4];
     for p in &mut small {
         ok(cu.cuMemAllocFromPoolAsync(p, 64, pool, 0));
@@ -126,8 +131,7 @@ fn a_pools_max_size_bounds_what_its_allocations_ask_for() {
 #[test]
 fn pool_access_extends_to_its_allocations() {
     let (_serial, cu) = begin(0);
-    let mut pool = 0;
-    ok(cu.cuMemPoolCreate(&mut pool, &props(0, 0)));
+    let pool = create_pool(cu, &props(0, 0));
     let mut p = 0;
     ok(cu.cuMemAllocFromPoolAsync(&mut p, GRAN, pool, 0));
     let grant = AccessDesc {
@@ -207,8 +211,7 @@ fn pool_importer() {
 #[test]
 fn a_shared_pool_shares_bytes_between_processes_and_refuses_checkpoint() {
     let (_serial, cu) = begin(0);
-    let mut pool = 0;
-    ok(cu.cuMemPoolCreate(&mut pool, &props(0, 1)));
+    let pool = create_pool(cu, &props(0, 1));
     let access = AccessDesc {
         location: Location { type_: 1, id: 1 },
         flags: 3,
