@@ -24,7 +24,7 @@ use serde_json::Value;
 use std::time::Duration;
 use support::cli::{self, check_exit};
 use support::harness::Test;
-use support::sandbox::{Sandbox, check_writes_cross};
+use support::sandbox::{Sandbox, check_writes_cross, create_filled};
 
 const MIB: u64 = 1 << 20;
 
@@ -130,10 +130,7 @@ fn build_each(
     let mut b = worker(sandbox, 1, envs[1], logs[1]);
     let mut c = worker(sandbox, 0, envs[2], logs[2]);
 
-    let shared = a.create(SHARED, 0, 1).expect("create");
-    let va = a.map_rw(shared, SHARED, 0).expect("map");
-    a.fill(va, SHARED, 11).expect("fill");
-    let ticket = a.export(shared).expect("export");
+    let (va, ticket) = create_filled(&mut a, SHARED, 11);
     let hb = b.import(ticket.as_fd()).expect("import b");
     let vb = b.map_rw(hb, SHARED, 1).expect("map b");
     b.release(hb).expect("release b: the mapping keeps it");
@@ -301,10 +298,7 @@ fn long_copy_progress(sandbox: &Sandbox) {
     let mut a = sandbox.worker_with(dir, None, &slow);
     let mut b = sandbox.worker_with(dir, None, &slow);
     let size = 16 * MIB;
-    let shared = a.create(size, 0, 1).expect("create");
-    let va = a.map_rw(shared, size, 0).expect("map");
-    a.fill(va, size, 21).expect("fill");
-    let ticket = a.export(shared).expect("export");
+    let (va, ticket) = create_filled(&mut a, size, 21);
     let hb = b.import(ticket.as_fd()).expect("import");
     let vb = b.map_rw(hb, size, 0).expect("map b");
     drop(ticket);

@@ -11,7 +11,7 @@ use std::process::Output;
 use cuinterpose_testkit::fakecuda_gpu;
 use serde_json::Value;
 
-use super::support::cli::{self, check_exit};
+use super::support::cli::{self, check_contains, check_exit};
 use super::support::sandbox::Sandbox;
 use super::{SHARED, Workload, build_with, check_restored, root};
 
@@ -173,27 +173,21 @@ pub fn a_checkpoint_is_restored_onto_another_machine(sandbox: &Sandbox) {
         ("FAKECUDA_DEVICES", "A100,A100"),
         ("FAKECUDA_MACHINE", "node-c"),
     ];
-    let out = on_machine(
-        sandbox,
-        &other_model,
-        &["restore", "--dir", dir, "--device-map", "auto"],
-    );
-    let (_, stderr) = check_exit(&out, 1);
-    assert!(
-        stderr.contains("device map refused, nothing was changed")
-            && stderr.contains("no GPU of model fakecuda H200"),
-        "{stderr}"
-    );
-    let out = on_machine(
-        sandbox,
-        &other_model,
-        &["restore", "--dir", dir, "--device-map", "0=0,1=1"],
-    );
-    let (_, stderr) = check_exit(&out, 1);
-    assert!(
-        stderr.contains("is a fakecuda H200 but") && stderr.contains("is a fakecuda A100"),
-        "{stderr}"
-    );
+    // Each map is refused, naming why.
+    for (map, why) in [
+        (
+            "auto",
+            [
+                "device map refused, nothing was changed",
+                "no GPU of model fakecuda H200",
+            ],
+        ),
+        ("0=0,1=1", ["is a fakecuda H200 but", "is a fakecuda A100"]),
+    ] {
+        let restore = ["restore", "--dir", dir, "--device-map", map];
+        let (_, stderr) = check_exit(&on_machine(sandbox, &other_model, &restore), 1);
+        check_contains("stderr", &stderr, &why);
+    }
     assert_eq!(
         cli::participant_phases(&on_machine(sandbox, &[], &["inspect", "--json"])),
         ["released"; 3],

@@ -101,3 +101,12 @@ pub fn shared_by_all(workers: &mut [Worker], size: u64) -> Vec<u64> {
     }
     shared
 }
+
+/// `size` bytes `creator` creates on its device 0, maps there and fills from `seed`: the
+/// address and the ticket that exports them.
+pub fn create_filled(creator: &mut Worker, size: u64, seed: u64) -> (u64, std::os::fd::OwnedFd) {
+    let shared = creator.create(size, 0, 1).expect("create");
+    let va = creator.map_rw(shared, size, 0).expect("map");
+    creator.fill(va, size, seed).expect("fill");
+    (va, creator.export(shared).expect("export"))
+}
