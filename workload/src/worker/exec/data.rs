@@ -6,14 +6,7 @@ impl State {
     pub(super) fn run_data(&mut self, cmd: Command) -> Outcome {
         match cmd {
             Command::NativeIpcCalls => {
-                let p = fakecuda_symbol(c"fakecuda_native_ipc_calls");
-                if p.is_null() {
-                    return Err(failure::unresolved(
-                        "fakecuda_native_ipc_calls",
-                        -1,
-                        "not a fakecuda driver".into(),
-                    ));
-                }
+                let p = fakecuda_symbol(c"fakecuda_native_ipc_calls")?;
                 // SAFETY: fakecuda exports `uint64_t fakecuda_native_ipc_calls(void)`.
                 let count = unsafe {
                     std::mem::transmute::<*mut std::ffi::c_void, unsafe extern "C" fn() -> u64>(p)()
@@ -39,32 +32,25 @@ impl State {
                 address,
                 size,
                 seed,
-            } => {
-                let d = self.driver()?;
-                let mut buf = vec![0u8; size.min(COPY_CHUNK) as usize];
-                for (at, n) in chunks(size) {
-                    pattern::fill_pattern(seed, at, &mut buf[..n]);
-                    // SAFETY: `buf` holds `n` readable bytes.
-                    unsafe { d.memcpy_htod(address + at, buf.as_ptr().cast(), n)? };
-                }
-                done()
-            }
+            } => self.in_chunks(size, |d, at, buf| {
+                pattern::fill_pattern(seed, at, buf);
+                // SAFETY: `buf` holds `buf.len()` readable bytes.
+                unsafe { d.memcpy_htod(address + at, buf.as_ptr().cast(), buf.len()) }
+            }),
             Command::Verify {
                 address,
                 size,
                 seed,
-            } => {
-                let d = self.driver()?;
-                let mut buf = vec![0u8; size.min(COPY_CHUNK) as usize];
-                for (at, n) in chunks(size) {
-                    // SAFETY: `buf` holds `n` writable bytes.
-                    unsafe { d.memcpy_dtoh(buf.as_mut_ptr().cast(), address + at, n)? };
-                    if let Some((off, want, found)) = pattern::first_mismatch(seed, at, &buf[..n]) {
-                        return Err(failure::mismatch(address, at + off, want, found));
+            } => self.in_chunks(size, |d, at, buf| {
+                // SAFETY: `buf` holds `buf.len()` writable bytes.
+                unsafe { d.memcpy_dtoh(buf.as_mut_ptr().cast(), address + at, buf.len())? };
+                match pattern::first_mismatch(seed, at, buf) {
+                    Some((off, want, found)) => {
+                        Err(failure::mismatch(address, at + off, want, found))
                     }
+                    None => Ok(()),
                 }
-                done()
-            }
+            }),
             Command::Read { address, size } => {
                 if size > MAX_TRANSFER {
                     return Err(failure::request(format!(
@@ -177,6 +163,23 @@ impl State {
 }
 
 /// The pieces a transfer of `size` bytes moves in: (offset, length), `COPY_CHUNK` at most.
+impl State {
+    /// Runs `step(driver, offset, chunk)` over `size` bytes in pieces of at most `COPY_CHUNK`,
+    /// all in one buffer of that size; stops at the first error.
+    fn in_chunks(
+        &mut self,
+        size: u64,
+        mut step: impl FnMut(&Driver, u64, &mut [u8]) -> Result<(), ErrorReply>,
+    ) -> Outcome {
+        let d = self.driver()?;
+        let mut buf = vec![0u8; size.min(COPY_CHUNK) as usize];
+        for (at, n) in chunks(size) {
+            step(d, at, &mut buf[..n])?;
+        }
+        done()
+    }
+}
+
 fn chunks(size: u64) -> impl Iterator<Item = (u64, usize)> {
     (0..size.div_ceil(COPY_CHUNK)).map(move |i| {
         let at = i * COPY_CHUNK;

@@ -56,13 +56,9 @@ impl State {
                 option,
             } => {
                 let prop = RawAllocProp::pinned(cuda::LOCATION_TYPE_DEVICE, device, handle_types);
-                let mut g = 0usize;
+                let d = self.driver()?;
                 // SAFETY: valid property input and out-parameter.
-                unsafe {
-                    self.driver()?
-                        .mem_get_allocation_granularity(&mut g, &prop, option)?
-                };
-                reply(Reply::Size { size: g as u64 })
+                size_reply(|g| unsafe { d.mem_get_allocation_granularity(g, &prop, option) })
             }
             Command::Create {
                 size,
@@ -343,14 +339,7 @@ impl State {
                     multicast_objects: u64,
                     ipc_opened: u64,
                 }
-                let p = fakecuda_symbol(c"fakecuda_objects");
-                if p.is_null() {
-                    return Err(failure::unresolved(
-                        "fakecuda_objects",
-                        -1,
-                        "not a fakecuda driver".into(),
-                    ));
-                }
+                let p = fakecuda_symbol(c"fakecuda_objects")?;
                 let mut o = Objects::default();
                 // SAFETY: fakecuda exports `CUresult fakecuda_objects(FakecudaObjects *)`, whose
                 // layout `Objects` repeats; `o` is a valid out-parameter.

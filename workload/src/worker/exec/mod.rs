@@ -108,17 +108,26 @@ fn pidfd_getfd(pid: i32, fd: i32) -> Result<OwnedFd, ErrorReply> {
     Ok(unsafe { OwnedFd::from_raw_fd(got as RawFd) })
 }
 
-/// A fakecuda test hook by name: from the global scope, else from the loaded driver.
-fn fakecuda_symbol(name: &std::ffi::CStr) -> *mut c_void {
+/// A fakecuda test hook by name: from the global scope, else from the loaded driver; a driver
+/// without it is no fakecuda.
+fn fakecuda_symbol(name: &std::ffi::CStr) -> Result<*mut c_void, ErrorReply> {
     // SAFETY: RTLD_DEFAULT lookup of a NUL-terminated name.
-    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
-    if !p.is_null() {
-        return p;
+    let mut p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    if p.is_null() {
+        // SAFETY: NOLOAD finds the already-loaded driver without loading anything.
+        let h =
+            unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        // SAFETY: a live handle (or null, which dlsym treats as RTLD_DEFAULT).
+        p = unsafe { libc::dlsym(h, name.as_ptr()) };
     }
-    // SAFETY: NOLOAD finds the already-loaded driver without loading anything.
-    let h = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
-    // SAFETY: a live handle (or null, which dlsym treats as RTLD_DEFAULT).
-    unsafe { libc::dlsym(h, name.as_ptr()) }
+    if p.is_null() {
+        return Err(failure::unresolved(
+            &name.to_string_lossy(),
+            -1,
+            "not a fakecuda driver".into(),
+        ));
+    }
+    Ok(p)
 }
 
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
@@ -150,6 +159,13 @@ fn exported_fd(raw: RawFd, keep: bool) -> Outcome {
 
 fn done() -> Outcome {
     Ok((Reply::Done, None))
+}
+
+/// Replies with the size a driver query writes to its out-parameter.
+fn size_reply(query: impl FnOnce(&mut usize) -> Result<(), ErrorReply>) -> Outcome {
+    let mut size = 0usize;
+    query(&mut size)?;
+    reply(Reply::Size { size: size as u64 })
 }
 
 fn reply(r: Reply) -> Outcome {

@@ -3,6 +3,26 @@
 
 use super::*;
 
+/// The properties of a multicast object of `device_count` devices and `size` bytes.
+fn multicast_prop(
+    device_count: u32,
+    size: u64,
+    handle_types: u64,
+    flags: u64,
+) -> Result<RawMulticastProp, ErrorReply> {
+    Ok(RawMulticastProp {
+        num_devices: device_count,
+        size: usize_of(size, "size")?,
+        handle_types,
+        flags,
+    })
+}
+
+/// A range of a multicast object, `size` bytes at `mc_offset`, as the driver takes it.
+fn multicast_range(mc_offset: u64, size: u64) -> Result<(usize, usize), ErrorReply> {
+    Ok((usize_of(mc_offset, "mc_offset")?, usize_of(size, "size")?))
+}
+
 impl State {
     pub(super) fn run_objects(&mut self, cmd: Command) -> Outcome {
         match cmd {
@@ -12,19 +32,10 @@ impl State {
                 handle_types,
                 option,
             } => {
-                let prop = RawMulticastProp {
-                    num_devices: device_count,
-                    size: usize_of(size, "size")?,
-                    handle_types,
-                    flags: 0,
-                };
-                let mut g = 0usize;
+                let prop = multicast_prop(device_count, size, handle_types, 0)?;
+                let d = self.driver()?;
                 // SAFETY: valid property input and out-parameter.
-                unsafe {
-                    self.driver()?
-                        .multicast_get_granularity(&mut g, &prop, option)?
-                };
-                reply(Reply::Size { size: g as u64 })
+                size_reply(|g| unsafe { d.multicast_get_granularity(g, &prop, option) })
             }
             Command::McCreate {
                 device_count,
@@ -32,12 +43,7 @@ impl State {
                 handle_types,
                 flags,
             } => {
-                let prop = RawMulticastProp {
-                    num_devices: device_count,
-                    size: usize_of(size, "size")?,
-                    handle_types,
-                    flags,
-                };
+                let prop = multicast_prop(device_count, size, handle_types, flags)?;
                 let mut h = 0u64;
                 // SAFETY: valid property input and out-parameter.
                 unsafe { self.driver()?.multicast_create(&mut h, &prop)? };
@@ -84,8 +90,7 @@ impl State {
                 flags,
                 device,
             } => {
-                let (mc_offset, size) =
-                    (usize_of(mc_offset, "mc_offset")?, usize_of(size, "size")?);
+                let (mc_offset, size) = multicast_range(mc_offset, size)?;
                 let d = self.driver()?;
                 // SAFETY: integers only.
                 unsafe {
@@ -104,8 +109,7 @@ impl State {
                 mc_offset,
                 size,
             } => {
-                let (mc_offset, size) =
-                    (usize_of(mc_offset, "mc_offset")?, usize_of(size, "size")?);
+                let (mc_offset, size) = multicast_range(mc_offset, size)?;
                 // SAFETY: integers only.
                 unsafe {
                     self.driver()?
