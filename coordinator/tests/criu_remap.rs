@@ -53,6 +53,10 @@ fn run(work: &Path, env: &[(&str, &str)], args: &[&str]) -> std::process::Output
         .expect("run cuinterpose")
 }
 
+/// What [`Tree::shared`] starts: CRIU, the work directory, the tree, its workers and the
+/// addresses of their shared memory.
+type Shared = (std::path::PathBuf, TempDir, Tree, Vec<Worker>, (u64, u64));
+
 /// Two workers of one PID namespace under the shim, the first on its device 0, the second on
 /// its device 1, with nothing connected to them once this returns.
 struct Tree {
@@ -79,6 +83,18 @@ impl Tree {
             .iter()
             .map(|s| Worker::connect(s, slack(Duration::from_secs(30))).expect("connect"))
             .collect()
+    }
+
+    /// For test `test`: CRIU, a work directory named after the test, and there a tree whose
+    /// workers share 4 MiB from `seed` ([`Tree::share`]); `None` after saying why CRIU cannot
+    /// run.
+    fn shared(test: &str, seed: u64) -> Option<Shared> {
+        let binary = criu::usable(test)?;
+        let work = TempDir::new(test).expect("work dir");
+        let tree = Tree::start(work.path());
+        let mut w = tree.connect();
+        let addresses = Tree::share(&mut w, seed);
+        Some((binary, work, tree, w, addresses))
     }
 
     /// Worker 0 creates 4 MiB filled from `seed` and worker 1 maps it on its device 1; the
@@ -119,14 +135,10 @@ fn check_on_node_b(dir: &Path) {
 #[test]
 fn a_criu_image_is_restored_onto_another_machine() {
     let test = "a_criu_image_is_restored_onto_another_machine";
-    let Some(binary) = criu::usable(test) else {
+    let Some((binary, work, mut tree, mut w, (va, vb))) = Tree::shared(test, 31) else {
         return;
     };
-    let work = TempDir::new("criu-remap").expect("work dir");
     let dir = work.path();
-    let mut tree = Tree::start(dir);
-    let mut w = tree.connect();
-    let (va, vb) = Tree::share(&mut w, 31);
     // A multicast team of device 0 (worker 0) and device 1 (worker 1), a member each.
     let mc = w[0].mc_create(2, GRAN, 1).expect("multicast");
     let ticket = w[0].export(mc).expect("export multicast");
@@ -155,16 +167,7 @@ fn a_criu_image_is_restored_onto_another_machine() {
     let taken = cuinterpose(
         dir,
         &[],
-        &[
-            "checkpoint",
-            "--pid",
-            &root_arg,
-            "--criu",
-            "--criu-binary",
-            criu,
-            "--dir",
-            images,
-        ],
+        &criu::args(&["checkpoint", "--pid", &root_arg], criu, images, &[]),
     );
     assert_eq!(taken["command"], "checkpoint", "{taken}");
     let _ = tree.unshare.wait();
@@ -173,16 +176,7 @@ fn a_criu_image_is_restored_onto_another_machine() {
     let refused = run(
         dir,
         &[],
-        &[
-            "restore",
-            "--criu",
-            "--criu-binary",
-            criu,
-            "--dir",
-            images,
-            "--device-map",
-            "0=0",
-        ],
+        &criu::args(&["restore"], criu, images, &["--device-map", "0=0"]),
     );
     let (_, stderr) = check_exit(&refused, 1);
     assert!(
@@ -199,16 +193,7 @@ fn a_criu_image_is_restored_onto_another_machine() {
     let restored = cuinterpose(
         dir,
         &node_b,
-        &[
-            "restore",
-            "--criu",
-            "--criu-binary",
-            criu,
-            "--dir",
-            images,
-            "--device-map",
-            "auto",
-        ],
+        &criu::args(&["restore"], criu, images, &["--device-map", "auto"]),
     );
     assert_eq!(restored["command"], "restore", "{restored}");
     let root = restored_root(images);
@@ -233,18 +218,12 @@ fn a_criu_image_is_restored_onto_another_machine() {
     let aborted = run(
         dir,
         &node_b,
-        &[
-            "toggle",
-            "--pid",
-            &root_arg,
-            "--criu",
-            "--criu-binary",
+        &criu::args(
+            &["toggle", "--pid", &root_arg],
             criu,
-            "--dir",
             again,
-            "--device-map",
-            "0=0",
-        ],
+            &["--device-map", "0=0"],
+        ),
     );
     let (_, stderr) = check_exit(&aborted, 3);
     assert!(
@@ -269,14 +248,10 @@ fn a_criu_image_is_restored_onto_another_machine() {
 #[test]
 fn plain_criu_with_the_hook_restores_onto_another_machine() {
     let test = "plain_criu_with_the_hook_restores_onto_another_machine";
-    let Some(binary) = criu::usable(test) else {
+    let Some((binary, work, mut tree, w, (va, vb))) = Tree::shared(test, 41) else {
         return;
     };
-    let work = TempDir::new("criu-hook-remap").expect("work dir");
     let dir = work.path();
-    let mut tree = Tree::start(dir);
-    let mut w = tree.connect();
-    let (va, vb) = Tree::share(&mut w, 41);
     drop(w);
 
     let images = dir.join("images");

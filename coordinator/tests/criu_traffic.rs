@@ -91,25 +91,13 @@ fn traffic_runs_on_through_criu_dumps_and_restores() {
         let criu = binary.to_str().expect("a UTF-8 CRIU path");
         let taken = cuinterpose(
             dir,
-            &[
-                "checkpoint",
-                "--pid",
-                &root_arg,
-                "--criu",
-                "--criu-binary",
-                criu,
-                "--dir",
-                images,
-            ],
+            &criu::args(&["checkpoint", "--pid", &root_arg], criu, images, &[]),
         );
         assert_eq!(taken["command"], "checkpoint", "cycle {cycle}: {taken}");
         if cycle == 1 {
             let _ = unshare.wait();
         }
-        let restored = cuinterpose(
-            dir,
-            &["restore", "--criu", "--criu-binary", criu, "--dir", images],
-        );
+        let restored = cuinterpose(dir, &criu::args(&["restore"], criu, images, &[]));
         assert_eq!(restored["command"], "restore", "cycle {cycle}: {restored}");
         // The restored tree's root (the namespace's init), as CRIU wrote it.
         let pidfile = Path::new(images).join("criu/restore.pid");

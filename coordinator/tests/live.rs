@@ -54,6 +54,18 @@ fn main() {
     support::harness::run(&tests, || Sandbox::new("live"));
 }
 
+/// `toggle --pid ROOT` of the workload under `root`, with `env`, exits `code`: its stdout and
+/// stderr.
+fn check_toggle(
+    sandbox: &Sandbox,
+    root: &Path,
+    env: &[(&str, &str)],
+    code: i32,
+) -> (String, String) {
+    let out = cuinterpose(sandbox, root, &["toggle", "--pid", &root_pid()], env);
+    check_exit(&out, code)
+}
+
 fn cuinterpose(sandbox: &Sandbox, root: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = cli::command(args);
     command
@@ -182,8 +194,7 @@ fn toggles_under_traffic(sandbox: &Sandbox) {
     }
     std::thread::sleep(Duration::from_millis(100));
     for toggle in 0..TOGGLES {
-        let out = cuinterpose(sandbox, &root, &["toggle", "--pid", &root_pid()], &[]);
-        let (_, stderr) = check_exit(&out, 0);
+        let (_, stderr) = check_toggle(sandbox, &root, &[], 0);
         assert!(!stderr.contains("FAIL-STOP"), "toggle {toggle}: {stderr}");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -223,8 +234,7 @@ fn parked_call(sandbox: &Sandbox) {
     let tmp = sandbox.fresh("tmp");
     let tmp = tmp.to_str().expect("UTF-8");
     let env = [timeout, ("TMPDIR", tmp)];
-    let out = cuinterpose(sandbox, &root, &["toggle", "--pid", &root_pid()], &env);
-    let (_, stderr) = check_exit(&out, 1);
+    let (_, stderr) = check_toggle(sandbox, &root, &env, 1);
     let left: Vec<_> = std::fs::read_dir(tmp).expect("TMPDIR").collect();
     assert!(left.is_empty(), "a refused toggle left {left:?} in TMPDIR");
     assert!(
@@ -250,13 +260,7 @@ fn parked_call(sandbox: &Sandbox) {
     assert_eq!(phases, ["active"; 2]);
     // Once the parked call has returned, the checkpoint goes through.
     std::thread::sleep(Duration::from_millis(4000));
-    let out = cuinterpose(
-        sandbox,
-        &root,
-        &["toggle", "--pid", &root_pid()],
-        &[timeout],
-    );
-    check_exit(&out, 0);
+    check_toggle(sandbox, &root, &[timeout], 0);
     worker
         .verify(address, MIB, 6)
         .expect("bytes after the toggle");
@@ -342,8 +346,7 @@ fn coordinator_vanishes(sandbox: &Sandbox) {
     await_phases(sandbox, &root, "active", Duration::from_secs(10));
     check_traffic("creator", &mut a);
     check_traffic("importer", &mut b);
-    let out = cuinterpose(sandbox, &root, &["toggle", "--pid", &root_pid()], &timeout);
-    check_exit(&out, 0);
+    check_toggle(sandbox, &root, &timeout, 0);
     b.fill(vb + MIB, MIB, 9)
         .expect("write through the importer");
     a.verify(va + MIB, MIB, 9).expect("still shared");
@@ -445,12 +448,6 @@ fn slow_save(sandbox: &Sandbox) {
     b.fill(vb + MIB, MIB, 62)
         .expect("write through the importer");
     a.verify(va + MIB, MIB, 62).expect("still shared");
-    let out = cuinterpose(
-        sandbox,
-        &root,
-        &["toggle", "--pid", &root_pid()],
-        &[control],
-    );
-    check_exit(&out, 0);
+    check_toggle(sandbox, &root, &[control], 0);
     a.verify(va + MIB, MIB, 62).expect("bytes after the toggle");
 }

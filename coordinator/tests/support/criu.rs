@@ -50,6 +50,11 @@ pub fn with_cuda_plugin() -> Result<(PathBuf, PathBuf), String> {
     Ok((binary, plugins))
 }
 
+/// A coordinator command line through CRIU: `HEAD… --criu --criu-binary CRIU --dir DIR TAIL…`.
+pub fn args<'a>(head: &[&'a str], criu: &'a str, dir: &'a str, tail: &[&'a str]) -> Vec<&'a str> {
+    [head, &["--criu", "--criu-binary", criu, "--dir", dir], tail].concat()
+}
+
 /// The namespace init (the first child) of the spawned `unshare` with host PID `unshare`.
 pub fn namespace_root(unshare: u32) -> u32 {
     let wait = cuinterpose_testkit::slack(Duration::from_secs(10));
