@@ -3,7 +3,11 @@
 use super::*;
 
 /// A case of [`strict_request_maps`]: its name, the map's entries, what the refusal says.
-type MapCase = (&'static str, &'static [(&'static str, &'static str)], &'static str);
+type MapCase = (
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    &'static str,
+);
 
 /// Requests of string keys and values, each with what the refusal says.
 #[test]
