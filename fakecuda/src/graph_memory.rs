@@ -10,13 +10,14 @@ use crate::error::{CuError, CuResult};
 use crate::graph::Work;
 use crate::sys;
 use crate::vmm::{Owner, Target};
+use cudarc::driver::sys::CUgraphMem_attribute as A;
 use std::collections::{BTreeMap, HashMap};
 
-/// `CUgraphMem_attribute`.
-const USED_MEM_CURRENT: u32 = 0;
-const USED_MEM_HIGH: u32 = 1;
-const RESERVED_MEM_CURRENT: u32 = 2;
-const RESERVED_MEM_HIGH: u32 = 3;
+/// `CUgraphMem_attribute`, as the values the entry points receive.
+const USED_MEM_CURRENT: u32 = A::CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT as u32;
+const USED_MEM_HIGH: u32 = A::CU_GRAPH_MEM_ATTR_USED_MEM_HIGH as u32;
+const RESERVED_MEM_CURRENT: u32 = A::CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT as u32;
+const RESERVED_MEM_HIGH: u32 = A::CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH as u32;
 
 #[derive(Debug)]
 struct Reserved {

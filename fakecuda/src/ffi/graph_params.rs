@@ -9,6 +9,7 @@
 use super::graph_nodes::{generic_work, host_sync_mode};
 use super::graphs::{
     HostNodeParams, MemsetNodeParams, RawMemcpy3d, h, host_node, memcpy_node, memset_node,
+    work_from,
 };
 use super::*;
 use crate::graph::Work;
@@ -58,22 +59,8 @@ pub(super) fn type_name(work: &Work) -> &'static str {
 
 /// A memset node's parameters as `CUDA_MEMSET_NODE_PARAMS`.
 fn memset_params(work: &Work) -> CuResult<MemsetNodeParams> {
-    match *work {
-        Work::Memset {
-            dst,
-            pitch,
-            value,
-            width,
-            count,
-            height,
-        } => Ok(MemsetNodeParams {
-            dst,
-            pitch: pitch as usize,
-            value,
-            element_size: width as c_uint,
-            width: count,
-            height,
-        }),
+    match work {
+        Work::Memset(p) => Ok(*p),
         _ => Err(CuError::CUDA_ERROR_INVALID_VALUE),
     }
 }
@@ -150,22 +137,6 @@ unsafe fn set_generic(target: Target, params: *const CUgraphNodeParams) -> CuRes
     set(target, generic_work(handle_ptr(graph), &p)?)
 }
 
-/// New parameters for `target` from one parameter struct, which `work` decodes.
-///
-/// # Safety
-/// `params` is null or points at a readable `P`.
-unsafe fn set_from<P: Copy>(
-    target: Target,
-    params: *const P,
-    work: impl FnOnce(&P) -> CuResult<Work>,
-) -> RawResult {
-    gated(|| {
-        // SAFETY: per the caller.
-        let p = unsafe { get(params) }?;
-        set(target, work(&p)?)
-    })
-}
-
 /// The two `cu[Exec]*NodeSetParams` entry points of one parameter struct: for a graph's node,
 /// and for what it became in an executable graph (some with a context that changes nothing).
 macro_rules! set_params {
@@ -173,7 +144,7 @@ macro_rules! set_params {
         export! {$(
             fn $node(node: CUgraphNode, params: *const $params) {
                 // SAFETY: cuda.h's contract for the parameters.
-                unsafe { set_from(Target::Node(node), params, $work) }
+                gated(|| set(Target::Node(node), unsafe { work_from(params, $work) }?))
             }
 
             fn $exec(
@@ -183,7 +154,7 @@ macro_rules! set_params {
                 $($ctx: $ctx_type,)?
             ) {
                 // SAFETY: cuda.h's contract for the parameters.
-                unsafe { set_from(Target::Exec(exec, node), params, $work) }
+                gated(|| set(Target::Exec(exec, node), unsafe { work_from(params, $work) }?))
             }
         )*}
     };

@@ -4,6 +4,7 @@
 
 use super::*;
 pub(super) use crate::abi::RawMemcpy3d;
+pub(super) use crate::graph::MemsetNodeParams;
 use crate::graph::{Side, Work};
 use cudarc::driver::sys::{CUgraph, CUgraph_st, CUgraphExec, CUgraphNode, CUgraphNode_st};
 
@@ -90,31 +91,12 @@ pub(super) fn host_node(function: usize, user: usize) -> CuResult<Work> {
     Ok(Work::Host { function, user })
 }
 
-/// `CUDA_MEMSET_NODE_PARAMS`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct MemsetNodeParams {
-    pub(super) dst: u64,
-    pub(super) pitch: usize,
-    pub(super) value: c_uint,
-    pub(super) element_size: c_uint,
-    pub(super) width: usize,
-    pub(super) height: usize,
-}
-
 /// A memset node's work: elements of 1, 2 or 4 bytes, a non-empty area.
 pub(super) fn memset_node(p: &MemsetNodeParams) -> CuResult<Work> {
     if !matches!(p.element_size, 1 | 2 | 4) || p.width == 0 || p.height == 0 {
         return Err(CuError::CUDA_ERROR_INVALID_VALUE);
     }
-    Ok(Work::Memset {
-        dst: p.dst,
-        pitch: p.pitch as u64,
-        value: p.value,
-        width: p.element_size as usize,
-        count: p.width,
-        height: p.height,
-    })
+    Ok(Work::Memset(*p))
 }
 
 /// `CUmemorytype`.
@@ -193,25 +175,17 @@ pub(super) fn memcpy_node(p: &RawMemcpy3d) -> CuResult<Work> {
     })
 }
 
-/// A node whose work `work` makes from one parameter struct.
+/// The work one parameter struct gives, which `work` decodes.
 ///
 /// # Safety
-/// `params` is null or points at a readable `P`; cuda.h's contract for the dependency list.
-unsafe fn add_from<P: Copy>(
-    out: *mut CUgraphNode,
-    graph: CUgraph,
-    dependencies: *const CUgraphNode,
-    n: usize,
+/// `params` is null or points at a readable `P`.
+pub(super) unsafe fn work_from<P: Copy>(
     params: *const P,
     work: impl FnOnce(&P) -> CuResult<Work>,
-) -> RawResult {
-    gated(|| {
-        // SAFETY: per the caller.
-        let p = unsafe { get(params) }?;
-        let work = work(&p)?;
-        // SAFETY: per the caller.
-        add(out, graph, unsafe { deps(dependencies, n) }?, work)
-    })
+) -> CuResult<Work> {
+    // SAFETY: per the caller.
+    let p = unsafe { get(params) }?;
+    work(&p)
 }
 
 /// `cuGraphAdd*Node` entry points of one ABI: the new node's handle out, the graph, its
@@ -228,8 +202,12 @@ macro_rules! add_nodes {
                 params: *const $params,
                 $($ctx: $ctx_type,)?
             ) {
-                // SAFETY: cuda.h's contract for the parameters and the dependency list.
-                unsafe { add_from(out, graph, dependencies, n, params, $work) }
+                gated(|| {
+                    // SAFETY: cuda.h's contract for the parameters.
+                    let work = unsafe { work_from(params, $work) }?;
+                    // SAFETY: cuda.h's contract for the dependency list.
+                    add(out, graph, unsafe { deps(dependencies, n) }?, work)
+                })
             }
         )*}
     };
@@ -384,18 +362,12 @@ fn run_works(issuer: u64, order: &[Work]) -> bool {
                     }
                 }
             }
-            Work::Memset {
-                dst,
-                pitch,
-                value,
-                width,
-                count,
-                height,
-            } => {
-                for row in 0..*height as u64 {
-                    if let Err(e) =
-                        memcpy::fill_now(issuer, dst + row * pitch, *value, *width, *count)
-                    {
+            Work::Memset(m) => {
+                let width = m.element_size as usize;
+                for row in 0..m.height as u64 {
+                    let at = m.dst + row * m.pitch as u64;
+                    if let Err(e) = memcpy::fill_now(issuer, at, m.value, width, m.width) {
+                        let dst = m.dst;
                         eprintln!(
                             "fakecuda: graph memset node at {dst:#x} failed when it ran: {e}"
                         );

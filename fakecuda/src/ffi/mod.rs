@@ -89,6 +89,25 @@ unsafe fn get<T: Copy>(p: *const T) -> CuResult<T> {
     Ok(unsafe { p.read() })
 }
 
+/// A granularity query: `query` checks the properties at `prop` (read as plain integers) and
+/// answers; the answer is written to `out`.
+///
+/// # Safety
+/// `prop` is null or points at a readable `P`; `out` is null or valid for a write of a size_t.
+unsafe fn granularity_of<P: Copy>(
+    out: *mut usize,
+    prop: *const P,
+    query: impl FnOnce(&Driver, &P) -> CuResult<u64>,
+) -> RawResult {
+    with(|d| {
+        // SAFETY: per the caller.
+        let p = unsafe { get(prop) }?;
+        let g = query(d, &p)?;
+        // SAFETY: per the caller.
+        unsafe { put(out, g as usize) }
+    })
+}
+
 fn handle_ptr<T>(h: u64) -> *mut T {
     std::ptr::without_provenance_mut(h as usize)
 }

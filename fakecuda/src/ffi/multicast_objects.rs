@@ -98,12 +98,7 @@ export! {
         prop: *const CUmulticastObjectProp,
         option: c_uint,
     ) {
-        with(|_| {
-            // SAFETY: CUmulticastObjectProp input (cuda.h): integers only.
-            let prop = unsafe { get(prop) }?;
-            let g = multicast::granularity(&prop, option)?;
-            // SAFETY: size_t out-parameter (cuda.h).
-            unsafe { put(granularity, g as usize) }
-        })
+        // SAFETY: cuda.h's contract for the properties (integers only) and the out-parameter.
+        unsafe { granularity_of(granularity, prop, |_, p| multicast::granularity(p, option)) }
     }
 }

@@ -96,28 +96,8 @@ export! {
         prop: *const RawAllocProp,
         option: c_uint,
     ) {
-        with(|d| {
-            use crate::abi::consts as c;
-            // SAFETY: CUmemAllocationProp input (cuda.h), read as plain integers.
-            let p = unsafe { get(prop) }?;
-            if option != c::GRANULARITY_MINIMUM && option != c::GRANULARITY_RECOMMENDED {
-                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-            }
-            if p.type_ != c::ALLOCATION_TYPE_PINNED {
-                return Err(CuError::CUDA_ERROR_INVALID_VALUE);
-            }
-            match p.location.type_ {
-                t if t == c::LOCATION_TYPE_DEVICE => {
-                    d.config.check_device(p.location.id).map(drop)?
-                }
-                t if t == c::LOCATION_TYPE_HOST_NUMA => {
-                    d.config.check_numa_node(p.location.id).map(drop)?
-                }
-                _ => return Err(CuError::CUDA_ERROR_INVALID_VALUE),
-            }
-            // SAFETY: size_t out-parameter (cuda.h).
-            unsafe { put(granularity, crate::sys::granularity() as usize) }
-        })
+        // SAFETY: cuda.h's contract for the properties and the out-parameter.
+        unsafe { granularity_of(granularity, prop, |d, p| d.allocation_granularity(p, option)) }
     }
 
     fn cuMemExportToShareableHandle(

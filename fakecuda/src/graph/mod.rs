@@ -8,6 +8,19 @@ use crate::abi::{RawAccessDesc, RawLocation, RawMemcpy3d};
 use crate::error::{CuError, CuResult};
 use std::collections::HashMap;
 
+/// `CUDA_MEMSET_NODE_PARAMS`: `width` elements of `element_size` bytes of `value` in each of
+/// `height` rows `pitch` apart.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemsetNodeParams {
+    pub dst: u64,
+    pub pitch: usize,
+    pub value: u32,
+    pub element_size: u32,
+    pub width: usize,
+    pub height: usize,
+}
+
 /// What a node does when its graph runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Work {
@@ -17,15 +30,8 @@ pub enum Work {
         function: usize,
         user: usize,
     },
-    /// `count` elements of `width` bytes (1, 2, 4) of `value`, `height` rows `pitch` apart.
-    Memset {
-        dst: u64,
-        pitch: u64,
-        value: u32,
-        width: usize,
-        count: usize,
-        height: usize,
-    },
+    /// A memset as its parameters give it (elements of 1, 2 or 4 bytes, a non-empty area).
+    Memset(MemsetNodeParams),
     /// `depth` slices of `height` rows of `width` bytes; on each side rows are `pitch` apart
     /// and slices `slice` apart, from the first byte copied; `*_dev` says which sides are
     /// device memory (the others are the application's host buffers). `given` is the
@@ -495,7 +501,7 @@ impl Graphs {
         let old = &e.order[at];
         settable(old, &work)?;
         let same_operands = match (old, &work) {
-            (Work::Memset { height: a, .. }, Work::Memset { height: b, .. }) => *a == 1 && *b == 1,
+            (Work::Memset(a), Work::Memset(b)) => a.height == 1 && b.height == 1,
             (
                 Work::Memcpy {
                     src: s0,
@@ -534,7 +540,7 @@ fn settable(old: &Work, new: &Work) -> CuResult<()> {
         | (Work::EventRecord(_), Work::EventRecord(_))
         | (Work::EventWait(_), Work::EventWait(_))
         | (Work::Host { .. }, Work::Host { .. })
-        | (Work::Memset { .. }, Work::Memset { .. })
+        | (Work::Memset(_), Work::Memset(_))
         | (Work::Memcpy { .. }, Work::Memcpy { .. }) => Ok(()),
         (
             Work::Child(_)

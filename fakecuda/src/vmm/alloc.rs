@@ -139,6 +139,27 @@ impl Driver {
         }
     }
 
+    /// `cuMemGetAllocationGranularity`: one granularity for every pinned device or host NUMA
+    /// location that exists.
+    pub fn allocation_granularity(&self, p: &RawAllocProp, option: u32) -> CuResult<u64> {
+        if option != c::GRANULARITY_MINIMUM && option != c::GRANULARITY_RECOMMENDED {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        if p.type_ != c::ALLOCATION_TYPE_PINNED {
+            return Err(CuError::CUDA_ERROR_INVALID_VALUE);
+        }
+        match p.location.type_ {
+            t if t == c::LOCATION_TYPE_DEVICE => {
+                self.config.check_device(p.location.id).map(drop)?
+            }
+            t if t == c::LOCATION_TYPE_HOST_NUMA => {
+                self.config.check_numa_node(p.location.id).map(drop)?
+            }
+            _ => return Err(CuError::CUDA_ERROR_INVALID_VALUE),
+        }
+        Ok(sys::granularity())
+    }
+
     pub fn alloc_props(&mut self, h: u64) -> CuResult<RawAllocProp> {
         let a = self.alloc_by_handle(h)?;
         Ok(RawAllocProp {
