@@ -216,7 +216,7 @@ pub fn restore(
     checkpoint_dir: &Path,
     progress: &mut dyn FnMut(&Event),
 ) -> Result<Report, CommandError> {
-    restore_remapped(session, checkpoint_dir, &Remap::identity(), progress)
+    restore_remapped(session, checkpoint_dir, Remap::identity(), progress)
 }
 
 /// [`restore`] of processes natively restored onto the GPUs `remap` names: the final
@@ -224,11 +224,11 @@ pub fn restore(
 pub fn restore_remapped(
     session: &Session,
     checkpoint_dir: &Path,
-    remap: &Remap,
+    remap: Remap,
     progress: &mut dyn FnMut(&Event),
 ) -> Result<Report, CommandError> {
     let state = state::load(checkpoint_dir)?;
-    let mut run = Run::restore(&state, session.participants()).remapped(remap.clone());
+    let mut run = Run::restore(&state, session.participants()).remapped(remap);
     let mut publish = |_: &cuinterpose_protocol::StateFile| Ok(());
     let mut report = session.drive(&mut run, &mut publish, progress)?;
     report.checkpoint_dir = Some(checkpoint_dir.to_path_buf());

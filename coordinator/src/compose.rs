@@ -461,7 +461,7 @@ pub fn restore_with(
         workload.timeouts,
     )
     .map_err(|error| after(error.into()))?;
-    report.absorb(commands::restore_remapped(&session, dir, &remap, progress).map_err(after)?);
+    report.absorb(commands::restore_remapped(&session, dir, remap, progress).map_err(after)?);
     Ok(report)
 }
 

@@ -100,22 +100,19 @@ fn demo_mesh_adds_small_shared_allocations_each_verified_and_shared() {
     let saved = cli::phase_names(&json["report"]);
     assert!(saved.contains(&"restore_unicast"), "{saved:?}");
 
-    let output = demo().args(["--mesh", "4001"]).output().unwrap();
+    check_refused(&["--mesh", "4001"], "--mesh 4001 is too many: at most 4000");
+}
+
+/// The demo refuses `args` (exit 1), saying `why`.
+fn check_refused(args: &[&str], why: &str) {
+    let output = demo().args(args).output().unwrap();
     let (_, stderr) = check_exit(&output, 1);
-    assert!(
-        stderr.contains("--mesh 4001 is too many: at most 4000"),
-        "{stderr}"
-    );
+    assert!(stderr.contains(why), "{stderr}");
 }
 
 #[test]
 fn demo_refuses_a_single_process() {
-    let output = demo().args(["--processes", "1"]).output().unwrap();
-    let (_, stderr) = check_exit(&output, 1);
-    assert!(
-        stderr.contains("--processes must be at least 2"),
-        "{stderr}"
-    );
+    check_refused(&["--processes", "1"], "--processes must be at least 2");
 }
 
 #[test]
@@ -159,23 +156,32 @@ fn demo_survives_a_criu_dump_kill_and_restore() {
 #[test]
 fn a_criu_dump_on_a_full_disk_is_aborted_and_the_workload_resumed() {
     let test = "a_criu_dump_on_a_full_disk_is_aborted_and_the_workload_resumed";
+    check_full_disk(test, "full", &["--criu"], |output| {
+        let stderr = check_aborted(output, "put back in place");
+        assert!(stderr.contains("after the abort, "), "{stderr}");
+    });
+}
+
+/// Test `test`: the demo with `args` and CRIU, its work directory on a 2 MiB tmpfs
+/// (`cuinterpose-<label>-<pid>`), its output checked by `check`; then nothing of the workload is
+/// left running (the tmpfs unmounts). Says why where CRIU or the tmpfs is unavailable.
+fn check_full_disk(test: &str, label: &str, args: &[&str], check: impl FnOnce(&Output)) {
     let Some(binary) = criu::usable(test) else {
         return;
     };
-    let dir = std::env::temp_dir().join(format!("cuinterpose-full-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("cuinterpose-{label}-{}", std::process::id()));
     let full = match Tmpfs::mount(dir, "2m") {
         Ok(full) => full,
         Err(why) => return unavailable(test, &why),
     };
     let output = demo()
-        .args(["--criu", "--criu-binary"])
+        .args(args)
+        .arg("--criu-binary")
         .arg(&binary)
         .env("TMPDIR", &full.0)
         .output()
         .unwrap();
-    let stderr = check_aborted(&output, "put back in place");
-    assert!(stderr.contains("after the abort, "), "{stderr}");
-    // Nothing of the workload is left running (the tmpfs unmounts).
+    check(&output);
     if let Err(why) = full.unmount() {
         panic!("the workload still holds its directory: {why}");
     }
@@ -190,9 +196,8 @@ fn a_criu_dump_on_a_full_disk_is_aborted_and_the_workload_resumed() {
 #[test]
 fn a_criu_killed_mid_dump_is_aborted_and_the_workload_resumed() {
     let test = "a_criu_killed_mid_dump_is_aborted_and_the_workload_resumed";
-    let (binary, plugins) = match criu::with_cuda_plugin() {
-        Ok(found) => found,
-        Err(why) => return unavailable(test, &why),
+    let Some((binary, plugins)) = criu::usable_with_cuda_plugin(test) else {
+        return;
     };
     let work = TempDir::new("criu-killed").expect("work dir");
     let bin = work.path().join("bin");
@@ -327,24 +332,9 @@ fn plain_criu_with_the_hook_checkpoints_the_sharing_twice() {
 #[test]
 fn a_failed_dump_under_the_hook_is_put_back_by_its_watcher() {
     let test = "a_failed_dump_under_the_hook_is_put_back_by_its_watcher";
-    let Some(binary) = criu::usable(test) else {
-        return;
-    };
-    let dir = std::env::temp_dir().join(format!("cuinterpose-hookfull-{}", std::process::id()));
-    let full = match Tmpfs::mount(dir, "2m") {
-        Ok(full) => full,
-        Err(why) => return unavailable(test, &why),
-    };
-    let output = demo()
-        .args(["--criu", "--criu-hook", "--criu-binary"])
-        .arg(&binary)
-        .env("TMPDIR", &full.0)
-        .output()
-        .unwrap();
-    check_aborted(&output, "the hook's watcher put the workload back");
-    if let Err(why) = full.unmount() {
-        panic!("the workload still holds its directory: {why}");
-    }
+    check_full_disk(test, "hookfull", &["--criu", "--criu-hook"], |output| {
+        check_aborted(output, "the hook's watcher put the workload back");
+    });
 }
 
 /// CRIU's own CUDA plugin (built by `.ci/install-criu` next to CRIU) together with the hook:
@@ -354,9 +344,8 @@ fn a_failed_dump_under_the_hook_is_put_back_by_its_watcher() {
 #[test]
 fn the_hook_and_the_criu_cuda_plugin_cooperate() {
     let test = "the_hook_and_the_criu_cuda_plugin_cooperate";
-    let (binary, plugins) = match criu::with_cuda_plugin() {
-        Ok(found) => found,
-        Err(why) => return unavailable(test, &why),
+    let Some((binary, plugins)) = criu::usable_with_cuda_plugin(test) else {
+        return;
     };
     let output = demo()
         .args(["--criu", "--criu-hook", "--json", "--criu-binary"])

@@ -16,7 +16,6 @@ use cuinterpose_workload::Worker;
 use serde_json::Value;
 use support::cli::{check_exit, path, text};
 use support::criu;
-use support::tmpfs::unavailable;
 
 /// `cuinterpose` with no arguments and `vars` as CRIU sets them.
 fn hook(vars: &[(&str, &str)], control: &Path) -> Output {
@@ -190,9 +189,8 @@ fn environments_criu_never_sets_up_are_named() {
 #[test]
 fn a_workload_without_sharing_is_checkpointed_by_the_plugin_alone() {
     let test = "a_workload_without_sharing_is_checkpointed_by_the_plugin_alone";
-    let (criu, plugins) = match criu::with_cuda_plugin() {
-        Ok(found) => found,
-        Err(why) => return unavailable(test, &why),
+    let Some((criu, plugins)) = criu::usable_with_cuda_plugin(test) else {
+        return;
     };
     let lib = cuinterpose_testkit::fakecuda_lib_dir();
     let tool = cuinterpose_testkit::build_fakecuda_checkpoint();

@@ -176,7 +176,7 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
                     commands::restore_remapped(
                         &session,
                         &checkpoint_dir,
-                        &remap,
+                        remap,
                         &mut progress(json),
                     )?
                 }

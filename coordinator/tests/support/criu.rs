@@ -55,6 +55,14 @@ pub fn args<'a>(head: &[&'a str], criu: &'a str, dir: &'a str, tail: &[&'a str])
     [head, &["--criu", "--criu-binary", criu, "--dir", dir], tail].concat()
 }
 
+/// [`with_cuda_plugin`] for test `test`, or `None` after saying why it cannot run (which fails
+/// the test under `CI=true`: [`super::tmpfs::unavailable`]).
+pub fn usable_with_cuda_plugin(test: &str) -> Option<(PathBuf, PathBuf)> {
+    with_cuda_plugin()
+        .map_err(|why| super::tmpfs::unavailable(test, &why))
+        .ok()
+}
+
 /// The namespace init (the first child) of the spawned `unshare` with host PID `unshare`.
 pub fn namespace_root(unshare: u32) -> u32 {
     let wait = cuinterpose_testkit::slack(Duration::from_secs(10));
