@@ -7,8 +7,14 @@ fn send_with_fds(stream: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> std::io::R
     use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
     let iov = [std::io::IoSlice::new(bytes)];
     let rights = [ControlMessage::ScmRights(fds)];
-    sendmsg::<()>(stream.as_raw_fd(), &iov, &rights, MsgFlags::MSG_NOSIGNAL, None)
-        .map_err(std::io::Error::from)
+    sendmsg::<()>(
+        stream.as_raw_fd(),
+        &iov,
+        &rights,
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )
+    .map_err(std::io::Error::from)
 }
 
 /// A pipe: (read end, write end).
