@@ -266,11 +266,19 @@ pub struct TempDir {
     path: std::path::PathBuf,
 }
 
+/// How much of a label names a [`TempDir`]: tests put Unix sockets two levels below it
+/// (`control/cuinterpose-<pid>.sock`, `fakecuda/fakecuda-<pid>.sock`), and a socket's path
+/// must fit `sun_path`'s 108 bytes, so a test named in full would make `bind` fail.
+const LABEL_CHARS: usize = 24;
+
 impl TempDir {
+    /// A directory named after `label` (its first [`LABEL_CHARS`] characters), unique by
+    /// process, count and time.
     pub fn new(label: &str) -> std::io::Result<Self> {
         use std::os::unix::fs::DirBuilderExt;
         use std::sync::atomic::{AtomicUsize, Ordering};
         static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let label: String = label.chars().take(LABEL_CHARS).collect();
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |elapsed| elapsed.subsec_nanos());
