@@ -125,6 +125,8 @@ fn memory_pool_ipc_is_checkpointed_under_the_shim() {
         "test_pool_driver.py::test_pools_of_two_creators_shared_with_one_importer_survive_toggles",
         "test_pool_driver.py::test_an_async_free_waits_for_the_work_queued_before_it",
         "test_pool_driver.py::test_a_current_ipc_pool_serves_alloc_async",
+        "test_pool_driver.py::test_an_imported_pool_takes_its_gpu_by_the_importers_ordinal[no_context]",
+        "test_pool_driver.py::test_an_imported_pool_takes_its_gpu_by_the_importers_ordinal[other_gpu_current]",
         "test_pool_sharing.py::test_pool_buffers_survive_toggles_shared[2]",
         "test_pool_sharing.py::test_pool_buffers_survive_toggles_shared[4]",
     ];

@@ -55,14 +55,31 @@ def open_fds():
     return len(os.listdir("/proc/self/fd"))
 
 
-def run(pipe):
-    context()
-    stream = check(driver.cuStreamCreate(0))
+def run(pipe, context_first=True):
+    """Answers the test's commands. Without `context_first`, only `cuInit` runs until the test
+    says `context` (a pool can then be imported with no context current)."""
+    if context_first:
+        context()
+        stream = check(driver.cuStreamCreate(0))
+    else:
+        check(driver.cuInit(0))
     pools, memory = {}, {}
     while True:
         command, *args = pipe.recv()
         try:
-            if command == "create_pool":
+            if command == "context":
+                (ordinal,) = args
+                ctx = check(driver.cuDevicePrimaryCtxRetain(check(driver.cuDeviceGet(ordinal))))
+                check(driver.cuCtxSetCurrent(ctx))
+                stream = check(driver.cuStreamCreate(0))
+                pipe.send(("current", ordinal))
+            elif command == "pool_access":
+                name, ordinal = args
+                location = driver.CUmemLocation()
+                location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+                location.id = ordinal
+                pipe.send(("access", int(check(driver.cuMemPoolGetAccess(pools[name], location)))))
+            elif command == "create_pool":
                 (name,) = args
                 pools[name] = ipc_pool()
                 fd = export_pool(pools[name])

@@ -36,12 +36,25 @@ def ctx():
 class Peer:
     """A driver_peer process and its pipe."""
 
-    def __init__(self):
+    def __init__(self, visible=None, context_first=True):
+        """`visible`: the peer's CUDA_VISIBLE_DEVICES (the test process's own by default)."""
         context = multiprocessing.get_context("spawn")
         self.pipe, theirs = context.Pipe()
         # Daemonic: a failed test that never says quit must not hang the suite at exit.
-        self.process = context.Process(target=driver_peer.run, args=(theirs,), daemon=True)
-        self.process.start()
+        self.process = context.Process(
+            target=driver_peer.run, args=(theirs, context_first), daemon=True
+        )
+        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible
+        try:
+            # A spawned process starts with the environment of this moment.
+            self.process.start()
+        finally:
+            if saved is None:
+                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = saved
 
     def ask(self, *command):
         self.pipe.send(command)
@@ -270,6 +283,47 @@ def test_a_current_ipc_pool_serves_alloc_async(ctx):
     plain = check(driver.cuMemAllocAsync(MIB, stream))
     assert int(check(driver.cuPointerGetAttribute(attribute, plain))) == int(default)
     check(driver.cuMemFreeAsync(plain, stream))
+    check(driver.cuStreamSynchronize(stream))
+    check(driver.cuMemPoolDestroy(pool))
+    check(driver.cuStreamDestroy(stream))
+
+
+@pytest.mark.parametrize("context_first", [False, True], ids=["no_context", "other_gpu_current"])
+def test_an_imported_pool_takes_its_gpu_by_the_importers_ordinal(ctx, context_first):
+    # The importer sees the machine's GPUs as 1,0: this process's device 0 (machine GPU 0) is
+    # its device 1. It imports the pool with no context current (as cuda-core unpickles one)
+    # or with its device 0 (machine GPU 1) current, then makes its device 1 current and
+    # imports a pointer: the pool's device is the GPU its memory is on, by the importer's own
+    # ordinal, not the creator's ordinal 0 nor the device current at the import.
+    stream = check(driver.cuStreamCreate(0))
+    pool = driver_peer.ipc_pool()
+    importer = Peer(visible="1,0", context_first=context_first)
+    fd = driver_peer.export_pool(pool)
+    importer.send_pool("pool", fd)
+    os.close(fd)
+    assert importer.ask("context", 1) == ("current", 1)
+    address, exported = alloc(pool, MIB, 31, stream)
+    assert importer.ask("import_ptr", "pool", "p", exported, MIB)[:2] == ("mapped", "p")
+    flags = driver.CUmemAccess_flags
+    own, other = int(flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE), int(flags.CU_MEM_ACCESS_FLAGS_PROT_NONE)
+    assert importer.ask("pool_access", "pool", 1) == ("access", own)
+    assert importer.ask("pool_access", "pool", 0) == ("access", other)
+
+    inspection = cuinterpose("inspect")
+    assert inspection["valid"], inspection
+    me, theirs = str(os.getpid()), str(importer.process.pid)
+    gpu0 = {d["ordinal"]: d["uuid"] for d in inspection["participants"][me]["devices"]}[0]
+    imported = [r for r in inspection["participants"][theirs]["records"] if r["kind"] == "pool"]
+    assert [(r["device"], r["device_uuid"]) for r in imported] == [(1, gpu0)], imported
+
+    cuinterpose("toggle", "--pid", str(os.getpid()))
+    assert importer.ask("check", {"p": 31})[1] == {"p": True}
+    assert importer.ask("write", "p", 32) == ("wrote", "p")
+    assert holds(address, 32, MIB)
+    assert importer.ask("pool_access", "pool", 1) == ("access", own)
+    importer.ask("release")
+    importer.finish()
+    check(driver.cuMemFreeAsync(address, stream))
     check(driver.cuStreamSynchronize(stream))
     check(driver.cuMemPoolDestroy(pool))
     check(driver.cuStreamDestroy(stream))

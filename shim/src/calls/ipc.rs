@@ -338,8 +338,9 @@ pub fn ipc_open(bytes: &[u8; 64], flags: u32) -> CuResult<u64> {
         handle.requested_size.get(),
         handle.extent.get(),
         0,
-        device,
+        Some(device),
     )
+    .map(|(address, _)| address)
 }
 
 /// One more open of a region already opened here (an IPC open, or a pool pointer imported
@@ -369,15 +370,17 @@ pub fn reopen(
 
 /// Maps another process's region here: asks its creator for the FD (the allocation id
 /// authorizes it), imports and maps it read-write on `device`, and records it as opened once,
-/// in `pool` (0: an IPC open). Returns the address.
+/// in `pool` (0: an IPC open). `device` `None`: the GPU the memory lives on, by this process's
+/// own ordinal (the imported handle's location; the creator's ordinal may name another GPU
+/// here). Returns the address and the device it was mapped for.
 pub fn open_region(
     d: &Driver,
     reference: AllocationReference,
     requested: u64,
     extent: u64,
     pool: u64,
-    device: i32,
-) -> CuResult<u64> {
+    device: Option<i32>,
+) -> CuResult<(u64, i32)> {
     let token = cache::id_token(&reference.id);
     let (reply, fd) = sharing::request_export(&reference, ResourceKind::Unicast, token)?;
     match reply {
@@ -396,6 +399,7 @@ pub fn open_region(
         let raw = track::import_fd(d, fd.as_fd())?;
         let mut allocation =
             sharing::imported_allocation(d, raw, reference.clone(), extent, token, context)?;
+        let device = device.unwrap_or(allocation.properties.location.id);
         allocation.malloc = Some(MallocInfo {
             requested,
             opens: 1,
@@ -409,7 +413,7 @@ pub fn open_region(
         };
         let (address, peers) = map_region(d, raw, extent, device, &peers)?;
         record_region(r, allocation, address, device, peers)?;
-        Ok(address)
+        Ok((address, device))
     })
 }
 

@@ -345,10 +345,12 @@ pub fn import(fd: BorrowedFd<'_>) -> CuResult<Option<u64>> {
         return Err(CuError::INVALID_HANDLE);
     }
     // The driver imports a pool with no context current (cuda-core unpickles one before it
-    // sets a device); its device is then the one its first imported pointer names.
+    // sets a device), and the pool's GPU need not be the current one: the ticket does not
+    // name it, so the current device is a guess until the first imported pointer's memory
+    // names the GPU.
     let device = match context::current_device(d) {
-        Ok(device) => Some(device),
-        Err(CuError::INVALID_CONTEXT) => None,
+        Ok(device) => device,
+        Err(CuError::INVALID_CONTEXT) => 0,
         Err(e) => return Err(e),
     };
     process::with(|r| {
@@ -369,8 +371,8 @@ pub fn import(fd: BorrowedFd<'_>) -> CuResult<Option<u64>> {
             ticket.handle.creator_pid,
             ticket.capability,
         );
-        pool.device = device.unwrap_or(0);
-        pool.device_unknown = device.is_none();
+        pool.device = device;
+        pool.device_guessed = true;
         pool.imported = true;
         Ok(Some(r.pools.insert(pool)))
     })
@@ -432,37 +434,51 @@ pub fn import_pointer(handle: u64, data: &[u8; 64]) -> CuResult<Option<u64>> {
         id: exported.allocation,
         creator_pid: exported.creator_pid,
     };
-    let existing = process::with(|r| {
+    let (existing, device) = process::with(|r| {
         r.require_active()?;
         let p = pool_mut(r, handle)?;
         if !p.imported || p.id != exported.pool || p.creator_pid != exported.creator_pid {
             // The pointer belongs to another pool.
             return Err(CuError::INVALID_VALUE);
         }
-        if p.device_unknown {
-            p.device = exported.device;
-            p.device_unknown = false;
-        }
-        ipc::reopen(
+        let device = (!p.device_guessed).then_some(p.device);
+        let existing = ipc::reopen(
             r,
             &reference,
             |_, m| m.pool == handle,
             CuError::INVALID_VALUE,
-        )
+        )?;
+        Ok((existing, device))
     })?;
     if let Some(address) = existing {
         return Ok(Some(address));
     }
     let extent = exported.extent.get();
-    let address = ipc::open_region(
+    // An imported pool takes the GPU of its first pointer's memory, by this process's
+    // ordinal: the handle's `device` is the creator's, which may name another GPU here
+    // (another CUDA_VISIBLE_DEVICES).
+    let (address, device) = ipc::open_region(
         d,
         reference,
         exported.requested_size.get(),
         extent,
         handle,
-        exported.device,
+        device,
     )?;
     process::with(|r| {
+        if let Some(p) = r
+            .pools
+            .by_handle
+            .get_mut(&handle)
+            .filter(|p| p.device_guessed)
+        {
+            // Its own GPU keeps read-write access; a grant recorded for it under the guess goes.
+            p.access.retain(|a| {
+                a.location.location_type != LocationType::Device || a.location.id != device
+            });
+            p.device = device;
+            p.device_guessed = false;
+        }
         r.pools.take(handle, exported.requested_size.get(), extent);
         Ok(Some(address))
     })

@@ -36,9 +36,10 @@ pub struct Pool {
     pub capability: CapabilityToken,
     /// The device the pool's memory lives on.
     pub device: i32,
-    /// Imported with no context current: `device` is a guess (0) until the first imported
-    /// pointer names the creator's device.
-    pub device_unknown: bool,
+    /// Imported, no pointer imported yet: `device` is a guess (the device current at the
+    /// import, else 0) until the first imported pointer's memory names its GPU by this
+    /// process's ordinal.
+    pub device_guessed: bool,
     /// `CUmemPoolProps::maxSize` (0: no limit but the device's memory).
     pub max_size: u64,
     /// The reuse flags (attributes 1 to 3) and the release threshold, as last set.
@@ -72,7 +73,7 @@ impl Pool {
             creator_pid,
             capability,
             device: 0,
-            device_unknown: false,
+            device_guessed: false,
             max_size: 0,
             // The driver's defaults: all reuse allowed, nothing kept back.
             reuse: [1, 1, 1],
