@@ -33,6 +33,22 @@ def ctx():
     return driver_peer.context()
 
 
+# Every peer a test started, for `no_peer_outlives_its_test`.
+STARTED = []
+
+
+@pytest.fixture(autouse=True)
+def no_peer_outlives_its_test():
+    # A failed test never says quit to its peers: ended here, they cannot join the next
+    # test's checkpoints as participants it does not expect.
+    yield
+    while STARTED:
+        process = STARTED.pop()
+        if process.is_alive():
+            process.kill()
+            process.join(10)
+
+
 class Peer:
     """A driver_peer process and its pipe."""
 
@@ -50,6 +66,7 @@ class Peer:
         try:
             # A spawned process starts with the environment of this moment.
             self.process.start()
+            STARTED.append(self.process)
         finally:
             if saved is None:
                 os.environ.pop("CUDA_VISIBLE_DEVICES", None)
@@ -77,6 +94,7 @@ class Peer:
         self.process.join(60)
         assert self.process.exitcode == 0
         self.pipe.close()
+        STARTED.remove(self.process)
         self.process.close()
 
 
@@ -297,33 +315,39 @@ def test_an_imported_pool_takes_its_gpu_by_the_importers_ordinal(ctx, context_fi
     # ordinal, not the creator's ordinal 0 nor the device current at the import.
     stream = check(driver.cuStreamCreate(0))
     pool = driver_peer.ipc_pool()
-    importer = Peer(visible="1,0", context_first=context_first)
-    fd = driver_peer.export_pool(pool)
-    importer.send_pool("pool", fd)
-    os.close(fd)
-    assert importer.ask("context", 1) == ("current", 1)
-    address, exported = alloc(pool, MIB, 31, stream)
-    assert importer.ask("import_ptr", "pool", "p", exported, MIB)[:2] == ("mapped", "p")
-    flags = driver.CUmemAccess_flags
-    own, other = int(flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE), int(flags.CU_MEM_ACCESS_FLAGS_PROT_NONE)
-    assert importer.ask("pool_access", "pool", 1) == ("access", own)
-    assert importer.ask("pool_access", "pool", 0) == ("access", other)
+    address = None
+    try:
+        importer = Peer(visible="1,0", context_first=context_first)
+        fd = driver_peer.export_pool(pool)
+        importer.send_pool("pool", fd)
+        os.close(fd)
+        assert importer.ask("context", 1) == ("current", 1)
+        address, exported = alloc(pool, MIB, 31, stream)
+        assert importer.ask("import_ptr", "pool", "p", exported, MIB)[:2] == ("mapped", "p")
+        flags = driver.CUmemAccess_flags
+        own = int(flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+        other = int(flags.CU_MEM_ACCESS_FLAGS_PROT_NONE)
+        assert importer.ask("pool_access", "pool", 1) == ("access", own)
+        assert importer.ask("pool_access", "pool", 0) == ("access", other)
 
-    inspection = cuinterpose("inspect")
-    assert inspection["valid"], inspection
-    me, theirs = str(os.getpid()), str(importer.process.pid)
-    gpu0 = {d["ordinal"]: d["uuid"] for d in inspection["participants"][me]["devices"]}[0]
-    imported = [r for r in inspection["participants"][theirs]["records"] if r["kind"] == "pool"]
-    assert [(r["device"], r["device_uuid"]) for r in imported] == [(1, gpu0)], imported
+        inspection = cuinterpose("inspect")
+        assert inspection["valid"], inspection
+        me, theirs = str(os.getpid()), str(importer.process.pid)
+        gpu0 = {d["ordinal"]: d["uuid"] for d in inspection["participants"][me]["devices"]}[0]
+        imported = [r for r in inspection["participants"][theirs]["records"] if r["kind"] == "pool"]
+        assert [(r["device"], r["device_uuid"]) for r in imported] == [(1, gpu0)], imported
 
-    cuinterpose("toggle", "--pid", str(os.getpid()))
-    assert importer.ask("check", {"p": 31})[1] == {"p": True}
-    assert importer.ask("write", "p", 32) == ("wrote", "p")
-    assert holds(address, 32, MIB)
-    assert importer.ask("pool_access", "pool", 1) == ("access", own)
-    importer.ask("release")
-    importer.finish()
-    check(driver.cuMemFreeAsync(address, stream))
-    check(driver.cuStreamSynchronize(stream))
-    check(driver.cuMemPoolDestroy(pool))
-    check(driver.cuStreamDestroy(stream))
+        cuinterpose("toggle", "--pid", str(os.getpid()))
+        assert importer.ask("check", {"p": 31})[1] == {"p": True}
+        assert importer.ask("write", "p", 32) == ("wrote", "p")
+        assert holds(address, 32, MIB)
+        assert importer.ask("pool_access", "pool", 1) == ("access", own)
+        importer.ask("release")
+        importer.finish()
+    finally:
+        # After a failure too: the creator's pool must not stay shared into the next tests.
+        if address is not None:
+            check(driver.cuMemFreeAsync(address, stream))
+            check(driver.cuStreamSynchronize(stream))
+        check(driver.cuMemPoolDestroy(pool))
+        check(driver.cuStreamDestroy(stream))
