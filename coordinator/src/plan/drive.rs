@@ -46,6 +46,8 @@ pub trait Participants {
 /// Runs `run` to its end through `through`.
 pub fn drive(run: &mut Run, through: &mut dyn Participants) -> Result<Report, RunError> {
     let mut reported = 0;
+    // Settling is announced once, however many rounds it takes (its end is one phase).
+    let mut settle_announced = false;
     loop {
         for phase in &run.phases()[reported..] {
             through.done(phase);
@@ -57,7 +59,12 @@ pub fn drive(run: &mut Run, through: &mut dyn Participants) -> Result<Report, Ru
                 request,
                 participants,
             } => {
-                through.started(stage.name_in(run.kind()), participants.len());
+                if !run.settling() {
+                    settle_announced = false;
+                    through.started(stage.name_in(run.kind()), participants.len());
+                } else if !std::mem::replace(&mut settle_announced, true) {
+                    through.started(Stage::Settle.name(), run.participants().len());
+                }
                 let call = Broadcast {
                     stage,
                     request: &request,

@@ -221,6 +221,13 @@ impl Run {
         &self.topology
     }
 
+    /// Whether the run is waiting for a participant that did not answer a step in time: its
+    /// broadcasts (progress rounds, the step again, confirming inspections) are all one
+    /// `settle` phase.
+    pub fn settling(&self) -> bool {
+        self.settling.is_some()
+    }
+
     /// Phases completed so far.
     pub fn phases(&self) -> &[PhaseReport] {
         &self.phases

@@ -28,6 +28,8 @@ struct Fated<'a, F> {
     fate: &'a mut F,
     stages: Vec<Stage>,
     rounds: usize,
+    /// The phases announced as started, in order.
+    started: Vec<&'static str>,
 }
 
 impl<F: FnMut(Stage, u32, usize) -> Fate> Participants for Fated<'_, F> {
@@ -61,6 +63,10 @@ impl<F: FnMut(Stage, u32, usize) -> Fate> Participants for Fated<'_, F> {
     fn declare_fail_stop(&mut self, pids: &[NamespacePid], _: &str) -> Vec<NamespacePid> {
         pids.to_vec()
     }
+
+    fn started(&mut self, phase: &'static str, _: usize) {
+        self.started.push(phase);
+    }
 }
 
 /// Captures the shared topology (101 creates, 102 and 103 import) through the one loop,
@@ -81,6 +87,7 @@ fn check_with(
         fate: &mut fate,
         stages: Vec::new(),
         rounds: 0,
+        started: Vec::new(),
     };
     // The outcome is the run's final step, which the tests inspect.
     let _ = crate::plan::drive(run, &mut fated);
@@ -155,6 +162,38 @@ fn a_participant_still_saved_gets_prepare_unicast_again() {
     assert_eq!(stages, expected);
     assert!(failed(&run).settled, "{}", failed(&run));
     assert!(fakes.values().all(|f| f.phase == Phase::Released));
+}
+
+/// Settling is one phase, announced once: its progress rounds and the step sent again in it
+/// start nothing more.
+#[test]
+fn settling_is_announced_once() {
+    let mut run = Run::capture((101..104).map(pid));
+    let mut fate = |stage, p, rounds| match (stage, p, rounds) {
+        // Never arrived, and 102 silent for the first round: two rounds, the step again, a
+        // third round.
+        (PREPARE_UNICAST | Stage::Settle, 102, 0) => Fate::Unheard,
+        _ => Fate::Answers,
+    };
+    let mut fated = Fated {
+        fakes: fake_participants(&shared_topology(101)),
+        fate: &mut fate,
+        stages: Vec::new(),
+        rounds: 0,
+        started: Vec::new(),
+    };
+    let _ = crate::plan::drive(&mut run, &mut fated);
+    let mut expected = until_prepare_unicast();
+    expected.extend([Stage::Settle, Stage::Settle, PREPARE_UNICAST, Stage::Settle]);
+    assert_eq!(fated.stages, expected);
+    let mut announced: Vec<&str> = until_prepare_unicast()
+        .iter()
+        .map(|stage| stage.name_in(RunKind::Capture))
+        .collect();
+    announced.push("settle");
+    assert_eq!(fated.started, announced);
+    assert!(failed(&run).settled, "{}", failed(&run));
+    assert_eq!(run.phases().last().map(|p| p.name.as_str()), Some("settle"));
 }
 
 /// Sent again while its first `prepare_unicast` still runs, it refuses the second as out of
