@@ -55,9 +55,12 @@ def open_fds():
     return len(os.listdir("/proc/self/fd"))
 
 
-def run(pipe, context_first=True):
+def run(pipe, context_first=True, visible=None):
     """Answers the test's commands. Without `context_first`, only `cuInit` runs until the test
-    says `context` (a pool can then be imported with no context current)."""
+    says `context` (a pool can then be imported with no context current). `visible`: this
+    process's CUDA_VISIBLE_DEVICES, set before the driver reads it at `cuInit`."""
+    if visible is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
     if context_first:
         context()
         stream = check(driver.cuStreamCreate(0))

@@ -58,20 +58,10 @@ class Peer:
         self.pipe, theirs = context.Pipe()
         # Daemonic: a failed test that never says quit must not hang the suite at exit.
         self.process = context.Process(
-            target=driver_peer.run, args=(theirs, context_first), daemon=True
+            target=driver_peer.run, args=(theirs, context_first, visible), daemon=True
         )
-        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if visible is not None:
-            os.environ["CUDA_VISIBLE_DEVICES"] = visible
-        try:
-            # A spawned process starts with the environment of this moment.
-            self.process.start()
-            STARTED.append(self.process)
-        finally:
-            if saved is None:
-                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-            else:
-                os.environ["CUDA_VISIBLE_DEVICES"] = saved
+        self.process.start()
+        STARTED.append(self.process)
 
     def ask(self, *command):
         self.pipe.send(command)

@@ -46,8 +46,8 @@ pub trait Participants {
 /// Runs `run` to its end through `through`.
 pub fn drive(run: &mut Run, through: &mut dyn Participants) -> Result<Report, RunError> {
     let mut reported = 0;
-    // Settling is announced once, however many rounds it takes (its end is one phase).
-    let mut settle_announced = false;
+    // Settling is announced once, however many broadcasts it takes (its end is one phase).
+    let mut was_settling = false;
     loop {
         for phase in &run.phases()[reported..] {
             through.done(phase);
@@ -59,12 +59,13 @@ pub fn drive(run: &mut Run, through: &mut dyn Participants) -> Result<Report, Ru
                 request,
                 participants,
             } => {
-                if !run.settling() {
-                    settle_announced = false;
+                let settling = run.settling();
+                if !settling {
                     through.started(stage.name_in(run.kind()), participants.len());
-                } else if !std::mem::replace(&mut settle_announced, true) {
+                } else if !was_settling {
                     through.started(Stage::Settle.name(), run.participants().len());
                 }
+                was_settling = settling;
                 let call = Broadcast {
                     stage,
                     request: &request,

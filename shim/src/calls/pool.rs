@@ -137,9 +137,8 @@ pub fn set_access(handle: u64, grants: &[RawAccessDesc]) -> CuResult<()> {
     process::with(|r| {
         r.require_active()?;
         let p = pool_mut(r, handle)?;
-        let device = p.device;
         for g in &grants {
-            let own = g.location.location_type == LocationType::Device && g.location.id == device;
+            let own = p.is_own(&g.location);
             if g.location.location_type != LocationType::Device
                 || (own && g.flags != AccessFlags::ProtReadWrite)
             {
@@ -149,7 +148,7 @@ pub fn set_access(handle: u64, grants: &[RawAccessDesc]) -> CuResult<()> {
         }
         let others: Vec<_> = grants
             .iter()
-            .filter(|g| g.location.id != device)
+            .filter(|g| !p.is_own(&g.location))
             .cloned()
             .collect();
         p.access = convert::merge_access(&p.access, &others);
@@ -170,7 +169,7 @@ pub fn get_access(handle: u64, location: RawLocation) -> CuResult<u32> {
     let location = convert::location(location)?;
     process::with(|r| {
         let p = pool_mut(r, handle)?;
-        if location.location_type == LocationType::Device && location.id == p.device {
+        if p.is_own(&location) {
             return Ok(consts::ACCESS_READWRITE);
         }
         Ok(p.access
@@ -441,7 +440,7 @@ pub fn import_pointer(handle: u64, data: &[u8; 64]) -> CuResult<Option<u64>> {
             // The pointer belongs to another pool.
             return Err(CuError::INVALID_VALUE);
         }
-        let device = (!p.device_guessed).then_some(p.device);
+        let device = p.known_device();
         let existing = ipc::reopen(
             r,
             &reference,
@@ -466,18 +465,8 @@ pub fn import_pointer(handle: u64, data: &[u8; 64]) -> CuResult<Option<u64>> {
         device,
     )?;
     process::with(|r| {
-        if let Some(p) = r
-            .pools
-            .by_handle
-            .get_mut(&handle)
-            .filter(|p| p.device_guessed)
-        {
-            // Its own GPU keeps read-write access; a grant recorded for it under the guess goes.
-            p.access.retain(|a| {
-                a.location.location_type != LocationType::Device || a.location.id != device
-            });
-            p.device = device;
-            p.device_guessed = false;
+        if let Some(p) = r.pools.by_handle.get_mut(&handle) {
+            p.learn_device(device);
         }
         r.pools.take(handle, exported.requested_size.get(), extent);
         Ok(Some(address))

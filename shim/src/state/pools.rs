@@ -4,7 +4,9 @@
 //! apart and rebuilds. Their handles carry [`POOL_TAG`] in the top 16 bits, which no driver
 //! pool handle (a host pointer) has.
 
-use cuinterpose_protocol::{AccessDescriptor, AllocationId, CapabilityToken, NamespacePid};
+use cuinterpose_protocol::{
+    AccessDescriptor, AllocationId, CapabilityToken, Location, LocationType, NamespacePid,
+};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Set by the first adapter pool (created or imported): until then the pool entry points that
@@ -88,6 +90,29 @@ impl Pool {
             handles: 1,
             destroyed: false,
         }
+    }
+
+    /// Whether `location` is the pool's own device, which always keeps read-write access.
+    pub fn is_own(&self, location: &Location) -> bool {
+        location.location_type == LocationType::Device && location.id == self.device
+    }
+
+    /// The pool's device unless it is still a guess.
+    pub fn known_device(&self) -> Option<i32> {
+        (!self.device_guessed).then_some(self.device)
+    }
+
+    /// An imported pointer's memory is on `device` (this process's ordinal): it replaces a
+    /// guessed device, and a grant recorded for that GPU under the guess goes.
+    pub fn learn_device(&mut self, device: i32) {
+        if !self.device_guessed {
+            return;
+        }
+        self.device = device;
+        self.device_guessed = false;
+        let mut access = std::mem::take(&mut self.access);
+        access.retain(|a| !self.is_own(&a.location));
+        self.access = access;
     }
 }
 

@@ -23,16 +23,16 @@ enum Fate {
 }
 
 /// Fake participants whose requests meet the fate `fate` gives them.
-struct Fated<'a, F> {
+struct Fated<F> {
     fakes: Fakes,
-    fate: &'a mut F,
+    fate: F,
     stages: Vec<Stage>,
     rounds: usize,
     /// The phases announced as started, in order.
     started: Vec<&'static str>,
 }
 
-impl<F: FnMut(Stage, u32, usize) -> Fate> Participants for Fated<'_, F> {
+impl<F: FnMut(Stage, u32, usize) -> Fate> Participants for Fated<F> {
     fn broadcast(&mut self, _: &Run, call: Broadcast<'_>) -> Broadcasted {
         self.stages.push(call.stage);
         let mut outcomes = BTreeMap::new();
@@ -80,18 +80,29 @@ fn check(run: &mut Run, fate: impl FnMut(Stage, u32, usize) -> Fate) -> (Vec<Sta
 fn check_with(
     run: &mut Run,
     fakes: Fakes,
-    mut fate: impl FnMut(Stage, u32, usize) -> Fate,
+    fate: impl FnMut(Stage, u32, usize) -> Fate,
 ) -> (Vec<Stage>, Fakes) {
+    let fated = drive_fated(run, fakes, fate);
+    (fated.stages, fated.fakes)
+}
+
+/// Runs `run` through the one loop over `fakes`, `fate` deciding each request's fate; the
+/// fakes afterwards, with what they were sent and what was announced.
+fn drive_fated<F: FnMut(Stage, u32, usize) -> Fate>(
+    run: &mut Run,
+    fakes: Fakes,
+    fate: F,
+) -> Fated<F> {
     let mut fated = Fated {
         fakes,
-        fate: &mut fate,
+        fate,
         stages: Vec::new(),
         rounds: 0,
         started: Vec::new(),
     };
     // The outcome is the run's final step, which the tests inspect.
     let _ = crate::plan::drive(run, &mut fated);
-    (fated.stages, fated.fakes)
+    fated
 }
 
 fn failed(run: &Run) -> &RunError {
@@ -169,20 +180,15 @@ fn a_participant_still_saved_gets_prepare_unicast_again() {
 #[test]
 fn settling_is_announced_once() {
     let mut run = Run::capture((101..104).map(pid));
-    let mut fate = |stage, p, rounds| match (stage, p, rounds) {
-        // Never arrived, and 102 silent for the first round: two rounds, the step again, a
-        // third round.
-        (PREPARE_UNICAST | Stage::Settle, 102, 0) => Fate::Unheard,
-        _ => Fate::Answers,
-    };
-    let mut fated = Fated {
-        fakes: fake_participants(&shared_topology(101)),
-        fate: &mut fate,
-        stages: Vec::new(),
-        rounds: 0,
-        started: Vec::new(),
-    };
-    let _ = crate::plan::drive(&mut run, &mut fated);
+    let fakes = fake_participants(&shared_topology(101));
+    let fated = drive_fated(&mut run, fakes, |stage, p, rounds| {
+        match (stage, p, rounds) {
+            // Never arrived, and 102 silent for the first round: two rounds, the step again, a
+            // third round.
+            (PREPARE_UNICAST | Stage::Settle, 102, 0) => Fate::Unheard,
+            _ => Fate::Answers,
+        }
+    });
     let mut expected = until_prepare_unicast();
     expected.extend([Stage::Settle, Stage::Settle, PREPARE_UNICAST, Stage::Settle]);
     assert_eq!(fated.stages, expected);
