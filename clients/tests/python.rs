@@ -127,6 +127,7 @@ fn memory_pool_ipc_is_checkpointed_under_the_shim() {
         "test_pool_driver.py::test_a_current_ipc_pool_serves_alloc_async",
         "test_pool_driver.py::test_an_imported_pool_takes_its_gpu_by_the_importers_ordinal[no_context]",
         "test_pool_driver.py::test_an_imported_pool_takes_its_gpu_by_the_importers_ordinal[other_gpu_current]",
+        "test_pool_driver.py::test_a_pointer_imported_after_set_access_gets_the_pools_access",
         "test_pool_sharing.py::test_pool_buffers_survive_toggles_shared[2]",
         "test_pool_sharing.py::test_pool_buffers_survive_toggles_shared[4]",
     ];

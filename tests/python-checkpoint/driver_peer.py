@@ -82,6 +82,14 @@ def run(pipe, context_first=True, visible=None):
                 location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
                 location.id = ordinal
                 pipe.send(("access", int(check(driver.cuMemPoolGetAccess(pools[name], location)))))
+            elif command == "set_access":
+                name, ordinal, flags = args
+                grant = driver.CUmemAccessDesc()
+                grant.location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+                grant.location.id = ordinal
+                grant.flags = driver.CUmemAccess_flags(flags)
+                check(driver.cuMemPoolSetAccess(pools[name], [grant], 1))
+                pipe.send(("granted", name))
             elif command == "create_pool":
                 (name,) = args
                 pools[name] = ipc_pool()

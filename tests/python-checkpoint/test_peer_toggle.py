@@ -41,9 +41,10 @@ def write(dptr, value):
     check(cu.cuMemcpyHtoD(dptr, data.ctypes.data, SIZE))
 
 
-def device_grants(inspection, address):
-    """The devices the shim's record of the mapping at `address` grants."""
-    me = inspection["participants"][str(os.getpid())]
+def device_grants(inspection, address, pid=None):
+    """The devices the shim's record of the mapping at `address` in process `pid` (this one by
+    default) grants."""
+    me = inspection["participants"][str(pid or os.getpid())]
     for record in me["records"]:
         if record["kind"] == "mapping" and int(record["address"], 16) == address:
             return sorted(a["location"]["id"] for a in record["access"])

@@ -4,6 +4,7 @@ toggles, pool attributes kept, bad pointer imports refused, stream order kept by
 and no descriptor, pool or allocation left behind. Run by `clients/tests/python.rs` with the
 shim preloaded (see test_pool_sharing.py)."""
 
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -15,6 +16,7 @@ from cuda.bindings import driver
 
 import driver_peer
 from driver_peer import check, holds
+from test_peer_toggle import device_grants
 from test_pool_sharing import cuinterpose
 
 MIB = 1 << 20
@@ -93,6 +95,24 @@ def alloc(pool, size, value, stream):
     check(driver.cuMemsetD8Async(address, value, size, stream))
     check(driver.cuStreamSynchronize(stream))
     return int(address), driver_peer.export_bytes(check(driver.cuMemPoolExportPointer(address)))
+
+
+@contextlib.contextmanager
+def creator_pool():
+    """A fresh IPC pool of this process, a stream, and the list of allocations to free: on the
+    way out (after a failure too, so the pool does not stay shared into the next tests) they
+    are freed and the pool and the stream destroyed."""
+    stream = check(driver.cuStreamCreate(0))
+    pool = driver_peer.ipc_pool()
+    allocated = []
+    try:
+        yield pool, stream, allocated
+    finally:
+        for address in allocated:
+            check(driver.cuMemFreeAsync(address, stream))
+        check(driver.cuStreamSynchronize(stream))
+        check(driver.cuMemPoolDestroy(pool))
+        check(driver.cuStreamDestroy(stream))
 
 
 def fd_targets():
@@ -303,16 +323,14 @@ def test_an_imported_pool_takes_its_gpu_by_the_importers_ordinal(ctx, context_fi
     # or with its device 0 (machine GPU 1) current, then makes its device 1 current and
     # imports a pointer: the pool's device is the GPU its memory is on, by the importer's own
     # ordinal, not the creator's ordinal 0 nor the device current at the import.
-    stream = check(driver.cuStreamCreate(0))
-    pool = driver_peer.ipc_pool()
-    address = None
-    try:
+    with creator_pool() as (pool, stream, allocated):
         importer = Peer(visible="1,0", context_first=context_first)
         fd = driver_peer.export_pool(pool)
         importer.send_pool("pool", fd)
         os.close(fd)
         assert importer.ask("context", 1) == ("current", 1)
         address, exported = alloc(pool, MIB, 31, stream)
+        allocated.append(address)
         assert importer.ask("import_ptr", "pool", "p", exported, MIB)[:2] == ("mapped", "p")
         flags = driver.CUmemAccess_flags
         own = int(flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
@@ -334,10 +352,30 @@ def test_an_imported_pool_takes_its_gpu_by_the_importers_ordinal(ctx, context_fi
         assert importer.ask("pool_access", "pool", 1) == ("access", own)
         importer.ask("release")
         importer.finish()
-    finally:
-        # After a failure too: the creator's pool must not stay shared into the next tests.
-        if address is not None:
-            check(driver.cuMemFreeAsync(address, stream))
-            check(driver.cuStreamSynchronize(stream))
-        check(driver.cuMemPoolDestroy(pool))
-        check(driver.cuStreamDestroy(stream))
+
+
+def test_a_pointer_imported_after_set_access_gets_the_pools_access(ctx):
+    # cuMemPoolSetAccess covers the pool's allocations to come: in an importer, the pointers it
+    # imports later are granted too, and the grant is kept across a toggle.
+    with creator_pool() as (pool, stream, allocated):
+        importer = Peer()
+        fd = driver_peer.export_pool(pool)
+        importer.send_pool("pool", fd)
+        os.close(fd)
+        read = int(driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READ)
+        assert importer.ask("set_access", "pool", 1, read) == ("granted", "pool")
+        address, exported = alloc(pool, MIB, 41, stream)
+        allocated.append(address)
+        reply = importer.ask("import_ptr", "pool", "p", exported, MIB)
+        assert reply[:2] == ("mapped", "p"), reply
+        pid = importer.process.pid
+        for when in ("before", "after"):
+            inspection = cuinterpose("inspect")
+            assert device_grants(inspection, reply[2], pid) == [0, 1], (when, inspection)
+            # The creator's own grants are its own: none here.
+            assert device_grants(inspection, address) == [0], when
+            if when == "before":
+                cuinterpose("toggle", "--pid", str(os.getpid()))
+        assert importer.ask("check", {"p": 41})[1] == {"p": True}
+        importer.ask("release")
+        importer.finish()

@@ -14,7 +14,7 @@
 use super::ipc;
 use super::sharing;
 use super::track::{new_capability, new_id};
-use crate::driver::{context, driver};
+use crate::driver::{Driver, context, driver};
 use crate::log;
 use crate::state::cache;
 use crate::state::pools::{self, Pool, is_adapter_pool};
@@ -207,22 +207,40 @@ pub fn alloc(handle: u64, size: u64) -> CuResult<u64> {
             // Only the creator allocates; importers map exported pointers.
             return Err(CuError::INVALID_VALUE);
         }
-        let (device, access) = (p.device, p.access.clone());
+        let device = p.device;
         let limit = match p.max_size {
             0 => u64::MAX,
             max => max.saturating_sub(p.charged),
         };
         let (address, extent) = ipc::create_region(d, r, size, device, handle, limit)?;
         r.pools.take(handle, size, extent);
-        if !access.is_empty() {
-            let raw: Vec<RawAccessDesc> = access.iter().map(convert::raw_access).collect();
-            d.mem_set_access(address, extent as usize, &raw)?;
-            if let Some(m) = r.mappings.get_mut(&address) {
-                m.access = convert::merge_access(&m.access, &access);
-            }
-        }
+        grant_pool_access(d, r, handle, address)?;
         Ok(address)
     })
+}
+
+/// Gives pool `handle`'s new region at `address` the access the pool grants other devices
+/// (`cuMemPoolSetAccess` covers the allocations to come), and records it. When the driver
+/// refuses, the region goes again: nothing stays mapped for a call that failed.
+fn grant_pool_access(d: &Driver, r: &mut Registry, handle: u64, address: u64) -> CuResult<()> {
+    // A pool destroyed meanwhile stays recorded while it has regions.
+    let Some(access) = r.pools.by_handle.get(&handle).map(|p| p.access.clone()) else {
+        return Ok(());
+    };
+    let Some(mapping) = r.mappings.get_mut(&address) else {
+        return Err(CuError::UNKNOWN);
+    };
+    if access.is_empty() {
+        return Ok(());
+    }
+    let (id, size) = (mapping.id, mapping.size);
+    let raw: Vec<RawAccessDesc> = access.iter().map(convert::raw_access).collect();
+    if let Err(e) = d.mem_set_access(address, size as usize, &raw) {
+        let _ = ipc::drop_region(d, r, id, address);
+        return Err(e);
+    }
+    mapping.access = convert::merge_access(&mapping.access, &access);
+    Ok(())
 }
 
 /// `cuMemAllocAsync`: from the device's current pool when that is an adapter pool (`None`:
@@ -469,6 +487,7 @@ pub fn import_pointer(handle: u64, data: &[u8; 64]) -> CuResult<Option<u64>> {
             p.learn_device(device);
         }
         r.pools.take(handle, exported.requested_size.get(), extent);
+        grant_pool_access(d, r, handle, address)?;
         Ok(Some(address))
     })
 }
