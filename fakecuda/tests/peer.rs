@@ -140,7 +140,9 @@ fn copies_need_their_devices_access_and_peer_access_grants_it() {
     // Stream work is the work of the stream's context.
     let mut s = 0;
     ok(cu.cuStreamCreate(&mut s, 0));
-    ok(cu.cuMemcpyHtoDAsync_v2(p0, pattern(3, N).as_ptr().cast(), N, s));
+    // The source outlives the synchronize: an async copy reads it when the stream runs.
+    let source = pattern(3, N);
+    ok(cu.cuMemcpyHtoDAsync_v2(p0, source.as_ptr().cast(), N, s));
     ok(cu.cuStreamSynchronize(s));
     assert_eq!(cu.read(p0, N), pattern(3, N));
 
