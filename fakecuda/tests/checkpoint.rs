@@ -13,8 +13,9 @@ use cuinterpose_abi::consts::{
 const VMM_SIZE: usize = 2 * GRAN;
 const CLASSIC_SIZE: usize = 3 << 20;
 
-#[test]
-fn child_role_dispatch() {
+/// The roles this binary's children run (before the test harness starts: see `run_role`).
+#[ctor::ctor(unsafe)]
+fn child_roles() {
     run_role(&[
         ("target", || target(None)),
         ("target-exported", || target(Some("exported"))),

@@ -6,38 +6,39 @@
 mod support;
 use support::*;
 
-#[test]
-fn child_role_dispatch() {
-    let Some(role) = child_role() else { return };
+/// The roles this binary's children run (before the test harness starts: see `run_role`).
+#[ctor::ctor(unsafe)]
+fn child_roles() {
+    run_role(&[("init", init), ("granularity", granularity), ("copy", copy)]);
+}
+
+fn init() {
+    say("INIT", cuda().cuInit(0));
+}
+
+fn granularity() {
     let cu = cuda();
-    match role.as_str() {
-        "init" => {
-            say("INIT", cu.cuInit(0));
-        }
-        "granularity" => {
-            cu.setup(0);
-            let mut g = 0usize;
-            ok(cu.cuMemGetAllocationGranularity(&mut g, &AllocProp::device(0, POSIX_FD), 0));
-            let mut h = 0;
-            let half = cu.cuMemCreate(&mut h, g / 2, &AllocProp::device(0, POSIX_FD), 0);
-            let p = cu.map_rw(cu.create(g, 0, POSIX_FD), g, 0);
-            cu.write(p, &pattern(3, g));
-            let same = cu.read(p, g) == pattern(3, g);
-            say("GRANULARITY", format!("{g} {half} {}", u8::from(same)));
-        }
-        "copy" => {
-            cu.setup(0);
-            // Large enough to be split, and not a multiple of the parts.
-            let size = 24 << 20;
-            let p = cu.map_rw(cu.create(size, 0, POSIX_FD), size, 0);
-            let bytes = pattern(9, size - 12345);
-            cu.write(p + 12345, &bytes);
-            let same = cu.read(p + 12345, bytes.len()) == bytes;
-            say("COPY", u8::from(same));
-        }
-        other => panic!("unknown role {other}"),
-    }
-    std::process::exit(0);
+    cu.setup(0);
+    let mut g = 0usize;
+    ok(cu.cuMemGetAllocationGranularity(&mut g, &AllocProp::device(0, POSIX_FD), 0));
+    let mut h = 0;
+    let half = cu.cuMemCreate(&mut h, g / 2, &AllocProp::device(0, POSIX_FD), 0);
+    let p = cu.map_rw(cu.create(g, 0, POSIX_FD), g, 0);
+    cu.write(p, &pattern(3, g));
+    let same = cu.read(p, g) == pattern(3, g);
+    say("GRANULARITY", format!("{g} {half} {}", u8::from(same)));
+}
+
+fn copy() {
+    let cu = cuda();
+    cu.setup(0);
+    // Large enough to be split, and not a multiple of the parts.
+    let size = 24 << 20;
+    let p = cu.map_rw(cu.create(size, 0, POSIX_FD), size, 0);
+    let bytes = pattern(9, size - 12345);
+    cu.write(p + 12345, &bytes);
+    let same = cu.read(p + 12345, bytes.len()) == bytes;
+    say("COPY", u8::from(same));
 }
 
 /// What a child in `role` with `env` says on its `tag` line.

@@ -4,8 +4,9 @@
 mod support;
 use support::*;
 
-#[test]
-fn child_role_dispatch() {
+/// The roles this binary's children run (before the test harness starts: see `run_role`).
+#[ctor::ctor(unsafe)]
+fn child_roles() {
     run_role(&[("opener", opener)]);
 }
 

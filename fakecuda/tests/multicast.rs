@@ -7,8 +7,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use support::*;
 
-#[test]
-fn child_role_dispatch() {
+/// The roles this binary's children run (before the test harness starts: see `run_role`).
+#[ctor::ctor(unsafe)]
+fn child_roles() {
     run_role(&[("member", member), ("waiting-binder", waiting_binder)]);
 }
 

@@ -10,15 +10,19 @@ const NOT_ENABLED: u32 = 705;
 const UNSUPPORTED: u32 = 217;
 const N: usize = 4096;
 
-#[test]
-fn child_role_dispatch() {
-    let Some(role) = child_role() else { return };
-    assert_eq!(role, "peers", "unknown role");
+/// The roles this binary's children run (before the test harness starts: see `run_role`).
+#[ctor::ctor(unsafe)]
+fn child_roles() {
+    run_role(&[("peers", peers)]);
+}
+
+/// Child: the peer-access matrix and what enabling peer access says.
+fn peers() {
     let cu = cuda();
     let init = cu.cuInit(0);
     if init != SUCCESS {
         say("PEERS", format!("init {init}"));
-        std::process::exit(0);
+        return;
     }
     let mut count = 0;
     ok(cu.cuDeviceGetCount(&mut count));
@@ -42,7 +46,6 @@ fn child_role_dispatch() {
         format!("{} {}", matrix.join("/"), cu.cuCtxEnablePeerAccess(c1, 0)),
     );
     let _ = c0;
-    std::process::exit(0);
 }
 
 /// What a child on `devices` with `FAKECUDA_PEERS=peers` reports: the capability matrix and

@@ -8,8 +8,9 @@ use std::ffi::c_void;
 use std::os::fd::{FromRawFd, OwnedFd};
 use support::*;
 
-#[test]
-fn child_role_dispatch() {
+/// The roles this binary's children run (before the test harness starts: see `run_role`).
+#[ctor::ctor(unsafe)]
+fn child_roles() {
     run_role(&[("pool-importer", pool_importer)]);
 }
 

@@ -11,12 +11,10 @@ const MACHINE: &str = "H200,H200,A100,H200";
 const VISIBLE: &str = "1,3";
 const SIZE: usize = 2 * GRAN;
 
-#[test]
-fn child_role_dispatch() {
-    let Some(role) = child_role() else { return };
-    assert_eq!(role, "remap-target", "unknown role");
-    target();
-    std::process::exit(0);
+/// The roles this binary's children run (before the test harness starts: see `run_role`).
+#[ctor::ctor(unsafe)]
+fn child_roles() {
+    run_role(&[("remap-target", target)]);
 }
 
 /// Child: an allocation with known bytes on each of its two ordinals, then commands.

@@ -11,6 +11,9 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 pub mod fixtures;
+pub mod skip;
+
+pub use skip::unavailable;
 
 /// `target/<profile>/` of the running executable: the directory above `deps/` (or
 /// `examples/`) for test and example executables, the executable's own directory otherwise.
@@ -133,16 +136,6 @@ pub fn stand_in_runtime(legacy: bool) -> &'static Path {
         cc(&source, &out, &args);
         out
     })
-}
-
-/// Test `test` cannot run here, because `why`: a failure under `CI=true` (CI installs and
-/// allows everything the tests need), else a loud SKIPPED line. The one way a test skips.
-pub fn unavailable(test: &str, why: &str) {
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{test} cannot run under CI: {why}"
-    );
-    eprintln!("\n*** SKIPPED {test}: {why} ***\n");
 }
 
 /// The names of the entries of `dir`, sorted.

@@ -25,20 +25,30 @@ pub fn run<C: Borrow<T>, T: ?Sized>(tests: &[Test<T>], mut setup: impl FnMut() -
         .filter(|arg| !arg.starts_with('-'))
         .collect();
     let mut context = None;
-    let mut passed = 0;
+    let (mut passed, mut skipped) = (0, 0);
     for &(name, test) in tests {
         if !filters.is_empty() && !filters.iter().any(|filter| name.contains(filter.as_str())) {
             continue;
         }
-        passed += 1;
         println!("test {name} ...");
         let started = Instant::now();
         let shared: &C = context.get_or_insert_with(&mut setup);
+        cuinterpose_testkit::skip::take_skips();
         test(shared.borrow());
-        println!("test {name} ... ok ({:.1?})", started.elapsed());
+        // A test that called `unavailable` (skips allowed) did not run: never an `ok`.
+        let skips = cuinterpose_testkit::skip::take_skips();
+        if skips.is_empty() {
+            passed += 1;
+            println!("test {name} ... ok ({:.1?})", started.elapsed());
+        } else {
+            skipped += 1;
+            for (what, why) in skips {
+                println!("test {name} ... SKIPPED ({what}: {why})");
+            }
+        }
     }
     println!(
-        "test result: ok. {passed} passed; {} filtered out",
-        tests.len() - passed
+        "test result: ok. {passed} passed; {skipped} skipped; {} filtered out",
+        tests.len() - passed - skipped
     );
 }

@@ -349,18 +349,11 @@ pub fn check_fds_at_most(limit: usize, what: &str) {
 /// A command re-executing this test binary in `role` (dispatched by `child_main`).
 pub fn role_command(role: &str) -> Command {
     let mut c = Command::new(std::env::current_exe().expect("current_exe"));
-    c.args([
-        "child_role_dispatch",
-        "--exact",
-        "--nocapture",
-        "--test-threads=1",
-        "-q",
-    ])
-    .env("FAKECUDA_TEST_ROLE", role)
-    .env("FAKECUDA_TEST_LIB", lib_path())
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::inherit());
+    c.env("FAKECUDA_TEST_ROLE", role)
+        .env("FAKECUDA_TEST_LIB", lib_path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
     c
 }
 
@@ -369,16 +362,27 @@ pub fn child_role() -> Option<String> {
     std::env::var("FAKECUDA_TEST_ROLE").ok()
 }
 
-/// The body of each test binary's `child_role_dispatch` test: in a child started for one of
-/// `roles` (by [`role_command`]), runs it and exits; in the test run itself, returns.
+/// The body of each test binary's `child_roles` constructor. In a child started for one of
+/// `roles` (by [`role_command`]) it runs that role and exits (101 when the role panicked,
+/// after the panic message) before the test harness starts, so the roles are no test
+/// functions: a test binary run on its own runs only tests. In the test run itself it returns.
+///
+/// Life before `main`: glibc is initialized; std's runtime is not, and the roles need none of
+/// it (they read the environment and stdin, print to stdout, spawn threads, and leave through
+/// `process::exit`, which flushes stdout).
 pub fn run_role(roles: &[(&str, fn())]) {
     let Some(role) = child_role() else { return };
-    let (_, run) = roles
-        .iter()
-        .find(|(name, _)| *name == role)
-        .unwrap_or_else(|| panic!("unknown role {role}"));
-    run();
-    std::process::exit(0);
+    let code = match roles.iter().find(|(name, _)| *name == role) {
+        Some((_, run)) => match std::panic::catch_unwind(run) {
+            Ok(()) => 0,
+            Err(_) => 101,
+        },
+        None => {
+            eprintln!("unknown role {role}");
+            101
+        }
+    };
+    std::process::exit(code);
 }
 
 /// Line-oriented conversation with a child over its stdin/stdout.

@@ -7,18 +7,15 @@ use std::ffi::c_void;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use support::*;
 
-/// Entry point of child processes (a no-op in the normal test run).
-#[test]
-fn child_role_dispatch() {
-    let Some(role) = child_role() else { return };
-    match role.as_str() {
-        "importer" => importer(),
-        "touch-without-access" => touch(None),
-        "write-read-only" => touch(Some(1)),
-        "uninitialised" => uninitialised(),
-        other => panic!("unknown role {other}"),
-    }
-    std::process::exit(0);
+/// The roles this binary's children run (before the test harness starts: see `run_role`).
+#[ctor::ctor(unsafe)]
+fn child_roles() {
+    run_role(&[
+        ("importer", importer),
+        ("touch-without-access", || touch(None)),
+        ("write-read-only", || touch(Some(1))),
+        ("uninitialised", uninitialised),
+    ]);
 }
 
 fn recv_fd(sock: RawFd) -> OwnedFd {

@@ -40,44 +40,57 @@ impl tracing::Subscriber for Capture {
 const NOBODY: u32 = 65534;
 
 #[test]
-fn foreign_uid_is_refused_and_logged() {
+fn the_own_uid_and_root_are_allowed_and_others_are_not() {
+    assert!(transport::peer_allowed(1000, 1000));
+    assert!(transport::peer_allowed(1000, 0));
+    assert!(!transport::peer_allowed(1000, 1001));
+    assert!(!transport::peer_allowed(0, NOBODY));
+}
+
+#[test]
+fn a_peer_of_the_own_uid_is_accepted() {
     check(|| {
-        assert!(transport::peer_allowed(1000, 1000));
-        assert!(transport::peer_allowed(1000, 0));
-        assert!(!transport::peer_allowed(1000, 1001));
-        assert!(!transport::peer_allowed(0, NOBODY));
+        let dir = Scratch::new("own-uid");
+        let listener = Listener::bind(dir.path(), pid(4647)).expect("bind");
+        let path = listener.endpoint().path().to_path_buf();
+        let mut command = Command::new(PEER_EXE);
+        command.args(["call", path.to_str().expect("utf-8"), "inspect", "5000"]);
+        let peer = PeerProcess::start(command);
+        let mut connection = listener.accept().expect("own uid accepted");
+        let _ = connection.read_request().expect("request");
+        drop(connection);
+        peer.finish();
+    });
+}
+
+#[test]
+fn foreign_uid_is_refused_and_logged() {
+    let test = "foreign_uid_is_refused_and_logged";
+    if !nix::unistd::geteuid().is_root() {
+        return cuinterpose_testkit::unavailable(
+            test,
+            "it needs root, to start a peer as another user (nobody)",
+        );
+    }
+    check(|| {
         let dir = Scratch::new("foreign");
         let listener = Listener::bind(dir.path(), pid(4646)).expect("bind");
         let path = listener.endpoint().path().to_path_buf();
-        let root = nix::unistd::geteuid().is_root();
-        let mut command = if root {
-            // Test only: open the file system permissions so that the kernel lets the other
-            // user reach the socket and the credential check is what refuses it. The helper is
-            // copied where that user may execute it.
-            fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o711)).expect("chmod");
-            fs::set_permissions(&path, fs::Permissions::from_mode(0o666)).expect("chmod");
-            let copy = dir.join("peer");
-            fs::copy(PEER_EXE, &copy).expect("copy the helper");
-            fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).expect("chmod");
-            let mut command = Command::new(copy);
-            command.uid(NOBODY).gid(NOBODY);
-            command
-        } else {
-            // Without root no other uid exists to test with; the own uid must be accepted.
-            Command::new(PEER_EXE)
-        };
+        // Test only: open the file system permissions so that the kernel lets the other user
+        // reach the socket and the credential check is what refuses it. The helper is copied
+        // where that user may execute it.
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o711)).expect("chmod");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o666)).expect("chmod");
+        let copy = dir.join("peer");
+        fs::copy(PEER_EXE, &copy).expect("copy the helper");
+        fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).expect("chmod");
+        let mut command = Command::new(copy);
+        command.uid(NOBODY).gid(NOBODY);
         command.args(["call", path.to_str().expect("utf-8"), "inspect", "5000"]);
         let peer = PeerProcess::start(command);
         let logs = Arc::new(Mutex::new(Vec::new()));
         let result =
             tracing::subscriber::with_default(Capture(Arc::clone(&logs)), || listener.accept());
-        if !root {
-            let mut connection = result.expect("own uid accepted");
-            let _ = connection.read_request().expect("request");
-            drop(connection);
-            peer.finish();
-            return;
-        }
         match &result {
             Err(TransportError::Refused {
                 peer: refused,
@@ -153,24 +166,35 @@ fn unsafe_control_directories_are_refused() {
             matches!(problem, EndpointProblem::TooLong { max: 107, .. }),
             "{problem:?}"
         );
+    });
+}
 
-        if nix::unistd::geteuid().is_root() {
-            let other = scratch.join("other");
-            fs::create_dir(&other).expect("mkdir");
-            fs::set_permissions(&other, fs::Permissions::from_mode(0o700)).expect("chmod");
-            nix::unistd::chown(&other, Some(NOBODY.into()), None).expect("chown");
-            let problem = invalid_endpoint(Listener::bind(&other, pid(1)));
-            assert!(
-                matches!(
-                    problem,
-                    EndpointProblem::WrongOwner {
-                        owner: NOBODY,
-                        own: 0
-                    }
-                ),
-                "{problem:?}"
-            );
-        }
+#[test]
+fn a_control_directory_of_another_owner_is_refused() {
+    let test = "a_control_directory_of_another_owner_is_refused";
+    if !nix::unistd::geteuid().is_root() {
+        return cuinterpose_testkit::unavailable(
+            test,
+            "it needs root, to give a directory to another user (nobody)",
+        );
+    }
+    check(|| {
+        let scratch = Scratch::new("other-owner");
+        let other = scratch.join("other");
+        fs::create_dir(&other).expect("mkdir");
+        fs::set_permissions(&other, fs::Permissions::from_mode(0o700)).expect("chmod");
+        nix::unistd::chown(&other, Some(NOBODY.into()), None).expect("chown");
+        let problem = invalid_endpoint(Listener::bind(&other, pid(1)));
+        assert!(
+            matches!(
+                problem,
+                EndpointProblem::WrongOwner {
+                    owner: NOBODY,
+                    own: 0
+                }
+            ),
+            "{problem:?}"
+        );
     });
 }
 
