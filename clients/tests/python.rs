@@ -4,12 +4,13 @@
 //! IPC through cuda.core and raw cuda.bindings, across `cuinterpose toggle` and through CRIU)
 //! runs with the shim only: without it the native checkpoint refuses shared pools. It also
 //! holds peer access across a toggle. Its CRIU
-//! test needs `$CUINTERPOSE_CRIU` or the CRIU `.ci/install-criu` caches (required under
+//! test needs `$CUINTERPOSE_CRIU` or the CRIU `tests/setup/criu` caches (required under
 //! `CI=true`).
 //!
 //! The interpreter is `$CUINTERPOSE_PYTHON`, else `.venv/bin/python` at the workspace root
-//! (`.ci/run` creates it from `tests/python/requirements.txt`). Without one the test says so
-//! and passes, except under `CI=true`, where a missing interpreter fails it.
+//! (`tests/run` creates it from `tests/python/requirements.txt`). Without one the test fails
+//! naming what is missing, or is reported as skipped with `CUINTERPOSE_ALLOW_SKIPS=1`
+//! (never under `CI=true`): `testkit::unavailable`.
 
 use cuinterpose_testkit::{build_cli, build_shim, fakecuda_lib_dir};
 use std::path::{Path, PathBuf};
@@ -82,7 +83,7 @@ fn python_or_skip() -> Option<PathBuf> {
     if found.is_none() {
         cuinterpose_testkit::unavailable(
             "the cuda-python suite",
-            "no Python environment (.venv/bin/python or $CUINTERPOSE_PYTHON; .ci/run creates \
+            "no Python environment (.venv/bin/python or $CUINTERPOSE_PYTHON; tests/run creates \
              .venv from tests/python/requirements.txt)",
         );
     }
@@ -102,7 +103,7 @@ fn nvidia_bindings_run_on_fakecuda_with_and_without_the_shim() {
 }
 
 /// CRIU ≥ 4.1 for the suite's CRIU test: `$CUINTERPOSE_CRIU`, else the one
-/// `.ci/install-criu` caches, if `criu check` passes.
+/// `tests/setup/criu` caches, if `criu check` passes.
 fn criu() -> Option<PathBuf> {
     let binary = std::env::var_os("CUINTERPOSE_CRIU")
         .map(PathBuf::from)
@@ -143,7 +144,7 @@ fn memory_pool_ipc_is_checkpointed_under_the_shim() {
         None => {
             cuinterpose_testkit::unavailable(
                 "test_pool_criu.py",
-                "CRIU is not usable here (.ci/install-criu builds it)",
+                "CRIU is not usable here (tests/setup/criu builds it)",
             );
             expected.retain(|name| !name.starts_with("test_pool_criu.py"));
             run(

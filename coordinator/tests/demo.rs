@@ -337,7 +337,7 @@ fn a_failed_dump_under_the_hook_is_put_back_by_its_watcher() {
     });
 }
 
-/// CRIU's own CUDA plugin (built by `.ci/install-criu` next to CRIU) together with the hook:
+/// CRIU's own CUDA plugin (built by `tests/setup/criu` next to CRIU) together with the hook:
 /// at the dump the plugin finds every CUDA process already checkpointed by the hook and
 /// leaves it; at the restore the plugin restores them natively and the hook's post-resume
 /// rebuilds the sharing. Its `cuda-checkpoint` is fakecuda-checkpoint.
@@ -370,14 +370,14 @@ fn the_hook_and_the_criu_cuda_plugin_cooperate() {
 
 /// A sharing workload in a Podman container (runc), checkpointed and restored twice by
 /// `podman container checkpoint` / `podman container restore` with nothing but CRIU's
-/// configuration naming the hook (`.ci/run` sets up Podman, `/etc/criu/runc.conf` and the
+/// configuration naming the hook (`tests/run` sets up Podman, `/etc/criu/runc.conf` and the
 /// hook's settings file).
 #[test]
 fn podman_checkpoints_and_restores_a_sharing_container() {
     let test = "podman_checkpoints_and_restores_a_sharing_container";
     let podman = Command::new("podman").arg("--version").output();
     if !podman.is_ok_and(|out| out.status.success()) {
-        return unavailable(test, "podman is not installed (.ci/run installs it)");
+        return unavailable(test, "podman is not installed (tests/run installs it)");
     }
     let output = demo().args(["--podman", "--json"]).output().unwrap();
     if !output.status.success() && String::from_utf8_lossy(&output.stderr).contains("must name") {

@@ -1,4 +1,4 @@
-//! CRIU for the tests that run it: the binary `.ci/install-criu` caches (or
+//! CRIU for the tests that run it: the binary `tests/setup/criu` caches (or
 //! `$CUINTERPOSE_CRIU`), and the namespace init of a tree started as `unshare -fp setsid CMD`.
 
 use std::path::{Path, PathBuf};
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use cuinterpose_coordinator::criu;
 
-/// CRIU ≥ 4.1: `$CUINTERPOSE_CRIU`, else the one `.ci/install-criu` caches; an error says why
+/// CRIU ≥ 4.1: `$CUINTERPOSE_CRIU`, else the one `tests/setup/criu` caches; an error says why
 /// it cannot be used here.
 pub fn binary() -> Result<PathBuf, String> {
     let binary = std::env::var_os("CUINTERPOSE_CRIU")
@@ -36,14 +36,14 @@ pub fn usable(test: &str) -> Option<PathBuf> {
         .ok()
 }
 
-/// [`binary`] and the directory of CRIU's CUDA plugin next to it (`.ci/install-criu` builds
+/// [`binary`] and the directory of CRIU's CUDA plugin next to it (`tests/setup/criu` builds
 /// `plugins/cuda_plugin.so`); an error says what is missing.
 pub fn with_cuda_plugin() -> Result<(PathBuf, PathBuf), String> {
     let binary = binary().map_err(|why| format!("CRIU is not usable here: {why}"))?;
     let plugins = binary.with_file_name("plugins");
     if !plugins.join("cuda_plugin.so").exists() {
         return Err(format!(
-            "no cuda_plugin.so in {} (run .ci/install-criu)",
+            "no cuda_plugin.so in {} (run tests/setup/criu)",
             plugins.display()
         ));
     }

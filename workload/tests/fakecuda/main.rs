@@ -380,6 +380,12 @@ fn multicast_binds_and_maps() {
 /// both of its PIDs.
 #[test]
 fn wrapper_prefix_runs_the_worker_in_a_pid_namespace() {
+    if !nix::unistd::geteuid().is_root() {
+        return cuinterpose_testkit::unavailable(
+            "wrapper_prefix_runs_the_worker_in_a_pid_namespace",
+            "it needs root, for `unshare -fp` (a new PID namespace)",
+        );
+    }
     let env = Env::new();
     let mut w = Worker::spawn(
         &env.config(EntryPath::Dlsym)
