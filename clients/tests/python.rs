@@ -77,12 +77,12 @@ fn run(
     passed
 }
 
-/// The interpreter, or why there is none (a failure under `CI=true`).
-fn python_or_skip() -> Option<PathBuf> {
+/// The interpreter for test `test`, or why there is none (`testkit::unavailable`).
+fn python_or_skip(test: &str) -> Option<PathBuf> {
     let found = python();
     if found.is_none() {
         cuinterpose_testkit::unavailable(
-            "the cuda-python suite",
+            test,
             "no Python environment (.venv/bin/python or $CUINTERPOSE_PYTHON; tests/run creates \
              .venv from tests/python/requirements.txt)",
         );
@@ -92,7 +92,8 @@ fn python_or_skip() -> Option<PathBuf> {
 
 #[test]
 fn nvidia_bindings_run_on_fakecuda_with_and_without_the_shim() {
-    let Some(python) = python_or_skip() else {
+    let Some(python) = python_or_skip("nvidia_bindings_run_on_fakecuda_with_and_without_the_shim")
+    else {
         return;
     };
     let alone = run(&python, "python", None, &[], &[]);
@@ -117,7 +118,7 @@ fn criu() -> Option<PathBuf> {
 
 #[test]
 fn memory_pool_ipc_is_checkpointed_under_the_shim() {
-    let Some(python) = python_or_skip() else {
+    let Some(python) = python_or_skip("memory_pool_ipc_is_checkpointed_under_the_shim") else {
         return;
     };
     let mut expected = vec![
@@ -143,7 +144,7 @@ fn memory_pool_ipc_is_checkpointed_under_the_shim() {
         ),
         None => {
             cuinterpose_testkit::unavailable(
-                "test_pool_criu.py",
+                "memory_pool_ipc_is_checkpointed_under_the_shim: test_pool_criu.py",
                 "CRIU is not usable here (tests/setup/criu builds it)",
             );
             expected.retain(|name| !name.starts_with("test_pool_criu.py"));

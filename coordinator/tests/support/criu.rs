@@ -16,7 +16,7 @@ pub fn binary() -> Result<PathBuf, String> {
     let out = Command::new(&binary)
         .arg("check")
         .output()
-        .map_err(|e| format!("{}: {e}", binary.display()))?;
+        .map_err(|e| format!("{}: {e} (tests/setup/criu builds it)", binary.display()))?;
     if out.status.success() {
         Ok(binary)
     } else {
