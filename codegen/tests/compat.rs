@@ -5,7 +5,7 @@ use cuinterpose_codegen::{compat, compile};
 mod support;
 
 /// The newest released version, which the current schema must match until the next bump.
-const LATEST: u32 = 8;
+const LATEST: u32 = 9;
 
 /// The frozen schema of release `version` (`schema/released/v{version}.ron`).
 fn released(version: u32) -> String {
@@ -319,4 +319,19 @@ fn cli_check_reports_positions() {
         "{stderr}"
     );
     std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+/// Version 9 (checksummed carrier bytes, and each copy's peak carrier memory) against 8.
+#[test]
+fn version_9_lists_its_changes() {
+    check_release(
+        9,
+        &[
+            "limit MAX_CHUNKS: added",
+            "struct StateFile field checksums: added",
+            "struct CarrierChecksum: added",
+            "union Reply variant Completed field peak_carrier_bytes: added",
+            "union Reply variant Completed field checksums: added",
+        ],
+    );
 }

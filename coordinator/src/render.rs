@@ -403,9 +403,25 @@ pub fn state_json(state: &StateFile) -> Value {
         .iter()
         .map(|(pid, list)| (pid.to_string(), devices(list)))
         .collect();
+    let checksums: Map<String, Value> = state
+        .checksums
+        .iter()
+        .map(|(pid, list)| {
+            let list = list.iter().map(|c| {
+                json!({
+                    "allocation": c.allocation.to_string(),
+                    "size": c.size,
+                    "chunk_bytes": c.chunk_bytes,
+                    "xxh3_64": c.chunks.iter().map(|h| format!("{h:016x}")).collect::<Vec<_>>(),
+                })
+            });
+            (pid.to_string(), Value::Array(list.collect()))
+        })
+        .collect();
     json!({
         "participants": participants,
         "devices": { "machine": devices(&state.devices.machine), "participants": seen },
+        "checksums": checksums,
     })
 }
 

@@ -30,6 +30,8 @@ pub struct CopyReport {
     pub bytes: u64,
     pub duration: Duration,
     pub copying: Duration,
+    /// Most host memory the participant's carriers held at once.
+    pub peak_carrier_bytes: u64,
 }
 
 /// A finished command.
@@ -149,13 +151,15 @@ impl Report {
             for copy in self.copies.iter().filter(|c| c.phase == phase.name) {
                 let _ = writeln!(
                     out,
-                    "    participant {:<19} {:>12}  {} bytes ({:.2} GB/s; copies {} at {:.2} GB/s)",
+                    "    participant {:<19} {:>12}  {} bytes ({:.2} GB/s; copies {} at {:.2} GB/s; \
+                     carrier peak {} bytes)",
                     copy.participant,
                     milliseconds(copy.duration),
                     copy.bytes,
                     gigabytes_per_second(copy.bytes, copy.duration),
                     milliseconds(copy.copying),
-                    gigabytes_per_second(copy.bytes, copy.copying)
+                    gigabytes_per_second(copy.bytes, copy.copying),
+                    copy.peak_carrier_bytes
                 );
             }
         }
@@ -193,6 +197,7 @@ impl Report {
                 "gb_per_s": gigabytes_per_second(copy.bytes, copy.duration),
                 "copy_ms": copy.copying.as_secs_f64() * 1e3,
                 "copy_gb_per_s": gigabytes_per_second(copy.bytes, copy.copying),
+                "peak_carrier_bytes": copy.peak_carrier_bytes,
             })).collect::<Vec<_>>(),
         })
     }
@@ -252,6 +257,7 @@ mod tests {
                 bytes: 2_000_000_000,
                 duration: Duration::from_millis(millis),
                 copying: Duration::from_millis(millis / 2),
+                peak_carrier_bytes: 2_000_000_000,
             });
         }
         let text = report.text();
@@ -259,11 +265,16 @@ mod tests {
         assert_eq!(lines.len(), 6, "{text}");
         assert!(
             lines[4].starts_with("    participant 101")
-                && lines[4].ends_with("2000000000 bytes (2.00 GB/s; copies 500.0 ms at 4.00 GB/s)"),
+                && lines[4].ends_with(
+                    "2000000000 bytes (2.00 GB/s; copies 500.0 ms at 4.00 GB/s; carrier peak \
+                     2000000000 bytes)"
+                ),
             "{text}"
         );
         assert!(
-            lines[5].ends_with("(0.50 GB/s; copies 2000.0 ms at 1.00 GB/s)"),
+            lines[5].ends_with(
+                "(0.50 GB/s; copies 2000.0 ms at 1.00 GB/s; carrier peak 2000000000 bytes)"
+            ),
             "{text}"
         );
         // 4 GB over the slower participant's 2 s of copying.
@@ -278,6 +289,7 @@ mod tests {
         assert_eq!(value["copies"][0]["elapsed_ms"], 1000.0);
         assert_eq!(value["copies"][0]["copy_ms"], 500.0);
         assert_eq!(value["copies"][0]["copy_gb_per_s"], 4.0);
+        assert_eq!(value["copies"][0]["peak_carrier_bytes"], 2_000_000_000u64);
         assert_eq!(value["phases"][1]["copy_gb_per_s"], 2.0);
         assert_eq!(sample().json()["phases"][1]["copy_gb_per_s"], 0.0);
         assert_eq!(sample().json()["copies"], json!([]));

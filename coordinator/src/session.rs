@@ -499,6 +499,7 @@ fn copy_reports(
                 bytes: done.bytes,
                 duration: *duration,
                 copying: Duration::from_nanos(done.copy_ns),
+                peak_carrier_bytes: done.peak_carrier_bytes,
             }),
             _ => None,
         })

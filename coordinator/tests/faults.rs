@@ -19,6 +19,7 @@ mod support;
 // The scenarios and the workload they share, in tests/faults/ (an inline module, so that
 // `support` above is still tests/support/).
 mod faults {
+    pub(crate) mod checksums;
     pub(crate) mod corrupt_state;
     pub(crate) mod fail_stop;
     pub(crate) mod participants;
@@ -27,6 +28,7 @@ mod faults {
     pub(crate) mod workload;
 }
 
+use faults::checksums::checksums;
 use faults::corrupt_state::corrupt_state;
 use faults::fail_stop::{fail_stopped, survivors_are_told};
 use faults::participants::{killed_in_each_phase, lost_reply, stops_answering};
@@ -39,7 +41,7 @@ fn main() {
     if support::harness::as_child(ROLE, "publish", publisher) {
         return;
     }
-    let tests: [Test<Sandbox>; 10] = [
+    let tests: [Test<Sandbox>; 11] = [
         ("a_participant_killed_in_each_phase", killed_in_each_phase),
         ("a_participant_that_stops_answering", stops_answering),
         ("a_lost_reply_is_not_repeated", lost_reply),
@@ -57,6 +59,10 @@ fn main() {
         ),
         ("the_publisher_killed_at_each_step", publisher_killed),
         ("restore_refuses_partial_or_corrupt_state", corrupt_state),
+        (
+            "restore_refuses_bytes_that_do_not_match_their_checksums",
+            checksums,
+        ),
         (
             "a_fail_stopped_participant_refuses_further_operations",
             fail_stopped,

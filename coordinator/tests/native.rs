@@ -394,8 +394,13 @@ fn refuse_wrong_states(tree: &Tree, good: &Path) {
         digest: saved.digest,
         participants,
         devices: saved.devices.clone(),
+        checksums: saved.checksums.clone(),
     };
-    let resealed = StateFile::seal(edited.participants.clone(), saved.devices.clone());
+    let resealed = StateFile::seal(
+        edited.participants.clone(),
+        saved.devices.clone(),
+        saved.checksums.clone(),
+    );
     for (what, state, expected) in [
         (
             "edited in place",

@@ -25,4 +25,4 @@ pub use envelope::{DecodeError, EncodeError, Message, decode, encode};
 pub use error::{EnumError, IdentityError};
 pub use generated::*;
 pub use layout::LayoutError;
-pub use state::{DigestMismatch, Participants};
+pub use state::{Checksums, DigestMismatch, Participants};

@@ -1,10 +1,11 @@
 //! The state file's integrity check: [`StateFile::seal`] computes the digest over the
-//! participants and devices, [`StateFile::check_digest`] recomputes it for a file read back.
+//! participants, devices and carrier checksums, [`StateFile::check_digest`] recomputes it for
+//! a file read back.
 //!
-//! The digest covers the MessagePack encoding of `[participants, devices]` exactly as the
-//! envelope encoder writes those fields (struct maps, sorted records), so one changed byte of
-//! any record or device is caught, while the envelope and the digest field itself are not
-//! hashed.
+//! The digest covers the MessagePack encoding of `[participants, devices, checksums]` exactly
+//! as the envelope encoder writes those fields (struct maps, sorted records), so one changed
+//! byte of any record, device or checksum is caught, while the envelope and the digest field
+//! itself are not hashed.
 
 use std::io::Write;
 
@@ -13,17 +14,22 @@ use sha2::{Digest, Sha256};
 
 use crate::bounded::{BoundedMap, BoundedVec};
 use crate::generated::{
-    DeviceInventory, MAX_PARTICIPANTS, MAX_RECORDS, NamespacePid, Record, StateDigest, StateFile,
+    CarrierChecksum, DeviceInventory, MAX_PARTICIPANTS, MAX_RECORDS, NamespacePid, Record,
+    StateDigest, StateFile,
 };
 
 /// The type of [`StateFile::participants`] (the compiler checks it against the generated one).
 pub type Participants = BoundedMap<NamespacePid, BoundedVec<Record, MAX_RECORDS>, MAX_PARTICIPANTS>;
 
+/// The type of [`StateFile::checksums`].
+pub type Checksums =
+    BoundedMap<NamespacePid, BoundedVec<CarrierChecksum, MAX_RECORDS>, MAX_PARTICIPANTS>;
+
 /// The digest in a state file does not match its participants.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "integrity check failed: the file's digest is {recorded} but its participants and devices hash to \
-     {computed} (the file was edited or damaged after it was written)"
+    "integrity check failed: the file's digest is {recorded} but its participants, devices and \
+     checksums hash to {computed} (the file was edited or damaged after it was written)"
 )]
 pub struct DigestMismatch {
     pub recorded: StateDigest,
@@ -59,18 +65,23 @@ fn digest_of<T: Serialize>(participants: &T) -> StateDigest {
 
 impl StateFile {
     /// A state file for `participants` with its digest.
-    pub fn seal(participants: Participants, devices: DeviceInventory) -> Self {
-        let digest = digest_of(&(&participants, &devices));
+    pub fn seal(
+        participants: Participants,
+        devices: DeviceInventory,
+        checksums: Checksums,
+    ) -> Self {
+        let digest = digest_of(&(&participants, &devices, &checksums));
         Self {
             digest,
             participants,
             devices,
+            checksums,
         }
     }
 
     /// Recomputes the digest: an error names both values when they differ.
     pub fn check_digest(&self) -> Result<(), DigestMismatch> {
-        let computed = digest_of(&(&self.participants, &self.devices));
+        let computed = digest_of(&(&self.participants, &self.devices, &self.checksums));
         if computed == self.digest {
             Ok(())
         } else {

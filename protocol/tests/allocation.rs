@@ -166,7 +166,11 @@ fn oversized_encoding_never_holds_more_than_the_limit() {
             .insert(examples::pid(pid), maximal_records())
             .expect("within MAX_PARTICIPANTS");
     }
-    let state = p::StateFile::seal(participants, p::DeviceInventory::empty());
+    let state = p::StateFile::seal(
+        participants,
+        p::DeviceInventory::empty(),
+        Default::default(),
+    );
     let (result, peak) = peak_during(|| p::encode(&state));
     assert!(
         matches!(result, Err(p::EncodeError::Oversized { message: "StateFile", limit }) if limit == p::MAX_MESSAGE_BYTES)

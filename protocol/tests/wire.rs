@@ -97,7 +97,11 @@ fn state_file_digest_covers_the_records() {
     let bytes = p::encode(&shifted).expect("encodes");
     let decoded: p::StateFile = p::decode(&bytes).expect("decodes");
     assert!(decoded.check_digest().is_err());
-    let resealed = p::StateFile::seal(map.try_into().expect("bounded"), state.devices.clone());
+    let resealed = p::StateFile::seal(
+        map.try_into().expect("bounded"),
+        state.devices.clone(),
+        state.checksums.clone(),
+    );
     assert_eq!(resealed.check_digest(), Ok(()));
     assert_ne!(resealed.digest, state.digest);
     // The devices are covered too: a GPU swapped in the machine list is caught.

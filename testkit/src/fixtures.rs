@@ -199,6 +199,7 @@ pub fn state_file(participants: &BTreeMap<NamespacePid, Vec<Record>>) -> StateFi
     StateFile::seal(
         map.try_into().expect("within MAX_PARTICIPANTS"),
         cuinterpose_protocol::DeviceInventory::empty(),
+        Default::default(),
     )
 }
 
@@ -407,6 +408,8 @@ impl FakeParticipant {
                     operation,
                     bytes,
                     copy_ns: 0,
+                    peak_carrier_bytes: 0,
+                    checksums: Default::default(),
                 }
                 .into()
             }

@@ -7,7 +7,7 @@ use std::fmt;
 use cuinterpose_protocol::{DeviceUuid, NamespacePid, Operation, Phase, RefusalCode};
 
 use super::stage::{RunKind, Stage};
-use crate::state::RecordDifference;
+use crate::state::{ChecksumDifference, RecordDifference};
 use crate::validate::TopologyError;
 
 /// Why an exchange with a participant gave no reply, as the plan must know it: whether the
@@ -116,6 +116,8 @@ pub enum Reason {
     },
     /// Live records differ from the saved ones.
     RecordsDiffer(Vec<RecordDifference>),
+    /// A load's checksums of the carried bytes differ from the saved ones.
+    ChecksumsDiffer(ChecksumDifference),
     /// The participant's devices (ordinal, GPU) are not the saved ones (after a remap: the
     /// GPUs they were paired with).
     DevicesDiffer {
@@ -184,6 +186,11 @@ impl fmt::Display for Reason {
                     list(unexpected)
                 )
             }
+            Self::ChecksumsDiffer(difference) => write!(
+                f,
+                "the loaded bytes do not match the checkpoint: {difference}; they were not put \
+                 back in service"
+            ),
             Self::RecordsDiffer(differences) => {
                 write!(
                     f,

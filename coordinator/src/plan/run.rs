@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use cuinterpose_protocol::{
-    BoundedVec, CAPTURE_OPERATIONS, Device, MAX_DEVICES, NamespacePid, Phase, RESTORE_OPERATIONS,
-    Record, RefusalCode, Reply, Request, StateFile,
+    BoundedVec, CAPTURE_OPERATIONS, CarrierChecksum, Device, MAX_DEVICES, NamespacePid, Phase,
+    RESTORE_OPERATIONS, Record, RefusalCode, Reply, Request, StateFile,
 };
 
 use super::failure::{ExchangeError, Failure, Reason, RunError, only_refusals, topology_failures};
@@ -56,6 +56,9 @@ pub struct Run {
     remap: Remap,
     topology: Topology,
     state: Option<StateFile>,
+    /// Restore: the checksums of each creator's saved bytes, which its load must report;
+    /// capture: those its save reported, once known (then also in `state`).
+    checksums: BTreeMap<NamespacePid, Vec<CarrierChecksum>>,
     phases: Vec<PhaseReport>,
     mutated: bool,
     fail_stopped: BTreeSet<NamespacePid>,
@@ -151,6 +154,11 @@ impl Run {
             return run;
         }
         run.saved = saved;
+        run.checksums = state
+            .checksums
+            .iter()
+            .map(|(pid, checksums)| (*pid, checksums.to_vec()))
+            .collect();
         run.saved_devices = state
             .devices
             .participants
@@ -196,6 +204,7 @@ impl Run {
             remap: Remap::identity(),
             topology: Topology::default(),
             state: None,
+            checksums: BTreeMap::new(),
             phases: Vec::new(),
             mutated: false,
             fail_stopped: BTreeSet::new(),

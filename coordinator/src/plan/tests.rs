@@ -332,6 +332,8 @@ fn replies_of_the_wrong_kind_fail_the_phase() {
             operation,
             bytes,
             copy_ns: bytes,
+            peak_carrier_bytes: 0,
+            checksums: Default::default(),
         }
         .into())
     };

@@ -1,9 +1,10 @@
 //! Saved records against fresh ones: [`compare`] lists each [`RecordDifference`], ignoring
-//! order, for restore's checks of the live participants against the checkpoint.
+//! order, for restore's checks of the live participants against the checkpoint; and a load's
+//! carrier checksums against the saved ones ([`compare_checksums`]).
 
 use std::fmt;
 
-use cuinterpose_protocol::Record;
+use cuinterpose_protocol::{AllocationId, CarrierChecksum, Record};
 
 use crate::render;
 
@@ -57,4 +58,99 @@ pub fn compare(saved: &[Record], fresh: &[Record]) -> Vec<RecordDifference> {
     }
     missing.extend(unexpected);
     missing
+}
+
+/// The first way a load's checksums differ from the saved ones (see [`compare_checksums`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChecksumDifference {
+    /// Saved, but the load reported no checksum for it.
+    Missing { allocation: AllocationId },
+    /// The load reported a checksum for an allocation that was never saved.
+    Unexpected { allocation: AllocationId },
+    /// Another size or chunking than the saved one.
+    Shape { allocation: AllocationId },
+    /// The bytes of one chunk hash to another value.
+    Chunk {
+        allocation: AllocationId,
+        offset: u64,
+        len: u64,
+        saved: u64,
+        found: u64,
+    },
+}
+
+impl fmt::Display for ChecksumDifference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Missing { allocation } => write!(
+                f,
+                "allocation {allocation}: the load reported no checksum of its saved bytes"
+            ),
+            Self::Unexpected { allocation } => write!(
+                f,
+                "allocation {allocation}: the load reported bytes that were never saved"
+            ),
+            Self::Shape { allocation } => write!(
+                f,
+                "allocation {allocation}: the load's checksums cover another size or chunking \
+                 than the saved ones"
+            ),
+            Self::Chunk {
+                allocation,
+                offset,
+                len,
+                saved,
+                found,
+            } => write!(
+                f,
+                "allocation {allocation}: the {len} bytes loaded at offset {offset} hash to \
+                 {found:#018x}, but the checkpoint recorded {saved:#018x}"
+            ),
+        }
+    }
+}
+
+/// The first difference between the checksums a creator's save recorded and those its load
+/// reported (both sorted by allocation, as the shim reports them), or `None` when they agree.
+pub fn compare_checksums(
+    saved: &[CarrierChecksum],
+    loaded: &[CarrierChecksum],
+) -> Option<ChecksumDifference> {
+    let saved: std::collections::BTreeMap<_, _> = saved.iter().map(|c| (c.allocation, c)).collect();
+    let loaded: std::collections::BTreeMap<_, _> =
+        loaded.iter().map(|c| (c.allocation, c)).collect();
+    for (allocation, before) in &saved {
+        let Some(after) = loaded.get(allocation) else {
+            return Some(ChecksumDifference::Missing {
+                allocation: *allocation,
+            });
+        };
+        if before.size != after.size
+            || before.chunk_bytes != after.chunk_bytes
+            || before.chunks.len() != after.chunks.len()
+        {
+            return Some(ChecksumDifference::Shape {
+                allocation: *allocation,
+            });
+        }
+        let chunk = before.chunk_bytes;
+        for (index, (s, l)) in before.chunks.iter().zip(after.chunks.iter()).enumerate() {
+            if s != l {
+                let offset = index as u64 * chunk;
+                return Some(ChecksumDifference::Chunk {
+                    allocation: *allocation,
+                    offset,
+                    len: chunk.min(before.size - offset),
+                    saved: *s,
+                    found: *l,
+                });
+            }
+        }
+    }
+    loaded
+        .keys()
+        .find(|allocation| !saved.contains_key(allocation))
+        .map(|allocation| ChecksumDifference::Unexpected {
+            allocation: *allocation,
+        })
 }

@@ -25,7 +25,7 @@ mod compare;
 #[cfg(test)]
 mod tests;
 
-pub use compare::{RecordDifference, compare};
+pub use compare::{ChecksumDifference, RecordDifference, compare, compare_checksums};
 
 /// The state file's name inside a checkpoint directory.
 pub const STATE_FILE_NAME: &str = "cuinterpose.state";
@@ -122,8 +122,8 @@ pub enum StateError {
     },
 }
 
-/// The state file for a checkpoint: each participant's records, sorted, and its devices;
-/// `machine` is the machine's GPUs as the coordinator listed them.
+/// The state file for a checkpoint as frozen: each participant's records, sorted, and its
+/// devices; `machine` is the machine's GPUs as the coordinator listed them. No checksums yet.
 pub fn state_from_inspections(
     inspections: &BTreeMap<NamespacePid, InspectionReply>,
     machine: BoundedVec<Device, MAX_DEVICES>,
@@ -143,7 +143,12 @@ pub fn state_from_inspections(
         machine,
         participants: devices,
     };
-    Ok(StateFile::seal(participants, devices))
+    // The checksums come with the save's replies (the run seals the state again then).
+    Ok(StateFile::seal(
+        participants,
+        devices,
+        BoundedMap::default(),
+    ))
 }
 
 /// Refuses a directory that already holds a state (prepare checks this before freezing anyone).

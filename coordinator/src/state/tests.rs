@@ -223,7 +223,7 @@ fn load_errors_are_distinct() {
         .participants
         .insert(pid(999), vec![device].try_into().expect("one"))
         .expect("bounded");
-    let stray = StateFile::seal(state.participants.clone(), devices);
+    let stray = StateFile::seal(state.participants.clone(), devices, state.checksums.clone());
     let bytes = cuinterpose_protocol::encode(&stray).expect("encode");
     let error = check_load_error(
         move |path| fs::write(path, bytes).expect("write"),
@@ -262,4 +262,60 @@ fn compare_ignores_order_and_names_differences() {
                 && line.contains("at 0x1000")),
         "{text:?}"
     );
+}
+
+fn sums(id: u8, size: u64, chunks: &[u64]) -> cuinterpose_protocol::CarrierChecksum {
+    cuinterpose_protocol::CarrierChecksum {
+        allocation: cuinterpose_protocol::AllocationId::new([id; 16]).expect("non-zero"),
+        size,
+        chunk_bytes: 4,
+        chunks: chunks.to_vec().try_into().expect("bounded"),
+    }
+}
+
+#[test]
+fn checksums_are_compared_chunk_by_chunk() {
+    use super::{ChecksumDifference as D, compare_checksums};
+    let id = |n: u8| cuinterpose_protocol::AllocationId::new([n; 16]).expect("non-zero");
+    let saved = [sums(1, 10, &[1, 2, 3]), sums(2, 4, &[9])];
+    for (loaded, expected) in [
+        (vec![sums(1, 10, &[1, 2, 3]), sums(2, 4, &[9])], None),
+        (
+            vec![sums(1, 10, &[1, 2, 7]), sums(2, 4, &[9])],
+            // The last chunk is the shorter one.
+            Some(D::Chunk {
+                allocation: id(1),
+                offset: 8,
+                len: 2,
+                saved: 3,
+                found: 7,
+            }),
+        ),
+        (
+            vec![sums(1, 10, &[1, 2, 3])],
+            Some(D::Missing { allocation: id(2) }),
+        ),
+        (
+            vec![sums(1, 10, &[1, 2, 3]), sums(2, 4, &[9]), sums(3, 4, &[1])],
+            Some(D::Unexpected { allocation: id(3) }),
+        ),
+        (
+            vec![sums(1, 10, &[1, 2]), sums(2, 4, &[9])],
+            Some(D::Shape { allocation: id(1) }),
+        ),
+    ] {
+        assert_eq!(compare_checksums(&saved, &loaded), expected, "{loaded:?}");
+    }
+    let text = compare_checksums(&saved, &[sums(1, 10, &[1, 5, 3]), sums(2, 4, &[9])])
+        .expect("differs")
+        .to_string();
+    assert_eq!(
+        text,
+        format!(
+            "allocation {}: the 4 bytes loaded at offset 4 hash to 0x0000000000000005, but the \
+             checkpoint recorded 0x0000000000000002",
+            id(1)
+        )
+    );
+    assert!(compare_checksums(&[], &[]).is_none());
 }

@@ -107,7 +107,18 @@ pub(crate) fn corrupt_state(sandbox: &Sandbox) {
         }
         seen.retain(|pid, _| map.contains_key(pid));
         devices.participants = seen.try_into().unwrap();
-        StateFile::seal(map.try_into().unwrap(), devices)
+        let mut checksums = saved.checksums.clone().into_inner();
+        if let Some(to) = rename
+            && let Some(list) = checksums.remove(&workload.pid(A))
+        {
+            checksums.insert(to, list);
+        }
+        checksums.retain(|pid, _| map.contains_key(pid));
+        StateFile::seal(
+            map.try_into().unwrap(),
+            devices,
+            checksums.try_into().unwrap(),
+        )
     };
     let mut map = saved.participants.clone().into_inner();
     map.remove(&workload.pid(C));

@@ -400,6 +400,8 @@ fn answer(pid: p::NamespacePid, request: &p::Request) -> Result<(p::Reply, Optio
                 operation: execute.operation,
                 bytes: 0,
                 copy_ns: 0,
+                peak_carrier_bytes: 0,
+                checksums: Default::default(),
             }),
             None,
         ),

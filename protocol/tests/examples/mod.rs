@@ -244,6 +244,8 @@ pub fn replies() -> Vec<(&'static str, p::Reply)> {
                 operation: p::Operation::SaveAllocations,
                 bytes: 4 << 20,
                 copy_ns: 2_500_000,
+                peak_carrier_bytes: 4 << 20,
+                checksums: vec![carrier_checksum()].try_into().expect("one checksum"),
             }),
         ),
         (
@@ -337,7 +339,26 @@ pub fn state_file() -> p::StateFile {
             .expect("one record"),
         )
         .expect("within MAX_PARTICIPANTS");
-    p::StateFile::seal(participants, device_inventory())
+    let mut checksums = p::BoundedMap::new();
+    checksums
+        .insert(
+            pid(100),
+            vec![carrier_checksum()].try_into().expect("one checksum"),
+        )
+        .expect("within MAX_PARTICIPANTS");
+    p::StateFile::seal(participants, device_inventory(), checksums)
+}
+
+/// The checksums of a 4 MiB allocation carried in 3 MiB chunks (the last one shorter).
+pub fn carrier_checksum() -> p::CarrierChecksum {
+    p::CarrierChecksum {
+        allocation: p::AllocationId::new([0x11; 16]).expect("non-zero"),
+        size: 4 << 20,
+        chunk_bytes: 3 << 20,
+        chunks: vec![0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210]
+            .try_into()
+            .expect("two chunks"),
+    }
 }
 
 pub fn ticket() -> p::Ticket {

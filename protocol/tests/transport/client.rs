@@ -43,6 +43,8 @@ fn request_from_peer(
             operation: p::Operation::PrepareUnicast,
             bytes: 0,
             copy_ns: 0,
+            peak_carrier_bytes: 0,
+            checksums: Default::default(),
         });
         connection.send_reply(&reply, None).expect("reply");
     }
@@ -191,6 +193,8 @@ fn fragmented_frame_is_reassembled() {
             operation: p::Operation::PrepareUnicast,
             bytes: 0,
             copy_ns: 0,
+            peak_carrier_bytes: 0,
+            checksums: Default::default(),
         }))
         .expect("encode");
         let expected = format!("peer-closed received={}", completed.len() + 4);
@@ -228,6 +232,8 @@ fn reply_descriptor_rules_are_enforced_before_sending() {
             operation: p::Operation::PrepareUnicast,
             bytes: 0,
             copy_ns: 0,
+            peak_carrier_bytes: 0,
+            checksums: Default::default(),
         });
         let fd = fs::File::open("/dev/null").expect("/dev/null");
         let error = connection

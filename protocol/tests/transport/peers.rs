@@ -106,7 +106,9 @@ fn descriptor_crosses_processes_and_is_usable() {
             Reply::Completed(p::CompletedReply {
                 operation: p::Operation::SaveAllocations,
                 bytes: 0,
-                copy_ns: 0
+                copy_ns: 0,
+                peak_carrier_bytes: 0,
+                checksums: Default::default(),
             })
         );
         let (reply, _) = transport::call(&endpoint, &Request::BeginCheckpoint, None, timeout)

@@ -1,16 +1,19 @@
 //! Host carriers: the copy of each shared allocation this process created between its device
-//! memory and its slot of the arena ([`crate::state::arena`]).
+//! memory and its slot of the arena ([`crate::state::arena`]), checksummed chunk by chunk.
 //!
 //! The arena is page-locked (`cuMemHostRegister`) only for the duration of each transfer.
 //! A save reads through the application's own mapping where one covers the whole allocation
 //! readable from its device (the common case: no mapping calls, and memory the application
 //! already touched); every other copy goes through a temporary device alias of the whole
 //! allocation (reserve, map, grant read-write), so partial or read-only application mappings
-//! do not matter. Copies run on one stream per context; the stream holds the arena's slices
-//! until its copies have finished. Copies are
-//! queued in chunks of at most [`CHUNK`] bytes, and the stream is synchronized every
-//! [`PROGRESS_STEP`] bytes so `progress` requests see the copy advance (one wait per 256 MiB
-//! costs microseconds against the copy itself).
+//! do not matter.
+//!
+//! Copies go in chunks of [`CHUNK`] bytes, each on a stream of its own that is synchronized
+//! before the next (so `progress` requests see the copy advance, and the chunk's bytes are
+//! free to read). Each chunk's XXH3-64 is computed while the driver copies: a save hashes the
+//! previous chunk while the next one is in flight, a load hashes the chunk it is copying out of
+//! the arena (both only read it) and compares it with the checksum the save recorded. A
+//! mismatch stops the load at that chunk, naming the allocation and the offset.
 
 use crate::driver::context;
 use crate::driver::vmm::{map_read_write, unmap_and_free};
@@ -19,9 +22,11 @@ use crate::state::arena::Arena;
 use crate::state::progress;
 use crate::state::registry::Allocation;
 use crate::state::registry::{Kind, Registry};
-use crate::sys::error::{CuError, CuResult};
-use cuinterpose_protocol::{AccessFlags, AllocationId, LocationType, Operation};
+use crate::sys::error::CuError;
+use cuinterpose_protocol::{AccessFlags, AllocationId, CarrierChecksum, LocationType, Operation};
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use xxhash_rust::xxh3::xxh3_64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
@@ -38,10 +43,65 @@ impl Direction {
     }
 }
 
-/// Largest single queued copy.
+/// Bytes of one copy and one checksum: small enough that progress moves several times a
+/// second and a hash overlaps the next copy, large enough that a synchronization per chunk
+/// costs nothing against the copy.
 pub const CHUNK: usize = 64 << 20;
-/// Bytes queued between two progress updates (stream synchronizations).
-pub const PROGRESS_STEP: usize = 256 << 20;
+
+/// Why a transfer stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransferError {
+    /// A driver call failed.
+    Driver(CuError),
+    /// A load found bytes in the carrier that do not hash to what the save recorded.
+    Mismatch {
+        allocation: AllocationId,
+        offset: u64,
+        len: u64,
+        saved: u64,
+        found: u64,
+    },
+    /// A load has no checksum for an allocation the carrier holds (or one of another shape).
+    NoChecksum { allocation: AllocationId },
+}
+
+impl From<CuError> for TransferError {
+    fn from(error: CuError) -> Self {
+        Self::Driver(error)
+    }
+}
+
+impl std::fmt::Display for TransferError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Driver(error) => write!(f, "{error}"),
+            Self::Mismatch {
+                allocation,
+                offset,
+                len,
+                saved,
+                found,
+            } => write!(
+                f,
+                "allocation {allocation}: the host carrier's {len} bytes at offset {offset} hash \
+                 to {found:#018x}, but save_allocations recorded {saved:#018x} (the carrier was \
+                 damaged after the save); the bytes were not put back in service"
+            ),
+            Self::NoChecksum { allocation } => write!(
+                f,
+                "allocation {allocation}: the host carrier holds no checksum of its size for it"
+            ),
+        }
+    }
+}
+
+/// What a transfer did: every allocation's checksums, and how long its copies took (the
+/// chunks' wall time, hashing included; not page-locking, aliases or the arena's layout).
+#[derive(Debug, Default)]
+pub struct Transferred {
+    pub checksums: Vec<CarrierChecksum>,
+    pub copying: Duration,
+}
 
 /// The device a transfer of `a` runs on.
 pub fn device_of(a: &Allocation) -> i32 {
@@ -81,26 +141,43 @@ pub fn readable_mappings(r: &Registry, ids: &[AllocationId]) -> BTreeMap<Allocat
 }
 
 /// Copies every allocation in `jobs` between its device memory and its arena slot; a save
-/// reads an allocation listed in `through` at that address (see [`readable_mappings`]).
+/// reads an allocation listed in `through` at that address (see [`readable_mappings`]) and
+/// records the checksums in the arena, a load verifies the bytes against them.
 pub fn transfer(
     d: &Driver,
     arena: &mut Arena,
     jobs: &[&Allocation],
     through: &BTreeMap<AllocationId, u64>,
     direction: Direction,
-) -> CuResult<()> {
+) -> Result<Transferred, TransferError> {
     let total = jobs.iter().map(|a| a.size).fold(0u64, u64::saturating_add);
     progress::start(direction.operation(), total);
-    let copies = Copies { through, direction };
+    let expected = match direction {
+        Direction::Save => BTreeMap::new(),
+        Direction::Load => arena.checksums().clone(),
+    };
+    let copies = Copies {
+        through,
+        direction,
+        expected: &expected,
+    };
     let result = transfer_all(d, arena, jobs, &copies);
+    if let Ok(done) = &result {
+        progress::add_copy_time(done.copying);
+        if direction == Direction::Save {
+            arena.set_checksums(done.checksums.iter().cloned());
+        }
+    }
     progress::finish();
     result
 }
 
-/// How a transfer copies: which direction, and where a save may read instead of an alias.
+/// How a transfer copies: which direction, where a save may read instead of an alias, and
+/// what a load's chunks must hash to.
 struct Copies<'a> {
     through: &'a BTreeMap<AllocationId, u64>,
     direction: Direction,
+    expected: &'a BTreeMap<AllocationId, CarrierChecksum>,
 }
 
 fn transfer_all(
@@ -108,17 +185,18 @@ fn transfer_all(
     arena: &mut Arena,
     jobs: &[&Allocation],
     copies: &Copies,
-) -> CuResult<()> {
+) -> Result<Transferred, TransferError> {
     let Some(first) = jobs.first() else {
-        return Ok(());
+        return Ok(Transferred::default());
     };
     let (ctx, device) = (first.context, device_of(first));
     let pinned = context::run(d, ctx, device, || arena.memory_mut().register(d)).is_ok();
-    // One stream per (context, device) group.
+    // One context switch per (context, device) group.
     let mut groups: BTreeMap<(usize, i32), Vec<&Allocation>> = BTreeMap::new();
     for a in jobs {
         groups.entry((a.context, device_of(a))).or_default().push(a);
     }
+    let mut done = Transferred::default();
     let mut result = Ok(());
     {
         let mut slices = arena.slices_mut();
@@ -130,7 +208,12 @@ fn transfer_all(
                     .ok_or(CuError::INVALID_VALUE)?;
                 mine.push((*a, slice));
             }
-            result = context::run(d, ctx, device, || copy_group(d, device, mine, copies));
+            // The outer error is the context switch's, the inner one the copies'.
+            result = context::run(d, ctx, device, || {
+                Ok(copy_group(d, device, mine, copies, &mut done))
+            })
+            .map_err(TransferError::Driver)
+            .and_then(|copied| copied);
             if result.is_err() {
                 break;
             }
@@ -138,9 +221,10 @@ fn transfer_all(
     }
     if pinned {
         let unregistered = context::run(d, ctx, device, || arena.memory_mut().unregister(d));
-        result = result.and(unregistered);
+        result = result.and(unregistered.map_err(TransferError::Driver));
     }
-    result
+    done.checksums.sort_by_key(|c| c.allocation);
+    result.map(|()| done)
 }
 
 struct Alias {
@@ -153,51 +237,132 @@ fn copy_group(
     device: i32,
     members: Vec<(&Allocation, &mut [u8])>,
     copies: &Copies,
-) -> CuResult<()> {
-    let Copies { through, direction } = *copies;
+    done: &mut Transferred,
+) -> Result<(), TransferError> {
     let mut aliases: Vec<Alias> = Vec::new();
-    // Whatever was issued has finished when the scope returns, before the aliases go away or
-    // the arena is touched again.
-    let mut unreported = 0usize;
-    let issued = Stream::scope(d, |stream| {
-        for (a, host) in members {
-            let size = usize::try_from(a.size).map_err(|_| CuError::INVALID_VALUE)?;
-            if host.len() != size {
-                return Err(CuError::INVALID_VALUE);
-            }
-            let raw = a.driver.ok_or(CuError::INVALID_HANDLE)?;
-            let mut device_address = match through.get(&a.reference.id) {
-                Some(&address) if direction == Direction::Save => address,
-                _ => {
-                    let address = map_read_write(d, raw, a.size, device)?;
+    let mut result = Ok(());
+    for (a, host) in members {
+        let size = usize::try_from(a.size).map_err(|_| CuError::INVALID_VALUE)?;
+        if host.len() != size {
+            result = Err(CuError::INVALID_VALUE.into());
+            break;
+        }
+        let Some(raw) = a.driver else {
+            result = Err(CuError::INVALID_HANDLE.into());
+            break;
+        };
+        let device_address = match copies.through.get(&a.reference.id) {
+            Some(&address) if copies.direction == Direction::Save => address,
+            _ => match map_read_write(d, raw, a.size, device) {
+                Ok(address) => {
                     aliases.push(Alias { address, size });
                     address
                 }
-            };
-            for chunk in host.chunks_mut(CHUNK) {
-                let len = chunk.len();
-                match direction {
-                    Direction::Save => stream.copy_to_host(chunk, device_address)?,
-                    Direction::Load => stream.copy_to_device(device_address, chunk)?,
+                Err(error) => {
+                    result = Err(error.into());
+                    break;
                 }
-                device_address += len as u64;
-                unreported += len;
-                if unreported >= PROGRESS_STEP {
-                    stream.synchronize()?;
-                    progress::advance(unreported as u64);
-                    unreported = 0;
-                }
+            },
+        };
+        let started = Instant::now();
+        let copied = match copies.direction {
+            Direction::Save => save_chunks(d, a, host, device_address),
+            Direction::Load => load_chunks(d, a, host, device_address, copies.expected),
+        };
+        done.copying += started.elapsed();
+        match copied {
+            Ok(checksum) => done.checksums.push(checksum),
+            Err(error) => {
+                result = Err(error);
+                break;
             }
         }
-        Ok(())
-    });
-    if issued.is_ok() {
-        // The scope synchronized: the rest has been copied too.
-        progress::advance(unreported as u64);
     }
-    let mut cleanup = Ok(());
+    // Every chunk's stream was synchronized: no copy uses an alias any more.
     for alias in aliases {
-        cleanup = cleanup.and(unmap_and_free(d, alias.address, alias.size));
+        let unmapped = unmap_and_free(d, alias.address, alias.size);
+        if result.is_ok() {
+            result = unmapped.map_err(TransferError::Driver);
+        }
     }
-    issued.and(cleanup)
+    result
+}
+
+/// The checksum record of `a`'s bytes, for `chunks`.
+fn checksum_of(a: &Allocation, chunks: Vec<u64>) -> Result<CarrierChecksum, TransferError> {
+    Ok(CarrierChecksum {
+        allocation: a.reference.id,
+        size: a.size,
+        chunk_bytes: CHUNK as u64,
+        chunks: chunks.try_into().map_err(|_| CuError::INVALID_VALUE)?,
+    })
+}
+
+/// Device to carrier, chunk by chunk: each chunk is hashed while the next one is copied.
+fn save_chunks(
+    d: &Driver,
+    a: &Allocation,
+    host: &mut [u8],
+    mut device_address: u64,
+) -> Result<CarrierChecksum, TransferError> {
+    let mut hashes = Vec::with_capacity(host.len().div_ceil(CHUNK));
+    let mut previous: Option<&[u8]> = None;
+    for chunk in host.chunks_mut(CHUNK) {
+        let len = chunk.len();
+        // The scope synchronizes before it returns: then the chunk is copied and readable.
+        Stream::scope(d, |stream| {
+            stream.copy_to_host(&mut *chunk, device_address)?;
+            if let Some(copied) = previous {
+                hashes.push(xxh3_64(copied));
+            }
+            Ok(())
+        })?;
+        progress::advance(len as u64);
+        previous = Some(chunk);
+        device_address += len as u64;
+    }
+    if let Some(copied) = previous {
+        hashes.push(xxh3_64(copied));
+    }
+    checksum_of(a, hashes)
+}
+
+/// Carrier to device, chunk by chunk: each chunk is hashed while it is copied, and the load
+/// stops at the first chunk that differs from the save's checksum.
+fn load_chunks(
+    d: &Driver,
+    a: &Allocation,
+    host: &[u8],
+    mut device_address: u64,
+    expected: &BTreeMap<AllocationId, CarrierChecksum>,
+) -> Result<CarrierChecksum, TransferError> {
+    let id = a.reference.id;
+    let saved = expected
+        .get(&id)
+        .filter(|c| {
+            c.size == a.size
+                && c.chunk_bytes == CHUNK as u64
+                && c.chunks.len() == host.len().div_ceil(CHUNK)
+        })
+        .ok_or(TransferError::NoChecksum { allocation: id })?;
+    let mut hashes = Vec::with_capacity(saved.chunks.len());
+    for (index, chunk) in host.chunks(CHUNK).enumerate() {
+        let hash = Stream::scope(d, |stream| {
+            stream.copy_to_device(device_address, chunk)?;
+            Ok(xxh3_64(chunk))
+        })?;
+        if hash != saved.chunks[index] {
+            return Err(TransferError::Mismatch {
+                allocation: id,
+                offset: (index * CHUNK) as u64,
+                len: chunk.len() as u64,
+                saved: saved.chunks[index],
+                found: hash,
+            });
+        }
+        hashes.push(hash);
+        progress::advance(chunk.len() as u64);
+        device_address += chunk.len() as u64;
+    }
+    checksum_of(a, hashes)
 }

@@ -25,6 +25,7 @@ use crate::state::progress;
 use crate::state::registry::Registry;
 use cuinterpose_protocol::transport::Timeouts;
 use cuinterpose_protocol::{CompletedReply, Operation, Phase, RefusalCode, Reply, Request};
+use step::Done;
 
 /// A reply, and what to do once it was sent.
 #[derive(Debug)]
@@ -179,18 +180,26 @@ fn run(r: &mut Registry, operation: Operation) -> Outcome {
     crate::state::progress::set_phase(to);
     crate::state::progress::reset_copy_time();
     let result = match operation {
-        Operation::PrepareMulticast => multicast::prepare_multicast(d, r),
         Operation::SaveAllocations => unicast::save(d, r),
-        Operation::PrepareUnicast => unicast::prepare_unicast(d, r),
         Operation::LoadAllocations => unicast::load(d, r),
-        Operation::RestoreUnicast => unicast::restore_unicast(d, r),
-        Operation::RestoreMulticastCreators => multicast::restore_multicast_creators(d, r),
-        Operation::RestoreMulticastImporters => multicast::restore_multicast_importers(d, r),
-        Operation::RestoreMulticastDevices => multicast::restore_multicast_devices(d, r),
-        Operation::RestoreMulticastBindings => multicast::restore_multicast_bindings(d, r),
+        Operation::PrepareMulticast => multicast::prepare_multicast(d, r).map(Done::from),
+        Operation::PrepareUnicast => unicast::prepare_unicast(d, r).map(Done::from),
+        Operation::RestoreUnicast => unicast::restore_unicast(d, r).map(Done::from),
+        Operation::RestoreMulticastCreators => {
+            multicast::restore_multicast_creators(d, r).map(Done::from)
+        }
+        Operation::RestoreMulticastImporters => {
+            multicast::restore_multicast_importers(d, r).map(Done::from)
+        }
+        Operation::RestoreMulticastDevices => {
+            multicast::restore_multicast_devices(d, r).map(Done::from)
+        }
+        Operation::RestoreMulticastBindings => {
+            multicast::restore_multicast_bindings(d, r).map(Done::from)
+        }
     };
     match result {
-        Ok(bytes) => {
+        Ok(done) => {
             r.set_phase(to);
             if to == Phase::Active {
                 // The restore is complete; blocked application threads continue once the
@@ -200,8 +209,10 @@ fn run(r: &mut Registry, operation: Operation) -> Outcome {
             Outcome {
                 reply: Reply::Completed(CompletedReply {
                     operation,
-                    bytes,
+                    bytes: done.bytes,
                     copy_ns: crate::state::progress::copy_ns(),
+                    peak_carrier_bytes: done.peak_carrier_bytes,
+                    checksums: done.checksums,
                 }),
                 after: if operation == Operation::LoadAllocations {
                     After::FreeArena

@@ -11,6 +11,27 @@ use std::collections::BTreeMap;
 /// A failure inside an operation, naming the object.
 pub type Step<T> = Result<T, String>;
 
+/// What an operation reports on success: the carrier bytes it moved and, for the copies, the
+/// carrier's peak host memory and the checksums of the bytes as copied.
+#[derive(Debug, Default)]
+pub struct Done {
+    pub bytes: u64,
+    pub peak_carrier_bytes: u64,
+    pub checksums: cuinterpose_protocol::BoundedVec<
+        cuinterpose_protocol::CarrierChecksum,
+        { cuinterpose_protocol::MAX_RECORDS },
+    >,
+}
+
+impl From<u64> for Done {
+    fn from(bytes: u64) -> Self {
+        Self {
+            bytes,
+            ..Self::default()
+        }
+    }
+}
+
 pub fn at(what: impl FnOnce() -> String) -> impl FnOnce(CuError) -> String {
     move |e| format!("{}: {e}", what())
 }

@@ -3,7 +3,7 @@
 //! import them again (importers), each at its recorded addresses.
 
 use super::carrier::{self, Direction};
-use super::step::{MappingIndex, Step, at, remap};
+use super::step::{Done, MappingIndex, Step, at, remap};
 use crate::calls::sharing;
 use crate::driver::{Driver, context};
 use crate::state::arena::Arena;
@@ -11,6 +11,22 @@ use crate::state::cache;
 use crate::state::registry::{Kind, Registry};
 use cuinterpose_protocol::{AllocationId, NamespacePid, Reply, ResourceKind};
 use std::collections::BTreeMap;
+
+/// The checksums of a transfer, for the reply (one per carried allocation, so within its
+/// bound whenever the records are).
+fn bounded(
+    checksums: Vec<cuinterpose_protocol::CarrierChecksum>,
+) -> Step<
+    cuinterpose_protocol::BoundedVec<
+        cuinterpose_protocol::CarrierChecksum,
+        { cuinterpose_protocol::MAX_RECORDS },
+    >,
+> {
+    let count = checksums.len();
+    checksums
+        .try_into()
+        .map_err(|_| format!("{count} carried allocations are more than a reply can list"))
+}
 
 /// The allocations this process carries, in a fixed order.
 fn carried(r: &Registry) -> Vec<cuinterpose_protocol::AllocationId> {
@@ -21,21 +37,25 @@ fn carried(r: &Registry) -> Vec<cuinterpose_protocol::AllocationId> {
         .collect()
 }
 
-pub fn save(d: &Driver, r: &mut Registry) -> Step<u64> {
+pub fn save(d: &Driver, r: &mut Registry) -> Step<Done> {
     let ids = carried(r);
     if ids.is_empty() {
         r.arena = None;
-        return Ok(0);
+        return Ok(Done::default());
     }
     let sizes: Vec<_> = ids.iter().map(|id| (*id, r.allocations[id].size)).collect();
     let mut arena = Arena::for_sizes(&sizes)?;
     let jobs: Vec<_> = ids.iter().map(|id| &r.allocations[id]).collect();
     let through = carrier::readable_mappings(r, &ids);
-    carrier::transfer(d, &mut arena, &jobs, &through, Direction::Save).map_err(at(|| {
-        "copying shared allocations to the host carrier".to_owned()
-    }))?;
+    let transferred = carrier::transfer(d, &mut arena, &jobs, &through, Direction::Save)
+        .map_err(|e| format!("copying shared allocations to the host carrier: {e}"))?;
+    let peak_carrier_bytes = arena.len() as u64;
     r.arena = Some(arena);
-    Ok(sizes.iter().map(|&(_, size)| size).sum())
+    Ok(Done {
+        bytes: sizes.iter().map(|&(_, size)| size).sum(),
+        peak_carrier_bytes,
+        checksums: bounded(transferred.checksums)?,
+    })
 }
 
 pub fn prepare_unicast(d: &Driver, r: &mut Registry) -> Step<u64> {
@@ -50,10 +70,10 @@ pub fn prepare_unicast(d: &Driver, r: &mut Registry) -> Step<u64> {
     Ok(0)
 }
 
-pub fn load(d: &Driver, r: &mut Registry) -> Step<u64> {
+pub fn load(d: &Driver, r: &mut Registry) -> Step<Done> {
     let ids = carried(r);
     if ids.is_empty() {
-        return Ok(0);
+        return Ok(Done::default());
     }
     let Some(mut arena) = r.arena.take() else {
         return Err(
@@ -80,8 +100,9 @@ pub fn load(d: &Driver, r: &mut Registry) -> Step<u64> {
             r.allocations.get_mut(id).expect("listed above").driver = Some(raw);
         }
         let jobs: Vec<_> = ids.iter().map(|id| &r.allocations[id]).collect();
-        carrier::transfer(d, &mut arena, &jobs, &Default::default(), Direction::Load)
-            .map_err(at(|| "copying the host carrier back".to_owned()))?;
+        let transferred =
+            carrier::transfer(d, &mut arena, &jobs, &Default::default(), Direction::Load)
+                .map_err(|e| format!("copying the host carrier back: {e}"))?;
         let index = MappingIndex::new(r, Kind::Unicast);
         let mut bytes = 0;
         for id in &ids {
@@ -102,7 +123,11 @@ pub fn load(d: &Driver, r: &mut Registry) -> Step<u64> {
                 cache::authorize_by_id(id);
             }
         }
-        Ok(bytes)
+        Ok(Done {
+            bytes,
+            peak_carrier_bytes: arena.len() as u64,
+            checksums: bounded(transferred.checksums)?,
+        })
     })();
     // Keep the copy until the reply is sent (After::FreeArena), or for good on failure.
     r.arena = Some(arena);

@@ -12,7 +12,7 @@
 
 use crate::driver::HostMemory;
 use crate::sys::error::{CuError, CuResult};
-use cuinterpose_protocol::AllocationId;
+use cuinterpose_protocol::{AllocationId, CarrierChecksum};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 
@@ -30,6 +30,8 @@ pub struct Arena {
     memory: Option<HostMemory>,
     /// Each allocation's `(offset, size)` in `memory`: disjoint, within its length.
     slots: BTreeMap<AllocationId, (usize, u64)>,
+    /// The checksums of the bytes as the save copied them in (empty until then).
+    checksums: BTreeMap<AllocationId, CarrierChecksum>,
 }
 
 impl Drop for Arena {
@@ -73,6 +75,7 @@ impl Arena {
         Ok(Arena {
             memory: Some(memory),
             slots,
+            checksums: BTreeMap::new(),
         })
     }
 
@@ -80,6 +83,26 @@ impl Arena {
         self.memory
             .as_ref()
             .expect("an arena holds its memory until dropped")
+    }
+
+    /// Host memory the arena holds.
+    pub fn len(&self) -> usize {
+        self.memory().len()
+    }
+
+    /// Never empty: at least one byte is mapped.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The checksums of the saved bytes, by allocation (what a load verifies).
+    pub fn checksums(&self) -> &BTreeMap<AllocationId, CarrierChecksum> {
+        &self.checksums
+    }
+
+    /// Records the checksums the save computed.
+    pub fn set_checksums(&mut self, checksums: impl IntoIterator<Item = CarrierChecksum>) {
+        self.checksums = checksums.into_iter().map(|c| (c.allocation, c)).collect();
     }
 
     /// The size recorded for `id`, if the arena holds it.

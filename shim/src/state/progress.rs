@@ -5,7 +5,7 @@
 
 use cuinterpose_protocol::{NamespacePid, Operation, Phase, ProgressReply};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(Debug, Clone, Copy)]
 struct Progress {
@@ -16,8 +16,7 @@ struct Progress {
     phase: Phase,
     /// A hold reached this process in its current capture (see [`set_held`]).
     held: bool,
-    /// When the running copy started; how long the copies of the current step took so far.
-    started: Option<Instant>,
+    /// How long the transfers of the current step took so far (their chunks' wall time).
     copying: Duration,
 }
 
@@ -28,7 +27,6 @@ static PROGRESS: Mutex<Progress> = Mutex::new(Progress {
     total: 0,
     phase: Phase::Active,
     held: false,
-    started: None,
     copying: Duration::ZERO,
 });
 
@@ -46,7 +44,6 @@ pub fn start(operation: Operation, total: u64) {
             total,
             phase: p.phase,
             held: p.held,
-            started: Some(Instant::now()),
             copying: p.copying,
         }
     });
@@ -59,12 +56,12 @@ pub fn advance(bytes: u64) {
 
 /// The copy ended (finished or failed: `done` says how far it got).
 pub fn finish() {
-    update(|p| {
-        p.running = false;
-        if let Some(started) = p.started.take() {
-            p.copying += started.elapsed();
-        }
-    });
+    update(|p| p.running = false);
+}
+
+/// The transfers of the current step took `copying` more (the carrier times its chunks alone).
+pub fn add_copy_time(copying: Duration) {
+    update(|p| p.copying += copying);
 }
 
 /// A lifecycle step begins: its copy time starts from zero.

@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 
 use cuinterpose_protocol::{
-    InspectionReply, NamespacePid, Operation, Phase, RESTORE_OPERATIONS, Reply,
+    CarrierChecksum, InspectionReply, NamespacePid, Operation, Phase, RESTORE_OPERATIONS, Reply,
+    StateFile,
 };
 
 use super::Run;
@@ -94,7 +95,19 @@ impl Run {
                             found: completed.bytes,
                         });
                     }
-                    Ok(Accepted::Completed(completed.bytes))
+                    let checksums = completed.checksums.into_vec();
+                    if operation == Operation::LoadAllocations {
+                        // The bytes back in device memory against the checkpoint's record of
+                        // them, before any step lets the process use them.
+                        let saved = self.checksums.get(&pid).map_or(&[][..], Vec::as_slice);
+                        if let Some(difference) = state::compare_checksums(saved, &checksums) {
+                            return Err(Reason::ChecksumsDiffer(difference));
+                        }
+                    }
+                    Ok(Accepted::Completed {
+                        bytes: completed.bytes,
+                        checksums,
+                    })
                 }
                 other => Err(unexpected(&other, "completed")),
             },
@@ -104,14 +117,14 @@ impl Run {
                         answered: rolled.namespace_pid,
                     })
                 }
-                Reply::RolledBack(_) => Ok(Accepted::Completed(0)),
+                Reply::RolledBack(_) => Ok(Accepted::nothing()),
                 other => Err(unexpected(&other, "rolled_back")),
             },
             Stage::Hold => match reply {
                 Reply::Held(held) if held.namespace_pid != pid => Err(Reason::PidMismatch {
                     answered: held.namespace_pid,
                 }),
-                Reply::Held(_) => Ok(Accepted::Completed(0)),
+                Reply::Held(_) => Ok(Accepted::nothing()),
                 other => Err(unexpected(&other, "held")),
             },
             // Settle rounds are checked where they are fed (`settle.rs`).
@@ -160,7 +173,7 @@ impl Run {
                 .iter()
                 .filter_map(|(pid, accepted)| match accepted {
                     Accepted::Inspection(inspection) => Some((*pid, inspection.clone())),
-                    Accepted::Completed(_) => None,
+                    Accepted::Completed { .. } => None,
                 })
                 .collect::<BTreeMap<_, _>>()
         };
@@ -213,6 +226,35 @@ impl Run {
                     .collect();
                 self.state = Some(state);
             }
+            (RunKind::Capture, Stage::Execute(Operation::SaveAllocations)) => {
+                self.checksums = replies
+                    .into_iter()
+                    .filter_map(|(pid, accepted)| match accepted {
+                        Accepted::Completed { checksums, .. } if !checksums.is_empty() => {
+                            Some((pid, checksums))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                let sealed = self.state.take().map(|state| {
+                    let checksums = self
+                        .checksums
+                        .iter()
+                        .map(|(pid, list)| Ok((*pid, list.clone().try_into()?)))
+                        .collect::<Result<BTreeMap<_, _>, cuinterpose_protocol::BoundError>>()
+                        .and_then(|map| map.try_into())
+                        .map(|checksums| {
+                            StateFile::seal(state.participants, state.devices, checksums)
+                        });
+                    checksums.map_err(|error| {
+                        vec![Failure {
+                            participant: None,
+                            reason: Reason::State(format!("the saved checksums: {error}")),
+                        }]
+                    })
+                });
+                self.state = sealed.transpose()?;
+            }
             _ => {}
         }
         Ok(())
@@ -222,14 +264,25 @@ impl Run {
 /// A reply that passed its per-participant checks.
 pub(super) enum Accepted {
     Inspection(InspectionReply),
-    Completed(u64),
+    Completed {
+        bytes: u64,
+        checksums: Vec<CarrierChecksum>,
+    },
 }
 
 impl Accepted {
+    /// A completion that moved nothing (a rollback, a hold).
+    fn nothing() -> Self {
+        Self::Completed {
+            bytes: 0,
+            checksums: Vec::new(),
+        }
+    }
+
     pub(super) fn bytes(&self) -> u64 {
         match self {
             Self::Inspection(_) => 0,
-            Self::Completed(bytes) => *bytes,
+            Self::Completed { bytes, .. } => *bytes,
         }
     }
 }

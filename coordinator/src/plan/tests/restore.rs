@@ -87,6 +87,8 @@ fn restore_verifies_the_final_records() {
                 operation: Operation::LoadAllocations,
                 bytes: SIZE - 1,
                 copy_ns: 1,
+                peak_carrier_bytes: 0,
+                checksums: Default::default(),
             }
             .into())
         },
