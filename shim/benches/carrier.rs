@@ -1,195 +1,415 @@
-//! Host-carrier throughput, each direction on its own: `save_allocations` and
-//! `load_allocations` of one shared 64 MiB allocation through the shim (its own control socket,
-//! in this process) over fakecuda, as the whole exchange and as the transfers alone (the
-//! shim's `copy_ns`), against the copy limit measured in the same run: `memcpy` of the same
-//! bytes between warm (already faulted-in) buffers, by one thread and by one thread per core.
-//! The exchange minus the transfers is the preparation: laying out the arena for a save,
-//! recreating the device memory for a load.
+//! Host-carrier throughput at model scale: `save_allocations` and `load_allocations` of one
+//! shared allocation through the shim (its own control socket, in this process) over
+//! fakecuda, swept over sizes (`CUINTERPOSE_BENCH_MIB`, default `64,256,1024,2048`), each
+//! against the machine's limit for the same bytes measured in the same run:
 //!
-//! A load writes into device memory recreated moments before. fakecuda's device memory is
-//! shmem that Linux allocates, zeroes and maps 4 KiB at a time on first touch (a GPU has no
-//! such cost), so the floor of a load over fakecuda is the last baseline: the same bytes
-//! copied into a fresh memfd mapping by one thread per core.
+//! - a save against a copy into memory prepared the way the arena must be (a fresh anonymous
+//!   mapping with transparent huge pages, populated by one thread per core, then filled by one
+//!   thread per core, as fakecuda copies);
+//! - a load against a copy into a fresh memfd mapping by one thread per core (fakecuda's device
+//!   memory, recreated by the load, is fresh shmem that Linux faults in 4 KiB at a time);
+//! - the checksum: XXH3-64 of the same bytes by one thread, against the save's transfers.
+//!
+//! Each cycle times the whole exchange and the shim's transfers (`copy_ns`) of the same
+//! operation, so "copy ≤ whole" holds sample by sample. After criterion's own lines the bench
+//! prints one table of medians and ratios from the samples of this run.
 
 mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use common::{POSIX, Prop};
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use cuinterpose_protocol::transport::{Endpoint, call};
 use cuinterpose_protocol::{ExecuteRequest, NamespacePid, Operation, Reply, Request};
+use std::collections::BTreeMap;
 use std::ffi::{c_int, c_uint, c_void};
 use std::hint::black_box;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-const SIZE: usize = 64 << 20;
+const MIB: usize = 1 << 20;
+
+fn sizes() -> Vec<usize> {
+    std::env::var("CUINTERPOSE_BENCH_MIB")
+        .unwrap_or_else(|_| "64,256,1024,2048".into())
+        .split(',')
+        .map(|mib| {
+            mib.trim()
+                .parse::<usize>()
+                .expect("CUINTERPOSE_BENCH_MIB: MiB, comma-separated")
+                * MIB
+        })
+        .collect()
+}
 
 fn ask(endpoint: &Endpoint, request: Request) -> Reply {
-    call(endpoint, &request, None, Duration::from_secs(60))
+    call(endpoint, &request, None, Duration::from_secs(600))
         .unwrap()
         .0
 }
 
-/// The exchange's time and the shim's time for the transfers alone.
-fn execute(endpoint: &Endpoint, operation: Operation) -> (Duration, Duration) {
+/// The exchange's time, the shim's time for the transfers alone, and the carrier's peak.
+fn execute(endpoint: &Endpoint, operation: Operation) -> (Duration, Duration, u64) {
     let started = Instant::now();
     match ask(endpoint, Request::Execute(ExecuteRequest { operation })) {
-        Reply::Completed(done) => (started.elapsed(), Duration::from_nanos(done.copy_ns)),
+        Reply::Completed(done) => (
+            started.elapsed(),
+            Duration::from_nanos(done.copy_ns),
+            done.peak_carrier_bytes,
+        ),
         other => panic!("{operation}: {other:?}"),
     }
 }
 
-/// One direction of a cycle: the whole exchange and the transfers in it.
-#[derive(Clone, Copy)]
-struct Timed {
-    whole: Duration,
-    copy: Duration,
+/// Every sample of this run, by (size, what).
+static SAMPLES: Mutex<BTreeMap<(usize, &'static str), Vec<Duration>>> = Mutex::new(BTreeMap::new());
+
+fn record(size: usize, what: &'static str, took: Duration) -> Duration {
+    SAMPLES
+        .lock()
+        .unwrap()
+        .entry((size, what))
+        .or_default()
+        .push(took);
+    took
 }
 
-/// Copies `SIZE` bytes into a new memfd mapping (first touch, as fakecuda's recreated device
-/// memory is), in `threads` parts at once; mapping and freeing it included.
-fn memcpy_fresh_memfd(source: &[u8], threads: usize) -> Duration {
-    let part = SIZE.div_ceil(threads);
-    let started = Instant::now();
-    // SAFETY: a new memfd of SIZE bytes mapped shared read-write at a kernel-chosen address;
-    // the slice over it is dropped before the mapping is removed.
-    unsafe {
-        let fd = libc::memfd_create(c"carrier-bench".as_ptr(), libc::MFD_CLOEXEC);
-        assert!(fd >= 0 && libc::ftruncate(fd, SIZE as libc::off_t) == 0);
-        let base = libc::mmap(
-            std::ptr::null_mut(),
-            SIZE,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        );
-        assert_ne!(base, libc::MAP_FAILED);
-        let fresh = std::slice::from_raw_parts_mut(base.cast::<u8>(), SIZE);
+/// `len` bytes of a fresh mapping: anonymous private with huge pages and populated by
+/// `threads` (as the arena is), or a memfd mapped shared (as fakecuda's device memory is).
+/// Unmapped on drop.
+struct Fresh {
+    base: *mut u8,
+    len: usize,
+    fd: c_int,
+}
+
+impl Fresh {
+    fn anonymous(len: usize, threads: usize) -> Self {
+        // SAFETY: a new anonymous private mapping; advice within it.
+        let base = unsafe {
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(base, libc::MAP_FAILED);
+            libc::madvise(base, len, libc::MADV_HUGEPAGE);
+            base
+        };
+        let part = len.div_ceil(threads).next_multiple_of(2 * MIB);
+        let at = base as usize;
         std::thread::scope(|scope| {
-            for (to, from) in fresh.chunks_mut(part).zip(source.chunks(part)) {
-                scope.spawn(move || to.copy_from_slice(from));
+            for offset in (0..len).step_by(part) {
+                scope.spawn(move || {
+                    // SAFETY: advice on a part of the mapping above.
+                    unsafe {
+                        libc::madvise(
+                            (at + offset) as *mut c_void,
+                            part.min(len - offset),
+                            libc::MADV_POPULATE_WRITE,
+                        )
+                    };
+                });
             }
         });
-        libc::munmap(base, SIZE);
-        libc::close(fd);
+        Fresh {
+            base: base.cast(),
+            len,
+            fd: -1,
+        }
     }
-    started.elapsed()
+
+    fn memfd(len: usize) -> Self {
+        // SAFETY: a new memfd of `len` bytes mapped shared read-write.
+        unsafe {
+            let fd = libc::memfd_create(c"carrier-bench".as_ptr(), libc::MFD_CLOEXEC);
+            assert!(fd >= 0 && libc::ftruncate(fd, len as libc::off_t) == 0);
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            assert_ne!(base, libc::MAP_FAILED);
+            Fresh {
+                base: base.cast(),
+                len,
+                fd,
+            }
+        }
+    }
+
+    fn slice(&mut self) -> &mut [u8] {
+        // SAFETY: `len` writable bytes, borrowed through `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.base, self.len) }
+    }
 }
 
-/// Copies `SIZE` warm bytes in `threads` parts at once.
-fn memcpy_warm(source: &[u8], warm: &mut [u8], threads: usize) -> Duration {
-    let part = SIZE.div_ceil(threads);
-    let started = Instant::now();
+impl Drop for Fresh {
+    fn drop(&mut self) {
+        // SAFETY: the mapping (and memfd) made by this value.
+        unsafe {
+            libc::munmap(self.base.cast(), self.len);
+            if self.fd >= 0 {
+                libc::close(self.fd);
+            }
+        }
+    }
+}
+
+/// Copies `source` into `to` in `threads` parts at once.
+fn parallel_copy(to: &mut [u8], source: &[u8], threads: usize) {
+    let part = source.len().div_ceil(threads);
     std::thread::scope(|scope| {
-        for (to, from) in warm.chunks_mut(part).zip(source.chunks(part)) {
+        for (to, from) in to.chunks_mut(part).zip(source.chunks(part)) {
             scope.spawn(move || to.copy_from_slice(from));
         }
     });
-    black_box(&warm);
-    started.elapsed()
+    black_box(to);
+}
+
+/// The shim's entry points this bench calls, and device 0's context made current.
+struct Calls<'a> {
+    shim: &'a libloading::Library,
+    driver: &'a libloading::Library,
+}
+
+impl Calls<'_> {
+    /// Creates, maps and exports one allocation of `size` bytes filled from `bytes`; returns
+    /// its address.
+    fn shared(&self, size: usize, bytes: &[u8]) -> u64 {
+        let access: [u32; 3] = [1, 0, 3];
+        let (mut handle, mut va, mut fd): (u64, u64, c_int) = (0, 0, -1);
+        // SAFETY: every call below uses cuda.h's prototype and valid pointers to locals.
+        unsafe {
+            let create: libloading::Symbol<
+                unsafe extern "C" fn(*mut u64, usize, *const Prop, u64) -> u32,
+            > = self.shim.get(b"cuMemCreate\0").unwrap();
+            let reserve: libloading::Symbol<
+                unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> u32,
+            > = self.driver.get(b"cuMemAddressReserve\0").unwrap();
+            let map: libloading::Symbol<unsafe extern "C" fn(u64, usize, usize, u64, u64) -> u32> =
+                self.shim.get(b"cuMemMap\0").unwrap();
+            let set_access: libloading::Symbol<
+                unsafe extern "C" fn(u64, usize, *const u32, usize) -> u32,
+            > = self.shim.get(b"cuMemSetAccess\0").unwrap();
+            let export: libloading::Symbol<
+                unsafe extern "C" fn(*mut c_int, u64, c_uint, u64) -> u32,
+            > = self.shim.get(b"cuMemExportToShareableHandle\0").unwrap();
+            let htod: libloading::Symbol<unsafe extern "C" fn(u64, *const c_void, usize) -> u32> =
+                self.driver.get(b"cuMemcpyHtoD_v2\0").unwrap();
+            assert_eq!(create(&mut handle, size, &POSIX, 0), 0);
+            assert_eq!(reserve(&mut va, size, 0, 0, 0), 0);
+            assert_eq!(map(va, size, 0, handle, 0), 0);
+            assert_eq!(set_access(va, size, access.as_ptr(), 1), 0);
+            assert_eq!(htod(va, bytes.as_ptr().cast(), size), 0);
+            assert_eq!(export(&mut fd, handle, 1, 0), 0);
+        }
+        va
+    }
+
+    /// Unmaps and frees the allocation at `va` (through the shim: it stops tracking it).
+    fn release(&self, va: u64, size: usize) {
+        // SAFETY: cuda.h's prototypes; `va` maps `size` bytes of one handle.
+        unsafe {
+            let retain: libloading::Symbol<unsafe extern "C" fn(*mut u64, u64) -> u32> =
+                self.shim.get(b"cuMemRetainAllocationHandle\0").unwrap();
+            let unmap: libloading::Symbol<unsafe extern "C" fn(u64, usize) -> u32> =
+                self.shim.get(b"cuMemUnmap\0").unwrap();
+            let release: libloading::Symbol<unsafe extern "C" fn(u64) -> u32> =
+                self.shim.get(b"cuMemRelease\0").unwrap();
+            let free: libloading::Symbol<unsafe extern "C" fn(u64, usize) -> u32> =
+                self.driver.get(b"cuMemAddressFree\0").unwrap();
+            let mut handle = 0;
+            assert_eq!(retain(&mut handle, va), 0);
+            assert_eq!(unmap(va, size), 0);
+            assert_eq!(release(handle), 0);
+            assert_eq!(release(handle), 0);
+            assert_eq!(free(va, size), 0);
+        }
+    }
+
+    /// Reads all of `va` into `scratch` (the application using its memory between toggles).
+    fn touch(&self, va: u64, scratch: &mut [u8]) {
+        // SAFETY: cuda.h's prototype; `scratch` holds as many bytes as `va` maps.
+        unsafe {
+            let dtoh: libloading::Symbol<unsafe extern "C" fn(*mut c_void, u64, usize) -> u32> =
+                self.driver.get(b"cuMemcpyDtoH_v2\0").unwrap();
+            assert_eq!(dtoh(scratch.as_mut_ptr().cast(), va, scratch.len()), 0);
+        }
+    }
+}
+
+/// One toggle of the allocation, the native checkpoint left out (fakecuda's memory stays):
+/// records the save's and the load's whole exchange and transfers; returns both wholes.
+fn cycle(endpoint: &Endpoint, size: usize) -> Duration {
+    assert!(matches!(
+        ask(endpoint, Request::BeginCheckpoint),
+        Reply::Inspection(_)
+    ));
+    execute(endpoint, Operation::PrepareMulticast);
+    let (save, save_copy, peak) = execute(endpoint, Operation::SaveAllocations);
+    assert_eq!(peak, size as u64, "the arena holds the carried bytes");
+    execute(endpoint, Operation::PrepareUnicast);
+    let (load, load_copy, _) = execute(endpoint, Operation::LoadAllocations);
+    for operation in [
+        Operation::RestoreUnicast,
+        Operation::RestoreMulticastCreators,
+        Operation::RestoreMulticastImporters,
+        Operation::RestoreMulticastDevices,
+        Operation::RestoreMulticastBindings,
+    ] {
+        execute(endpoint, operation);
+    }
+    assert!(matches!(
+        ask(endpoint, Request::Inspect),
+        Reply::Inspection(_)
+    ));
+    assert!(
+        save_copy <= save && load_copy <= load,
+        "transfers within their exchange"
+    );
+    record(size, "save", save);
+    record(size, "save_copy", save_copy);
+    record(size, "load", load);
+    record(size, "load_copy", load_copy);
+    save + load
+}
+
+fn median(samples: &[Duration]) -> Duration {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    sorted[sorted.len() / 2]
+}
+
+fn report() {
+    let samples = SAMPLES.lock().unwrap();
+    let get = |size: usize, what: &str| {
+        samples
+            .iter()
+            .find(|((s, w), _)| *s == size && *w == what)
+            .map_or(Duration::ZERO, |(_, v)| median(v))
+    };
+    let gbps = |size: usize, took: Duration| size as f64 / 1e9 / took.as_secs_f64();
+    println!("\ncarrier sweep (medians of this run; GB/s; ratio = limit time / carrier time):");
+    println!(
+        "{:>9} | {:>6} {:>6} {:>6} {:>6} | {:>6} {:>6} | {:>10} {:>10} | {:>6} {:>9}",
+        "MiB",
+        "save",
+        "copy",
+        "load",
+        "copy",
+        "arena",
+        "memfd",
+        "save/limit",
+        "load/limit",
+        "xxh3",
+        "hash/copy"
+    );
+    let sizes: std::collections::BTreeSet<usize> = samples.keys().map(|(s, _)| *s).collect();
+    for size in sizes {
+        let (save, save_copy) = (get(size, "save"), get(size, "save_copy"));
+        let (load, load_copy) = (get(size, "load"), get(size, "load_copy"));
+        let (arena, memfd, hash) = (
+            get(size, "limit_arena"),
+            get(size, "limit_memfd"),
+            get(size, "xxh3"),
+        );
+        println!(
+            "{:>9} | {:>6.2} {:>6.2} {:>6.2} {:>6.2} | {:>6.2} {:>6.2} | {:>9.2}x {:>9.2}x | {:>6.2} {:>8.0}%",
+            size / MIB,
+            gbps(size, save),
+            gbps(size, save_copy),
+            gbps(size, load),
+            gbps(size, load_copy),
+            gbps(size, arena),
+            gbps(size, memfd),
+            arena.as_secs_f64() / save.as_secs_f64(),
+            memfd.as_secs_f64() / load.as_secs_f64(),
+            gbps(size, hash),
+            100.0 * hash.as_secs_f64() / save_copy.as_secs_f64(),
+        );
+    }
 }
 
 fn bench(c: &mut Criterion) {
     let loaded = support::in_process("carrier-bench");
     let (sandbox, driver, shim) = (&loaded.sandbox, &loaded.driver, &loaded.shim);
-    let access: [u32; 3] = [1, 0, 3];
-    let (mut handle, mut va, mut fd): (u64, u64, c_int);
-    va = 0;
     common::init(shim, driver);
-    // SAFETY: every call below uses cuda.h's prototype and valid pointers to locals.
-    unsafe {
-        let create: libloading::Symbol<
-            unsafe extern "C" fn(*mut u64, usize, *const Prop, u64) -> u32,
-        > = shim.get(b"cuMemCreate\0").unwrap();
-        let reserve: libloading::Symbol<
-            unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> u32,
-        > = driver.get(b"cuMemAddressReserve\0").unwrap();
-        let map: libloading::Symbol<unsafe extern "C" fn(u64, usize, usize, u64, u64) -> u32> =
-            shim.get(b"cuMemMap\0").unwrap();
-        let set_access: libloading::Symbol<
-            unsafe extern "C" fn(u64, usize, *const u32, usize) -> u32,
-        > = shim.get(b"cuMemSetAccess\0").unwrap();
-        let export: libloading::Symbol<unsafe extern "C" fn(*mut c_int, u64, c_uint, u64) -> u32> =
-            shim.get(b"cuMemExportToShareableHandle\0").unwrap();
-        let htod: libloading::Symbol<unsafe extern "C" fn(u64, *const c_void, usize) -> u32> =
-            driver.get(b"cuMemcpyHtoD_v2\0").unwrap();
-        (handle, fd) = (0, -1);
-        assert_eq!(create(&mut handle, SIZE, &POSIX, 0), 0);
-        assert_eq!(reserve(&mut va, SIZE, 0, 0, 0), 0);
-        assert_eq!(map(va, SIZE, 0, handle, 0), 0);
-        assert_eq!(set_access(va, SIZE, access.as_ptr(), 1), 0);
-        let bytes: Vec<u8> = (0..SIZE).map(|i| (i * 7) as u8).collect();
-        assert_eq!(htod(va, bytes.as_ptr().cast(), SIZE), 0);
-        assert_eq!(export(&mut fd, handle, 1, 0), 0);
-    }
-    // SAFETY: cuda.h's prototype.
-    let dtoh: libloading::Symbol<unsafe extern "C" fn(*mut c_void, u64, usize) -> u32> =
-        unsafe { driver.get(b"cuMemcpyDtoH_v2\0").unwrap() };
-    let mut scratch = vec![0u8; SIZE];
-    let mut touch = || {
-        // SAFETY: `scratch` holds SIZE writable bytes; `va` maps SIZE bytes.
-        assert_eq!(unsafe { dtoh(scratch.as_mut_ptr().cast(), va, SIZE) }, 0);
-    };
+    let calls = Calls { shim, driver };
     let endpoint = Endpoint::for_pid(
         &sandbox.control_dir(),
         NamespacePid::new(std::process::id()).unwrap(),
     )
     .unwrap();
-    // Between toggles the application uses its memory (reads all of it, untimed), so a save
-    // reads memory that is in use, not a mapping nobody touched since the last restore.
-    let mut cycle = || {
-        touch();
-        assert!(matches!(
-            ask(&endpoint, Request::BeginCheckpoint),
-            Reply::Inspection(_)
-        ));
-        execute(&endpoint, Operation::PrepareMulticast);
-        let (whole, copy) = execute(&endpoint, Operation::SaveAllocations);
-        let save = Timed { whole, copy };
-        execute(&endpoint, Operation::PrepareUnicast);
-        let (whole, copy) = execute(&endpoint, Operation::LoadAllocations);
-        let load = Timed { whole, copy };
-        for operation in [
-            Operation::RestoreUnicast,
-            Operation::RestoreMulticastCreators,
-            Operation::RestoreMulticastImporters,
-            Operation::RestoreMulticastDevices,
-            Operation::RestoreMulticastBindings,
-        ] {
-            execute(&endpoint, operation);
-        }
-        (save, load)
-    };
-    let source: Vec<u8> = (0..SIZE).map(|i| (i * 13) as u8).collect();
-    let mut warm = vec![1u8; SIZE];
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut group = c.benchmark_group("carrier_64MiB");
-    group.sample_size(10);
-    group.throughput(criterion::Throughput::Bytes(SIZE as u64));
-    type Pick = fn(&(Timed, Timed)) -> Duration;
-    let picks: [(&str, Pick); 4] = [
-        ("save_copy", |(save, _)| save.copy),
-        ("save_whole", |(save, _)| save.whole),
-        ("load_copy", |(_, load)| load.copy),
-        ("load_whole", |(_, load)| load.whole),
-    ];
-    for (name, pick) in picks {
-        group.bench_function(name, |b| {
-            b.iter_custom(|n| (0..n).map(|_| pick(&cycle())).sum())
+    for size in sizes() {
+        let source: Vec<u8> = (0..size).map(|i| (i * 13) as u8).collect();
+        let va = calls.shared(size, &source);
+        let mut scratch = vec![0u8; size];
+        let mut group = c.benchmark_group(format!("carrier_{}MiB", size / MIB));
+        group
+            .sample_size(10)
+            .sampling_mode(SamplingMode::Flat)
+            .warm_up_time(Duration::from_millis(1))
+            .throughput(criterion::Throughput::Bytes(size as u64));
+        // Between toggles the application uses its memory (reads all of it, untimed), so a
+        // save reads memory in use, not a mapping nobody touched since the last restore.
+        group.bench_function("save_and_load", |b| {
+            b.iter_custom(|n| {
+                (0..n)
+                    .map(|_| {
+                        calls.touch(va, &mut scratch);
+                        cycle(&endpoint, size)
+                    })
+                    .sum()
+            })
         });
+        group.bench_function(format!("limit_arena_{cores}_threads"), |b| {
+            b.iter_custom(|n| {
+                (0..n)
+                    .map(|_| {
+                        let started = Instant::now();
+                        let mut fresh = Fresh::anonymous(size, cores);
+                        parallel_copy(fresh.slice(), &source, cores);
+                        record(size, "limit_arena", started.elapsed())
+                    })
+                    .sum()
+            })
+        });
+        group.bench_function(format!("limit_memfd_{cores}_threads"), |b| {
+            b.iter_custom(|n| {
+                (0..n)
+                    .map(|_| {
+                        let started = Instant::now();
+                        let mut fresh = Fresh::memfd(size);
+                        parallel_copy(fresh.slice(), &source, cores);
+                        record(size, "limit_memfd", started.elapsed())
+                    })
+                    .sum()
+            })
+        });
+        group.bench_function("xxh3_1_thread", |b| {
+            b.iter_custom(|n| {
+                (0..n)
+                    .map(|_| {
+                        let started = Instant::now();
+                        black_box(xxhash_rust::xxh3::xxh3_64(&source));
+                        record(size, "xxh3", started.elapsed())
+                    })
+                    .sum()
+            })
+        });
+        group.finish();
+        calls.release(va, size);
     }
-    group.bench_function("memcpy_warm_1_thread", |b| {
-        b.iter_custom(|n| (0..n).map(|_| memcpy_warm(&source, &mut warm, 1)).sum())
-    });
-    group.bench_function(format!("memcpy_warm_{cores}_threads"), |b| {
-        b.iter_custom(|n| (0..n).map(|_| memcpy_warm(&source, &mut warm, cores)).sum())
-    });
-    group.bench_function(format!("memcpy_fresh_memfd_{cores}_threads"), |b| {
-        b.iter_custom(|n| (0..n).map(|_| memcpy_fresh_memfd(&source, cores)).sum())
-    });
-    group.finish();
+    report();
 }
 
 criterion_group!(benches, bench);
