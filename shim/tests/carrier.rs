@@ -117,7 +117,7 @@ fn check_checksums(copies: &[CompletedReply], sizes: &[u64], seed: u64) {
         .iter()
         .map(|&size| {
             let bytes = cuinterpose_workload::pattern(seed, size as usize);
-            let chunks = bytes.chunks(64 << 20).map(xxhash_rust::xxh3::xxh3_64);
+            let chunks = bytes.chunks(64 << 20).map(twox_hash::XxHash3_64::oneshot);
             (size, chunks.collect())
         })
         .collect();

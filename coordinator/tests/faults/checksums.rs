@@ -30,7 +30,8 @@ fn captured(sandbox: &Sandbox, workload: &Workload) -> (std::path::PathBuf, Stat
     let list = &saved.checksums[&pid];
     assert_eq!(list.len(), 1, "{list:?}");
     assert_eq!(list[0].size, SHARED);
-    let expected = xxhash_rust::xxh3::xxh3_64(&cuinterpose_workload::pattern(7, SHARED as usize));
+    let expected =
+        twox_hash::XxHash3_64::oneshot(&cuinterpose_workload::pattern(7, SHARED as usize));
     assert_eq!(list[0].chunks.to_vec(), [expected], "the bytes as written");
     (dir, saved)
 }

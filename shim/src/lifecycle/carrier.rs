@@ -26,7 +26,7 @@ use crate::sys::error::CuError;
 use cuinterpose_protocol::{AccessFlags, AllocationId, CarrierChecksum, LocationType, Operation};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
@@ -313,7 +313,7 @@ fn save_chunks(
         Stream::scope(d, |stream| {
             stream.copy_to_host(&mut *chunk, device_address)?;
             if let Some(copied) = previous {
-                hashes.push(xxh3_64(copied));
+                hashes.push(XxHash3_64::oneshot(copied));
             }
             Ok(())
         })?;
@@ -322,7 +322,7 @@ fn save_chunks(
         device_address += len as u64;
     }
     if let Some(copied) = previous {
-        hashes.push(xxh3_64(copied));
+        hashes.push(XxHash3_64::oneshot(copied));
     }
     checksum_of(a, hashes)
 }
@@ -349,7 +349,7 @@ fn load_chunks(
     for (index, chunk) in host.chunks(CHUNK).enumerate() {
         let hash = Stream::scope(d, |stream| {
             stream.copy_to_device(device_address, chunk)?;
-            Ok(xxh3_64(chunk))
+            Ok(XxHash3_64::oneshot(chunk))
         })?;
         if hash != saved.chunks[index] {
             return Err(TransferError::Mismatch {
