@@ -183,10 +183,11 @@ fn prepare_then_restore_through_the_binary() {
         serde_json::json!(["posix_file_descriptor"])
     );
     let (yaml, _) = check_exit(&cuinterpose(&["state", "show", ckpt], &[]), 0);
-    // Keys in order: the devices (none here: fake participants, no driver), then the records.
+    // Keys in order: the checksums (none: fake participants carry no bytes), the devices
+    // (none here: no driver), then the records.
     assert!(
         yaml.starts_with(
-            "devices:\n  machine: []\n  participants: {}\nparticipants:\n  \"201\":\n    - "
+            "checksums: {}\ndevices:\n  machine: []\n  participants: {}\nparticipants:\n  \"201\":\n    - "
         ),
         "{yaml}"
     );
