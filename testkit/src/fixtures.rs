@@ -186,9 +186,45 @@ pub fn inspections(
         .collect()
 }
 
+/// The checksums a fake participant `pid` holding `records` reports for the allocations it
+/// carries, as a shim does (64 MiB chunks; the values stand for bytes that never change
+/// here), sorted by allocation.
+pub fn checksums_of(
+    pid: NamespacePid,
+    records: &[Record],
+) -> Vec<cuinterpose_protocol::CarrierChecksum> {
+    const CHUNK: u64 = 64 << 20;
+    let mut list: Vec<_> = records
+        .iter()
+        .filter_map(|record| match record {
+            Record::Allocation(r) if r.host_carrier && r.allocation.creator_pid == pid => {
+                let chunks: Vec<u64> = (0..r.size.div_ceil(CHUNK)).collect();
+                Some(cuinterpose_protocol::CarrierChecksum {
+                    allocation: r.allocation.id,
+                    size: r.size,
+                    chunk_bytes: CHUNK,
+                    chunks: chunks.try_into().expect("within MAX_CHUNKS"),
+                })
+            }
+            _ => None,
+        })
+        .collect();
+    list.sort_by_key(|c| c.allocation);
+    list
+}
+
+/// The state a capture of fake participants holding `participants` publishes.
 pub fn state_file(participants: &BTreeMap<NamespacePid, Vec<Record>>) -> StateFile {
     let mut map = BTreeMap::new();
+    let mut checksums = BTreeMap::new();
     for (pid, records) in participants {
+        let carried = checksums_of(*pid, records);
+        if !carried.is_empty() {
+            checksums.insert(
+                *pid,
+                BoundedVec::try_from(carried).expect("within MAX_RECORDS"),
+            );
+        }
         let mut records = records.clone();
         records.sort();
         map.insert(
@@ -199,7 +235,7 @@ pub fn state_file(participants: &BTreeMap<NamespacePid, Vec<Record>>) -> StateFi
     StateFile::seal(
         map.try_into().expect("within MAX_PARTICIPANTS"),
         cuinterpose_protocol::DeviceInventory::empty(),
-        Default::default(),
+        checksums.try_into().expect("within MAX_PARTICIPANTS"),
     )
 }
 
@@ -329,6 +365,11 @@ impl FakeParticipant {
         }
     }
 
+    /// Checksums of the allocations it created for the host carrier ([`checksums_of`]).
+    pub fn checksums(&self) -> Vec<cuinterpose_protocol::CarrierChecksum> {
+        checksums_of(self.pid, &self.records)
+    }
+
     /// Bytes of the allocations it created for the host carrier.
     pub fn carried_bytes(&self) -> u64 {
         self.records
@@ -397,19 +438,19 @@ impl FakeParticipant {
                     );
                 }
                 self.phase = operation.to_phase();
-                let bytes = match operation {
+                let (bytes, checksums) = match operation {
                     Operation::SaveAllocations | Operation::LoadAllocations => {
                         self.last_copy = Some(operation);
-                        self.carried_bytes()
+                        (self.carried_bytes(), self.checksums())
                     }
-                    _ => 0,
+                    _ => (0, Vec::new()),
                 };
                 CompletedReply {
                     operation,
                     bytes,
                     copy_ns: 0,
-                    peak_carrier_bytes: 0,
-                    checksums: Default::default(),
+                    peak_carrier_bytes: bytes,
+                    checksums: checksums.try_into().expect("within MAX_RECORDS"),
                 }
                 .into()
             }

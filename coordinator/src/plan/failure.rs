@@ -116,8 +116,12 @@ pub enum Reason {
     },
     /// Live records differ from the saved ones.
     RecordsDiffer(Vec<RecordDifference>),
-    /// A load's checksums of the carried bytes differ from the saved ones.
-    ChecksumsDiffer(ChecksumDifference),
+    /// A save's checksums do not cover the carried bytes, or a load's differ from the saved
+    /// ones.
+    ChecksumsDiffer {
+        operation: Operation,
+        difference: ChecksumDifference,
+    },
     /// The participant's devices (ordinal, GPU) are not the saved ones (after a remap: the
     /// GPUs they were paired with).
     DevicesDiffer {
@@ -186,11 +190,18 @@ impl fmt::Display for Reason {
                     list(unexpected)
                 )
             }
-            Self::ChecksumsDiffer(difference) => write!(
+            Self::ChecksumsDiffer {
+                operation: Operation::LoadAllocations,
+                difference,
+            } => write!(
                 f,
                 "the loaded bytes do not match the checkpoint: {difference}; they were not put \
                  back in service"
             ),
+            Self::ChecksumsDiffer {
+                operation,
+                difference,
+            } => write!(f, "{operation} reported unusable checksums: {difference}"),
             Self::RecordsDiffer(differences) => {
                 write!(
                     f,

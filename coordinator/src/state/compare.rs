@@ -82,18 +82,20 @@ pub enum ChecksumDifference {
 impl fmt::Display for ChecksumDifference {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Missing { allocation } => write!(
-                f,
-                "allocation {allocation}: the load reported no checksum of its saved bytes"
-            ),
+            Self::Missing { allocation } => {
+                write!(
+                    f,
+                    "allocation {allocation}: no checksum of its bytes was reported"
+                )
+            }
             Self::Unexpected { allocation } => write!(
                 f,
-                "allocation {allocation}: the load reported bytes that were never saved"
+                "allocation {allocation}: a checksum was reported for bytes it does not carry"
             ),
             Self::Shape { allocation } => write!(
                 f,
-                "allocation {allocation}: the load's checksums cover another size or chunking \
-                 than the saved ones"
+                "allocation {allocation}: the checksums cover another size or chunking than \
+                 its bytes"
             ),
             Self::Chunk {
                 allocation,
@@ -108,6 +110,38 @@ impl fmt::Display for ChecksumDifference {
             ),
         }
     }
+}
+
+/// Whether a save's checksums cover exactly the allocations a creator carries (`carried`:
+/// id and size), each in whole chunks of a non-zero size: the first problem, or `None`.
+pub fn check_coverage(
+    carried: &[(AllocationId, u64)],
+    reported: &[CarrierChecksum],
+) -> Option<ChecksumDifference> {
+    let reported: std::collections::BTreeMap<_, _> =
+        reported.iter().map(|c| (c.allocation, c)).collect();
+    let carried: std::collections::BTreeMap<_, _> = carried.iter().copied().collect();
+    for (allocation, size) in &carried {
+        let Some(c) = reported.get(allocation) else {
+            return Some(ChecksumDifference::Missing {
+                allocation: *allocation,
+            });
+        };
+        let whole = c.chunk_bytes > 0
+            && c.size == *size
+            && c.chunks.len() as u64 == size.div_ceil(c.chunk_bytes);
+        if !whole {
+            return Some(ChecksumDifference::Shape {
+                allocation: *allocation,
+            });
+        }
+    }
+    reported
+        .keys()
+        .find(|allocation| !carried.contains_key(allocation))
+        .map(|allocation| ChecksumDifference::Unexpected {
+            allocation: *allocation,
+        })
 }
 
 /// The first difference between the checksums a creator's save recorded and those its load

@@ -25,7 +25,9 @@ mod compare;
 #[cfg(test)]
 mod tests;
 
-pub use compare::{ChecksumDifference, RecordDifference, compare, compare_checksums};
+pub use compare::{
+    ChecksumDifference, RecordDifference, check_coverage, compare, compare_checksums,
+};
 
 /// The state file's name inside a checkpoint directory.
 pub const STATE_FILE_NAME: &str = "cuinterpose.state";

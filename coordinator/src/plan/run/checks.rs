@@ -96,13 +96,25 @@ impl Run {
                         });
                     }
                     let checksums = completed.checksums.into_vec();
-                    if operation == Operation::LoadAllocations {
+                    let difference = match operation {
+                        // Before anything is released: the state must be able to check every
+                        // carried byte.
+                        Operation::SaveAllocations => {
+                            state::check_coverage(&self.carried_by(pid), &checksums)
+                        }
                         // The bytes back in device memory against the checkpoint's record of
                         // them, before any step lets the process use them.
-                        let saved = self.checksums.get(&pid).map_or(&[][..], Vec::as_slice);
-                        if let Some(difference) = state::compare_checksums(saved, &checksums) {
-                            return Err(Reason::ChecksumsDiffer(difference));
-                        }
+                        Operation::LoadAllocations => state::compare_checksums(
+                            self.checksums.get(&pid).map_or(&[][..], Vec::as_slice),
+                            &checksums,
+                        ),
+                        _ => None,
+                    };
+                    if let Some(difference) = difference {
+                        return Err(Reason::ChecksumsDiffer {
+                            operation,
+                            difference,
+                        });
                     }
                     Ok(Accepted::Completed {
                         bytes: completed.bytes,
@@ -132,6 +144,24 @@ impl Run {
                 Err(unexpected(&reply, "nothing"))
             }
         }
+    }
+
+    /// The allocations `pid` created for the host carrier, by its saved (or frozen) records:
+    /// id and size.
+    fn carried_by(&self, pid: NamespacePid) -> Vec<(cuinterpose_protocol::AllocationId, u64)> {
+        self.saved
+            .get(&pid)
+            .into_iter()
+            .flatten()
+            .filter_map(|record| match record {
+                cuinterpose_protocol::Record::Allocation(a)
+                    if a.host_carrier && a.allocation.creator_pid == pid =>
+                {
+                    Some((a.allocation.id, a.size))
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     /// A participant's devices against the saved ones: the same until the restore's final

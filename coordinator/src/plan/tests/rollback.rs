@@ -1,6 +1,7 @@
 //! Unit tests of a capture's rollback when a participant is slow: one that times out in
 //! `begin_checkpoint` and again on its `roll_back` is frozen and busy, not gone, and thaws on
-//! its own, so the rollback is not fail-stop; a timeout anywhere else still is.
+//! its own, so the rollback is not fail-stop; a timeout anywhere else still is. And a save
+//! whose checksums cannot check the carried bytes rolls back too.
 
 use super::*;
 
@@ -95,4 +96,69 @@ fn other_slow_rollbacks_stay_fail_stop() {
         .iter()
         .any(|f| f.participant == Some(pid(103)));
     assert!(named_103, "{error}");
+}
+
+/// A save whose checksums do not cover exactly the carried bytes is refused before anything
+/// is released, and the capture rolls back: the state could not check those bytes.
+#[test]
+fn a_save_without_usable_checksums_is_rolled_back() {
+    use cuinterpose_protocol::{CarrierChecksum, CompletedReply, Operation};
+    let save = Stage::Execute(Operation::SaveAllocations);
+    let (fakes, _) = shared_capture();
+    let creator = &fakes[&pid(101)];
+    let good = creator.checksums();
+    let id = good[0].allocation;
+    let reply = |bytes: u64, checksums: Vec<CarrierChecksum>| -> Outcome {
+        Ok(CompletedReply {
+            operation: Operation::SaveAllocations,
+            bytes,
+            copy_ns: 0,
+            peak_carrier_bytes: bytes,
+            checksums: checksums.try_into().expect("bounded"),
+        }
+        .into())
+    };
+    let mut short = good.clone();
+    short[0].chunks = Vec::<u64>::new().try_into().expect("bounded");
+    let mut unchunked = good.clone();
+    unchunked[0].chunk_bytes = 0;
+    let carried = creator.carried_bytes();
+    let cases = [
+        (
+            101,
+            reply(carried, Vec::new()),
+            format!("allocation {id}: no checksum of its bytes was reported"),
+        ),
+        (
+            101,
+            reply(carried, short),
+            format!("allocation {id}: the checksums cover another size or chunking than its bytes"),
+        ),
+        (
+            101,
+            reply(carried, unchunked),
+            format!("allocation {id}: the checksums cover another size or chunking than its bytes"),
+        ),
+        (
+            102,
+            reply(0, good.clone()),
+            format!("allocation {id}: a checksum was reported for bytes it does not carry"),
+        ),
+    ];
+    for (who, answer, why) in cases {
+        let (mut fakes, mut run) = shared_capture();
+        let mut tamper = answer_at(save, Some(who), || answer.clone());
+        let stages = drive(&mut run, &mut fakes, &mut tamper, Ok(()));
+        assert!(
+            stages.ends_with(&[save, Stage::RollBack, Stage::Verify]),
+            "{stages:?}"
+        );
+        check_failed(
+            &run,
+            save,
+            Some(who),
+            &format!("save_allocations reported unusable checksums: {why}"),
+            true,
+        );
+    }
 }
