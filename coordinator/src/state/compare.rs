@@ -150,41 +150,35 @@ pub fn compare_checksums(
     saved: &[CarrierChecksum],
     loaded: &[CarrierChecksum],
 ) -> Option<ChecksumDifference> {
-    let saved: std::collections::BTreeMap<_, _> = saved.iter().map(|c| (c.allocation, c)).collect();
+    let carried: Vec<_> = saved.iter().map(|c| (c.allocation, c.size)).collect();
+    if let Some(difference) = check_coverage(&carried, loaded) {
+        return Some(difference);
+    }
     let loaded: std::collections::BTreeMap<_, _> =
         loaded.iter().map(|c| (c.allocation, c)).collect();
-    for (allocation, before) in &saved {
-        let Some(after) = loaded.get(allocation) else {
-            return Some(ChecksumDifference::Missing {
-                allocation: *allocation,
-            });
-        };
-        if before.size != after.size
-            || before.chunk_bytes != after.chunk_bytes
-            || before.chunks.len() != after.chunks.len()
-        {
+    for before in saved {
+        let after = loaded[&before.allocation];
+        if before.chunk_bytes != after.chunk_bytes {
             return Some(ChecksumDifference::Shape {
-                allocation: *allocation,
+                allocation: before.allocation,
             });
         }
         let chunk = before.chunk_bytes;
-        for (index, (s, l)) in before.chunks.iter().zip(after.chunks.iter()).enumerate() {
-            if s != l {
-                let offset = index as u64 * chunk;
-                return Some(ChecksumDifference::Chunk {
-                    allocation: *allocation,
-                    offset,
-                    len: chunk.min(before.size - offset),
-                    saved: *s,
-                    found: *l,
-                });
-            }
+        let differs = before
+            .chunks
+            .iter()
+            .zip(after.chunks.iter())
+            .position(|(s, l)| s != l);
+        if let Some(index) = differs {
+            let offset = index as u64 * chunk;
+            return Some(ChecksumDifference::Chunk {
+                allocation: before.allocation,
+                offset,
+                len: chunk.min(before.size - offset),
+                saved: before.chunks[index],
+                found: after.chunks[index],
+            });
         }
     }
-    loaded
-        .keys()
-        .find(|allocation| !saved.contains_key(allocation))
-        .map(|allocation| ChecksumDifference::Unexpected {
-            allocation: *allocation,
-        })
+    None
 }
