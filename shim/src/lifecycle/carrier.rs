@@ -201,13 +201,15 @@ fn transfer_all(
     {
         let mut slices = arena.slices_mut();
         for ((ctx, device), members) in groups {
-            let mut mine = Vec::with_capacity(members.len());
-            for a in &members {
-                let slice = slices
-                    .remove(&a.reference.id)
-                    .ok_or(CuError::INVALID_VALUE)?;
-                mine.push((*a, slice));
-            }
+            // An allocation without a slot fails the transfer, after the arena is unpinned.
+            let mine: Option<Vec<_>> = members
+                .iter()
+                .map(|a| slices.remove(&a.reference.id).map(|slice| (*a, slice)))
+                .collect();
+            let Some(mine) = mine else {
+                result = Err(TransferError::Driver(CuError::INVALID_VALUE));
+                break;
+            };
             // The outer error is the context switch's, the inner one the copies'.
             result = context::run(d, ctx, device, || {
                 Ok(copy_group(d, device, mine, copies, &mut done))
