@@ -238,7 +238,7 @@ pub fn markdown(ir: &Ir) -> Result<String, askama::Error> {
                         LayoutFieldKind::Magic(text) => format!("ASCII `{text}`"),
                         LayoutFieldKind::Version => "protocol version byte".to_owned(),
                         LayoutFieldKind::VersionDigit => {
-                            "protocol version as one ASCII digit".to_owned()
+                            "protocol version as one ASCII digit (0-9, then A-Z)".to_owned()
                         }
                         LayoutFieldKind::Reserved => "reserved, must be zero".to_owned(),
                         LayoutFieldKind::Value { ty, nonzero } => format!(

@@ -5,7 +5,7 @@ use cuinterpose_codegen::{compat, compile};
 mod support;
 
 /// The newest released version, which the current schema must match until the next bump.
-const LATEST: u32 = 9;
+const LATEST: u32 = 10;
 
 /// The frozen schema of release `version` (`schema/released/v{version}.ron`).
 fn released(version: u32) -> String {
@@ -332,6 +332,21 @@ fn version_9_lists_its_changes() {
             "struct CarrierChecksum: added",
             "union Reply variant Completed field peak_carrier_bytes: added",
             "union Reply variant Completed field checksums: added",
+        ],
+    );
+}
+
+/// Version 10 (the storage carrier: where the bytes go, its staging window and folder) against 9.
+#[test]
+fn version_10_lists_its_changes() {
+    check_release(
+        10,
+        &[
+            "limit CARRIER_CHUNK_BYTES: added",
+            "enum Carrier: added",
+            "struct StateFile field carrier: added",
+            "union Request variant Execute field carrier: added",
+            "union Request variant Execute field staging_bytes: added",
         ],
     );
 }

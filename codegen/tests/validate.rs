@@ -411,13 +411,13 @@ fn nonzero_applies_to_unsigned_integers() {
 fn version_digit_needs_a_one_digit_version() {
     check(
         &[
-            ("version: 1,", "version: 12,"),
+            ("version: 1,", "version: 36,"),
             (
                 r#"(name: "version", offset: 2, kind: Version)"#,
                 r#"(name: /*@*/"version", offset: 2, kind: VersionDigit)"#,
             ),
         ],
-        "version 12 cannot be written as one ASCII digit in `Handle`",
+        "version 36 cannot be written as one ASCII digit (0-9, then A-Z) in `Handle`",
         None,
     );
 }

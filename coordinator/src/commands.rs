@@ -6,10 +6,12 @@ use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
-use cuinterpose_protocol::{BoundedVec, Device, DeviceUuid, MAX_DEVICES, NamespacePid, StateFile};
+use cuinterpose_protocol::{
+    BoundedVec, Carrier, Device, DeviceUuid, MAX_DEVICES, NamespacePid, StateFile,
+};
 
 use crate::events::Event;
-use crate::plan::{Run, RunError, Stage};
+use crate::plan::{Carriage, Run, RunError, Stage};
 use crate::remap::{DeviceMapSpec, Remap, TargetGpu};
 use crate::report::Report;
 use crate::session::{Session, SessionError};
@@ -31,6 +33,9 @@ pub enum CommandError {
     /// The `--device-map` cannot be honoured here; nothing was changed.
     #[error("device map refused, nothing was changed: {0}")]
     DeviceMap(#[from] crate::remap::RemapError),
+    /// The storage carrier's staging window cannot hold a chunk; nothing was changed.
+    #[error("storage carrier refused, nothing was changed: {0}")]
+    Window(#[from] cuinterpose_protocol::WindowTooSmall),
     /// `--device-map` was given, but this machine's driver cannot list its GPUs.
     #[error("device map refused, nothing was changed: {0}")]
     Devices(String),
@@ -149,13 +154,26 @@ pub fn prepare(
 ) -> Result<Report, CommandError> {
     ensure_directory(checkpoint_dir)?;
     state::check_absent(checkpoint_dir)?;
-    let mut run = Run::capture(session.participants()).on_machine(machine());
+    let carriage = session.carriage();
+    let folder = match carriage {
+        Carriage::Host => None,
+        Carriage::Storage { staging_bytes } => {
+            // Refused before anyone is frozen: the shims would each refuse it at the save.
+            cuinterpose_protocol::window_chunks(staging_bytes)?;
+            let folder = state::carrier_folder(checkpoint_dir);
+            ensure_directory(&folder)?;
+            Some(folder)
+        }
+    };
+    let mut run = Run::capture(session.participants())
+        .on_machine(machine())
+        .carried(carriage);
     let mut publish = |state: &cuinterpose_protocol::StateFile| {
         state::publish(checkpoint_dir, state)
             .map(|_| ())
             .map_err(|error| error.to_string())
     };
-    let error = match session.drive(&mut run, &mut publish, progress) {
+    let error = match session.drive(&mut run, folder.as_deref(), &mut publish, progress) {
         Ok(mut report) => {
             report.checkpoint_dir = Some(checkpoint_dir.to_path_buf());
             return Ok(report);
@@ -169,9 +187,9 @@ pub fn prepare(
     let Some(state) = run.state().filter(|_| error.resumes_from_state()).cloned() else {
         return Err(error.into());
     };
-    let mut back = Run::restore(&state, session.participants());
+    let mut back = Run::restore(&state, session.participants()).carried(carriage);
     let mut nothing = |_: &cuinterpose_protocol::StateFile| Ok(());
-    match session.drive(&mut back, &mut nothing, progress) {
+    match session.drive(&mut back, folder.as_deref(), &mut nothing, progress) {
         Ok(resumed) => {
             discard_checkpoint(checkpoint_dir);
             Err(CommandError::Aborted {
@@ -207,6 +225,7 @@ pub fn discard_checkpoint(dir: &Path) {
     let _ = std::fs::remove_file(dir.join(state::STATE_FILE_NAME));
     let _ = std::fs::remove_file(dir.join(crate::compose::PROCESSES_FILE_NAME));
     let _ = std::fs::remove_dir_all(dir.join(crate::criu::IMAGES_DIR_NAME));
+    let _ = std::fs::remove_dir_all(state::carrier_folder(dir));
 }
 
 /// Loads the state (before contacting anyone) → checks the live participants against it →
@@ -228,9 +247,12 @@ pub fn restore_remapped(
     progress: &mut dyn FnMut(&Event),
 ) -> Result<Report, CommandError> {
     let state = state::load(checkpoint_dir)?;
-    let mut run = Run::restore(&state, session.participants()).remapped(remap);
+    let mut run = Run::restore(&state, session.participants())
+        .remapped(remap)
+        .carried(session.carriage());
+    let folder = (state.carrier == Carrier::Storage).then(|| state::carrier_folder(checkpoint_dir));
     let mut publish = |_: &cuinterpose_protocol::StateFile| Ok(());
-    let mut report = session.drive(&mut run, &mut publish, progress)?;
+    let mut report = session.drive(&mut run, folder.as_deref(), &mut publish, progress)?;
     report.checkpoint_dir = Some(checkpoint_dir.to_path_buf());
     Ok(report)
 }

@@ -426,7 +426,7 @@ pub fn restore_with(
         )?;
         let mut check = Run::check(&saved, session.participants());
         let mut nothing = |_: &cuinterpose_protocol::StateFile| Ok(());
-        report.absorb(session.drive(&mut check, &mut nothing, progress)?);
+        report.absorb(session.drive(&mut check, None, &mut nothing, progress)?);
     }
     let after = |error: CommandError| error.after_mutation("restore");
     native_phase(

@@ -18,11 +18,14 @@ use cuinterpose_protocol::transport::{Endpoint, Timeouts, TransportError, call_w
 use cuinterpose_protocol::{InspectionReply, NamespacePid, Operation, Reply, Request, StateFile};
 
 use crate::events::{CopyProgress, CopyState, Event};
-use crate::plan::{Broadcast, Broadcasted, ExchangeError, Outcome, Participants, Run, Stage};
+use crate::plan::{
+    Broadcast, Broadcasted, Carriage, ExchangeError, Outcome, Participants, Run, Stage,
+};
 use crate::report::Report;
 pub use crate::stale::StaleSocket;
 use crate::stale::{self, Probe};
 use crate::validate::{self, Topology, TopologyError};
+use std::os::unix::fs::OpenOptionsExt;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -111,6 +114,8 @@ pub struct Session {
     timeouts: Timeouts,
     /// Sockets of processes that are gone, left out of the session.
     gone: Vec<StaleSocket>,
+    /// How a capture's copies move the bytes (a restore takes only the staging window).
+    carriage: Carriage,
 }
 
 impl Session {
@@ -155,7 +160,18 @@ impl Session {
             endpoints,
             timeouts,
             gone,
+            carriage: Carriage::Host,
         })
+    }
+
+    /// This session's runs copy with `carriage` (the host carrier unless set).
+    pub fn carrying(mut self, carriage: Carriage) -> Self {
+        self.carriage = carriage;
+        self
+    }
+
+    pub fn carriage(&self) -> Carriage {
+        self.carriage
     }
 
     pub fn control_dir(&self) -> &Path {
@@ -189,6 +205,17 @@ impl Session {
         request: &Request,
         pids: &[NamespacePid],
     ) -> BTreeMap<NamespacePid, (Outcome, Duration)> {
+        self.broadcast_carrying(request, pids, None)
+    }
+
+    /// [`Session::broadcast_timed`]; a request that carries the storage carrier's folder gets
+    /// `folder` opened for each participant.
+    fn broadcast_carrying(
+        &self,
+        request: &Request,
+        pids: &[NamespacePid],
+        folder: Option<&Path>,
+    ) -> BTreeMap<NamespacePid, (Outcome, Duration)> {
         std::thread::scope(|scope| {
             let handles: Vec<_> = pids
                 .iter()
@@ -204,7 +231,8 @@ impl Session {
                                     message: format!("no endpoint for participant {pid}"),
                                 })
                                 .and_then(|endpoint| {
-                                    call_with(endpoint, request, &self.timeouts)
+                                    let fd = carried_folder(request, folder)?;
+                                    call_with(endpoint, request, fd, &self.timeouts)
                                         .map(|(reply, _fd)| reply)
                                         .map_err(|error| ExchangeError::from(&error))
                                 });
@@ -264,6 +292,7 @@ impl Session {
     pub fn drive(
         &self,
         run: &mut Run,
+        folder: Option<&Path>,
         publish: &mut dyn FnMut(&StateFile) -> Result<(), String>,
         progress: &mut dyn FnMut(&Event),
     ) -> Result<Report, crate::plan::RunError> {
@@ -272,6 +301,7 @@ impl Session {
         run.set_settle_limit(self.timeouts.quiet_window());
         let mut through = Sockets {
             session: self,
+            folder,
             publish,
             progress,
             copies: Vec::new(),
@@ -288,6 +318,7 @@ impl Session {
         &self,
         request: &Request,
         pids: &[NamespacePid],
+        folder: Option<&Path>,
         copy: &Copy,
         progress: &mut dyn FnMut(&Event),
     ) -> BTreeMap<NamespacePid, (Outcome, Duration)> {
@@ -301,7 +332,7 @@ impl Session {
         std::thread::scope(|scope| {
             let (finished, ended) = mpsc::channel::<()>();
             let exchanges = scope.spawn(move || {
-                let outcomes = self.broadcast_timed(request, pids);
+                let outcomes = self.broadcast_carrying(request, pids, folder);
                 drop(finished);
                 outcomes
             });
@@ -335,7 +366,7 @@ impl Session {
     fn copy_state(&self, pid: NamespacePid, copy: &Copy, poll: &Timeouts) -> Option<CopyState> {
         let endpoint = self.endpoints.get(&pid)?;
         let expected = copy.expected.get(&pid).copied().unwrap_or(0);
-        match call_with(endpoint, &Request::Progress, poll) {
+        match call_with(endpoint, &Request::Progress, None, poll) {
             Ok((Reply::Progress(reply), _)) if reply.namespace_pid == pid => {
                 if reply.operation == Some(copy.operation) {
                     Some(CopyState {
@@ -417,9 +448,37 @@ pub fn inspect(session: &Session) -> Inspection {
     }
 }
 
+/// The descriptor `request` carries: the storage carrier's folder, opened for reading (the
+/// shim creates and reads its files in it), for the copies that use it; else none.
+fn carried_folder(
+    request: &Request,
+    folder: Option<&Path>,
+) -> Result<Option<std::os::fd::OwnedFd>, ExchangeError> {
+    if !request.carries_fd() {
+        return Ok(None);
+    }
+    let Some(folder) = folder else {
+        return Err(ExchangeError::Unsent {
+            kind: "NoFolder",
+            message: "the storage carrier needs a checkpoint directory".into(),
+        });
+    };
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(folder)
+        .map(|file| Some(std::os::fd::OwnedFd::from(file)))
+        .map_err(|error| ExchangeError::Unsent {
+            kind: "NoFolder",
+            message: format!("opening the carrier folder {}: {error}", folder.display()),
+        })
+}
+
 /// A run's requests over the session's sockets, its state through the caller's `publish`.
 struct Sockets<'a> {
     session: &'a Session,
+    /// The storage carrier's folder in the checkpoint directory, for copies that use it.
+    folder: Option<&'a Path>,
     publish: &'a mut dyn FnMut(&StateFile) -> Result<(), String>,
     progress: &'a mut dyn FnMut(&Event),
     /// Each participant's part of the copy phases so far.
@@ -447,6 +506,7 @@ impl Participants for Sockets<'_> {
                 let timed = self.session.broadcast_watching(
                     call.request,
                     call.participants,
+                    self.folder,
                     &copy,
                     self.progress,
                 );

@@ -395,11 +395,13 @@ fn refuse_wrong_states(tree: &Tree, good: &Path) {
         participants,
         devices: saved.devices.clone(),
         checksums: saved.checksums.clone(),
+        carrier: saved.carrier,
     };
     let resealed = StateFile::seal(
         edited.participants.clone(),
         saved.devices.clone(),
         saved.checksums.clone(),
+        saved.carrier,
     );
     for (what, state, expected) in [
         (

@@ -113,6 +113,23 @@ pub fn check_magic(layout: &'static str, found: &[u8], magic: &[u8]) -> Result<(
     }
 }
 
+/// Digits of a `VersionDigit` field: versions 0-9 as `0`-`9`, 10-35 as `A`-`Z` (the
+/// generator refuses a larger version).
+const VERSION_DIGITS: &[u8; 36] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+
+/// The ASCII digit that writes `version` in a fixed layout.
+pub const fn version_digit(version: u8) -> u8 {
+    VERSION_DIGITS[version as usize]
+}
+
+/// The version an ASCII digit writes; `u8::MAX` (never a version) for any other byte.
+pub fn digit_version(digit: u8) -> u8 {
+    VERSION_DIGITS
+        .iter()
+        .position(|&d| d == digit)
+        .map_or(u8::MAX, |n| n as u8)
+}
+
 pub fn check_version(layout: &'static str, found: u8, expected: u8) -> Result<(), LayoutError> {
     if found == expected {
         Ok(())

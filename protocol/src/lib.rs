@@ -5,6 +5,7 @@
 //! bounded collections, the strict serde plumbing, fixed layouts and the envelope codec.
 
 pub mod bounded;
+pub mod carrier;
 pub mod devices;
 pub mod envelope;
 pub mod error;
@@ -21,6 +22,7 @@ pub mod generated {
 }
 
 pub use bounded::{BoundError, BoundedMap, BoundedString, BoundedVec};
+pub use carrier::{CARRIER_FOLDER, WindowTooSmall, window_chunks};
 pub use envelope::{DecodeError, EncodeError, Message, decode, encode};
 pub use error::{EnumError, IdentityError};
 pub use generated::*;

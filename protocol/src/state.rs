@@ -1,8 +1,8 @@
 //! The state file's integrity check: [`StateFile::seal`] computes the digest over the
-//! participants, devices and carrier checksums, [`StateFile::check_digest`] recomputes it for
+//! participants, devices, carrier checksums and carrier, [`StateFile::check_digest`] recomputes it for
 //! a file read back.
 //!
-//! The digest covers the MessagePack encoding of `[participants, devices, checksums]` exactly
+//! The digest covers the MessagePack encoding of `[participants, devices, checksums, carrier]` exactly
 //! as the envelope encoder writes those fields (struct maps, sorted records), so one changed
 //! byte of any record, device or checksum is caught, while the envelope and the digest field
 //! itself are not hashed.
@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use crate::bounded::{BoundedMap, BoundedVec};
 use crate::generated::{
-    CarrierChecksum, DeviceInventory, MAX_PARTICIPANTS, MAX_RECORDS, NamespacePid, Record,
+    Carrier, CarrierChecksum, DeviceInventory, MAX_PARTICIPANTS, MAX_RECORDS, NamespacePid, Record,
     StateDigest, StateFile,
 };
 
@@ -28,8 +28,8 @@ pub type Checksums =
 /// The digest in a state file does not match its participants.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "integrity check failed: the file's digest is {recorded} but its participants, devices and \
-     checksums hash to {computed} (the file was edited or damaged after it was written)"
+    "integrity check failed: the file's digest is {recorded} but its participants, devices, \
+     checksums and carrier hash to {computed} (the file was edited or damaged after it was written)"
 )]
 pub struct DigestMismatch {
     pub recorded: StateDigest,
@@ -69,19 +69,26 @@ impl StateFile {
         participants: Participants,
         devices: DeviceInventory,
         checksums: Checksums,
+        carrier: Carrier,
     ) -> Self {
-        let digest = digest_of(&(&participants, &devices, &checksums));
+        let digest = digest_of(&(&participants, &devices, &checksums, carrier));
         Self {
             digest,
             participants,
             devices,
             checksums,
+            carrier,
         }
     }
 
     /// Recomputes the digest: an error names both values when they differ.
     pub fn check_digest(&self) -> Result<(), DigestMismatch> {
-        let computed = digest_of(&(&self.participants, &self.devices, &self.checksums));
+        let computed = digest_of(&(
+            &self.participants,
+            &self.devices,
+            &self.checksums,
+            self.carrier,
+        ));
         if computed == self.digest {
             Ok(())
         } else {

@@ -170,6 +170,7 @@ fn oversized_encoding_never_holds_more_than_the_limit() {
         participants,
         p::DeviceInventory::empty(),
         Default::default(),
+        p::Carrier::Host,
     );
     let (result, peak) = peak_during(|| p::encode(&state));
     assert!(

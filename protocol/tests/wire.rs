@@ -101,6 +101,7 @@ fn state_file_digest_covers_the_records() {
         map.try_into().expect("bounded"),
         state.devices.clone(),
         state.checksums.clone(),
+        state.carrier,
     );
     assert_eq!(resealed.check_digest(), Ok(()));
     assert_ne!(resealed.digest, state.digest);
@@ -152,7 +153,14 @@ fn virtual_shareable_handle_layout() {
 #[test]
 fn ipc_mem_handle_layout() {
     let bytes = check_layout("layout_ipc_mem_handle", &examples::ipc_mem_handle());
-    assert_eq!(&bytes[..8], format!("CUIPC00{}", p::VERSION).as_bytes());
+    assert_eq!(
+        &bytes[..8],
+        format!(
+            "CUIPC00{}",
+            char::from(p::layout::version_digit(p::VERSION))
+        )
+        .as_bytes()
+    );
     assert!(bytes[28..48].iter().all(|&byte| byte == 0));
 }
 
@@ -162,7 +170,14 @@ fn pool_pointer_handle_layout() {
         "layout_pool_pointer_handle",
         &examples::pool_pointer_handle(),
     );
-    assert_eq!(&bytes[..8], format!("CUPOOL0{}", p::VERSION).as_bytes());
+    assert_eq!(
+        &bytes[..8],
+        format!(
+            "CUPOOL0{}",
+            char::from(p::layout::version_digit(p::VERSION))
+        )
+        .as_bytes()
+    );
     assert_eq!(&bytes[28..44], &[0x55; 16]);
     assert_eq!(&bytes[44..48], &1i32.to_le_bytes());
     // An IPC handle is not a pool pointer, nor the other way round.

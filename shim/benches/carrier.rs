@@ -54,7 +54,7 @@ fn ask(endpoint: &Endpoint, request: Request) -> Reply {
 /// The exchange's time, the shim's time for the transfers alone, and the carrier's peak.
 fn execute(endpoint: &Endpoint, operation: Operation) -> (Duration, Duration, u64) {
     let started = Instant::now();
-    match ask(endpoint, Request::Execute(ExecuteRequest { operation })) {
+    match ask(endpoint, Request::Execute(ExecuteRequest::host(operation))) {
         Reply::Completed(done) => (
             started.elapsed(),
             Duration::from_nanos(done.copy_ns),

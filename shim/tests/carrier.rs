@@ -54,7 +54,7 @@ fn toggle(sandbox: &Sandbox, creator: i32, importer: i32) -> Vec<CompletedReply>
                 match ask(
                     sandbox,
                     pid,
-                    &Request::Execute(ExecuteRequest { operation }),
+                    &Request::Execute(ExecuteRequest::host(operation)),
                 ) {
                     Reply::Completed(done) => {
                         let copy = matches!(operation, O::SaveAllocations | O::LoadAllocations);

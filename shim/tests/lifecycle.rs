@@ -19,7 +19,7 @@ fn execute(sandbox: &Sandbox, pid: i32, operation: Operation) -> Reply {
     ask(
         sandbox,
         pid,
-        &Request::Execute(ExecuteRequest { operation }),
+        &Request::Execute(ExecuteRequest::host(operation)),
     )
 }
 

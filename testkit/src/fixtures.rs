@@ -236,6 +236,7 @@ pub fn state_file(participants: &BTreeMap<NamespacePid, Vec<Record>>) -> StateFi
         map.try_into().expect("within MAX_PARTICIPANTS"),
         cuinterpose_protocol::DeviceInventory::empty(),
         checksums.try_into().expect("within MAX_PARTICIPANTS"),
+        cuinterpose_protocol::Carrier::Host,
     )
 }
 

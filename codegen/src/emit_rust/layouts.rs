@@ -15,7 +15,9 @@ pub(super) fn emit_layout(layout: &Layout) -> TokenStream {
         let what = match &field.kind {
             LayoutFieldKind::Magic(text) => format!("magic `{text}`"),
             LayoutFieldKind::Version => "protocol version byte".to_owned(),
-            LayoutFieldKind::VersionDigit => "protocol version as one ASCII digit".to_owned(),
+            LayoutFieldKind::VersionDigit => {
+                "protocol version as one ASCII digit (0-9, then A-Z)".to_owned()
+            }
             LayoutFieldKind::Reserved => "reserved, zero".to_owned(),
             LayoutFieldKind::Value { ty, nonzero } => format!(
                 "`{}`{}",
@@ -52,7 +54,7 @@ pub(super) fn emit_layout(layout: &Layout) -> TokenStream {
                 quote!(bytes[#start..#end].copy_from_slice(#bytes);)
             }
             LayoutFieldKind::Version => quote!(bytes[#start] = VERSION;),
-            LayoutFieldKind::VersionDigit => quote!(bytes[#start] = b'0' + VERSION;),
+            LayoutFieldKind::VersionDigit => quote!(bytes[#start] = crate::layout::version_digit(VERSION);),
             LayoutFieldKind::Reserved => quote!(),
             LayoutFieldKind::Value { .. } => {
                 let field_name = ident(&field.name);
@@ -73,7 +75,7 @@ pub(super) fn emit_layout(layout: &Layout) -> TokenStream {
                 quote!(crate::layout::check_version(#name_str, bytes[#start], VERSION)?;)
             }
             LayoutFieldKind::VersionDigit => {
-                quote!(crate::layout::check_version(#name_str, bytes[#start].wrapping_sub(b'0'), VERSION)?;)
+                quote!(crate::layout::check_version(#name_str, crate::layout::digit_version(bytes[#start]), VERSION)?;)
             }
             LayoutFieldKind::Reserved => {
                 quote!(crate::layout::check_reserved(#name_str, #field_str, #start, &bytes[#start..#end])?;)

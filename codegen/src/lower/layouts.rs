@@ -25,11 +25,11 @@ impl Lowering<'_> {
                 }
                 ast::LayoutFieldKind::Version => (1, ir::LayoutFieldKind::Version),
                 ast::LayoutFieldKind::VersionDigit => {
-                    if version > 9 {
+                    if version > 35 {
                         self.error(
                             &path,
                             format!(
-                                "version {version} cannot be written as one ASCII digit in `{}`",
+                                "version {version} cannot be written as one ASCII digit (0-9, then A-Z) in `{}`",
                                 layout.name
                             ),
                         );

@@ -34,7 +34,7 @@ mod tests;
 pub use drive::{Broadcast, Broadcasted, Participants, drive};
 pub use failure::{ExchangeError, Failure, Reason, RunError};
 pub use run::{Outcome, Run, Step};
-pub use stage::{RunKind, Stage};
+pub use stage::{Carriage, DEFAULT_STAGING_BYTES, RunKind, Stage};
 
 // The phase chain is declared once, in the schema's lifecycle section; these are its
 // generated sequences and phases.

@@ -10,7 +10,7 @@ use cuinterpose_protocol::{
 };
 
 use super::failure::{ExchangeError, Failure, Reason, RunError, only_refusals, topology_failures};
-use super::stage::{RunKind, Stage};
+use super::stage::{Carriage, RunKind, Stage};
 use crate::remap::Remap;
 use crate::report::{PhaseReport, Report};
 use crate::validate::{self, Topology, TopologyError};
@@ -76,6 +76,8 @@ pub struct Run {
     settling: Option<Settling>,
     /// How long settling may wait for a silent participant.
     settle_limit: Duration,
+    /// How the copies move the bytes (a restore's: the carrier of its state).
+    carriage: Carriage,
 }
 
 impl Run {
@@ -154,6 +156,7 @@ impl Run {
             return run;
         }
         run.saved = saved;
+        run.carriage = Carriage::of_state(state.carrier, None);
         run.checksums = state
             .checksums
             .iter()
@@ -167,6 +170,24 @@ impl Run {
             .collect();
         run.step = run.broadcast(Stage::Inspect);
         run
+    }
+
+    /// A capture whose copies use `carriage`; a restore (whose carrier is its state's) takes
+    /// only the staging window from it.
+    pub fn carried(mut self, carriage: Carriage) -> Self {
+        self.carriage = match self.kind {
+            RunKind::Capture => carriage,
+            _ => Carriage::of_state(
+                self.carriage.carrier(),
+                carriage.staging_bytes().or(self.carriage.staging_bytes()),
+            ),
+        };
+        self
+    }
+
+    /// How the copies move the bytes.
+    pub fn carriage(&self) -> Carriage {
+        self.carriage
     }
 
     /// A capture that records `machine` (the GPUs the coordinator's driver lists) in its state.
@@ -213,6 +234,7 @@ impl Run {
             at: BTreeMap::new(),
             settling: None,
             settle_limit: settle::default_limit(),
+            carriage: Carriage::Host,
         }
     }
 
@@ -271,7 +293,9 @@ impl Run {
     fn broadcast(&self, stage: Stage) -> Step {
         Step::Broadcast {
             stage,
-            request: stage.request().expect("a broadcast stage"),
+            request: stage
+                .request_with(self.carriage)
+                .expect("a broadcast stage"),
             participants: self.addressees(stage),
         }
     }

@@ -3,7 +3,65 @@
 
 use std::fmt;
 
-use cuinterpose_protocol::{ExecuteRequest, Operation, Request};
+use cuinterpose_protocol::{Carrier, ExecuteRequest, Operation, Request};
+
+/// The staging window of the storage carrier unless set: four 64 MiB chunks, so the device
+/// copy and three writers (or readers) are busy at once.
+pub const DEFAULT_STAGING_BYTES: u64 = 256 << 20;
+
+/// How a run's copies move the shared bytes: the host carrier, or the storage carrier (files
+/// in the checkpoint directory) through a staging window of `staging_bytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Carriage {
+    #[default]
+    Host,
+    Storage {
+        staging_bytes: u64,
+    },
+}
+
+impl Carriage {
+    pub fn carrier(self) -> Carrier {
+        match self {
+            Self::Host => Carrier::Host,
+            Self::Storage { .. } => Carrier::Storage,
+        }
+    }
+
+    /// A restore's carriage: the carrier its state was saved with, and (storage) the staging
+    /// window this restore uses, `staging_bytes` when set.
+    pub fn of_state(carrier: Carrier, staging_bytes: Option<u64>) -> Self {
+        match carrier {
+            Carrier::Host => Self::Host,
+            Carrier::Storage => Self::Storage {
+                staging_bytes: staging_bytes.unwrap_or(DEFAULT_STAGING_BYTES),
+            },
+        }
+    }
+
+    /// The staging window, when there is one.
+    pub fn staging_bytes(self) -> Option<u64> {
+        match self {
+            Self::Host => None,
+            Self::Storage { staging_bytes } => Some(staging_bytes),
+        }
+    }
+
+    /// The request of `operation` with this carriage (the carrier only matters to the copies).
+    pub fn execute(self, operation: Operation) -> ExecuteRequest {
+        match self {
+            Self::Storage { staging_bytes }
+                if matches!(
+                    operation,
+                    Operation::SaveAllocations | Operation::LoadAllocations
+                ) =>
+            {
+                ExecuteRequest::storage(operation, staging_bytes)
+            }
+            _ => ExecuteRequest::host(operation),
+        }
+    }
+}
 
 /// Capture, restore, or restore's read-only checks alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,15 +135,21 @@ impl Stage {
         }
     }
 
-    /// The request this stage broadcasts; `None` for stages that send nothing.
+    /// The request this stage broadcasts with the host carrier (see [`Stage::request_with`]);
+    /// `None` for stages that send nothing.
     pub fn request(self) -> Option<Request> {
+        self.request_with(Carriage::Host)
+    }
+
+    /// The request this stage broadcasts when the copies use `carriage`.
+    pub fn request_with(self, carriage: Carriage) -> Option<Request> {
         match self {
             Self::Inspect | Self::Verify | Self::Confirm => Some(Request::Inspect),
             Self::BeginCheckpoint => Some(Request::BeginCheckpoint),
             Self::RollBack => Some(Request::RollBack),
             Self::Hold => Some(Request::Hold),
             Self::Settle => Some(Request::Progress),
-            Self::Execute(operation) => Some(Request::Execute(ExecuteRequest { operation })),
+            Self::Execute(operation) => Some(Request::Execute(carriage.execute(operation))),
             Self::CheckState | Self::PublishState => None,
         }
     }

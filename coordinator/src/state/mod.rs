@@ -33,6 +33,12 @@ pub use compare::{
 pub const STATE_FILE_NAME: &str = "cuinterpose.state";
 
 /// `<dir>/cuinterpose.state`.
+/// The storage carrier's folder in checkpoint directory `dir`: one file per carried
+/// allocation, named by allocation, written and read by the creators' shims.
+pub fn carrier_folder(dir: &Path) -> PathBuf {
+    dir.join(cuinterpose_protocol::CARRIER_FOLDER)
+}
+
 pub fn state_path(dir: &Path) -> PathBuf {
     dir.join(STATE_FILE_NAME)
 }
@@ -145,11 +151,13 @@ pub fn state_from_inspections(
         machine,
         participants: devices,
     };
-    // The checksums come with the save's replies (the run seals the state again then).
+    // The checksums come with the save's replies, and the run knows its carrier: it seals the
+    // state again then.
     Ok(StateFile::seal(
         participants,
         devices,
         BoundedMap::default(),
+        cuinterpose_protocol::Carrier::Host,
     ))
 }
 

@@ -2,7 +2,7 @@
 //! way a file can be wrong, and comparison ignores order.
 
 use super::*;
-use cuinterpose_protocol::Phase;
+use cuinterpose_protocol::{Carrier, Phase};
 use cuinterpose_testkit::fixtures::*;
 use std::os::unix::fs::PermissionsExt;
 
@@ -42,7 +42,12 @@ fn state_from_inspections_sorts_records() {
     let frozen = sample();
     assert_eq!(
         state_from_inspections(&replies, BoundedVec::default()).expect("state"),
-        StateFile::seal(frozen.participants, frozen.devices, Default::default())
+        StateFile::seal(
+            frozen.participants,
+            frozen.devices,
+            Default::default(),
+            Carrier::Host,
+        )
     );
 }
 
@@ -225,7 +230,12 @@ fn load_errors_are_distinct() {
         .participants
         .insert(pid(999), vec![device].try_into().expect("one"))
         .expect("bounded");
-    let stray = StateFile::seal(state.participants.clone(), devices, state.checksums.clone());
+    let stray = StateFile::seal(
+        state.participants.clone(),
+        devices,
+        state.checksums.clone(),
+        state.carrier,
+    );
     let bytes = cuinterpose_protocol::encode(&stray).expect("encode");
     let error = check_load_error(
         move |path| fs::write(path, bytes).expect("write"),

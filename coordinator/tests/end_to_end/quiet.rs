@@ -166,7 +166,7 @@ fn check_rolls_back(sandbox: &Sandbox, workload: &mut Workload, logs: &[PathBuf]
 }
 
 fn execute(operation: Operation) -> Request {
-    Request::Execute(ExecuteRequest { operation })
+    Request::Execute(ExecuteRequest::host(operation))
 }
 
 fn request_name(request: &Request) -> &'static str {

@@ -68,6 +68,7 @@ fn shown_and_changed_in_the_state(sandbox: &Sandbox) {
         saved.participants.clone(),
         saved.devices.clone(),
         checksums.try_into().unwrap(),
+        saved.carrier,
     );
     let edited_dir = sandbox.fresh("sums-edited");
     state::publish(&edited_dir, &edited).unwrap();

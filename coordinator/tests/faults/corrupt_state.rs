@@ -118,6 +118,7 @@ pub(crate) fn corrupt_state(sandbox: &Sandbox) {
             map.try_into().unwrap(),
             devices,
             checksums.try_into().unwrap(),
+            saved.carrier,
         )
     };
     let mut map = saved.participants.clone().into_inner();

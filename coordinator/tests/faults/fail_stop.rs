@@ -84,7 +84,7 @@ pub(crate) fn fail_stopped(sandbox: &Sandbox) {
                 Operation::PrepareMulticast,
                 Operation::RestoreMulticastBindings,
             ]
-            .map(|operation| Request::Execute(ExecuteRequest { operation })),
+            .map(|operation| Request::Execute(ExecuteRequest::host(operation))),
         );
         for request in requests {
             let r = workload.refused_as(index, &request, RefusalCode::FailStopped);

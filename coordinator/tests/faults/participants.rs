@@ -546,9 +546,7 @@ pub(crate) fn lost_reply(sandbox: &Sandbox) {
     send_and_vanish(
         &workload,
         A,
-        &Request::Execute(ExecuteRequest {
-            operation: Operation::LoadAllocations,
-        }),
+        &Request::Execute(ExecuteRequest::host(Operation::LoadAllocations)),
     );
     workload.await_phase(A, Phase::Loaded);
     let session = workload.session(Duration::from_secs(5));
@@ -571,8 +569,6 @@ pub(crate) fn lost_reply(sandbox: &Sandbox) {
     assert_eq!(workload.phases(), [Phase::Active; 3]);
     workload.check_shared(7);
     // Loading again is refused (out of order), not repeated.
-    let load = Request::Execute(ExecuteRequest {
-        operation: Operation::LoadAllocations,
-    });
+    let load = Request::Execute(ExecuteRequest::host(Operation::LoadAllocations));
     workload.refused_as(A, &load, RefusalCode::OutOfOrder);
 }

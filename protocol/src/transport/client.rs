@@ -99,10 +99,11 @@ pub(crate) fn connect_socket(
 /// Sends `request` to `endpoint` and waits for the reply; connecting, sending and receiving
 /// together take at most `timeout`.
 ///
-/// No request of this protocol carries a file descriptor: `Some(fd)` is closed and refused
-/// with [`TransportError::UnexpectedFd`] before connecting (the parameter keeps the call's
-/// shape should a later version need it). The reply's descriptor comes back with export
-/// replies (always exactly one) and never with any other. A [`Reply::Refused`] is a reply,
+/// `fd` travels with the request exactly when [`Request::carries_fd`] (the storage carrier's
+/// folder for its copies): a missing one is [`TransportError::MissingFd`], one with any other
+/// request [`TransportError::UnexpectedFd`], both before connecting (the descriptor is
+/// closed). The reply's descriptor comes back with export replies (always exactly one) and
+/// never with any other. A [`Reply::Refused`] is a reply,
 /// not an error.
 pub fn call(
     endpoint: &Endpoint,
@@ -118,12 +119,13 @@ pub fn call(
 pub fn call_with(
     endpoint: &Endpoint,
     request: &Request,
+    fd: Option<OwnedFd>,
     timeouts: &Timeouts,
 ) -> Result<(Reply, Option<OwnedFd>), TransportError> {
     exchange(
         endpoint,
         request,
-        None,
+        fd,
         timeouts.control(),
         Some(timeouts.for_request(request)),
     )
@@ -256,11 +258,20 @@ fn exchange(
     then: Option<Duration>,
 ) -> Result<(Reply, Option<OwnedFd>), TransportError> {
     let mut peer = Peer::new(endpoint.path());
-    if fd.is_some() {
-        return Err(TransportError::UnexpectedFd {
-            peer,
-            message: request.kind(),
-        });
+    match (request.carries_fd(), fd.is_some()) {
+        (true, false) => {
+            return Err(TransportError::MissingFd {
+                peer,
+                message: request.kind(),
+            });
+        }
+        (false, true) => {
+            return Err(TransportError::UnexpectedFd {
+                peer,
+                message: request.kind(),
+            });
+        }
+        _ => {}
     }
     // Validate every timeout before touching the socket.
     let connect_deadline = deadline(&peer, connect_timeout)?;
@@ -280,7 +291,7 @@ fn exchange(
     frame::send_frame(
         socket.as_fd(),
         &body,
-        None,
+        fd.as_ref().map(AsFd::as_fd),
         &deadline,
         &peer,
         "sending the request",

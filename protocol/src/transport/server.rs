@@ -328,9 +328,9 @@ impl Connection {
         })
     }
 
-    /// Reads one request within the connection's timeout. No request of this protocol carries
-    /// a file descriptor: one that arrives is closed and reported as `UnexpectedFd`, so the
-    /// second element is always `None` today; it keeps the shape of the reply side.
+    /// Reads one request within the connection's timeout, with its descriptor: exactly the
+    /// requests of [`Request::carries_fd`] come with one (`MissingFd` otherwise), any other
+    /// that brings one is refused as `UnexpectedFd` (the descriptor is closed).
     pub fn read_request(&mut self) -> Result<(Request, Option<OwnedFd>), TransportError> {
         let deadline = self.deadline()?;
         let (bytes, fd) = frame::receive_frame(
@@ -340,15 +340,19 @@ impl Connection {
             "receiving a request",
             REQUEST_FRAME_LIMIT,
         )?;
-        if fd.is_some() {
-            return Err(TransportError::UnexpectedFd {
-                peer: self.peer.clone(),
-                message: "request",
-            });
-        }
         let request = envelope::decode::<Request>(&bytes)
             .map_err(|error| TransportError::decode(&self.peer, error))?;
-        Ok((request, None))
+        match (request.carries_fd(), fd.is_some()) {
+            (true, false) => Err(TransportError::MissingFd {
+                peer: self.peer.clone(),
+                message: request.kind(),
+            }),
+            (false, true) => Err(TransportError::UnexpectedFd {
+                peer: self.peer.clone(),
+                message: request.kind(),
+            }),
+            _ => Ok((request, fd)),
+        }
     }
 
     /// Sends `reply`; export replies must come with their descriptor and no other reply may.

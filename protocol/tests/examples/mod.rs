@@ -191,9 +191,10 @@ pub fn requests() -> Vec<(&'static str, p::Request)> {
         ),
         (
             "execute",
-            p::Request::Execute(p::ExecuteRequest {
-                operation: p::Operation::SaveAllocations,
-            }),
+            p::Request::Execute(p::ExecuteRequest::storage(
+                p::Operation::SaveAllocations,
+                4 * p::carrier::CHUNK_BYTES,
+            )),
         ),
         (
             "export",
@@ -346,7 +347,12 @@ pub fn state_file() -> p::StateFile {
             vec![carrier_checksum()].try_into().expect("one checksum"),
         )
         .expect("within MAX_PARTICIPANTS");
-    p::StateFile::seal(participants, device_inventory(), checksums)
+    p::StateFile::seal(
+        participants,
+        device_inventory(),
+        checksums,
+        p::Carrier::Storage,
+    )
 }
 
 /// The checksums of a 4 MiB allocation carried in 3 MiB chunks (the last one shorter).

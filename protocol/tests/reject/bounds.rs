@@ -181,7 +181,7 @@ mod layouts {
                 })
             );
             let mut bytes = ipc();
-            bytes[7] = b'0' + version;
+            bytes[7] = p::layout::version_digit(version);
             assert!(matches!(
                 p::IpcMemHandle::decode(&bytes),
                 Err(p::LayoutError::Version { found, .. }) if found == version

@@ -139,13 +139,52 @@ fn descriptor_on_a_request_is_unexpected_and_closed() {
             matches!(
                 error,
                 TransportError::UnexpectedFd {
-                    message: "request",
+                    message: "inspect",
                     ..
                 }
             )
         });
         assert_fds_closed(scenario, &lines);
     }
+}
+
+/// The storage carrier's copies must bring the folder's descriptor, and nothing else may
+/// bring one: both are refused before connecting (no socket is needed to tell).
+#[test]
+fn only_storage_copies_send_a_descriptor() {
+    let endpoint =
+        cuinterpose_protocol::transport::Endpoint::new("/nonexistent/cuinterpose-1.sock")
+            .expect("a valid path");
+    let storage = Request::Execute(p::ExecuteRequest::storage(
+        p::Operation::SaveAllocations,
+        p::carrier::CHUNK_BYTES,
+    ));
+    let error =
+        transport::call(&endpoint, &storage, None, Duration::from_secs(1)).expect_err("no folder");
+    assert!(
+        matches!(
+            error,
+            TransportError::MissingFd {
+                message: "execute",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let host = Request::Execute(p::ExecuteRequest::host(p::Operation::SaveAllocations));
+    let fd = fs::File::open("/dev/null").expect("/dev/null");
+    let error = transport::call(&endpoint, &host, Some(fd.into()), Duration::from_secs(1))
+        .expect_err("a descriptor with a host copy");
+    assert!(
+        matches!(
+            error,
+            TransportError::UnexpectedFd {
+                message: "execute",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
 }
 
 #[test]

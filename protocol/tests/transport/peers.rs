@@ -95,9 +95,8 @@ fn descriptor_crosses_processes_and_is_usable() {
 
         let (reply, _) = transport::call_with(
             &endpoint,
-            &Request::Execute(p::ExecuteRequest {
-                operation: p::Operation::SaveAllocations,
-            }),
+            &Request::Execute(p::ExecuteRequest::host(p::Operation::SaveAllocations)),
+            None,
             &Timeouts::default(),
         )
         .expect("execute");

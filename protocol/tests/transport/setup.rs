@@ -280,7 +280,7 @@ fn timeouts_default_override_and_reject_invalid_values() {
         let custom = Timeouts::from_lookup(lookup(Some("3"), Some("7200"))).expect("custom");
         assert_eq!(custom.control(), Duration::from_secs(3));
         assert_eq!(custom.copy(), Duration::from_secs(7200));
-        let execute = |operation| Request::Execute(p::ExecuteRequest { operation });
+        let execute = |operation| Request::Execute(p::ExecuteRequest::host(operation));
         assert_eq!(
             custom.for_request(&Request::Inspect),
             Duration::from_secs(3)

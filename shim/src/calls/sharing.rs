@@ -367,7 +367,7 @@ pub fn call_participant(
     request: &Request,
 ) -> Result<(Reply, Option<OwnedFd>), String> {
     let (endpoint, timeouts) = participant(pid)?;
-    call_with(&endpoint, request, &timeouts).map_err(|e| e.to_string())
+    call_with(&endpoint, request, None, &timeouts).map_err(|e| e.to_string())
 }
 
 /// Another participant's socket in the control directory, and the control timeouts.

@@ -17,7 +17,7 @@
 
 use crate::driver::context;
 use crate::driver::vmm::{map_read_write, unmap_and_free};
-use crate::driver::{Driver, Stream};
+use crate::driver::{Driver, HostMemory, Stream};
 use crate::state::arena::Arena;
 use crate::state::progress;
 use crate::state::registry::Allocation;
@@ -35,7 +35,7 @@ pub enum Direction {
 }
 
 impl Direction {
-    fn operation(self) -> Operation {
+    pub(super) fn operation(self) -> Operation {
         match self {
             Self::Save => Operation::SaveAllocations,
             Self::Load => Operation::LoadAllocations,
@@ -43,10 +43,10 @@ impl Direction {
     }
 }
 
-/// Bytes of one copy and one checksum: small enough that progress moves several times a
-/// second and a hash overlaps the next copy, large enough that a synchronization per chunk
-/// costs nothing against the copy.
-pub const CHUNK: usize = 64 << 20;
+/// Bytes of one copy and one checksum ([`cuinterpose_protocol::CARRIER_CHUNK_BYTES`]): small
+/// enough that progress moves several times a second and a hash overlaps the next copy, large
+/// enough that a synchronization per chunk costs nothing against the copy.
+pub const CHUNK: usize = cuinterpose_protocol::CARRIER_CHUNK_BYTES;
 
 /// Why a transfer stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +63,10 @@ pub enum TransferError {
     },
     /// A load has no checksum for an allocation the carrier holds (or one of another shape).
     NoChecksum { allocation: AllocationId },
+    /// A storage carrier's file could not be written, read or verified.
+    File { path: String, what: String },
+    /// A storage carrier's staging window cannot be used.
+    Window(String),
 }
 
 impl From<CuError> for TransferError {
@@ -89,8 +93,10 @@ impl std::fmt::Display for TransferError {
             ),
             Self::NoChecksum { allocation } => write!(
                 f,
-                "allocation {allocation}: the host carrier holds no checksum of its size for it"
+                "allocation {allocation}: the carrier holds no checksum of its size for it"
             ),
+            Self::File { path, what } => write!(f, "carrier file {path}: {what}"),
+            Self::Window(why) => f.write_str(why),
         }
     }
 }
@@ -156,12 +162,21 @@ pub fn transfer(
         Direction::Save => BTreeMap::new(),
         Direction::Load => arena.checksums().clone(),
     };
-    let copies = Copies {
-        through,
-        direction,
-        expected: &expected,
-    };
-    let result = transfer_all(d, arena, jobs, &copies);
+    let layout = arena.layout().clone();
+    let result = pinned(d, jobs, arena.memory_mut(), |bytes| {
+        let mut slots = Arena::split(&layout, bytes);
+        each_allocation(d, jobs, through, direction, |a, device_address| {
+            // An allocation without a slot of its size fails the transfer.
+            let host = slots
+                .remove(&a.reference.id)
+                .filter(|host| host.len() as u64 == a.size)
+                .ok_or(TransferError::Driver(CuError::INVALID_VALUE))?;
+            match direction {
+                Direction::Save => save_chunks(d, a, host, device_address),
+                Direction::Load => load_chunks(d, a, host, device_address, &expected),
+            }
+        })
+    });
     if let Ok(done) = &result {
         progress::add_copy_time(done.copying);
         if direction == Direction::Save {
@@ -172,61 +187,55 @@ pub fn transfer(
     result
 }
 
-/// How a transfer copies: which direction, where a save may read instead of an alias, and
-/// what a load's chunks must hash to.
-struct Copies<'a> {
-    through: &'a BTreeMap<AllocationId, u64>,
-    direction: Direction,
-    expected: &'a BTreeMap<AllocationId, CarrierChecksum>,
-}
-
-fn transfer_all(
+/// Runs `body` on `memory` page-locked (in the context of the first job) where the driver
+/// agrees, unlocking it afterwards; an unlock that fails fails the transfer.
+pub(super) fn pinned<T>(
     d: &Driver,
-    arena: &mut Arena,
     jobs: &[&Allocation],
-    copies: &Copies,
-) -> Result<Transferred, TransferError> {
+    memory: &mut HostMemory,
+    body: impl FnOnce(&mut [u8]) -> Result<T, TransferError>,
+) -> Result<T, TransferError> {
     let Some(first) = jobs.first() else {
-        return Ok(Transferred::default());
+        return body(memory.as_mut_slice());
     };
     let (ctx, device) = (first.context, device_of(first));
-    let pinned = context::run(d, ctx, device, || arena.memory_mut().register(d)).is_ok();
-    // One context switch per (context, device) group.
-    let mut groups: BTreeMap<(usize, i32), Vec<&Allocation>> = BTreeMap::new();
+    let pinned = context::run(d, ctx, device, || memory.register(d)).is_ok();
+    let result = body(memory.as_mut_slice());
+    if pinned {
+        let unregistered = context::run(d, ctx, device, || memory.unregister(d));
+        return result.and_then(|done| unregistered.map(|()| done).map_err(TransferError::Driver));
+    }
+    result
+}
+
+/// Runs `copy` for each of `jobs` with the device address to copy its bytes at (for a save
+/// listed in `through` the application's mapping, else a temporary alias of the whole
+/// allocation, unmapped once its group is done), one context switch per (context, device)
+/// group. The checksums come back sorted by allocation, `copying` is the copies' wall time.
+pub(super) fn each_allocation<'j>(
+    d: &Driver,
+    jobs: &[&'j Allocation],
+    through: &BTreeMap<AllocationId, u64>,
+    direction: Direction,
+    mut copy: impl FnMut(&'j Allocation, u64) -> Result<CarrierChecksum, TransferError>,
+) -> Result<Transferred, TransferError> {
+    let mut groups: BTreeMap<(usize, i32), Vec<&'j Allocation>> = BTreeMap::new();
     for a in jobs {
         groups.entry((a.context, device_of(a))).or_default().push(a);
     }
     let mut done = Transferred::default();
-    let mut result = Ok(());
-    {
-        let mut slices = arena.slices_mut();
-        for ((ctx, device), members) in groups {
-            // An allocation without a slot fails the transfer, after the arena is unpinned.
-            let mine: Option<Vec<_>> = members
-                .iter()
-                .map(|a| slices.remove(&a.reference.id).map(|slice| (*a, slice)))
-                .collect();
-            let Some(mine) = mine else {
-                result = Err(TransferError::Driver(CuError::INVALID_VALUE));
-                break;
-            };
-            // The outer error is the context switch's, the inner one the copies'.
-            result = context::run(d, ctx, device, || {
-                Ok(copy_group(d, device, mine, copies, &mut done))
-            })
-            .map_err(TransferError::Driver)
-            .and_then(|copied| copied);
-            if result.is_err() {
-                break;
-            }
-        }
-    }
-    if pinned {
-        let unregistered = context::run(d, ctx, device, || arena.memory_mut().unregister(d));
-        result = result.and(unregistered.map_err(TransferError::Driver));
+    for ((ctx, device), members) in groups {
+        // The outer error is the context switch's, the inner one the copies'.
+        context::run(d, ctx, device, || {
+            Ok(copy_group(
+                d, device, &members, through, direction, &mut copy, &mut done,
+            ))
+        })
+        .map_err(TransferError::Driver)
+        .and_then(|copied| copied)?;
     }
     done.checksums.sort_by_key(|c| c.allocation);
-    result.map(|()| done)
+    Ok(done)
 }
 
 struct Alias {
@@ -234,27 +243,28 @@ struct Alias {
     size: usize,
 }
 
-fn copy_group(
+fn copy_group<'j>(
     d: &Driver,
     device: i32,
-    members: Vec<(&Allocation, &mut [u8])>,
-    copies: &Copies,
+    members: &[&'j Allocation],
+    through: &BTreeMap<AllocationId, u64>,
+    direction: Direction,
+    copy: &mut impl FnMut(&'j Allocation, u64) -> Result<CarrierChecksum, TransferError>,
     done: &mut Transferred,
 ) -> Result<(), TransferError> {
     let mut aliases: Vec<Alias> = Vec::new();
     let mut result = Ok(());
-    for (a, host) in members {
-        let size = usize::try_from(a.size).map_err(|_| CuError::INVALID_VALUE)?;
-        if host.len() != size {
+    for &a in members {
+        let Ok(size) = usize::try_from(a.size) else {
             result = Err(CuError::INVALID_VALUE.into());
             break;
-        }
+        };
         let Some(raw) = a.driver else {
             result = Err(CuError::INVALID_HANDLE.into());
             break;
         };
-        let device_address = match copies.through.get(&a.reference.id) {
-            Some(&address) if copies.direction == Direction::Save => address,
+        let device_address = match through.get(&a.reference.id) {
+            Some(&address) if direction == Direction::Save => address,
             _ => match map_read_write(d, raw, a.size, device) {
                 Ok(address) => {
                     aliases.push(Alias { address, size });
@@ -267,10 +277,7 @@ fn copy_group(
             },
         };
         let started = Instant::now();
-        let copied = match copies.direction {
-            Direction::Save => save_chunks(d, a, host, device_address),
-            Direction::Load => load_chunks(d, a, host, device_address, copies.expected),
-        };
+        let copied = copy(a, device_address);
         done.copying += started.elapsed();
         match copied {
             Ok(checksum) => done.checksums.push(checksum),
@@ -291,7 +298,10 @@ fn copy_group(
 }
 
 /// The checksum record of `a`'s bytes, for `chunks`.
-fn checksum_of(a: &Allocation, chunks: Vec<u64>) -> Result<CarrierChecksum, TransferError> {
+pub(super) fn checksum_of(
+    a: &Allocation,
+    chunks: Vec<u64>,
+) -> Result<CarrierChecksum, TransferError> {
     Ok(CarrierChecksum {
         allocation: a.reference.id,
         size: a.size,

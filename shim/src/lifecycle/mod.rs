@@ -4,7 +4,8 @@
 //! resume).
 //!
 //! [`begin`] closes the gate and freezes; [`unicast`] and [`multicast`] take sharing apart
-//! and rebuild it; [`carrier`] copies the shared bytes to and from the host; [`inspect`]
+//! and rebuild it; [`carrier`] copies the shared bytes to and from the host, [`storage`] to
+//! and from files of the checkpoint directory; [`inspect`]
 //! builds the records an inspection reports; [`rollback`] puts a process whose coordinator
 //! went quiet mid-capture back on its own.
 
@@ -14,6 +15,7 @@ pub mod inspect;
 pub mod multicast;
 pub mod rollback;
 mod step;
+pub mod storage;
 pub mod unicast;
 
 use crate::driver::driver;
@@ -24,8 +26,12 @@ use crate::state::process;
 use crate::state::progress;
 use crate::state::registry::Registry;
 use cuinterpose_protocol::transport::Timeouts;
-use cuinterpose_protocol::{CompletedReply, Operation, Phase, RefusalCode, Reply, Request};
+use cuinterpose_protocol::{
+    CompletedReply, ExecuteRequest, Operation, Phase, RefusalCode, Reply, Request,
+};
+use std::os::fd::OwnedFd;
 use step::Done;
+use unicast::Carriage;
 
 /// A reply, and what to do once it was sent.
 #[derive(Debug)]
@@ -49,7 +55,9 @@ fn reply(reply: Reply) -> Outcome {
     }
 }
 
-pub fn handle(request: &Request) -> Outcome {
+/// Runs `request`; `fd` is the descriptor it carried (the storage carrier's folder, for the
+/// copies that use it; the transport lets no other request bring one).
+pub fn handle(request: &Request, fd: Option<OwnedFd>) -> Outcome {
     // Inspections are read-only and come from anyone (`cuinterpose inspect` polled by an
     // operator): only the steps of a run, and its copy polls, show a coordinator at work.
     if matches!(
@@ -79,7 +87,7 @@ pub fn handle(request: &Request) -> Outcome {
             reply(answer)
         }
         Request::BeginCheckpoint | Request::RollBack => unreachable!("handled above"),
-        Request::Execute(execute) => run(r, execute.operation),
+        Request::Execute(execute) => run(r, execute, fd),
         Request::Export(_) => reply(refused(
             RefusalCode::Invalid,
             "export requests are served by the peer thread".into(),
@@ -92,7 +100,7 @@ pub fn handle(request: &Request) -> Outcome {
 
 /// The capture's state is published: stay released until a restore, never rolling back on
 /// its own (a restore from that state expects this process released).
-fn hold(r: &Registry) -> Reply {
+fn hold(r: &mut Registry) -> Reply {
     if let Some(failure) = &r.failure {
         return refused(
             RefusalCode::FailStopped,
@@ -109,6 +117,10 @@ fn hold(r: &Registry) -> Reply {
         );
     }
     progress::set_held();
+    // A held process never reads its carrier on its own; a restore brings the folder again.
+    if let Some(carrier) = r.carrier.as_mut() {
+        carrier.close_folder();
+    }
     cuinterpose_protocol::HeldReply {
         namespace_pid: r.pid,
     }
@@ -143,7 +155,7 @@ pub fn after_reply(after: After, sent: bool) {
         }
         let mut guard = process::lock();
         if let Some(r) = guard.as_mut() {
-            r.arena = None;
+            r.carrier = None;
         }
     }
 }
@@ -153,7 +165,8 @@ pub fn transition(operation: Operation) -> (Phase, Phase) {
     (operation.from_phase(), operation.to_phase())
 }
 
-fn run(r: &mut Registry, operation: Operation) -> Outcome {
+fn run(r: &mut Registry, execute: &ExecuteRequest, folder: Option<OwnedFd>) -> Outcome {
+    let operation = execute.operation;
     if let Some(failure) = &r.failure {
         return reply(refused(
             RefusalCode::FailStopped,
@@ -180,8 +193,8 @@ fn run(r: &mut Registry, operation: Operation) -> Outcome {
     crate::state::progress::set_phase(to);
     crate::state::progress::reset_copy_time();
     let result = match operation {
-        Operation::SaveAllocations => unicast::save(d, r),
-        Operation::LoadAllocations => unicast::load(d, r),
+        Operation::SaveAllocations => unicast::save(d, r, Carriage::asked(execute, folder)),
+        Operation::LoadAllocations => unicast::load(d, r, Carriage::asked(execute, folder)),
         Operation::PrepareMulticast => multicast::prepare_multicast(d, r).map(Done::from),
         Operation::PrepareUnicast => unicast::prepare_unicast(d, r).map(Done::from),
         Operation::RestoreUnicast => unicast::restore_unicast(d, r).map(Done::from),
@@ -220,6 +233,18 @@ fn run(r: &mut Registry, operation: Operation) -> Outcome {
                     After::Nothing
                 },
             }
+        }
+        Err(failure) if operation == Operation::SaveAllocations => {
+            // Nothing was given up: the device memory still holds every byte, so the process
+            // stays where it was and the coordinator rolls it back (a full disk, an
+            // unusable staging window).
+            crate::state::progress::set_phase(from);
+            let message = format!(
+                "{operation} failed: {failure}; nothing was changed (every shared byte is still \
+                 in device memory)"
+            );
+            log!("{message}");
+            reply(refused(RefusalCode::DriverError, message))
         }
         Err(failure) => {
             let message = format!(

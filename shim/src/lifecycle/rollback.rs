@@ -283,7 +283,7 @@ fn roll_back(cause: Cause, timeouts: &Timeouts) -> Rolled {
     let (reason, how) = (cause.reason(), cause.how());
     match result {
         Ok(()) => {
-            r.arena = None;
+            r.carrier = None;
             r.set_phase(Phase::Active);
             gate::open();
             log!(
@@ -344,7 +344,7 @@ fn rebuild(
     }
     let d = driver().map_err(|e| format!("no driver: {e}"))?;
     if released {
-        unicast::load(d, r)?;
+        unicast::load(d, r, unicast::Carriage::own())?;
         // Its exports are served again: importers waiting for it go on.
         progress::set_phase(Phase::Loaded);
     }

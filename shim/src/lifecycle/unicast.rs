@@ -4,13 +4,18 @@
 
 use super::carrier::{self, Direction};
 use super::step::{Done, MappingIndex, Step, at, remap};
+use super::storage;
 use crate::calls::sharing;
 use crate::driver::{Driver, context};
 use crate::state::arena::Arena;
 use crate::state::cache;
 use crate::state::registry::{Kind, Registry};
-use cuinterpose_protocol::{AllocationId, NamespacePid, Reply, ResourceKind};
+use crate::state::stored::Held;
+use cuinterpose_protocol::{
+    AllocationId, Carrier, ExecuteRequest, NamespacePid, Reply, ResourceKind,
+};
 use std::collections::BTreeMap;
+use std::os::fd::{AsFd, OwnedFd};
 
 /// The checksums of a transfer, for the reply (one per carried allocation, so within its
 /// bound whenever the records are).
@@ -37,20 +42,65 @@ fn carried(r: &Registry) -> Vec<cuinterpose_protocol::AllocationId> {
         .collect()
 }
 
-pub fn save(d: &Driver, r: &mut Registry) -> Step<Done> {
+/// How a copy runs: the carrier the request names, its staging window, and the folder it
+/// brought (storage); or, for a rollback of the process's own, the carrier its save filled.
+#[derive(Debug)]
+pub struct Carriage {
+    carrier: Option<Carrier>,
+    staging_bytes: u64,
+    folder: Option<OwnedFd>,
+}
+
+impl Carriage {
+    /// As the coordinator's request says.
+    pub fn asked(execute: &ExecuteRequest, folder: Option<OwnedFd>) -> Self {
+        Self {
+            carrier: Some(execute.carrier),
+            staging_bytes: execute.staging_bytes,
+            folder,
+        }
+    }
+
+    /// A load of whatever the save filled, from the folder it kept, through the window it
+    /// used.
+    pub fn own() -> Self {
+        Self {
+            carrier: None,
+            staging_bytes: 0,
+            folder: None,
+        }
+    }
+}
+
+pub fn save(d: &Driver, r: &mut Registry, how: Carriage) -> Step<Done> {
     let ids = carried(r);
     if ids.is_empty() {
-        r.arena = None;
+        r.carrier = None;
         return Ok(Done::default());
     }
     let sizes: Vec<_> = ids.iter().map(|id| (*id, r.allocations[id].size)).collect();
-    let mut arena = Arena::for_sizes(&sizes)?;
     let jobs: Vec<_> = ids.iter().map(|id| &r.allocations[id]).collect();
     let through = carrier::readable_mappings(r, &ids);
-    let transferred = carrier::transfer(d, &mut arena, &jobs, &through, Direction::Save)
-        .map_err(|e| format!("copying shared allocations to the host carrier: {e}"))?;
-    let peak_carrier_bytes = arena.len() as u64;
-    r.arena = Some(arena);
+    let (held, transferred, peak_carrier_bytes) = match how.carrier {
+        Some(Carrier::Storage) => {
+            let folder = how.folder.ok_or(
+                "save_allocations with the storage carrier came without the carrier folder",
+            )?;
+            let (stored, transferred, staged) =
+                storage::save(d, folder, &jobs, &through, how.staging_bytes).map_err(|e| {
+                    format!("copying shared allocations to the storage carrier: {e}")
+                })?;
+            (Held::Storage(stored), transferred, staged)
+        }
+        _ => {
+            let mut arena = Arena::for_sizes(&sizes)?;
+            let transferred = carrier::transfer(d, &mut arena, &jobs, &through, Direction::Save)
+                .map_err(|e| format!("copying shared allocations to the host carrier: {e}"))?;
+            let len = arena.len() as u64;
+            (Held::Host(arena), transferred, len)
+        }
+    };
+    r.carrier = Some(held);
     Ok(Done {
         bytes: sizes.iter().map(|&(_, size)| size).sum(),
         peak_carrier_bytes,
@@ -70,24 +120,30 @@ pub fn prepare_unicast(d: &Driver, r: &mut Registry) -> Step<u64> {
     Ok(0)
 }
 
-pub fn load(d: &Driver, r: &mut Registry) -> Step<Done> {
+pub fn load(d: &Driver, r: &mut Registry, how: Carriage) -> Step<Done> {
     let ids = carried(r);
     if ids.is_empty() {
         return Ok(Done::default());
     }
-    let Some(mut arena) = r.arena.take() else {
+    let Some(mut held) = r.carrier.take() else {
         return Err(
-            "no host carrier to load from (save_allocations did not run in this process image)"
-                .into(),
+            "no carrier to load from (save_allocations did not run in this process image)".into(),
         );
     };
-    for id in &ids {
-        let a = &r.allocations[id];
-        if arena.size_of(id) != Some(a.size) {
-            return Err(format!(
-                "allocation {id}: the host carrier does not hold it"
-            ));
-        }
+    if let Some(asked) = how.carrier.filter(|&asked| asked != held.kind()) {
+        let kind = held.kind();
+        r.carrier = Some(held);
+        return Err(format!(
+            "load_allocations asks for the {asked} carrier, but save_allocations filled the \
+             {kind} carrier"
+        ));
+    }
+    if let Some(id) = ids
+        .iter()
+        .find(|id| held.size_of(id) != Some(r.allocations[*id].size))
+    {
+        r.carrier = Some(held);
+        return Err(format!("allocation {id}: the carrier does not hold it"));
     }
     let result = (|| {
         for id in &ids {
@@ -100,9 +156,28 @@ pub fn load(d: &Driver, r: &mut Registry) -> Step<Done> {
             r.allocations.get_mut(id).expect("listed above").driver = Some(raw);
         }
         let jobs: Vec<_> = ids.iter().map(|id| &r.allocations[id]).collect();
-        let transferred =
-            carrier::transfer(d, &mut arena, &jobs, &Default::default(), Direction::Load)
-                .map_err(|e| format!("copying the host carrier back: {e}"))?;
+        let (transferred, peak_carrier_bytes) = match &mut held {
+            Held::Host(arena) => {
+                let transferred =
+                    carrier::transfer(d, arena, &jobs, &Default::default(), Direction::Load)
+                        .map_err(|e| format!("copying the host carrier back: {e}"))?;
+                (transferred, arena.len() as u64)
+            }
+            Held::Storage(stored) => {
+                let folder = how
+                    .folder
+                    .as_ref()
+                    .or(stored.folder.as_ref())
+                    .map(AsFd::as_fd)
+                    .ok_or("load_allocations from the storage carrier came without its folder")?;
+                let window = match how.staging_bytes {
+                    0 => stored.window,
+                    asked => asked,
+                };
+                storage::load(d, stored, folder, &jobs, window)
+                    .map_err(|e| format!("copying the storage carrier back: {e}"))?
+            }
+        };
         let index = MappingIndex::new(r, Kind::Unicast);
         let mut bytes = 0;
         for id in &ids {
@@ -125,12 +200,12 @@ pub fn load(d: &Driver, r: &mut Registry) -> Step<Done> {
         }
         Ok(Done {
             bytes,
-            peak_carrier_bytes: arena.len() as u64,
+            peak_carrier_bytes,
             checksums: bounded(transferred.checksums)?,
         })
     })();
     // Keep the copy until the reply is sent (After::FreeArena), or for good on failure.
-    r.arena = Some(arena);
+    r.carrier = Some(held);
     result
 }
 

@@ -16,6 +16,8 @@ pub const QUEUE_CAPACITY: usize = 8;
 #[derive(Debug)]
 pub struct Job {
     pub request: Request,
+    /// The descriptor the request carried (the storage carrier's folder), if any.
+    pub fd: Option<std::os::fd::OwnedFd>,
     /// Where the outcome goes: the handler thread of the connection that asked.
     pub done: SyncSender<Outcome>,
 }
@@ -30,7 +32,7 @@ pub fn spawn(_timeouts: Timeouts) -> std::io::Result<SyncSender<Job>> {
 
 fn serve(receiver: Receiver<Job>) {
     while let Ok(job) = receiver.recv() {
-        let outcome = lifecycle::handle(&job.request);
+        let outcome = lifecycle::handle(&job.request, job.fd);
         // The handler waits for it; if it is gone, nobody can be told (the outcome's
         // follow-up runs as for a lost reply).
         if let Err(unsent) = job.done.send(outcome) {

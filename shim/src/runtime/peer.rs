@@ -77,8 +77,8 @@ fn accept_loop(listener: Listener, queue: SyncSender<Job>, timeouts: Timeouts) {
 }
 
 fn handle(mut connection: Connection, queue: &SyncSender<Job>, timeouts: Timeouts) {
-    let request = match connection.read_request() {
-        Ok((request, _)) => request,
+    let (request, fd) = match connection.read_request() {
+        Ok(received) => received,
         // A peer that connects and goes away (a liveness probe) is no news.
         Err(TransportError::PeerClosed { .. }) => return,
         Err(e) => {
@@ -139,7 +139,7 @@ fn handle(mut connection: Connection, queue: &SyncSender<Job>, timeouts: Timeout
             let what = control::name(&request);
             let (done, outcome) = sync_channel(1);
             let busy = |why: &str| cache::refused(RefusalCode::Busy, why.into());
-            let outcome = match queue.try_send(Job { request, done }) {
+            let outcome = match queue.try_send(Job { request, fd, done }) {
                 // The worker always answers; only its death (a panic, mid-request) drops the
                 // sender: what it did is unknown, so nothing may go on as if it were not.
                 Ok(()) => outcome.recv().map_err(|_| {

@@ -116,15 +116,29 @@ impl Arena {
             .expect("an arena holds its memory until dropped")
     }
 
+    /// Each allocation's `(offset, size)` in the arena's memory.
+    pub fn layout(&self) -> &BTreeMap<AllocationId, (usize, u64)> {
+        &self.slots
+    }
+
     /// Every slot as its own mutable slice (they are disjoint), by allocation.
     pub fn slices_mut(&mut self) -> BTreeMap<AllocationId, &mut [u8]> {
-        let mut by_offset: Vec<(usize, usize, AllocationId)> = self
-            .slots
+        let slots = self.slots.clone();
+        Self::split(&slots, self.memory_mut().as_mut_slice())
+    }
+
+    /// `memory` (the arena's, as [`Arena::memory_mut`] gives it) cut into the slots of
+    /// `layout` (as [`Arena::layout`] gives it).
+    pub fn split<'m>(
+        layout: &BTreeMap<AllocationId, (usize, u64)>,
+        memory: &'m mut [u8],
+    ) -> BTreeMap<AllocationId, &'m mut [u8]> {
+        let mut by_offset: Vec<(usize, usize, AllocationId)> = layout
             .iter()
             .map(|(id, &(offset, size))| (offset, size as usize, *id))
             .collect();
         by_offset.sort_unstable();
-        let mut rest = self.memory_mut().as_mut_slice();
+        let mut rest = memory;
         let mut consumed = 0;
         let mut out = BTreeMap::new();
         for (offset, size, id) in by_offset {

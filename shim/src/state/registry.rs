@@ -316,8 +316,8 @@ pub struct Registry {
     pub pools: super::pools::Pools,
     /// Driver calls in flight with the registry lock dropped (multicast collectives).
     pub unlocked_calls: u64,
-    /// The host carrier between `save_allocations` and `load_allocations`.
-    pub arena: Option<super::arena::Arena>,
+    /// The carrier between `save_allocations` and `load_allocations`.
+    pub carrier: Option<super::stored::Held>,
     /// Peer access the application enabled: (accessing context, peer context) → the
     /// accessing context's device, which the peer context's `cuMemAlloc` regions grant.
     pub peer_links: BTreeMap<(usize, usize), i32>,
@@ -338,7 +338,7 @@ impl Registry {
             pool_shares: std::collections::BTreeMap::new(),
             pools: super::pools::Pools::default(),
             unlocked_calls: 0,
-            arena: None,
+            carrier: None,
             peer_links: BTreeMap::new(),
             next_handle: 0,
         }

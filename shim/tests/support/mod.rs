@@ -188,7 +188,7 @@ pub fn completed(sandbox: &Sandbox, pid: i32, operation: cuinterpose_protocol::O
     match ask(
         sandbox,
         pid,
-        &Request::Execute(ExecuteRequest { operation }),
+        &Request::Execute(ExecuteRequest::host(operation)),
     ) {
         Reply::Completed(c) => {
             assert_eq!(c.operation, operation);

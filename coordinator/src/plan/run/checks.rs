@@ -274,7 +274,12 @@ impl Run {
                         .collect::<Result<BTreeMap<_, _>, cuinterpose_protocol::BoundError>>()
                         .and_then(|map| map.try_into())
                         .map(|checksums| {
-                            StateFile::seal(state.participants, state.devices, checksums)
+                            StateFile::seal(
+                                state.participants,
+                                state.devices,
+                                checksums,
+                                self.carriage.carrier(),
+                            )
                         });
                     checksums.map_err(|error| {
                         vec![Failure {

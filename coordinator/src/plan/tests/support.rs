@@ -34,7 +34,10 @@ impl Participants for Faked<'_, '_> {
             "{:?}",
             call.participants
         );
-        assert_eq!(Some(call.request), call.stage.request().as_ref());
+        assert_eq!(
+            Some(call.request),
+            call.stage.request_with(run.carriage()).as_ref()
+        );
         self.stages.push(call.stage);
         let outcomes = call
             .participants
