@@ -343,6 +343,7 @@ fn version_10_lists_its_changes() {
         10,
         &[
             "limit CARRIER_CHUNK_BYTES: added",
+            "enum RefusalCode value CarrierFailed: added",
             "enum Carrier: added",
             "struct StateFile field carrier: added",
             "union Request variant Execute field carrier: added",

@@ -25,6 +25,7 @@ mod faults {
     pub(crate) mod participants;
     pub(crate) mod publication;
     pub(crate) mod settle;
+    pub(crate) mod storage;
     pub(crate) mod workload;
 }
 
@@ -34,6 +35,7 @@ use faults::fail_stop::{fail_stopped, survivors_are_told};
 use faults::participants::{killed_in_each_phase, lost_reply, stops_answering};
 use faults::publication::{ROLE, publication_interrupted, publisher, publisher_killed};
 use faults::settle::{silent_in_a_restore_step, silent_in_prepare_unicast};
+use faults::storage::storage_carrier;
 use support::harness::Test;
 use support::sandbox::Sandbox;
 
@@ -41,7 +43,7 @@ fn main() {
     if support::harness::as_child(ROLE, "publish", publisher) {
         return;
     }
-    let tests: [Test<Sandbox>; 11] = [
+    let tests: [Test<Sandbox>; 12] = [
         ("a_participant_killed_in_each_phase", killed_in_each_phase),
         ("a_participant_that_stops_answering", stops_answering),
         ("a_lost_reply_is_not_repeated", lost_reply),
@@ -62,6 +64,10 @@ fn main() {
         (
             "restore_refuses_bytes_that_do_not_match_their_checksums",
             checksums,
+        ),
+        (
+            "the_storage_carrier_refuses_damaged_files_and_full_disks",
+            storage_carrier,
         ),
         (
             "a_fail_stopped_participant_refuses_further_operations",

@@ -10,22 +10,25 @@ pub struct Tmpfs(pub PathBuf);
 impl Tmpfs {
     /// Mounts a tmpfs of `size` (e.g. `2m`) at `dir`, creating it.
     pub fn mount(dir: PathBuf, size: &str) -> Result<Tmpfs, String> {
+        Self::mount_as(dir, "tmpfs", &format!("size={size},mode=0700"))
+    }
+
+    /// Mounts a ramfs at `dir`: a file system without `O_DIRECT`.
+    pub fn mount_ramfs(dir: PathBuf) -> Result<Tmpfs, String> {
+        Self::mount_as(dir, "ramfs", "mode=0700")
+    }
+
+    fn mount_as(dir: PathBuf, kind: &str, options: &str) -> Result<Tmpfs, String> {
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let out = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0700"),
-                "tmpfs",
-            ])
+            .args(["-t", kind, "-o", options, kind])
             .arg(&dir)
             .output()
             .map_err(|e| format!("mount: {e}"))?;
         if !out.status.success() {
             let _ = std::fs::remove_dir(&dir);
             return Err(format!(
-                "mount -t tmpfs: {}",
+                "mount -t {kind}: {}",
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
         }

@@ -244,7 +244,7 @@ fn run(r: &mut Registry, execute: &ExecuteRequest, folder: Option<OwnedFd>) -> O
                  in device memory)"
             );
             log!("{message}");
-            reply(refused(RefusalCode::DriverError, message))
+            reply(refused(RefusalCode::CarrierFailed, message))
         }
         Err(failure) => {
             let message = format!(

@@ -232,6 +232,8 @@ fn create(folder: BorrowedFd, name: &str) -> Result<File, TransferError> {
     openat(folder, name, flags, Mode::from_bits_truncate(0o600))
         .map(File::from)
         .map_err(|errno| {
+            // A file system without O_DIRECT creates the file, then refuses to open it so.
+            let _ = unlinkat(folder, name, UnlinkatFlags::NoRemoveDir);
             let why = if errno == nix::errno::Errno::EINVAL {
                 format!(
                     "{errno} (the filesystem does not support O_DIRECT: put the checkpoint \
