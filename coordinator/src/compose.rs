@@ -69,6 +69,9 @@ pub struct Workload {
     pub proc_dir: PathBuf,
     /// Restore onto other GPUs (`--device-map`); `None`: the same GPUs.
     pub device_map: Option<crate::remap::DeviceMapSpec>,
+    /// How a checkpoint's copies move the shared bytes (a restore takes only the staging
+    /// window: its carrier is its state's).
+    pub carriage: crate::plan::Carriage,
 }
 
 fn has_socket(control_dir: &Path, pid: NamespacePid) -> bool {
@@ -237,11 +240,14 @@ pub fn checkpoint_with(
     for member in members.iter().filter(|member| member.cuda) {
         driver.expect_state(member.host_pid, NativeStep::Lock, ProcessState::Running)?;
     }
-    let mut session = Some(Session::open(
-        &workload.control_dir,
-        &participants(&members),
-        workload.timeouts,
-    )?);
+    let mut session = Some(
+        Session::open(
+            &workload.control_dir,
+            &participants(&members),
+            workload.timeouts,
+        )?
+        .carrying(workload.carriage),
+    );
     let mut report = Report::new("checkpoint");
     let mut plan = Plan::checkpoint(dump.is_some());
     loop {
@@ -460,7 +466,8 @@ pub fn restore_with(
         &participants(&members),
         workload.timeouts,
     )
-    .map_err(|error| after(error.into()))?;
+    .map_err(|error| after(error.into()))?
+    .carrying(workload.carriage);
     report.absorb(commands::restore_remapped(&session, dir, remap, progress).map_err(after)?);
     Ok(report)
 }

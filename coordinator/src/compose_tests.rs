@@ -40,6 +40,7 @@ fn check(children: &[(u32, u32, &str)], with_root: bool, expected: Option<&str>)
         lock_timeout_ms: 0,
         proc_dir: proc_dir.path().to_path_buf(),
         device_map: None,
+        carriage: crate::plan::Carriage::Host,
     };
     let said = died_since(&workload, 500, dir.path(), "criu dump").map(|e| e.to_string());
     assert_eq!(said.as_deref(), expected);

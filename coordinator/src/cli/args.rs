@@ -72,6 +72,8 @@ pub enum Command {
         checkpoint_dir: PathBuf,
         #[command(flatten)]
         target: Target,
+        #[command(flatten)]
+        carrier: CarrierArgs,
         /// Print JSON on stdout: one line per phase event as it happens (phase_started,
         /// progress, phase_done), then the report as the last line.
         #[arg(long)]
@@ -109,6 +111,10 @@ pub enum Command {
         json: bool,
         #[command(flatten)]
         criu: CriuArgs,
+        /// The staging window of a checkpoint saved with the storage carrier, in MiB (whole
+        /// 64 MiB chunks; default 256). The carrier itself is the state's.
+        #[arg(long, value_name = "MIB")]
+        staging_mib: Option<u64>,
         /// Restore onto other GPUs: `OLD=NEW,…` pairs every GPU the checkpointed processes saw
         /// with a GPU of this machine, each side an ordinal (the old one as the checkpointing
         /// coordinator's driver numbered the GPUs, the new one as this one's does; leave
@@ -133,6 +139,8 @@ pub enum Command {
         dir: PathBuf,
         #[command(flatten)]
         criu: CriuArgs,
+        #[command(flatten)]
+        carrier: CarrierArgs,
     },
     /// checkpoint, then restore, in place: the workload continues with its sharing rebuilt.
     ///
@@ -156,6 +164,8 @@ pub enum Command {
         dir: Option<PathBuf>,
         #[command(flatten)]
         criu: CriuArgs,
+        #[command(flatten)]
+        carrier: CarrierArgs,
         /// Restore onto other GPUs (for testing a remap in place): `OLD=NEW,…` pairs every GPU the checkpointed processes saw
         /// with a GPU of this machine, each side an ordinal (the old one as the checkpointing
         /// coordinator's driver numbered the GPUs, the new one as this one's does; leave
@@ -219,6 +229,8 @@ pub enum Command {
         /// CRIU on PATH, and `action-script <this executable>` in /etc/criu/runc.conf.
         #[arg(long, conflicts_with = "criu")]
         podman: bool,
+        #[command(flatten)]
+        carrier: CarrierArgs,
     },
     /// Run a command with the shim preloaded (LD_PRELOAD), replacing this process.
     Launch {
@@ -298,6 +310,31 @@ pub struct Target {
     /// directory).
     #[arg(long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
+}
+
+/// Where a checkpoint keeps the shared bytes between the save and the load.
+#[derive(Debug, Args)]
+pub struct CarrierArgs {
+    /// host: each creator keeps its shared bytes in its own memory (1.0x the shared bytes
+    /// held for the whole checkpoint; a CRIU dump then writes them into its page images).
+    /// storage: each creator writes them to files in the checkpoint directory's carrier/
+    /// folder through a staging window (host memory held: the window), synced before the
+    /// state is published, read back and verified by the restore. auto: storage where the
+    /// checkpoint goes to a directory that is kept (prepare, checkpoint, toggle with --dir
+    /// or --criu), host for a toggle in a temporary directory (nothing need reach a disk).
+    #[arg(long, value_enum, default_value_t = CarrierChoice::Auto)]
+    pub carrier: CarrierChoice,
+    /// The storage carrier's staging window in MiB: whole 64 MiB chunks, at least one (the
+    /// default keeps the copy and three writers busy at once).
+    #[arg(long, value_name = "MIB", default_value_t = 256)]
+    pub staging_mib: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CarrierChoice {
+    Auto,
+    Host,
+    Storage,
 }
 
 /// Process checkpoint with CRIU.

@@ -10,9 +10,12 @@ use serde_json::{Value, json};
 use super::args::{Cli, Command, Format, StateCommand, Target};
 use super::launch::launch;
 use super::output::{failure_json, print_json, print_report, progress};
-use super::settings::{EXIT_REFUSED, EXIT_USAGE, Failure, Usage, session, workload};
+use super::settings::{
+    EXIT_REFUSED, EXIT_USAGE, Failure, Usage, carriage, session, staging_bytes, workload,
+};
 use crate::commands::{self, CommandError};
 use crate::compose;
+use crate::plan::Carriage;
 use crate::report::Report;
 use crate::{render, session, state};
 
@@ -132,9 +135,10 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
         Command::Prepare {
             checkpoint_dir,
             target,
+            carrier,
             json,
         } => {
-            let session = session(&target)?;
+            let session = session(&target)?.carrying(carriage(&carrier, true)?);
             let report = commands::prepare(&session, &checkpoint_dir, &mut progress(json))?;
             print_report(&report, json);
             Ok(ExitCode::SUCCESS)
@@ -146,8 +150,15 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             pids,
             json,
             criu,
+            staging_mib,
             device_map,
         } => {
+            let staged = match staging_mib {
+                Some(mib) => Carriage::Storage {
+                    staging_bytes: staging_bytes(mib)?,
+                },
+                None => Carriage::Host,
+            };
             if criu.criu && dir.is_none() {
                 return Err(Usage(
                     "--criu restores a checkpoint taken with `checkpoint --criu`: use --dir".into(),
@@ -162,7 +173,8 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
                     let session = session(&Target {
                         control_dir: control,
                         pids,
-                    })?;
+                    })?
+                    .carrying(staged);
                     // The processes were restored natively by someone else: the map says
                     // where, for the final comparison.
                     let remap = match &device_map {
@@ -189,6 +201,7 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
                     }
                     let mut workload = workload(control, 0)?;
                     workload.device_map = device_map;
+                    workload.carriage = staged;
                     match criu.get() {
                         Some(criu) => {
                             crate::criu::restore(&workload, &criu, &dir, &mut progress(json))?
@@ -206,8 +219,14 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             print_report(&report, json);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Checkpoint { tree, dir, criu } => {
-            let workload = workload(tree.control_dir.clone(), tree.lock_timeout_ms)?;
+        Command::Checkpoint {
+            tree,
+            dir,
+            criu,
+            carrier,
+        } => {
+            let mut workload = workload(tree.control_dir.clone(), tree.lock_timeout_ms)?;
+            workload.carriage = carriage(&carrier, true)?;
             let report = match criu.get() {
                 Some(criu) => crate::criu::checkpoint(
                     &workload,
@@ -225,10 +244,12 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             tree,
             dir,
             criu,
+            carrier,
             device_map,
         } => {
             let mut workload = workload(tree.control_dir.clone(), tree.lock_timeout_ms)?;
             workload.device_map = device_map;
+            workload.carriage = carriage(&carrier, dir.is_some() || criu.criu)?;
             let report = match criu.get() {
                 Some(criu) => {
                     let dir = dir
@@ -271,8 +292,10 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             criu_hook,
             criu_plugins,
             podman,
+            carrier,
         } => {
             let options = crate::demo::Options {
+                carriage: carriage(&carrier, criu.criu)?,
                 processes,
                 shared_mib,
                 mesh,
@@ -314,6 +337,10 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
                 return Ok(code);
             }
             let mut workload = workload(control_dir, lock_timeout_ms)?;
+            // The image directory is kept: the shared bytes go to files beside the images.
+            workload.carriage = Carriage::Storage {
+                staging_bytes: crate::plan::DEFAULT_STAGING_BYTES,
+            };
             if let (Some(criu), Some(root), Some(dir)) = (watch_criu, root, dir) {
                 // The watcher's control directory was resolved by the hook that started it;
                 // it puts a tree CRIU left running back where it is, so no device map.

@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use cuinterpose_protocol::NamespacePid;
 use cuinterpose_protocol::transport::{CONTROL_DIR_VARIABLE, Timeouts, control_dir_from};
 
-use super::args::Target;
+use super::args::{CarrierArgs, CarrierChoice, Target};
 use crate::commands::CommandError;
 use crate::compose::Workload;
+use crate::plan::Carriage;
 use crate::session::Session;
 
 /// Exit status: refused or invalid, nothing changed.
@@ -62,6 +63,31 @@ fn namespace_pids(values: &[u32]) -> Result<Vec<NamespacePid>, Usage> {
         .collect()
 }
 
+/// `--staging-mib` in bytes: whole 64 MiB chunks, at least one.
+pub(super) fn staging_bytes(mib: u64) -> Result<u64, Usage> {
+    let bytes = mib.saturating_mul(1 << 20);
+    cuinterpose_protocol::window_chunks(bytes)
+        .map(|_| bytes)
+        .map_err(|error| Usage(format!("--staging-mib {mib}: {error}")))
+}
+
+/// The carriage `--carrier` and `--staging-mib` ask for; `auto` is the storage carrier when
+/// the checkpoint goes to a directory that is kept (`kept`), else the host carrier.
+pub(super) fn carriage(args: &CarrierArgs, kept: bool) -> Result<Carriage, Usage> {
+    let storage = match args.carrier {
+        CarrierChoice::Host => false,
+        CarrierChoice::Storage => true,
+        CarrierChoice::Auto => kept,
+    };
+    Ok(if storage {
+        Carriage::Storage {
+            staging_bytes: staging_bytes(args.staging_mib)?,
+        }
+    } else {
+        Carriage::Host
+    })
+}
+
 pub(super) fn session(target: &Target) -> Result<Session, Failure> {
     let dir = control_dir(target.control_dir.clone())?;
     let pids = namespace_pids(&target.pids)?;
@@ -77,5 +103,6 @@ pub(super) fn workload(control: Option<PathBuf>, lock_timeout_ms: u32) -> Result
         lock_timeout_ms,
         proc_dir: PathBuf::from("/proc"),
         device_map: None,
+        carriage: crate::plan::Carriage::Host,
     })
 }

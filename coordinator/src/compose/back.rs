@@ -47,7 +47,9 @@ pub(super) fn way_back(
                 workload.timeouts,
             )
             .map_err(CommandError::from)
-            .and_then(|session| commands::restore(&session, dir, progress))
+            .and_then(|session| {
+                commands::restore(&session.carrying(workload.carriage), dir, progress)
+            })
             .map(|done| resumed.absorb(done)),
             Step::Discard => {
                 commands::discard_checkpoint(dir);

@@ -147,6 +147,7 @@ fn run_in(
         lock_timeout_ms: 10_000,
         proc_dir: PathBuf::from("/proc"),
         device_map: None,
+        carriage: options.carriage,
     };
     let session = Session::open(&workload.control_dir, &[], workload.timeouts)
         .map_err(crate::commands::CommandError::from)?;

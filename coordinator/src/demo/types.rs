@@ -36,6 +36,8 @@ pub struct Options {
     pub driver: DriverChoice,
     /// Keep the work directory (sockets, checkpoint, logs) instead of removing it.
     pub keep: bool,
+    /// How the checkpoint's copies move the shared bytes (the hook's runs choose their own).
+    pub carriage: crate::plan::Carriage,
 }
 
 #[derive(Debug, thiserror::Error)]

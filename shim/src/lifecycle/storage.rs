@@ -62,17 +62,25 @@ fn failed(
     }
 }
 
-/// The staging window, in chunk slots; a window smaller than one chunk is refused before any
-/// byte moves.
-fn staging(window: u64) -> Result<(HostMemory, usize), TransferError> {
+/// The staging window's memory, its number of slots and their length; a window smaller than
+/// one chunk is refused before any byte moves. Never more slots than keep the copy and every
+/// worker busy at once, or than `jobs` have chunks, and no slot longer than the largest chunk
+/// of `jobs` (whole blocks): small allocations stage little.
+fn staging(window: u64, jobs: &[&Allocation]) -> Result<(HostMemory, usize, usize), TransferError> {
     let chunks = cuinterpose_protocol::window_chunks(window)
         .map_err(|e| TransferError::Window(e.to_string()))?;
-    // Never more slots than it takes for the copy and every worker to be busy at once.
+    let sizes = jobs
+        .iter()
+        .map(|a| usize::try_from(a.size).unwrap_or(usize::MAX));
+    let needed: usize = sizes.clone().map(|size| size.div_ceil(CHUNK)).sum();
+    let largest = sizes.max().unwrap_or(0);
+    let slot_len = aligned(largest.min(CHUNK)).max(ALIGN);
     let slots = usize::try_from(chunks)
         .unwrap_or(usize::MAX)
-        .min(MAX_WORKERS + 1);
-    let memory = HostMemory::new(slots * CHUNK).map_err(TransferError::Driver)?;
-    Ok((memory, slots))
+        .min(MAX_WORKERS + 1)
+        .min(needed.max(1));
+    let memory = HostMemory::new(slots * slot_len).map_err(TransferError::Driver)?;
+    Ok((memory, slots, slot_len))
 }
 
 /// Saves `jobs` into files of `folder`, staging at most `window` bytes (rounded down to whole
@@ -85,7 +93,7 @@ pub fn save(
     through: &BTreeMap<AllocationId, u64>,
     window: u64,
 ) -> Result<(Stored, Transferred, u64), TransferError> {
-    let (mut memory, slots) = staging(window)?;
+    let (mut memory, slots, slot_len) = staging(window, jobs)?;
     let total = jobs.iter().map(|a| a.size).fold(0u64, u64::saturating_add);
     progress::start(Direction::Save.operation(), total);
     let mut written: Vec<String> = Vec::new();
@@ -94,7 +102,7 @@ pub fn save(
             let name = file_name(&a.reference.id);
             let file = create(folder.as_fd(), &name)?;
             written.push(name.clone());
-            save_file(d, a, address, &file, bytes, slots)
+            save_file(d, a, address, &file, bytes, (slots, slot_len))
                 .and_then(|checksum| finish(&file, a.size).map(|()| checksum))
                 .map_err(|e| e.at(folder.as_fd(), &name))
         })?;
@@ -141,7 +149,7 @@ pub fn load(
     jobs: &[&Allocation],
     window: u64,
 ) -> Result<(Transferred, u64), TransferError> {
-    let (mut memory, slots) = staging(window)?;
+    let (mut memory, slots, slot_len) = staging(window, jobs)?;
     let total = jobs.iter().map(|a| a.size).fold(0u64, u64::saturating_add);
     progress::start(Direction::Load.operation(), total);
     let result = carrier::pinned(d, jobs, &mut memory, |bytes| {
@@ -154,7 +162,7 @@ pub fn load(
                 .ok_or(TransferError::NoChecksum { allocation: id })?;
             let name = file_name(&id);
             open(folder, &name, a.size)
-                .and_then(|file| load_file(d, a, address, &file, bytes, slots, saved))
+                .and_then(|file| load_file(d, a, address, &file, bytes, (slots, slot_len), saved))
                 .map_err(|e| e.at(folder, &name))
         })
     });
@@ -292,7 +300,7 @@ fn save_file(
     mut device_address: u64,
     file: &File,
     window: &mut [u8],
-    slots: usize,
+    (slots, slot_len): (usize, usize),
 ) -> Result<CarrierChecksum, FileError> {
     let size = usize::try_from(a.size).map_err(|_| crate::sys::error::CuError::INVALID_VALUE)?;
     let count = size.div_ceil(CHUNK);
@@ -301,7 +309,7 @@ fn save_file(
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
         let (free_tx, free_rx) = mpsc::channel::<&mut [u8]>();
-        for slot in window.chunks_mut(CHUNK).take(slots) {
+        for slot in window.chunks_mut(slot_len).take(slots) {
             let _ = free_tx.send(slot);
         }
         let (work_tx, work_rx) = mpsc::channel::<Piece>();
@@ -375,7 +383,7 @@ fn load_file(
     device_address: u64,
     file: &File,
     window: &mut [u8],
-    slots: usize,
+    (slots, slot_len): (usize, usize),
     saved: &CarrierChecksum,
 ) -> Result<CarrierChecksum, FileError> {
     let size = usize::try_from(a.size).map_err(|_| crate::sys::error::CuError::INVALID_VALUE)?;
@@ -390,7 +398,7 @@ fn load_file(
     let mut first_error: Option<FileError> = None;
     std::thread::scope(|scope| {
         let (free_tx, free_rx) = mpsc::channel::<&mut [u8]>();
-        for slot in window.chunks_mut(CHUNK).take(slots) {
+        for slot in window.chunks_mut(slot_len).take(slots) {
             let _ = free_tx.send(slot);
         }
         let free_rx = Arc::new(Mutex::new(free_rx));
