@@ -10,6 +10,13 @@
 //!   memory, recreated by the load, is fresh shmem that Linux faults in 4 KiB at a time);
 //! - the checksum: XXH3-64 of the same bytes by one thread, against the save's transfers.
 //!
+//! With `CUINTERPOSE_BENCH_CARRIER=storage` the copies go through the storage carrier into
+//! `CUINTERPOSE_BENCH_DIR` (default `target/cuinterpose-bench-storage`; put it on the disk to
+//! measure) with a window of `CUINTERPOSE_BENCH_STAGING_MIB` (default 256), against a plain
+//! sequential write of the same bytes to a file in the same directory (64 MiB writes, then
+//! fsync, as `dd bs=64M conv=fsync` does) and a sequential `O_DIRECT` read of it (as `dd
+//! iflag=direct bs=64M`), and the table gives each copy's peak host memory.
+//!
 //! Each cycle times the whole exchange and the shim's transfers (`copy_ns`) of the same
 //! operation, so "copy ≤ whole" holds sample by sample. Each size is warmed up first (one
 //! untimed cycle and one of each baseline), and criterion's own warm-up run is left out of the
@@ -27,6 +34,7 @@ use cuinterpose_protocol::{ExecuteRequest, NamespacePid, Operation, Reply, Reque
 use std::collections::BTreeMap;
 use std::ffi::{c_int, c_uint, c_void};
 use std::hint::black_box;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -46,15 +54,55 @@ fn sizes() -> Vec<usize> {
 }
 
 fn ask(endpoint: &Endpoint, request: Request) -> Reply {
-    call(endpoint, &request, None, Duration::from_secs(600))
+    let folder = request.carries_fd().then(|| {
+        let Carrier::Storage { dir, .. } = carrier() else {
+            unreachable!("only storage copies carry the folder")
+        };
+        std::os::fd::OwnedFd::from(std::fs::File::open(dir.join("carrier")).unwrap())
+    });
+    call(endpoint, &request, folder, Duration::from_secs(600))
         .unwrap()
         .0
+}
+
+/// Which carrier this run measures.
+#[derive(Clone)]
+enum Carrier {
+    Host,
+    Storage { dir: PathBuf, staging: u64 },
+}
+
+fn carrier() -> Carrier {
+    match std::env::var("CUINTERPOSE_BENCH_CARRIER").as_deref() {
+        Ok("storage") => {
+            let dir = std::env::var_os("CUINTERPOSE_BENCH_DIR").map_or_else(
+                || {
+                    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                        .join("../target/cuinterpose-bench-storage")
+                },
+                PathBuf::from,
+            );
+            let mib: u64 = std::env::var("CUINTERPOSE_BENCH_STAGING_MIB").map_or(256, |v| {
+                v.parse().expect("CUINTERPOSE_BENCH_STAGING_MIB: MiB")
+            });
+            Carrier::Storage {
+                dir,
+                staging: mib << 20,
+            }
+        }
+        Ok("host") | Err(_) => Carrier::Host,
+        Ok(other) => panic!("CUINTERPOSE_BENCH_CARRIER: host or storage, not {other}"),
+    }
 }
 
 /// The exchange's time, the shim's time for the transfers alone, and the carrier's peak.
 fn execute(endpoint: &Endpoint, operation: Operation) -> (Duration, Duration, u64) {
     let started = Instant::now();
-    match ask(endpoint, Request::Execute(ExecuteRequest::host(operation))) {
+    let request = match carrier() {
+        Carrier::Host => ExecuteRequest::host(operation),
+        Carrier::Storage { staging, .. } => ExecuteRequest::storage(operation, staging),
+    };
+    match ask(endpoint, Request::Execute(request)) {
         Reply::Completed(done) => (
             started.elapsed(),
             Duration::from_nanos(done.copy_ns),
@@ -63,6 +111,9 @@ fn execute(endpoint: &Endpoint, operation: Operation) -> (Duration, Duration, u6
         other => panic!("{operation}: {other:?}"),
     }
 }
+
+/// Each size's peak carrier memory (the same every cycle).
+static PEAKS: Mutex<BTreeMap<usize, u64>> = Mutex::new(BTreeMap::new());
 
 /// Every sample of this run, by (size, what).
 static SAMPLES: Mutex<BTreeMap<(usize, &'static str), Vec<Duration>>> = Mutex::new(BTreeMap::new());
@@ -257,7 +308,11 @@ fn cycle(endpoint: &Endpoint, size: usize) -> Duration {
     ));
     execute(endpoint, Operation::PrepareMulticast);
     let (save, save_copy, peak) = execute(endpoint, Operation::SaveAllocations);
-    assert_eq!(peak, size as u64, "the arena holds the carried bytes");
+    match carrier() {
+        Carrier::Host => assert_eq!(peak, size as u64, "the arena holds the carried bytes"),
+        Carrier::Storage { staging, .. } => assert!(peak <= staging, "{peak} within the window"),
+    }
+    PEAKS.lock().unwrap().insert(size, peak);
     execute(endpoint, Operation::PrepareUnicast);
     let (load, load_copy, _) = execute(endpoint, Operation::LoadAllocations);
     for operation in [
@@ -300,6 +355,36 @@ fn report() {
             .map_or(Duration::ZERO, |(_, v)| median(v))
     };
     let gbps = |size: usize, took: Duration| size as f64 / 1e9 / took.as_secs_f64();
+    if let Carrier::Storage { dir, staging } = carrier() {
+        println!(
+            "\nstorage carrier sweep in {} (window {} MiB; medians of this run; GB/s; ratio = \
+             plain time / carrier time; peak = carrier host memory / bytes):",
+            dir.display(),
+            staging >> 20
+        );
+        println!(
+            "{:>9} | {:>6} {:>6} | {:>6} {:>6} | {:>11} {:>11} | {:>9}",
+            "MiB", "save", "load", "write", "read", "save/write", "load/read", "peak"
+        );
+        let peaks = PEAKS.lock().unwrap();
+        let sizes: std::collections::BTreeSet<usize> = samples.keys().map(|(s, _)| *s).collect();
+        for size in sizes {
+            let (save, load) = (get(size, "save"), get(size, "load"));
+            let (write, read) = (get(size, "limit_write"), get(size, "limit_read"));
+            println!(
+                "{:>9} | {:>6.2} {:>6.2} | {:>6.2} {:>6.2} | {:>10.2}x {:>10.2}x | {:>8.3}x",
+                size / MIB,
+                gbps(size, save),
+                gbps(size, load),
+                gbps(size, write),
+                gbps(size, read),
+                write.as_secs_f64() / save.as_secs_f64(),
+                read.as_secs_f64() / load.as_secs_f64(),
+                peaks.get(&size).copied().unwrap_or(0) as f64 / size as f64,
+            );
+        }
+        return;
+    }
     println!("\ncarrier sweep (medians of this run; GB/s; ratio = limit time / carrier time):");
     println!(
         "{:>9} | {:>6} {:>6} {:>6} {:>6} | {:>6} {:>6} | {:>10} {:>10} | {:>6} {:>9}",
@@ -365,6 +450,39 @@ fn limit<T>(
     });
 }
 
+/// `source` written to `path` in 64 MiB writes, then synced (`dd bs=64M conv=fsync`).
+fn plain_write(path: &Path, source: &[u8]) {
+    use std::io::Write as _;
+    let mut file = std::fs::File::create(path).unwrap();
+    for block in source.chunks(64 * MIB) {
+        file.write_all(block).unwrap();
+    }
+    file.sync_all().unwrap();
+}
+
+/// `path` read in 64 MiB `O_DIRECT` reads into fresh memory (`dd iflag=direct bs=64M`),
+/// kept until the clock stops.
+fn plain_read(path: &Path, size: usize) -> Fresh {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .unwrap();
+    let mut fresh = Fresh::anonymous(size.next_multiple_of(2 * MIB), 1);
+    let mut done = 0;
+    let target = fresh.slice();
+    while done < size {
+        let len = (64 * MIB).min(target.len() - done);
+        let n =
+            std::os::unix::fs::FileExt::read_at(&file, &mut target[done..done + len], done as u64)
+                .unwrap();
+        assert!(n > 0, "the plain file ends early");
+        done += n;
+    }
+    fresh
+}
+
 fn bench(c: &mut Criterion) {
     let loaded = support::in_process("carrier-bench");
     let (sandbox, driver, shim) = (&loaded.sandbox, &loaded.driver, &loaded.shim);
@@ -376,6 +494,9 @@ fn bench(c: &mut Criterion) {
     )
     .unwrap();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if let Carrier::Storage { dir, .. } = carrier() {
+        std::fs::create_dir_all(dir.join("carrier")).unwrap();
+    }
     for size in sizes() {
         let source: Vec<u8> = (0..size).map(|i| (i * 13) as u8).collect();
         let va = calls.shared(size, &source);
@@ -405,6 +526,27 @@ fn bench(c: &mut Criterion) {
                     .sum()
             })
         });
+        if let Carrier::Storage { dir, .. } = carrier() {
+            let plain = dir.join("plain");
+            limit(
+                &mut group,
+                "plain_write".into(),
+                size,
+                "limit_write",
+                || plain_write(&plain, &source),
+            );
+            limit(
+                &mut group,
+                "plain_read_direct".into(),
+                size,
+                "limit_read",
+                || plain_read(&plain, size),
+            );
+            group.finish();
+            let _ = std::fs::remove_file(&plain);
+            calls.release(va, size);
+            continue;
+        }
         limit(
             &mut group,
             format!("limit_arena_{cores}_threads"),

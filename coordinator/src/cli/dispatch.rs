@@ -336,11 +336,10 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             {
                 return Ok(code);
             }
+            // The host carrier: the hook has no setting for the carrier yet, and Podman's
+            // image directories (exported, moved between machines) are not yet known to keep
+            // a carrier/ folder beside the images.
             let mut workload = workload(control_dir, lock_timeout_ms)?;
-            // The image directory is kept: the shared bytes go to files beside the images.
-            workload.carriage = Carriage::Storage {
-                staging_bytes: crate::plan::DEFAULT_STAGING_BYTES,
-            };
             if let (Some(criu), Some(root), Some(dir)) = (watch_criu, root, dir) {
                 // The watcher's control directory was resolved by the hook that started it;
                 // it puts a tree CRIU left running back where it is, so no device map.
