@@ -180,6 +180,13 @@ pub fn prepare(
         }
         Err(error) => error,
     };
+    // A save that failed removed its files; the folder goes too where it is empty (a
+    // creator's files stay wherever something may still need them).
+    if let Some(folder) = &folder
+        && !error.resumes_from_state()
+    {
+        let _ = std::fs::remove_dir(folder);
+    }
     // Publishing failed (disk full, directory gone), a participant did not take the hold, or
     // one did not answer prepare_unicast in time and the run waited until all were released:
     // every participant is released and holds its host carrier, so the workload is put back

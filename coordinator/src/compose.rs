@@ -30,6 +30,7 @@ use crate::session::Session;
 use crate::state;
 
 mod back;
+mod natives;
 mod steps;
 mod toggle;
 pub use back::resume_in_place;
@@ -435,40 +436,70 @@ pub fn restore_with(
         report.absorb(session.drive(&mut check, None, &mut nothing, progress)?);
     }
     let after = |error: CommandError| error.after_mutation("restore");
-    native_phase(
-        &mut report,
-        progress,
-        "native_restore",
-        &members,
-        |member| match state_of(member) {
-            Some(ProcessState::Checkpointed) => {
-                driver.restore_onto(member.host_pid, &pairs_of(member))
-            }
-            _ => Ok(()),
-        },
-    )
-    .map_err(after)?;
-    native_phase(
-        &mut report,
-        progress,
-        "native_unlock",
-        &members,
-        |member| match state_of(member) {
-            Some(ProcessState::Checkpointed | ProcessState::Locked) => {
-                driver.unlock(member.host_pid)
-            }
-            _ => Ok(()),
-        },
-    )
-    .map_err(after)?;
+    // Native restore and unlock on a thread of their own, process by process: each
+    // participant's load_allocations waits for its own process only, so it overlaps the
+    // native restore of the next.
+    let natives: Vec<natives::Native> = members
+        .iter()
+        .filter(|member| member.cuda)
+        .map(|member| natives::Native {
+            member,
+            state: state_of(member),
+            pairs: pairs_of(member),
+        })
+        .collect();
+    let ready = std::sync::Arc::new(crate::session::Readiness::pending(natives::participants(
+        &natives,
+    )));
     let session = Session::open(
         &workload.control_dir,
         &participants(&members),
         workload.timeouts,
     )
     .map_err(|error| after(error.into()))?
-    .carrying(workload.carriage);
-    report.absorb(commands::restore_remapped(&session, dir, remap, progress).map_err(after)?);
+    .carrying(workload.carriage)
+    .awaiting(std::sync::Arc::clone(&ready));
+    let (restored, rebuilt) = std::thread::scope(|scope| {
+        let restoring = scope.spawn(|| {
+            let restored = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                natives::restore_all(&driver, &natives, &ready)
+            }));
+            // Loads still waiting learn that no native restore will come.
+            ready.abandon("the native restore stopped (a panic)");
+            restored
+        });
+        let rebuilt = commands::restore_remapped(&session, dir, remap, progress);
+        let restored = restoring
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (restored, rebuilt)
+    });
+    for (name, duration) in [
+        ("native_restore", restored.restoring),
+        ("native_unlock", restored.unlocking),
+    ] {
+        let phase = PhaseReport {
+            name: name.to_string(),
+            duration,
+            bytes: 0,
+            participants: natives.len(),
+        };
+        // They ran beside the restore's phases: announced once they are over (their time is
+        // the sum of each process's step; events never interleave).
+        progress(&Event::Started {
+            phase: if name == "native_restore" {
+                "native_restore"
+            } else {
+                "native_unlock"
+            },
+            participants: natives.len(),
+        });
+        progress(&Event::Done(&phase));
+        report.phases.push(phase);
+    }
+    restored.result.map_err(|error| after(error.into()))?;
+    report.absorb(rebuilt.map_err(after)?);
     Ok(report)
 }
 

@@ -422,6 +422,7 @@ pub fn state_json(state: &StateFile) -> Value {
         "participants": participants,
         "devices": { "machine": devices(&state.devices.machine), "participants": seen },
         "checksums": checksums,
+        "carrier": cuinterpose_protocol::wire::wire_name(state.carrier),
     })
 }
 

@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 use cuinterpose_protocol::transport::{Endpoint, Timeouts, TransportError, call_with};
 use cuinterpose_protocol::{InspectionReply, NamespacePid, Operation, Reply, Request, StateFile};
 
+mod ready;
+pub use ready::Readiness;
+
 use crate::events::{CopyProgress, CopyState, Event};
 use crate::plan::{
     Broadcast, Broadcasted, Carriage, ExchangeError, Outcome, Participants, Run, Stage,
@@ -116,6 +119,8 @@ pub struct Session {
     gone: Vec<StaleSocket>,
     /// How a capture's copies move the bytes (a restore takes only the staging window).
     carriage: Carriage,
+    /// Participants still being restored natively: their loads wait for it.
+    natives: Option<std::sync::Arc<Readiness>>,
 }
 
 impl Session {
@@ -161,7 +166,15 @@ impl Session {
             timeouts,
             gone,
             carriage: Carriage::Host,
+            natives: None,
         })
+    }
+
+    /// Each `load_allocations` exchange first waits for its participant's native restore in
+    /// `natives` (and fails with its error).
+    pub fn awaiting(mut self, natives: std::sync::Arc<Readiness>) -> Self {
+        self.natives = Some(natives);
+        self
     }
 
     /// This session's runs copy with `carriage` (the host carrier unless set).
@@ -231,6 +244,7 @@ impl Session {
                                     message: format!("no endpoint for participant {pid}"),
                                 })
                                 .and_then(|endpoint| {
+                                    self.await_native(pid, request)?;
                                     let fd = carried_folder(request, folder)?;
                                     call_with(endpoint, request, fd, &self.timeouts)
                                         .map(|(reply, _fd)| reply)
@@ -445,6 +459,23 @@ pub fn inspect(session: &Session) -> Inspection {
     Inspection {
         replies,
         validation,
+    }
+}
+
+impl Session {
+    /// Before a load: `pid`'s native restore, where one is under way.
+    fn await_native(&self, pid: NamespacePid, request: &Request) -> Result<(), ExchangeError> {
+        let load = matches!(
+            request,
+            Request::Execute(execute) if execute.operation == Operation::LoadAllocations
+        );
+        match &self.natives {
+            Some(natives) if load => natives.wait(pid).map_err(|why| ExchangeError::Unsent {
+                kind: "NativeRestore",
+                message: format!("its native restore failed: {why}"),
+            }),
+            _ => Ok(()),
+        }
     }
 }
 

@@ -183,8 +183,9 @@ fn prepare_then_restore_through_the_binary() {
         serde_json::json!(["posix_file_descriptor"])
     );
     let (yaml, _) = check_exit(&cuinterpose(&["state", "show", ckpt], &[]), 0);
-    // Keys in order: the checksums of the creator's carried allocation (a fake participant's
-    // stand-in values, in hex), the devices (none here: no driver), then the records.
+    // Keys in order: the carrier (storage: `prepare` keeps its directory), the checksums of
+    // the creator's carried allocation (a fake participant's stand-in values, in hex), the
+    // devices (none here: no driver), then the records.
     let sums = &shown["checksums"]["201"][0];
     assert_eq!(
         sums["xxh3_64"],
@@ -193,7 +194,7 @@ fn prepare_then_restore_through_the_binary() {
     );
     assert!(
         yaml.starts_with(&format!(
-            "checksums:\n  \"201\":\n    - allocation: \"{}\"\n      chunk_bytes: 67108864\n      \
+            "carrier: storage\nchecksums:\n  \"201\":\n    - allocation: \"{}\"\n      chunk_bytes: 67108864\n      \
              size: {}\n      xxh3_64:\n        - \"0000000000000000\"\ndevices:\n  machine: []\n  \
              participants: {{}}\nparticipants:\n  \"201\":\n    - ",
             sums["allocation"].as_str().expect("an id"),

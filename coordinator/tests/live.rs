@@ -352,10 +352,12 @@ fn coordinator_vanishes(sandbox: &Sandbox) {
     a.verify(va + MIB, MIB, 9).expect("still shared");
 }
 
-/// `checkpoint --dir` into a directory whose disk is full: every participant has released
-/// its sharing when the state cannot be written. The workload is put back from the state in
-/// memory (restore phases, record comparison) and resumes: exit 3, "ABORTED: publishing the
-/// state failed", no "FAIL-STOP", nothing left in the directory, traffic unharmed.
+/// `checkpoint --dir --carrier host` into a directory whose disk is full: every participant
+/// has released its sharing when the state cannot be written. The workload is put back from
+/// the state in memory (restore phases, record comparison) and resumes: exit 3, "ABORTED:
+/// publishing the state failed", no "FAIL-STOP", nothing left in the directory, traffic
+/// unharmed. With the storage carrier (the default) the save fails first, naming its file:
+/// rolled back, exit 3, nothing left either.
 fn publication_fails(sandbox: &Sandbox) {
     let root = sandbox.fresh("publish");
     let disk = match Tmpfs::mount(sandbox.fresh("full"), "256k") {
@@ -375,21 +377,40 @@ fn publication_fails(sandbox: &Sandbox) {
     one_thread(&mut b, vb + SLOT, TrafficMode::MemsetAsync);
     let dir = disk.0.join("checkpoint");
     let dir = dir.to_str().expect("UTF-8");
-    let out = cuinterpose(
-        sandbox,
-        &root,
-        &["checkpoint", "--pid", &root_pid(), "--dir", dir],
-        &[],
-    );
-    let (_, stderr) = check_exit(&out, 3);
+    let checkpoint = |carrier: &str| {
+        let args = [
+            "checkpoint",
+            "--pid",
+            &root_pid(),
+            "--dir",
+            dir,
+            "--carrier",
+            carrier,
+        ];
+        let out = cuinterpose(sandbox, &root, &args, &[]);
+        let (_, stderr) = check_exit(&out, 3);
+        let left: Vec<_> = std::fs::read_dir(dir).expect("checkpoint dir").collect();
+        assert!(
+            left.is_empty(),
+            "{carrier}: left {left:?} in the checkpoint directory"
+        );
+        stderr
+    };
+    let stderr = checkpoint("host");
     assert!(
         stderr.contains("publish")
             && stderr.contains("ABORTED: publishing the state failed")
             && !stderr.contains("FAIL-STOP"),
         "{stderr}"
     );
-    let left: Vec<_> = std::fs::read_dir(dir).expect("checkpoint dir").collect();
-    assert!(left.is_empty(), "left {left:?} in the checkpoint directory");
+    let stderr = checkpoint("storage");
+    assert!(
+        stderr.contains("save_allocations")
+            && stderr.contains(&format!("carrier file {dir}/carrier/"))
+            && stderr.contains("No space left on device")
+            && !stderr.contains("FAIL-STOP"),
+        "{stderr}"
+    );
     check_traffic("creator", &mut a);
     check_traffic("importer", &mut b);
     b.verify(vb + MIB, MIB, 51).expect("bytes after the abort");

@@ -138,7 +138,8 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             carrier,
             json,
         } => {
-            let session = session(&target)?.carrying(carriage(&carrier, true)?);
+            let carriage = carriage(&carrier, true)?;
+            let session = session(&target)?.carrying(carriage);
             let report = commands::prepare(&session, &checkpoint_dir, &mut progress(json))?;
             print_report(&report, json);
             Ok(ExitCode::SUCCESS)

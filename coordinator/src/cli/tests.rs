@@ -48,6 +48,57 @@ fn usage_errors_exit_64() {
 }
 
 #[test]
+fn carrier_flags_choose_the_carriage() {
+    use super::args::{CarrierArgs, CarrierChoice};
+    use super::settings::carriage;
+    use crate::plan::Carriage;
+    let args = |carrier, staging_mib| CarrierArgs {
+        carrier,
+        staging_mib,
+    };
+    let storage = Carriage::Storage {
+        staging_bytes: 256 << 20,
+    };
+    // auto: storage where the checkpoint directory is kept, host where it is temporary.
+    assert_eq!(
+        carriage(&args(CarrierChoice::Auto, 256), true).unwrap(),
+        storage
+    );
+    assert_eq!(
+        carriage(&args(CarrierChoice::Auto, 256), false).unwrap(),
+        Carriage::Host
+    );
+    assert_eq!(
+        carriage(&args(CarrierChoice::Storage, 256), false).unwrap(),
+        storage
+    );
+    assert_eq!(
+        carriage(&args(CarrierChoice::Host, 256), true).unwrap(),
+        Carriage::Host
+    );
+    // A window under one chunk is a usage error naming the flag; with the host carrier the
+    // window is not used.
+    let error = carriage(&args(CarrierChoice::Storage, 1), false).unwrap_err();
+    assert!(
+        error.0.contains("--staging-mib 1") && error.0.contains("too small"),
+        "{error:?}"
+    );
+    assert!(carriage(&args(CarrierChoice::Host, 1), false).is_ok());
+    assert_eq!(
+        run([
+            "cuinterpose",
+            "prepare",
+            "--checkpoint-dir",
+            "/tmp/cuinterpose-never-written",
+            "--staging-mib",
+            "63"
+        ]),
+        ExitCode::from(EXIT_USAGE)
+    );
+    assert!(!Path::new("/tmp/cuinterpose-never-written").exists());
+}
+
+#[test]
 fn shim_is_found_next_to_the_executable() {
     let exe = Path::new("/opt/cuinterpose/bin/cuinterpose");
     assert_eq!(

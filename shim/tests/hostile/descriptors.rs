@@ -52,7 +52,7 @@ fn descriptors_where_none_belong_are_closed() {
         (
             1,
             "one descriptor with inspect",
-            "came with `request`, which carries none",
+            "came with `inspect`, which carries none",
         ),
         (
             2,
@@ -64,7 +64,7 @@ fn descriptors_where_none_belong_are_closed() {
         (
             1,
             "one descriptor on the body",
-            "came with `request`, which carries none",
+            "came with `inspect`, which carries none",
         ),
     ];
     for (count, what, text) in cases {
