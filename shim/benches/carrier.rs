@@ -15,7 +15,9 @@
 //! measure) with a window of `CUINTERPOSE_BENCH_STAGING_MIB` (default 256), against a plain
 //! sequential write of the same bytes to a file in the same directory (64 MiB writes, then
 //! fsync, as `dd bs=64M conv=fsync` does) and a sequential `O_DIRECT` read of it (as `dd
-//! iflag=direct bs=64M`), and the table gives each copy's peak host memory.
+//! iflag=direct bs=64M`) and, since the load also fills fresh device memory, against the
+//! slower of that read and the memfd copy below (`load/floor`); the table gives each copy's
+//! peak host memory.
 //!
 //! Each cycle times the whole exchange and the shim's transfers (`copy_ns`) of the same
 //! operation, so "copy ≤ whole" holds sample by sample. Each size is warmed up first (one
@@ -363,23 +365,35 @@ fn report() {
             staging >> 20
         );
         println!(
-            "{:>9} | {:>6} {:>6} | {:>6} {:>6} | {:>11} {:>11} | {:>9}",
-            "MiB", "save", "load", "write", "read", "save/write", "load/read", "peak"
+            "{:>9} | {:>6} {:>6} | {:>6} {:>6} {:>6} | {:>11} {:>11} {:>11} | {:>9}",
+            "MiB",
+            "save",
+            "load",
+            "write",
+            "read",
+            "fill",
+            "save/write",
+            "load/read",
+            "load/floor",
+            "peak"
         );
         let peaks = PEAKS.lock().unwrap();
         let sizes: std::collections::BTreeSet<usize> = samples.keys().map(|(s, _)| *s).collect();
         for size in sizes {
             let (save, load) = (get(size, "save"), get(size, "load"));
             let (write, read) = (get(size, "limit_write"), get(size, "limit_read"));
+            let fill = get(size, "limit_memfd");
             println!(
-                "{:>9} | {:>6.2} {:>6.2} | {:>6.2} {:>6.2} | {:>10.2}x {:>10.2}x | {:>8.3}x",
+                "{:>9} | {:>6.2} {:>6.2} | {:>6.2} {:>6.2} {:>6.2} | {:>10.2}x {:>10.2}x {:>10.2}x | {:>8.3}x",
                 size / MIB,
                 gbps(size, save),
                 gbps(size, load),
                 gbps(size, write),
                 gbps(size, read),
+                gbps(size, fill),
                 write.as_secs_f64() / save.as_secs_f64(),
                 read.as_secs_f64() / load.as_secs_f64(),
+                read.max(fill).as_secs_f64() / load.as_secs_f64(),
                 peaks.get(&size).copied().unwrap_or(0) as f64 / size as f64,
             );
         }
@@ -541,6 +555,18 @@ fn bench(c: &mut Criterion) {
                 size,
                 "limit_read",
                 || plain_read(&plain, size),
+            );
+            // The load also fills fresh device memory: its floor is the slower of the two.
+            limit(
+                &mut group,
+                format!("limit_memfd_{cores}_threads"),
+                size,
+                "limit_memfd",
+                || {
+                    let mut fresh = Fresh::memfd(size);
+                    parallel_copy(fresh.slice(), &source, cores);
+                    fresh
+                },
             );
             group.finish();
             let _ = std::fs::remove_file(&plain);
