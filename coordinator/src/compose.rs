@@ -464,8 +464,10 @@ pub fn restore_with(
             let restored = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 natives::restore_all(&driver, &natives, &ready)
             }));
-            // Loads still waiting learn that no native restore will come.
-            ready.abandon("the native restore stopped (a panic)");
+            if restored.is_err() {
+                // Loads still waiting learn that no native restore will come.
+                ready.abandon("the native restore stopped (a panic)");
+            }
             restored
         });
         let rebuilt = commands::restore_remapped(&session, dir, remap, progress);

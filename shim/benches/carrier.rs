@@ -26,6 +26,8 @@
 //! samples of this run.
 
 mod common;
+#[path = "carrier/storage.rs"]
+mod storage;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -36,9 +38,9 @@ use cuinterpose_protocol::{ExecuteRequest, NamespacePid, Operation, Reply, Reque
 use std::collections::BTreeMap;
 use std::ffi::{c_int, c_uint, c_void};
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use storage::{Carrier, carrier, plain_read, plain_write};
 
 const MIB: usize = 1 << 20;
 
@@ -65,36 +67,6 @@ fn ask(endpoint: &Endpoint, request: Request) -> Reply {
     call(endpoint, &request, folder, Duration::from_secs(600))
         .unwrap()
         .0
-}
-
-/// Which carrier this run measures.
-#[derive(Clone)]
-enum Carrier {
-    Host,
-    Storage { dir: PathBuf, staging: u64 },
-}
-
-fn carrier() -> Carrier {
-    match std::env::var("CUINTERPOSE_BENCH_CARRIER").as_deref() {
-        Ok("storage") => {
-            let dir = std::env::var_os("CUINTERPOSE_BENCH_DIR").map_or_else(
-                || {
-                    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                        .join("../target/cuinterpose-bench-storage")
-                },
-                PathBuf::from,
-            );
-            let mib: u64 = std::env::var("CUINTERPOSE_BENCH_STAGING_MIB").map_or(256, |v| {
-                v.parse().expect("CUINTERPOSE_BENCH_STAGING_MIB: MiB")
-            });
-            Carrier::Storage {
-                dir,
-                staging: mib << 20,
-            }
-        }
-        Ok("host") | Err(_) => Carrier::Host,
-        Ok(other) => panic!("CUINTERPOSE_BENCH_CARRIER: host or storage, not {other}"),
-    }
 }
 
 /// The exchange's time, the shim's time for the transfers alone, and the carrier's peak.
@@ -358,46 +330,8 @@ fn report() {
     };
     let gbps = |size: usize, took: Duration| size as f64 / 1e9 / took.as_secs_f64();
     if let Carrier::Storage { dir, staging } = carrier() {
-        println!(
-            "\nstorage carrier sweep in {} (window {} MiB; medians of this run; GB/s; ratio = \
-             plain time / carrier time; peak = carrier host memory / bytes):",
-            dir.display(),
-            staging >> 20
-        );
-        println!(
-            "{:>9} | {:>6} {:>6} | {:>6} {:>6} {:>6} | {:>11} {:>11} {:>11} | {:>9}",
-            "MiB",
-            "save",
-            "load",
-            "write",
-            "read",
-            "fill",
-            "save/write",
-            "load/read",
-            "load/floor",
-            "peak"
-        );
-        let peaks = PEAKS.lock().unwrap();
-        let sizes: std::collections::BTreeSet<usize> = samples.keys().map(|(s, _)| *s).collect();
-        for size in sizes {
-            let (save, load) = (get(size, "save"), get(size, "load"));
-            let (write, read) = (get(size, "limit_write"), get(size, "limit_read"));
-            let fill = get(size, "limit_memfd");
-            println!(
-                "{:>9} | {:>6.2} {:>6.2} | {:>6.2} {:>6.2} {:>6.2} | {:>10.2}x {:>10.2}x {:>10.2}x | {:>8.3}x",
-                size / MIB,
-                gbps(size, save),
-                gbps(size, load),
-                gbps(size, write),
-                gbps(size, read),
-                gbps(size, fill),
-                write.as_secs_f64() / save.as_secs_f64(),
-                read.as_secs_f64() / load.as_secs_f64(),
-                read.max(fill).as_secs_f64() / load.as_secs_f64(),
-                peaks.get(&size).copied().unwrap_or(0) as f64 / size as f64,
-            );
-        }
-        return;
+        let sizes = samples.keys().map(|(s, _)| *s).collect();
+        return storage::report(&dir, staging, &sizes, get, &PEAKS.lock().unwrap());
     }
     println!("\ncarrier sweep (medians of this run; GB/s; ratio = limit time / carrier time):");
     println!(
@@ -464,39 +398,6 @@ fn limit<T>(
     });
 }
 
-/// `source` written to `path` in 64 MiB writes, then synced (`dd bs=64M conv=fsync`).
-fn plain_write(path: &Path, source: &[u8]) {
-    use std::io::Write as _;
-    let mut file = std::fs::File::create(path).unwrap();
-    for block in source.chunks(64 * MIB) {
-        file.write_all(block).unwrap();
-    }
-    file.sync_all().unwrap();
-}
-
-/// `path` read in 64 MiB `O_DIRECT` reads into fresh memory (`dd iflag=direct bs=64M`),
-/// kept until the clock stops.
-fn plain_read(path: &Path, size: usize) -> Fresh {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
-        .unwrap();
-    let mut fresh = Fresh::anonymous(size.next_multiple_of(2 * MIB), 1);
-    let mut done = 0;
-    let target = fresh.slice();
-    while done < size {
-        let len = (64 * MIB).min(target.len() - done);
-        let n =
-            std::os::unix::fs::FileExt::read_at(&file, &mut target[done..done + len], done as u64)
-                .unwrap();
-        assert!(n > 0, "the plain file ends early");
-        done += n;
-    }
-    fresh
-}
-
 fn bench(c: &mut Criterion) {
     let loaded = support::in_process("carrier-bench");
     let (sandbox, driver, shim) = (&loaded.sandbox, &loaded.driver, &loaded.shim);
@@ -540,6 +441,19 @@ fn bench(c: &mut Criterion) {
                     .sum()
             })
         });
+        // A load's floor with either carrier: fakecuda's recreated device memory is fresh
+        // shmem.
+        limit(
+            &mut group,
+            format!("limit_memfd_{cores}_threads"),
+            size,
+            "limit_memfd",
+            || {
+                let mut fresh = Fresh::memfd(size);
+                parallel_copy(fresh.slice(), &source, cores);
+                fresh
+            },
+        );
         if let Carrier::Storage { dir, .. } = carrier() {
             let plain = dir.join("plain");
             limit(
@@ -556,18 +470,6 @@ fn bench(c: &mut Criterion) {
                 "limit_read",
                 || plain_read(&plain, size),
             );
-            // The load also fills fresh device memory: its floor is the slower of the two.
-            limit(
-                &mut group,
-                format!("limit_memfd_{cores}_threads"),
-                size,
-                "limit_memfd",
-                || {
-                    let mut fresh = Fresh::memfd(size);
-                    parallel_copy(fresh.slice(), &source, cores);
-                    fresh
-                },
-            );
             group.finish();
             let _ = std::fs::remove_file(&plain);
             calls.release(va, size);
@@ -580,17 +482,6 @@ fn bench(c: &mut Criterion) {
             "limit_arena",
             || {
                 let mut fresh = Fresh::anonymous(size, cores);
-                parallel_copy(fresh.slice(), &source, cores);
-                fresh
-            },
-        );
-        limit(
-            &mut group,
-            format!("limit_memfd_{cores}_threads"),
-            size,
-            "limit_memfd",
-            || {
-                let mut fresh = Fresh::memfd(size);
                 parallel_copy(fresh.slice(), &source, cores);
                 fresh
             },
