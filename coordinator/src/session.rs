@@ -23,7 +23,7 @@ pub use ready::Readiness;
 use sockets::{Sockets, carried_folder};
 
 use crate::events::{CopyProgress, CopyState, Event};
-use crate::plan::{Carriage, ExchangeError, Outcome, Run};
+use crate::plan::{Carriage, ExchangeError, ExchangeKind, Outcome, Run};
 use crate::report::Report;
 pub use crate::stale::StaleSocket;
 use crate::stale::{self, Probe};
@@ -239,7 +239,7 @@ impl Session {
                             let started = Instant::now();
                             let outcome = endpoint
                                 .ok_or_else(|| ExchangeError::Unsent {
-                                    kind: "NoEndpoint",
+                                    kind: ExchangeKind::NoEndpoint,
                                     message: format!("no endpoint for participant {pid}"),
                                 })
                                 .and_then(|endpoint| {
@@ -266,7 +266,7 @@ impl Session {
                                 .unwrap_or_default();
                             (
                                 Err(ExchangeError::Lost {
-                                    kind: "Panicked",
+                                    kind: ExchangeKind::Panicked,
                                     message: format!("the exchange thread panicked: {message}"),
                                 }),
                                 Duration::ZERO,
@@ -274,7 +274,7 @@ impl Session {
                         }),
                         Err(error) => (
                             Err(ExchangeError::Unsent {
-                                kind: "NoThread",
+                                kind: ExchangeKind::NoThread,
                                 message: format!("cannot start an exchange thread: {error}"),
                             }),
                             Duration::ZERO,
@@ -364,7 +364,7 @@ impl Session {
                 pids.iter()
                     .map(|pid| {
                         let lost = Err(ExchangeError::Lost {
-                            kind: "Panicked",
+                            kind: ExchangeKind::Panicked,
                             message: "the broadcast thread panicked".to_owned(),
                         });
                         (*pid, (lost, Duration::ZERO))

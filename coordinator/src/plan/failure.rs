@@ -4,23 +4,42 @@
 
 use std::fmt;
 
+use cuinterpose_protocol::transport::TransportError;
 use cuinterpose_protocol::{DeviceUuid, NamespacePid, Operation, Phase, RefusalCode};
 
 use super::stage::{RunKind, Stage};
 use crate::state::{ChecksumDifference, RecordDifference};
 use crate::validate::TopologyError;
 
+/// What went wrong in an exchange that gave no reply, for the plan to decide by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExchangeKind {
+    /// Not answered within the exchange's timeout.
+    Timeout,
+    /// The transport failed otherwise: refused, closed, malformed, oversized, ….
+    Transport,
+    /// The session knows no endpoint for the participant.
+    NoEndpoint,
+    /// The session could not start the exchange's thread.
+    NoThread,
+    /// The exchange's thread panicked.
+    Panicked,
+    /// The participant's native restore failed, so its load was never sent.
+    NativeRestore,
+    /// The storage carrier's folder could not be opened for the participant.
+    NoFolder,
+}
+
 /// Why an exchange with a participant gave no reply, as the plan must know it: whether the
-/// request can have reached the participant (and so changed it), the transport's name for
-/// the failure (`Refused`, `Timeout`, …, as [`cuinterpose_protocol::transport::TransportError::variant`]
-/// gives it, or the session's own `NoEndpoint`, `NoThread`, `Panicked`), and its message.
+/// request can have reached the participant (and so changed it), what kind of failure it was,
+/// and its message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExchangeError {
     /// Nothing reached the participant (no socket, nothing listening, a bad endpoint or
     /// timeout): it is as it was.
-    Unsent { kind: &'static str, message: String },
+    Unsent { kind: ExchangeKind, message: String },
     /// The request may have reached the participant: sent, then no valid reply.
-    Lost { kind: &'static str, message: String },
+    Lost { kind: ExchangeKind, message: String },
 }
 
 impl ExchangeError {
@@ -35,23 +54,26 @@ impl ExchangeError {
         matches!(
             self,
             Self::Lost {
-                kind: "Timeout",
+                kind: ExchangeKind::Timeout,
                 ..
             }
         )
     }
 
-    /// The failure's name (the transport error's variant, or the session's own).
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> ExchangeKind {
         match self {
-            Self::Unsent { kind, .. } | Self::Lost { kind, .. } => kind,
+            Self::Unsent { kind, .. } | Self::Lost { kind, .. } => *kind,
         }
     }
 }
 
-impl From<&cuinterpose_protocol::transport::TransportError> for ExchangeError {
-    fn from(error: &cuinterpose_protocol::transport::TransportError) -> Self {
-        let (kind, message) = (error.variant(), error.to_string());
+impl From<&TransportError> for ExchangeError {
+    fn from(error: &TransportError) -> Self {
+        let kind = match error {
+            TransportError::Timeout { .. } => ExchangeKind::Timeout,
+            _ => ExchangeKind::Transport,
+        };
+        let message = error.to_string();
         if error.may_have_arrived() {
             Self::Lost { kind, message }
         } else {

@@ -32,7 +32,7 @@ mod stage;
 mod tests;
 
 pub use drive::{Broadcast, Broadcasted, Participants, drive};
-pub use failure::{ExchangeError, Failure, Reason, RunError};
+pub use failure::{ExchangeError, ExchangeKind, Failure, Reason, RunError};
 pub use run::{Outcome, Run, Step};
 pub use stage::{Carriage, DEFAULT_STAGING_BYTES, RunKind, Stage};
 

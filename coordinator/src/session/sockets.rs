@@ -11,7 +11,9 @@ use cuinterpose_protocol::{NamespacePid, Operation, Reply, Request, StateFile};
 
 use super::{Copy, Session};
 use crate::events::Event;
-use crate::plan::{Broadcast, Broadcasted, ExchangeError, Outcome, Participants, Run, Stage};
+use crate::plan::{
+    Broadcast, Broadcasted, ExchangeError, ExchangeKind, Outcome, Participants, Run, Stage,
+};
 
 impl Session {
     /// Before a load: `pid`'s native restore, where one is under way.
@@ -26,7 +28,7 @@ impl Session {
         );
         match &self.natives {
             Some(natives) if load => natives.wait(pid).map_err(|why| ExchangeError::Unsent {
-                kind: "NativeRestore",
+                kind: ExchangeKind::NativeRestore,
                 message: format!("its native restore failed: {why}"),
             }),
             _ => Ok(()),
@@ -45,7 +47,7 @@ pub(super) fn carried_folder(
     }
     let Some(folder) = folder else {
         return Err(ExchangeError::Unsent {
-            kind: "NoFolder",
+            kind: ExchangeKind::NoFolder,
             message: "the storage carrier needs a checkpoint directory".into(),
         });
     };
@@ -55,7 +57,7 @@ pub(super) fn carried_folder(
         .open(folder)
         .map(|file| Some(std::os::fd::OwnedFd::from(file)))
         .map_err(|error| ExchangeError::Unsent {
-            kind: "NoFolder",
+            kind: ExchangeKind::NoFolder,
             message: format!("opening the carrier folder {}: {error}", folder.display()),
         })
 }

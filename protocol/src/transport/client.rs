@@ -1,16 +1,13 @@
 //! The calling side: one connection per exchange, or one for a series of exports.
 
-use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
-use nix::errno::Errno;
-use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, UnixAddr};
-
 use super::endpoint::Endpoint;
-use super::error::{EndpointProblem, Peer, RefusalReason, TransportError};
+use super::error::{Peer, TransportError};
 use super::frame::{self, Deadline};
-use super::server::{check_reply_fd, peer_credentials};
+use super::socket::{check_reply_fd, connect_socket, peer_pid};
+use super::stage::IoStage;
 use super::timeouts::{Timeouts, check_duration};
 use crate::envelope;
 use crate::generated::{Reply, Request};
@@ -22,78 +19,6 @@ fn deadline(peer: &Peer, timeout: Duration) -> Result<Deadline, TransportError> 
         value: format!("{timeout:?}"),
         reason: "too far in the future",
     })
-}
-
-/// What a client was doing when an error came before any byte of its request was sent (see
-/// [`TransportError::may_have_arrived`]).
-pub(crate) const CREATING_SOCKET: &str = "creating a socket";
-pub(crate) const SETTING_CONNECT_TIMEOUT: &str = "setting the connect timeout";
-pub(crate) const CONNECTING: &str = "connecting";
-pub(crate) const CONNECT_QUEUE_FULL: &str = "connecting (the listen queue is full)";
-
-/// The connected peer's PID as errors name it (`None` where the kernel does not say).
-fn peer_pid(socket: &OwnedFd) -> Option<u32> {
-    peer_credentials(socket.as_fd())
-        .ok()
-        .and_then(|credentials| u32::try_from(credentials.pid).ok())
-        .filter(|&pid| pid != 0)
-}
-
-/// Connects with `SO_SNDTIMEO` set first: on Linux it also bounds a blocking `connect` waiting
-/// for room in a full listen queue.
-pub(crate) fn connect_socket(
-    endpoint: &Endpoint,
-    peer: &Peer,
-    deadline: &Deadline,
-) -> Result<OwnedFd, TransportError> {
-    let io = |during, source| TransportError::Io {
-        peer: peer.clone(),
-        during,
-        source,
-    };
-    let socket = socket::socket(
-        AddressFamily::Unix,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .map_err(|errno| io(CREATING_SOCKET, io::Error::from(errno)))?;
-    let address = UnixAddr::new(endpoint.path()).map_err(|_| TransportError::InvalidEndpoint {
-        path: endpoint.path().to_path_buf(),
-        problem: EndpointProblem::TooLong {
-            len: endpoint.path().as_os_str().len(),
-            max: super::endpoint::MAX_SOCKET_PATH_BYTES,
-        },
-    })?;
-    loop {
-        let timed_out = || TransportError::Timeout {
-            peer: peer.clone(),
-            during: CONNECT_QUEUE_FULL,
-            after: deadline.total(),
-        };
-        let left = deadline.remaining_or_none().ok_or_else(timed_out)?;
-        frame::set_socket_timeout(socket.as_fd(), libc::SO_SNDTIMEO, left)
-            .map_err(|source| io(SETTING_CONNECT_TIMEOUT, source))?;
-        match socket::connect(socket.as_raw_fd(), &address) {
-            Ok(()) => return Ok(socket),
-            // A unix connect interrupted while queued leaves the socket unconnected: retry.
-            Err(Errno::EINTR) => continue,
-            Err(Errno::EAGAIN) => return Err(timed_out()),
-            Err(Errno::ECONNREFUSED) => {
-                return Err(TransportError::Refused {
-                    peer: peer.clone(),
-                    reason: RefusalReason::NotListening,
-                });
-            }
-            Err(Errno::ENOENT) => {
-                return Err(TransportError::Refused {
-                    peer: peer.clone(),
-                    reason: RefusalReason::NoSocket,
-                });
-            }
-            Err(errno) => return Err(io(CONNECTING, io::Error::from(errno))),
-        }
-    }
 }
 
 /// Sends `request` to `endpoint` and waits for the reply; connecting, sending and receiving
@@ -178,7 +103,7 @@ impl ExportSeries {
             None,
             &deadline,
             &self.peer,
-            "sending an export request of a series",
+            IoStage::SendingSeriesExport,
         )
     }
 
@@ -189,7 +114,7 @@ impl ExportSeries {
             self.socket.as_fd(),
             &deadline,
             &self.peer,
-            "receiving a reply of a series of exports",
+            IoStage::ReceivingSeriesReply,
             crate::generated::MAX_MESSAGE_BYTES,
         )?;
         let reply = envelope::decode::<Reply>(&bytes)
@@ -294,13 +219,13 @@ fn exchange(
         fd.as_ref().map(AsFd::as_fd),
         &deadline,
         &peer,
-        "sending the request",
+        IoStage::SendingRequest,
     )?;
     let (bytes, fd) = frame::receive_frame(
         socket.as_fd(),
         &deadline,
         &peer,
-        "receiving the reply",
+        IoStage::ReceivingReply,
         crate::generated::MAX_MESSAGE_BYTES,
     )?;
     let reply =

@@ -5,6 +5,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::stage::IoStage;
 use crate::envelope::{DecodeError, EncodeError};
 
 /// The socket an error happened on and, once known (after connect or accept), the peer's PID
@@ -75,10 +76,7 @@ pub enum EndpointProblem {
     #[error("a file that is not a socket is in the way")]
     NotASocket,
     #[error("{during}: {source}")]
-    Io {
-        during: &'static str,
-        source: io::Error,
-    },
+    Io { during: IoStage, source: io::Error },
 }
 
 /// A failed exchange. A peer's [`crate::Reply::Refused`] answer is not an error: it is returned
@@ -91,11 +89,11 @@ pub enum TransportError {
     #[error("{peer}: timed out after {after:?} while {during}")]
     Timeout {
         peer: Peer,
-        during: &'static str,
+        during: IoStage,
         after: Duration,
     },
     #[error("{peer}: the peer closed the connection while {during}")]
-    PeerClosed { peer: Peer, during: &'static str },
+    PeerClosed { peer: Peer, during: IoStage },
     #[error("{peer}: a frame of {size} bytes exceeds the limit of {limit} bytes")]
     Oversized { peer: Peer, size: u64, limit: usize },
     #[error("{peer}: {source}")]
@@ -120,7 +118,7 @@ pub enum TransportError {
     #[error("{peer}: {during}: {source}")]
     Io {
         peer: Peer,
-        during: &'static str,
+        during: IoStage,
         source: io::Error,
     },
     #[error("{peer}: cannot encode the message: {source}")]
@@ -168,18 +166,12 @@ impl TransportError {
     /// have read all of it before the error), as is a descriptor where none belongs (a
     /// request's is refused before connecting, a reply's after).
     pub fn may_have_arrived(&self) -> bool {
-        use super::client::{
-            CONNECT_QUEUE_FULL, CONNECTING, CREATING_SOCKET, SETTING_CONNECT_TIMEOUT,
-        };
         match self {
             Self::Refused { .. }
             | Self::InvalidEndpoint { .. }
             | Self::InvalidTimeout { .. }
             | Self::Encode { .. } => false,
-            Self::Timeout { during, .. } => *during != CONNECT_QUEUE_FULL,
-            Self::Io { during, .. } => {
-                ![CREATING_SOCKET, SETTING_CONNECT_TIMEOUT, CONNECTING].contains(during)
-            }
+            Self::Timeout { during, .. } | Self::Io { during, .. } => !during.before_sending(),
             _ => true,
         }
     }

@@ -12,6 +12,7 @@ use std::ptr;
 use std::time::{Duration, Instant};
 
 use super::error::{Peer, TransportError};
+use super::stage::IoStage;
 use crate::generated::MAX_MESSAGE_BYTES;
 
 /// Length of the frame's size prefix.
@@ -88,7 +89,7 @@ fn arm(
     option: libc::c_int,
     deadline: &Deadline,
     peer: &Peer,
-    during: &'static str,
+    during: IoStage,
 ) -> Result<(), TransportError> {
     let Some(left) = deadline.remaining_or_none() else {
         return Err(TransportError::Timeout {
@@ -99,18 +100,13 @@ fn arm(
     };
     set_socket_timeout(socket, option, left).map_err(|source| TransportError::Io {
         peer: peer.clone(),
-        during: "setting the socket timeout",
+        during: IoStage::SettingSocketTimeout,
         source,
     })
 }
 
 /// Maps a send or receive failure to the variant callers match on.
-fn io_error(
-    error: io::Error,
-    peer: &Peer,
-    during: &'static str,
-    deadline: &Deadline,
-) -> TransportError {
+fn io_error(error: io::Error, peer: &Peer, during: IoStage, deadline: &Deadline) -> TransportError {
     match error.raw_os_error() {
         // SO_RCVTIMEO / SO_SNDTIMEO expiry.
         Some(libc::EAGAIN) => TransportError::Timeout {
@@ -212,7 +208,7 @@ pub(crate) fn send_frame(
     fd: Option<BorrowedFd<'_>>,
     deadline: &Deadline,
     peer: &Peer,
-    during: &'static str,
+    during: IoStage,
 ) -> Result<(), TransportError> {
     let size = u32::try_from(body.len())
         .ok()
@@ -317,7 +313,7 @@ fn receive_exact(
     fds: &mut Vec<OwnedFd>,
     deadline: &Deadline,
     peer: &Peer,
-    during: &'static str,
+    during: IoStage,
 ) -> Result<(), TransportError> {
     let mut filled = 0;
     while filled < buffer.len() {
@@ -350,7 +346,7 @@ pub(crate) fn receive_frame(
     socket: BorrowedFd<'_>,
     deadline: &Deadline,
     peer: &Peer,
-    during: &'static str,
+    during: IoStage,
     limit: usize,
 ) -> Result<(Vec<u8>, Option<OwnedFd>), TransportError> {
     let limit = limit.min(MAX_MESSAGE_BYTES);

@@ -36,12 +36,20 @@
 //! `load_allocations`, overridable by [`CONTROL_TIMEOUT_VARIABLE`] and
 //! [`COPY_TIMEOUT_VARIABLE`] (whole seconds; an invalid value is an error).
 
+// Floors, top to bottom: each module imports only from those listed below it.
+// 1. The two ends.
 mod client;
-mod endpoint;
-mod error;
-mod frame;
 mod server;
+// 2. What both ends share: connecting, credentials, which replies carry a descriptor.
+mod socket;
+// 3. Frames on the wire, under a deadline.
+mod frame;
+// 4. Socket paths and timeouts.
+mod endpoint;
 mod timeouts;
+// 5. Errors, and the stages they name.
+mod error;
+mod stage;
 
 pub use client::{EXPORT_WINDOW, ExportReplies, ExportSeries, call, call_with, export_all};
 pub use endpoint::{
@@ -49,7 +57,9 @@ pub use endpoint::{
     control_dir_from, socket_name,
 };
 pub use error::{EndpointProblem, Peer, RefusalReason, TransportError};
-pub use server::{Connection, Listener, PeerCredentials, REQUEST_FRAME_LIMIT, peer_allowed};
+pub use server::{Connection, Listener, REQUEST_FRAME_LIMIT, peer_allowed};
+pub use socket::PeerCredentials;
+pub use stage::IoStage;
 pub use timeouts::{
     CONTROL_TIMEOUT_VARIABLE, COPY_TIMEOUT_VARIABLE, MAX_TIMEOUT_SECONDS, Timeouts,
 };

@@ -9,12 +9,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::sys::socket::{self, AddressFamily, Backlog, SockFlag, SockType, UnixAddr, sockopt};
+use nix::sys::socket::{self, AddressFamily, Backlog, SockFlag, SockType, UnixAddr};
 
-use super::client::connect_socket;
 use super::endpoint::Endpoint;
 use super::error::{EndpointProblem, Peer, RefusalReason, TransportError};
 use super::frame::{self, Deadline};
+use super::socket::{PeerCredentials, check_reply_fd, connect_socket, peer_credentials};
+use super::stage::IoStage;
 use super::timeouts::{Timeouts, check_duration};
 use crate::envelope;
 use crate::generated::{NamespacePid, Reply, Request};
@@ -24,24 +25,6 @@ use crate::generated::{NamespacePid, Reply, Request};
 const BACKLOG: i32 = 64;
 /// How long the stale-socket probe waits for a listener with a full queue.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// Who is on the other end of an accepted connection, as the kernel recorded at `connect`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PeerCredentials {
-    /// In this process's PID namespace; 0 when the peer is not visible from it.
-    pub pid: i32,
-    pub uid: u32,
-    pub gid: u32,
-}
-
-pub(crate) fn peer_credentials(socket: BorrowedFd<'_>) -> io::Result<PeerCredentials> {
-    let credentials = socket::getsockopt(&socket, sockopt::PeerCredentials)?;
-    Ok(PeerCredentials {
-        pid: credentials.pid(),
-        uid: credentials.uid(),
-        gid: credentials.gid(),
-    })
-}
 
 /// The largest request frame a server reads. Every request of this protocol version is a
 /// fixed-shape message of a few hundred bytes at most (no collections), so anything larger is
@@ -89,24 +72,24 @@ impl Listener {
             SockFlag::SOCK_CLOEXEC,
             None,
         )
-        .map_err(|errno| io_problem("creating the socket")(io::Error::from(errno)))?;
+        .map_err(|errno| io_problem(IoStage::CreatingListenSocket)(io::Error::from(errno)))?;
         let address = UnixAddr::new(path)
-            .map_err(|errno| io_problem("building the socket address")(io::Error::from(errno)))?;
+            .map_err(|errno| io_problem(IoStage::BuildingSocketAddress)(io::Error::from(errno)))?;
         match socket::bind(socket.as_raw_fd(), &address) {
             Ok(()) => {}
             Err(Errno::EADDRINUSE) => return Err(invalid(EndpointProblem::InUse)),
-            Err(errno) => return Err(io_problem("binding")(io::Error::from(errno))),
+            Err(errno) => return Err(io_problem(IoStage::Binding)(io::Error::from(errno))),
         }
         // chmod on the path between bind and listen: nobody can connect before it has its final
         // mode, and the process-wide umask (shared with the application's threads) stays as is.
         // fchmod on a socket would change the socket inode, not the file.
         fs::set_permissions(path, fs::Permissions::from_mode(0o600))
-            .map_err(io_problem("setting the socket's mode to 0600"))?;
-        let metadata = fs::symlink_metadata(path).map_err(io_problem("inspecting the socket"))?;
+            .map_err(io_problem(IoStage::SettingSocketMode))?;
+        let metadata = fs::symlink_metadata(path).map_err(io_problem(IoStage::InspectingSocket))?;
         let backlog = Backlog::new(BACKLOG)
-            .map_err(|errno| io_problem("choosing the backlog")(io::Error::from(errno)))?;
+            .map_err(|errno| io_problem(IoStage::ChoosingBacklog)(io::Error::from(errno)))?;
         socket::listen(&socket, backlog)
-            .map_err(|errno| io_problem("listening")(io::Error::from(errno)))?;
+            .map_err(|errno| io_problem(IoStage::Listening)(io::Error::from(errno)))?;
         Ok(Self {
             socket: UnixListener::from(socket),
             endpoint,
@@ -145,7 +128,7 @@ impl Listener {
                 Err(source) => {
                     return Err(TransportError::Io {
                         peer,
-                        during: "accepting a connection",
+                        during: IoStage::AcceptingConnection,
                         source,
                     });
                 }
@@ -155,7 +138,7 @@ impl Listener {
         let credentials =
             peer_credentials(socket.as_fd()).map_err(|source| TransportError::Io {
                 peer: peer.clone(),
-                during: "reading the peer's credentials",
+                during: IoStage::ReadingCredentials,
                 source,
             })?;
         peer.pid = u32::try_from(credentials.pid).ok().filter(|&pid| pid != 0);
@@ -214,13 +197,13 @@ fn prepare_directory(dir: &Path, own_uid: u32) -> Result<(), TransportError> {
             return Err(invalid(EndpointProblem::NotADirectory));
         }
         return Err(invalid(EndpointProblem::Io {
-            during: "creating the control directory",
+            during: IoStage::CreatingControlDirectory,
             source,
         }));
     }
     let metadata = fs::metadata(dir).map_err(|source| {
         invalid(EndpointProblem::Io {
-            during: "inspecting the control directory",
+            during: IoStage::InspectingControlDirectory,
             source,
         })
     })?;
@@ -253,7 +236,7 @@ fn remove_stale_socket(endpoint: &Endpoint) -> Result<(), TransportError> {
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(source) => {
             return Err(invalid(EndpointProblem::Io {
-                during: "inspecting the existing socket path",
+                during: IoStage::InspectingExistingSocket,
                 source,
             }));
         }
@@ -264,7 +247,7 @@ fn remove_stale_socket(endpoint: &Endpoint) -> Result<(), TransportError> {
     let peer = Peer::new(path);
     let probe_deadline = Deadline::after(PROBE_TIMEOUT).ok_or_else(|| {
         invalid(EndpointProblem::Io {
-            during: "probing the existing socket",
+            during: IoStage::ProbingExistingSocket,
             source: io::Error::other("clock overflow"),
         })
     })?;
@@ -276,7 +259,7 @@ fn remove_stale_socket(endpoint: &Endpoint) -> Result<(), TransportError> {
             ..
         }) => fs::remove_file(path).map_err(|source| {
             invalid(EndpointProblem::Io {
-                during: "removing the stale socket",
+                during: IoStage::RemovingStaleSocket,
                 source,
             })
         }),
@@ -286,7 +269,7 @@ fn remove_stale_socket(endpoint: &Endpoint) -> Result<(), TransportError> {
             ..
         }) => Ok(()),
         Err(error) => Err(invalid(EndpointProblem::Io {
-            during: "probing the existing socket",
+            during: IoStage::ProbingExistingSocket,
             source: io::Error::other(error.to_string()),
         })),
     }
@@ -337,7 +320,7 @@ impl Connection {
             self.socket.as_fd(),
             &deadline,
             &self.peer,
-            "receiving a request",
+            IoStage::ReceivingRequest,
             REQUEST_FRAME_LIMIT,
         )?;
         let request = envelope::decode::<Request>(&bytes)
@@ -373,7 +356,7 @@ impl Connection {
             fd,
             &deadline,
             &self.peer,
-            "sending the reply",
+            IoStage::SendingReply,
         )
     }
 }
@@ -381,25 +364,5 @@ impl Connection {
 impl AsFd for Connection {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.socket.as_fd()
-    }
-}
-
-/// Export replies carry exactly one descriptor; every other reply carries none.
-pub(crate) fn check_reply_fd(
-    peer: &Peer,
-    reply: &Reply,
-    has_fd: bool,
-) -> Result<(), TransportError> {
-    let needs_fd = matches!(reply, Reply::UnicastExport(_) | Reply::MulticastExport(_));
-    match (needs_fd, has_fd) {
-        (true, false) => Err(TransportError::MissingFd {
-            peer: peer.clone(),
-            message: reply.kind(),
-        }),
-        (false, true) => Err(TransportError::UnexpectedFd {
-            peer: peer.clone(),
-            message: reply.kind(),
-        }),
-        _ => Ok(()),
     }
 }

@@ -217,7 +217,7 @@ fn half_a_frame_times_out_within_the_request_timeout() {
     check(|| {
         let timeout = Duration::from_millis(400);
         let (result, elapsed, lines) = request_from_peer("half", timeout);
-        assert_timed_out(&result, "receiving a request", timeout, elapsed);
+        assert_timed_out(&result, IoStage::ReceivingRequest, timeout, elapsed);
         assert_peer_closed(&lines);
     });
 }

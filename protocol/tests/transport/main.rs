@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use cuinterpose_protocol as p;
 use p::transport::{
-    self, Endpoint, EndpointProblem, Listener, RefusalReason, Timeouts, TransportError,
+    self, Endpoint, EndpointProblem, IoStage, Listener, RefusalReason, Timeouts, TransportError,
 };
 use p::{DecodeError, Reply, Request};
 
@@ -30,7 +30,7 @@ const SLACK: Duration = Duration::from_millis(1500);
 /// `result` timed out `during` after `timeout`, which is about how long it took (`elapsed`).
 fn assert_timed_out<T: std::fmt::Debug>(
     result: &Result<T, TransportError>,
-    during: &str,
+    during: IoStage,
     timeout: Duration,
     elapsed: Duration,
 ) {

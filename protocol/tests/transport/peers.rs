@@ -180,19 +180,14 @@ fn full_listen_queue_and_silent_listener_time_out() {
         let start = Instant::now();
         let result = transport::call(&endpoint, &Request::Inspect, None, timeout);
         let elapsed = start.elapsed();
-        assert_timed_out(&result, "receiving the reply", timeout, elapsed);
+        assert_timed_out(&result, IoStage::ReceivingReply, timeout, elapsed);
         // Sent and never answered: it may have changed the peer.
         assert!(result.as_ref().expect_err("timed out").may_have_arrived());
         // The queue is now full: connect itself waits, bounded by SO_SNDTIMEO.
         let start = Instant::now();
         let result = transport::call(&endpoint, &Request::Inspect, None, timeout);
         let elapsed = start.elapsed();
-        assert_timed_out(
-            &result,
-            "connecting (the listen queue is full)",
-            timeout,
-            elapsed,
-        );
+        assert_timed_out(&result, IoStage::ConnectQueueFull, timeout, elapsed);
         // Never connected: nothing reached the peer.
         assert!(!result.as_ref().expect_err("timed out").may_have_arrived());
         peer.finish();

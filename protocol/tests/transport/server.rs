@@ -67,7 +67,7 @@ fn peer_that_never_answers_times_out() {
         check(|| {
             let timeout = Duration::from_millis(500);
             let (result, elapsed, lines) = call_peer(scenario, "inspection", timeout);
-            assert_timed_out(&result, "receiving the reply", timeout, elapsed);
+            assert_timed_out(&result, IoStage::ReceivingReply, timeout, elapsed);
             assert_peer_closed(&lines);
         });
     }
@@ -81,7 +81,7 @@ fn bad_replies_get_the_matching_error() {
             && matches!(
                 error,
                 TransportError::PeerClosed {
-                    during: "receiving the reply",
+                    during: IoStage::ReceivingReply,
                     ..
                 }
             )

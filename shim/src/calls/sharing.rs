@@ -330,15 +330,19 @@ fn export_answer((reply, fd): (Reply, Option<OwnedFd>)) -> Result<(Reply, OwnedF
     }
 }
 
+/// Why a series of exports from a creator stopped on the creator's side (or the connection).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportFailure(pub String);
+
 /// Asks `creator` for the export of each of `allocations` over one connection (a series) and
 /// hands each answer, in order, to `each` with its index: the export and its descriptor, or
 /// why the creator refused. Stops at the first error `each` returns or the connection gives.
-pub fn for_each_export(
+pub fn for_each_export<E: From<ExportFailure>>(
     creator: NamespacePid,
     allocations: &[(AllocationReference, CapabilityToken)],
     resource: ResourceKind,
-    mut each: impl FnMut(usize, Result<(Reply, OwnedFd), String>) -> Result<(), String>,
-) -> Result<(), String> {
+    mut each: impl FnMut(usize, Result<(Reply, OwnedFd), String>) -> Result<(), E>,
+) -> Result<(), E> {
     let requests: Vec<Request> = allocations
         .iter()
         .map(|(reference, capability)| {
@@ -349,8 +353,9 @@ pub fn for_each_export(
             })
         })
         .collect();
-    let failed =
-        |e: &dyn std::fmt::Display| format!("asking creator {creator} for its allocations: {e}");
+    let failed = |e: &dyn std::fmt::Display| {
+        ExportFailure(format!("asking creator {creator} for its allocations: {e}"))
+    };
     let (endpoint, timeouts) = participant(creator).map_err(|e| failed(&e))?;
     let replies = cuinterpose_protocol::transport::export_all(&endpoint, &requests, &timeouts)
         .map_err(|e| failed(&e))?;

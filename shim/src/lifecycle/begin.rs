@@ -3,8 +3,8 @@
 
 use super::carrier;
 use super::inspect::inspection;
-use super::step::{Step, at};
-use crate::driver::{context, driver};
+use super::step::{Step, at, loaded_driver};
+use crate::driver::context;
 use crate::log;
 use crate::state::cache::refused;
 use crate::state::gate;
@@ -107,7 +107,7 @@ fn describe_busy(b: &gate::Busy) -> String {
 /// Waits for the queued work of every context that holds tracked memory, so the bytes the
 /// carrier saves include every copy and kernel the application issued before the gate closed.
 fn synchronize(r: &Registry) -> Step<()> {
-    let d = driver().map_err(|e| format!("no driver: {e}"))?;
+    let d = loaded_driver()?;
     let mut contexts: Vec<(usize, i32)> = r
         .allocations
         .values()

@@ -1,7 +1,7 @@
 //! The multicast operations: release every multicast object before the unicast memory, and
 //! after the unicast restore recreate them in order: creators, importers, devices, bindings.
 
-use super::step::{MappingIndex, Step, at, remap};
+use super::step::{MappingIndex, Step, StepError, at, remap};
 use crate::calls::sharing;
 use crate::driver::api::Bound;
 use crate::driver::{Driver, context};
@@ -21,9 +21,9 @@ pub fn prepare_multicast(d: &Driver, r: &mut Registry) -> Step<u64> {
         .collect();
     for (id, object) in r.multicasts.iter_mut() {
         cache::remove(id);
-        let raw = object
-            .driver
-            .ok_or_else(|| format!("multicast object {id} has no driver handle"))?;
+        let raw = object.driver.ok_or_else(|| {
+            StepError::Records(format!("multicast object {id} has no driver handle"))
+        })?;
         let device = object.devices.first().copied().unwrap_or(0);
         context::run(d, object.context, device, || {
             for (base, size, _) in mapped.iter().filter(|(_, _, owner)| owner == id) {
@@ -107,9 +107,9 @@ pub fn import_multicast_objects(d: &Driver, r: &mut Registry, fetch: FetchMultic
         match reply {
             Reply::MulticastExport(export) if export.properties == m.properties => {}
             other => {
-                return Err(format!(
+                return Err(StepError::Peer(format!(
                     "multicast object {id}: creator answered {other:?}, expected the recorded properties"
-                ));
+                )));
             }
         }
         let raw = context::run(d, m.context, device, || {
@@ -125,7 +125,7 @@ pub fn restore_multicast_devices(d: &Driver, r: &mut Registry) -> Step<u64> {
     for (id, m) in &r.multicasts {
         let raw = m
             .driver
-            .ok_or_else(|| format!("multicast object {id} was not restored"))?;
+            .ok_or_else(|| StepError::Records(format!("multicast object {id} was not restored")))?;
         let device = m.devices.first().copied().unwrap_or(0);
         context::run(d, m.context, device, || {
             for &dev in &m.devices {
@@ -143,7 +143,7 @@ pub fn restore_multicast_bindings(d: &Driver, r: &mut Registry) -> Step<u64> {
     for (id, m) in &r.multicasts {
         let raw = m
             .driver
-            .ok_or_else(|| format!("multicast object {id} was not restored"))?;
+            .ok_or_else(|| StepError::Records(format!("multicast object {id} was not restored")))?;
         let device = multicast_device(r, id);
         context::run(d, m.context, device, || {
             for b in &m.bindings {

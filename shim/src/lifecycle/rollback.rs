@@ -23,10 +23,9 @@
 //! importer that finds a creator held.
 
 use super::multicast;
-use super::step::Step;
+use super::step::{Step, StepError, loaded_driver};
 use super::unicast;
 use crate::calls::sharing;
-use crate::driver::driver;
 use crate::log;
 use crate::state::cache::refused;
 use crate::state::gate;
@@ -278,7 +277,7 @@ fn roll_back(cause: Cause, timeouts: &Timeouts) -> Rolled {
     let result = if found.blocked.is_empty() {
         rebuild(r, phase, &found.rebuilding, cause.import_deadline(timeouts))
     } else {
-        Err(found.blocked.join("; "))
+        Err(StepError::Peer(found.blocked.join("; ")))
     };
     let (reason, how) = (cause.reason(), cause.how());
     match result {
@@ -342,7 +341,7 @@ fn rebuild(
     {
         return Ok(());
     }
-    let d = driver().map_err(|e| format!("no driver: {e}"))?;
+    let d = loaded_driver()?;
     if released {
         unicast::load(d, r, unicast::Carriage::own())?;
         // Its exports are served again: importers waiting for it go on.
@@ -414,8 +413,10 @@ fn retry_until<T>(deadline: Instant, mut attempt: impl FnMut() -> Result<T, Retr
     loop {
         match attempt() {
             Ok(done) => return Ok(done),
-            Err(Retry::Never(why)) => return Err(why),
-            Err(Retry::Later(why)) if Instant::now() >= deadline => return Err(why),
+            Err(Retry::Never(why)) => return Err(StepError::Peer(why)),
+            Err(Retry::Later(why)) if Instant::now() >= deadline => {
+                return Err(StepError::Peer(why));
+            }
             Err(Retry::Later(_)) => std::thread::sleep(pause),
         }
         pause = (pause * 2).min(Duration::from_millis(200));

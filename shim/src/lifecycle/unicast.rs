@@ -3,7 +3,7 @@
 //! import them again (importers), each at its recorded addresses.
 
 use super::carrier::{self, Direction};
-use super::step::{Done, MappingIndex, Step, at, remap};
+use super::step::{Done, MappingIndex, Step, StepError, at, carrying, remap};
 use super::storage;
 use crate::calls::sharing;
 use crate::driver::{Driver, context};
@@ -28,9 +28,11 @@ fn bounded(
     >,
 > {
     let count = checksums.len();
-    checksums
-        .try_into()
-        .map_err(|_| format!("{count} carried allocations are more than a reply can list"))
+    checksums.try_into().map_err(|_| {
+        StepError::Records(format!(
+            "{count} carried allocations are more than a reply can list"
+        ))
+    })
 }
 
 /// The allocations this process carries, in a fixed order.
@@ -83,19 +85,22 @@ pub fn save(d: &Driver, r: &mut Registry, how: Carriage) -> Step<Done> {
     let through = carrier::readable_mappings(r, &ids);
     let (held, transferred, peak_carrier_bytes) = match how.carrier {
         Some(Carrier::Storage) => {
-            let folder = how.folder.ok_or(
-                "save_allocations with the storage carrier came without the carrier folder",
-            )?;
+            let folder = how.folder.ok_or_else(|| {
+                StepError::Records(
+                    "save_allocations with the storage carrier came without the carrier folder"
+                        .into(),
+                )
+            })?;
             let (stored, transferred, staged) =
-                storage::save(d, folder, &jobs, &through, how.staging_bytes).map_err(|e| {
-                    format!("copying shared allocations to the storage carrier: {e}")
-                })?;
+                storage::save(d, folder, &jobs, &through, how.staging_bytes).map_err(carrying(
+                    "copying shared allocations to the storage carrier",
+                ))?;
             (Held::Storage(stored), transferred, staged)
         }
         _ => {
-            let mut arena = Arena::for_sizes(&sizes)?;
+            let mut arena = Arena::for_sizes(&sizes).map_err(StepError::Records)?;
             let transferred = carrier::transfer(d, &mut arena, &jobs, &through, Direction::Save)
-                .map_err(|e| format!("copying shared allocations to the host carrier: {e}"))?;
+                .map_err(carrying("copying shared allocations to the host carrier"))?;
             let len = arena.len() as u64;
             (Held::Host(arena), transferred, len)
         }
@@ -126,24 +131,26 @@ pub fn load(d: &Driver, r: &mut Registry, how: Carriage) -> Step<Done> {
         return Ok(Done::default());
     }
     let Some(mut held) = r.carrier.take() else {
-        return Err(
+        return Err(StepError::Records(
             "no carrier to load from (save_allocations did not run in this process image)".into(),
-        );
+        ));
     };
     if let Some(asked) = how.carrier.filter(|&asked| asked != held.kind()) {
         let kind = held.kind();
         r.carrier = Some(held);
-        return Err(format!(
+        return Err(StepError::Records(format!(
             "load_allocations asks for the {asked} carrier, but save_allocations filled the \
              {kind} carrier"
-        ));
+        )));
     }
     if let Some(id) = ids
         .iter()
         .find(|id| held.size_of(id) != Some(r.allocations[*id].size))
     {
         r.carrier = Some(held);
-        return Err(format!("allocation {id}: the carrier does not hold it"));
+        return Err(StepError::Records(format!(
+            "allocation {id}: the carrier does not hold it"
+        )));
     }
     let result = (|| {
         for id in &ids {
@@ -160,7 +167,7 @@ pub fn load(d: &Driver, r: &mut Registry, how: Carriage) -> Step<Done> {
             Held::Host(arena) => {
                 let transferred =
                     carrier::transfer(d, arena, &jobs, &Default::default(), Direction::Load)
-                        .map_err(|e| format!("copying the host carrier back: {e}"))?;
+                        .map_err(carrying("copying the host carrier back"))?;
                 (transferred, arena.len() as u64)
             }
             Held::Storage(stored) => {
@@ -169,13 +176,18 @@ pub fn load(d: &Driver, r: &mut Registry, how: Carriage) -> Step<Done> {
                     .as_ref()
                     .or(stored.folder.as_ref())
                     .map(AsFd::as_fd)
-                    .ok_or("load_allocations from the storage carrier came without its folder")?;
+                    .ok_or_else(|| {
+                        StepError::Records(
+                            "load_allocations from the storage carrier came without its folder"
+                                .into(),
+                        )
+                    })?;
                 let window = match how.staging_bytes {
                     0 => stored.window,
                     asked => asked,
                 };
                 storage::load(d, stored, folder, &jobs, window)
-                    .map_err(|e| format!("copying the storage carrier back: {e}"))?
+                    .map_err(carrying("copying the storage carrier back"))?
             }
         };
         let index = MappingIndex::new(r, Kind::Unicast);
@@ -271,16 +283,17 @@ pub fn import_from(
         .collect();
     sharing::for_each_export(creator, &asks, ResourceKind::Unicast, |n, answer| {
         let id = ids[n];
-        let (reply, fd) =
-            answer.map_err(|e| format!("asking creator {creator} for allocation {id}: {e}"))?;
+        let (reply, fd) = answer.map_err(|e| {
+            StepError::Peer(format!("asking creator {creator} for allocation {id}: {e}"))
+        })?;
         let a = &r.allocations[&id];
         match reply {
             Reply::UnicastExport(export) if export.size == a.size => {}
             other => {
-                return Err(format!(
+                return Err(StepError::Peer(format!(
                     "allocation {id}: creator answered {other:?}, expected an export of {} bytes",
                     a.size
-                ));
+                )));
             }
         }
         let raw = context::run(d, a.context, carrier::device_of(a), || {

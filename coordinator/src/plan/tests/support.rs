@@ -141,7 +141,7 @@ pub(super) fn restore_stages() -> Vec<Stage> {
 /// An exchange whose request was sent and never answered (a timeout, a closed connection).
 pub(super) fn lost(message: &str) -> Outcome {
     Err(ExchangeError::Lost {
-        kind: "Timeout",
+        kind: ExchangeKind::Timeout,
         message: message.to_owned(),
     })
 }
@@ -150,7 +150,7 @@ pub(super) fn lost(message: &str) -> Outcome {
 /// thread did): gone, not busy.
 pub(super) fn closed(message: &str) -> Outcome {
     Err(ExchangeError::Lost {
-        kind: "PeerClosed",
+        kind: ExchangeKind::Transport,
         message: message.to_owned(),
     })
 }
@@ -158,7 +158,7 @@ pub(super) fn closed(message: &str) -> Outcome {
 /// An exchange that never sent its request (the participant's socket refused it).
 pub(super) fn unsent(message: &str) -> Outcome {
     Err(ExchangeError::Unsent {
-        kind: "Refused",
+        kind: ExchangeKind::Transport,
         message: message.to_owned(),
     })
 }
