@@ -150,6 +150,7 @@ pub fn ensure_directory(dir: &Path) -> Result<(), CommandError> {
 pub fn prepare(
     session: &Session,
     checkpoint_dir: &Path,
+    machine: BoundedVec<Device, MAX_DEVICES>,
     progress: &mut dyn FnMut(&Event),
 ) -> Result<Report, CommandError> {
     ensure_directory(checkpoint_dir)?;
@@ -166,7 +167,7 @@ pub fn prepare(
         }
     };
     let mut run = Run::capture(session.participants())
-        .on_machine(machine())
+        .on_machine(machine)
         .carried(carriage);
     let mut publish = |state: &cuinterpose_protocol::StateFile| {
         state::publish(checkpoint_dir, state)
@@ -275,14 +276,21 @@ fn recorded(device: &crate::native::MachineDevice) -> Option<Device> {
     })
 }
 
-/// The machine's GPUs as this coordinator's driver lists them, for a checkpoint's state; none
-/// when it cannot (no driver here: a restore onto other GPUs then names old GPUs by UUID).
-pub fn machine() -> BoundedVec<Device, MAX_DEVICES> {
-    let listed = crate::native::Driver::load().and_then(|driver| driver.devices(false));
-    let devices: Vec<Device> = listed
+/// The machine's GPUs as `driver` lists them, for a checkpoint's state; none when it cannot
+/// (a restore onto other GPUs then names old GPUs by UUID).
+pub fn machine(driver: &crate::native::Driver) -> BoundedVec<Device, MAX_DEVICES> {
+    let devices: Vec<Device> = driver
+        .devices(false)
         .map(|devices| devices.iter().filter_map(recorded).collect())
         .unwrap_or_default();
     BoundedVec::try_from(devices).unwrap_or_default()
+}
+
+/// [`machine`] for the driver at `path`; none when it cannot be loaded here.
+pub fn machine_at(path: &Path) -> BoundedVec<Device, MAX_DEVICES> {
+    crate::native::Driver::load_from(path)
+        .map(|driver| machine(&driver))
+        .unwrap_or_default()
 }
 
 /// Resolves `spec` for `state` against this machine's GPUs (listed with their free memory).

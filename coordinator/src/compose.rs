@@ -73,6 +73,8 @@ pub struct Workload {
     /// How a checkpoint's copies move the shared bytes (a restore takes only the staging
     /// window: its carrier is its state's).
     pub carriage: crate::plan::Carriage,
+    /// The CUDA driver the native checkpoint calls go to (see [`crate::native::driver_path`]).
+    pub driver: PathBuf,
 }
 
 fn has_socket(control_dir: &Path, pid: NamespacePid) -> bool {
@@ -236,7 +238,7 @@ pub fn checkpoint_with(
     progress: &mut dyn FnMut(&Event),
     mut dump: Option<Dump<'_>>,
 ) -> Result<Report, CommandError> {
-    let driver = Driver::load()?;
+    let driver = Driver::load_from(&workload.driver)?;
     let members = find_members(workload, &driver, root)?;
     for member in members.iter().filter(|member| member.cuda) {
         driver.expect_state(member.host_pid, NativeStep::Lock, ProcessState::Running)?;
@@ -255,7 +257,8 @@ pub fn checkpoint_with(
         let result = match plan.step() {
             Step::Prepare => {
                 let session = session.take().expect("prepare is one step");
-                commands::prepare(&session, dir, progress).map(|done| report.absorb(done))
+                commands::prepare(&session, dir, commands::machine(&driver), progress)
+                    .map(|done| report.absorb(done))
             }
             Step::RecordMembers => write_members(dir, root, &members),
             Step::NativeLock => native_phase(&mut report, progress, "native_lock", &members, |m| {
@@ -363,7 +366,7 @@ pub fn restore_with(
     native: NativeRestore,
 ) -> Result<Report, CommandError> {
     let saved = state::load(dir)?;
-    let driver = Driver::load()?;
+    let driver = Driver::load_from(&workload.driver)?;
     let members = match root {
         Some(root) => find_members(workload, &driver, root)?,
         None => read_members(workload, dir)?,
@@ -508,7 +511,7 @@ pub fn restore_with(
 /// Whether the tree rooted at `root` runs natively and every participant is active again (a
 /// restore already happened: the hook's `post-resume` delivered twice).
 pub fn is_restored(workload: &Workload, root: u32) -> Result<bool, CommandError> {
-    let driver = Driver::load()?;
+    let driver = Driver::load_from(&workload.driver)?;
     let members = find_members(workload, &driver, root)?;
     for member in members.iter().filter(|member| member.cuda) {
         if driver.state(member.host_pid)? != ProcessState::Running {

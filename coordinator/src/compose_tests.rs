@@ -41,6 +41,7 @@ fn check(children: &[(u32, u32, &str)], with_root: bool, expected: Option<&str>)
         proc_dir: proc_dir.path().to_path_buf(),
         device_map: None,
         carriage: crate::plan::Carriage::Host,
+        driver: crate::native::driver_path(None),
     };
     let said = died_since(&workload, 500, dir.path(), "criu dump").map(|e| e.to_string());
     assert_eq!(said.as_deref(), expected);

@@ -179,11 +179,6 @@ pub struct Driver {
 }
 
 impl Driver {
-    /// The library [`DRIVER_VARIABLE`] names, else [`DEFAULT_DRIVER`].
-    pub fn load() -> Result<Self, NativeError> {
-        Self::load_from(&driver_path(std::env::var_os(DRIVER_VARIABLE)))
-    }
-
     pub fn load_from(path: &Path) -> Result<Self, NativeError> {
         // SAFETY: loading the CUDA driver runs its initialisers; that is what this module is for,
         // and the library is one the user chose (or the system's driver).

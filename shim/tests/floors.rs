@@ -36,6 +36,8 @@ const ROOT_MACROS: [(&str, &str); 1] = [("log", "sys")];
 /// Generated files, exempt from the length limit (they are checked for staleness instead).
 const GENERATED: [&str; 3] = ["ffi/generated.rs", "ffi/pass_throughs.rs", "sys/entries.rs"];
 const MAX_LINES: usize = 600;
+/// The one file that reads the process environment (see `sys/settings.rs`).
+const SETTINGS_FILE: &str = "sys/settings.rs";
 
 /// The text with comments, string and character literals blanked out (so a word in a comment
 /// or a message is not code), keeping line structure.
@@ -227,6 +229,12 @@ fn violations(files: &BTreeMap<String, String>) -> Vec<String> {
                 ));
             }
         }
+        if file != SETTINGS_FILE && (code.contains("env::var") || code.contains("env::set_var")) {
+            let line = code.lines().position(|l| l.contains("env::")).unwrap_or(0) + 1;
+            problems.push(format!(
+                "{file}:{line}: reads the environment; settings are read once, in {SETTINGS_FILE}"
+            ));
+        }
         if !UNSAFE_FLOORS.contains(&floor) && text.contains("unsafe") {
             // Also in comments: `grep unsafe` outside those floors must find nothing.
             let line = text.lines().position(|l| l.contains("unsafe")).unwrap_or(0) + 1;
@@ -412,6 +420,24 @@ fn unsafe_outside_the_ffi_and_driver_floors_is_named() {
             ("driver/os.rs", "pub fn f() { unsafe { g() } }\n"),
             ("ffi/exports.rs", "pub unsafe extern \"C\" fn cuInit() {}\n"),
         ],
+        &[],
+    );
+}
+
+#[test]
+fn the_environment_is_read_only_by_the_settings() {
+    check(
+        &[(
+            "state/arena.rs",
+            "fn f() -> bool { std::env::var_os(\"X\").is_some() }\n",
+        )],
+        &["state/arena.rs:1: reads the environment; settings are read once, in sys/settings.rs"],
+    );
+    check(
+        &[(
+            SETTINGS_FILE,
+            "fn f() -> bool { std::env::var_os(\"X\").is_some() }\n",
+        )],
         &[],
     );
 }

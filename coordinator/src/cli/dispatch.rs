@@ -11,7 +11,8 @@ use super::args::{Cli, Command, Format, StateCommand, Target};
 use super::launch::launch;
 use super::output::{failure_json, print_json, print_report, progress};
 use super::settings::{
-    EXIT_REFUSED, EXIT_USAGE, Failure, Usage, carriage, session, staging_bytes, workload,
+    EXIT_REFUSED, EXIT_USAGE, Failure, Usage, carriage, driver_path, session, staging_bytes,
+    workload,
 };
 use crate::commands::{self, CommandError};
 use crate::compose;
@@ -67,8 +68,9 @@ where
     }
 }
 
-/// Sets the variables the hook's settings file and the workload's own processes provide
-/// (see [`crate::hook::settings`]) where the environment CRIU passed on has none.
+/// Adds the variables the hook's settings file and the workload's own processes provide (see
+/// [`crate::hook::settings`]) where the environment CRIU passed on has none, by starting the
+/// hook again with them.
 fn adopt_hook_settings() -> Result<(), ExitCode> {
     let root = std::env::var(crate::hook::INIT_PID_VARIABLE)
         .ok()
@@ -78,12 +80,10 @@ fn adopt_hook_settings() -> Result<(), ExitCode> {
             eprintln!("cuinterpose criu-hook: hook settings: {error}");
             ExitCode::from(EXIT_USAGE)
         })?;
-    for (name, value) in set {
-        // SAFETY: the hook has started no thread yet; nothing reads the environment
-        // concurrently.
-        unsafe { std::env::set_var(name, value) };
-    }
-    Ok(())
+    super::restart::with_environment(&set).map_err(|error| {
+        eprintln!("cuinterpose criu-hook: hook settings: {error}");
+        ExitCode::from(EXIT_USAGE)
+    })
 }
 
 /// The hook's `--device-map`: `CUINTERPOSE_DEVICE_MAP` (environment or settings file), the
@@ -140,7 +140,9 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
         } => {
             let carriage = carriage(&carrier, true)?;
             let session = session(&target)?.carrying(carriage);
-            let report = commands::prepare(&session, &checkpoint_dir, &mut progress(json))?;
+            let machine = commands::machine_at(&driver_path());
+            let report =
+                commands::prepare(&session, &checkpoint_dir, machine, &mut progress(json))?;
             print_report(&report, json);
             Ok(ExitCode::SUCCESS)
         }
@@ -180,8 +182,8 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
                     // where, for the final comparison.
                     let remap = match &device_map {
                         Some(spec) => {
-                            let driver =
-                                crate::native::Driver::load().map_err(CommandError::from)?;
+                            let driver = crate::native::Driver::load_from(&driver_path())
+                                .map_err(CommandError::from)?;
                             commands::resolve_device_map(&driver, spec, &saved)?
                         }
                         None => crate::remap::Remap::identity(),
@@ -295,6 +297,11 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             podman,
             carrier,
         } => {
+            // The driver the demo loads reads its control directory from the environment.
+            if let Err(error) = super::restart::with_environment(&crate::demo::environment()) {
+                eprintln!("cuinterpose demo: FAILED: {error}");
+                return Ok(ExitCode::from(EXIT_USAGE));
+            }
             let options = crate::demo::Options {
                 carriage: carriage(&carrier, criu.criu)?,
                 processes,

@@ -6,13 +6,15 @@
 //! arguments or settings); `launch` passes on its command's status (127/126 when it cannot run).
 //!
 //! Layout: `args` (the grammar), `dispatch` (running a command), `settings` (exit statuses,
-//! usage failures, settings), `output` (what commands print), `progress` (events while they run), `launch`.
+//! usage failures, settings), `output` (what commands print), `progress` (events while they run), `launch`,
+//! `restart` (settings only the environment can carry).
 
 mod args;
 mod dispatch;
 mod launch;
 mod output;
 mod progress;
+mod restart;
 mod settings;
 #[cfg(test)]
 mod tests;

@@ -104,5 +104,12 @@ pub(super) fn workload(control: Option<PathBuf>, lock_timeout_ms: u32) -> Result
         proc_dir: PathBuf::from("/proc"),
         device_map: None,
         carriage: crate::plan::Carriage::Host,
+        driver: driver_path(),
     })
+}
+
+/// The CUDA driver the coordinator's native calls go to: `CUINTERPOSE_DRIVER`, else the
+/// system's `libcuda.so.1`.
+pub(super) fn driver_path() -> PathBuf {
+    crate::native::driver_path(std::env::var_os(crate::native::DRIVER_VARIABLE))
 }

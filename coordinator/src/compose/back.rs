@@ -111,7 +111,7 @@ fn native_undo(
     report: &mut Report,
     progress: &mut dyn FnMut(&Event),
 ) -> Result<Vec<Member>, CommandError> {
-    let driver = Driver::load()?;
+    let driver = Driver::load_from(&workload.driver)?;
     let members = find_members(workload, &driver, root)?;
     native_phase(
         report,

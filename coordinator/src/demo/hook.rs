@@ -130,10 +130,7 @@ pub(super) fn cycles(
     let config = write_config(work, plugins)?;
     let mut criu = criu.clone();
     criu.extra_args = vec!["--config".into(), config.into_os_string()];
-    criu.env = vec![(
-        cuinterpose_protocol::transport::CONTROL_DIR_VARIABLE.into(),
-        workload.control_dir.clone().into_os_string(),
-    )];
+    criu.env = hook_environment(work, &workload.driver);
     if plugins.is_some() {
         criu.env
             .extend(plugin_env(work, &work.join("lib/libcuda.so.1"))?);
@@ -327,4 +324,24 @@ fn after_failed_dump(
     } else {
         DemoError::Verification(format!("criu dump failed ({error}); {what}"))
     }
+}
+
+/// The hook's environment (CRIU, or runc under Podman, passes it on): the demo's control
+/// directory, its driver, and that driver's own control directory, whatever this process's
+/// environment or a settings file on the machine says.
+pub(super) fn hook_environment(work: &Path, driver: &Path) -> Vec<(OsString, OsString)> {
+    vec![
+        (
+            cuinterpose_protocol::transport::CONTROL_DIR_VARIABLE.into(),
+            work.join("control").into_os_string(),
+        ),
+        (
+            crate::native::DRIVER_VARIABLE.into(),
+            driver.as_os_str().to_owned(),
+        ),
+        (
+            "FAKECUDA_CONTROL_DIR".into(),
+            work.join("fakecuda").into_os_string(),
+        ),
+    ]
 }

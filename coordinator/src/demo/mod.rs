@@ -20,5 +20,5 @@ mod topology;
 mod types;
 mod workers;
 
-pub use run::run;
+pub use run::{environment, run, work_dir};
 pub use types::{DemoError, DriverChoice, Options, Outcome};

@@ -137,6 +137,7 @@ pub(super) fn start(
     artifacts: &Artifacts,
     work: &Path,
     driver: &DriverChoice,
+    driver_path: &Path,
     n: usize,
     keep: bool,
 ) -> Result<(Container, Vec<PathBuf>), DemoError> {
@@ -163,18 +164,7 @@ pub(super) fn start(
     let name = format!("cuinterpose-demo-{}", std::process::id());
     let mount = |dir: &Path, mode: &str| format!("{0}:{0}{mode}", dir.display());
     // The hook (run by CRIU, run by runc, run by podman) gets this environment.
-    let env: Vec<(OsString, OsString)> = [
-        cuinterpose_protocol::transport::CONTROL_DIR_VARIABLE,
-        crate::native::DRIVER_VARIABLE,
-        "FAKECUDA_CONTROL_DIR",
-    ]
-    .iter()
-    .filter_map(|key| std::env::var_os(key).map(|value| (OsString::from(key), value)))
-    .chain([(
-        cuinterpose_protocol::transport::CONTROL_DIR_VARIABLE.into(),
-        work.join("control").into_os_string(),
-    )])
-    .collect();
+    let env: Vec<(OsString, OsString)> = super::hook::hook_environment(work, driver_path);
     let container = Container { name, env, keep };
     let mut args: Vec<String> = [
         "--runtime",

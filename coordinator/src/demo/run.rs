@@ -23,6 +23,21 @@ use crate::session::{self, Session};
 /// (allocation and mapping), and the rest of the topology needs a few dozen more.
 pub const MAX_MESH: usize = 4000;
 
+/// The demo's work directory: named after this process, so that it is the same when the
+/// program starts again to take [`environment`].
+pub fn work_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("cuinterpose-demo-{}", std::process::id()))
+}
+
+/// What the demo's own process needs in its environment before it starts: fakecuda, loaded
+/// for the native checkpoint calls, finds the workers' control sockets through it.
+pub fn environment() -> Vec<(String, String)> {
+    vec![(
+        "FAKECUDA_CONTROL_DIR".to_owned(),
+        work_dir().join("fakecuda").display().to_string(),
+    )]
+}
+
 /// Runs the demo.
 pub fn run(options: &Options, progress: &mut dyn FnMut(&Event)) -> Result<Outcome, DemoError> {
     if options.processes < 2 {
@@ -39,14 +54,14 @@ pub fn run(options: &Options, progress: &mut dyn FnMut(&Event)) -> Result<Outcom
         )));
     }
     let artifacts = artifacts()?;
-    let work = std::env::temp_dir().join(format!("cuinterpose-demo-{}", std::process::id()));
+    let work = work_dir();
     let _ = std::fs::remove_dir_all(&work);
     for sub in ["control", "fakecuda", "lib"] {
         std::fs::create_dir_all(work.join(sub))
             .map_err(|e| setup(format!("creating {}: {e}", work.display())))?;
     }
     let result = point_at_driver(options, &artifacts, &work)
-        .and_then(|()| run_in(options, &artifacts, &work, progress));
+        .and_then(|driver| run_in(options, &artifacts, &work, &driver, progress));
     if !options.keep {
         // Nothing the demo made outlives it unless --keep asked for it.
         let _ = std::fs::remove_dir_all(&work);
@@ -63,8 +78,12 @@ pub fn run(options: &Options, progress: &mut dyn FnMut(&Event)) -> Result<Outcom
     })
 }
 
-/// Links the driver into `work` and points the coordinator's own native calls at it.
-fn point_at_driver(options: &Options, artifacts: &Artifacts, work: &Path) -> Result<(), DemoError> {
+/// Links the driver into `work`; the coordinator's own native calls go to the path returned.
+fn point_at_driver(
+    options: &Options,
+    artifacts: &Artifacts,
+    work: &Path,
+) -> Result<PathBuf, DemoError> {
     let driver_path = match &options.driver {
         DriverChoice::Embedded => {
             if !artifacts.fakecuda.exists() {
@@ -81,19 +100,15 @@ fn point_at_driver(options: &Options, artifacts: &Artifacts, work: &Path) -> Res
         DriverChoice::Path(p) => p.clone(),
     };
     // The coordinator's own native-checkpoint calls reach the same driver and, for fakecuda,
-    // the same control directory as the workers.
-    // SAFETY: the demo runs on the main thread before it starts any thread of its own.
-    unsafe {
-        std::env::set_var(crate::native::DRIVER_VARIABLE, &driver_path);
-        std::env::set_var("FAKECUDA_CONTROL_DIR", work.join("fakecuda"));
-    }
-    Ok(())
+    // the same control directory as the workers (see `environment`).
+    Ok(driver_path)
 }
 
 fn run_in(
     options: &Options,
     artifacts: &Artifacts,
     work: &Path,
+    driver: &Path,
     progress: &mut dyn FnMut(&Event),
 ) -> Result<Outcome, DemoError> {
     let n = options.processes;
@@ -102,7 +117,7 @@ fn run_in(
     let workers = match &options.criu {
         _ if options.podman => {
             let (started, sockets) =
-                super::podman::start(artifacts, work, &options.driver, n, options.keep)?;
+                super::podman::start(artifacts, work, &options.driver, driver, n, options.keep)?;
             let workers = connect_all(&sockets)?;
             container = Some((started, sockets));
             workers
@@ -148,6 +163,7 @@ fn run_in(
         proc_dir: PathBuf::from("/proc"),
         device_map: None,
         carriage: options.carriage,
+        driver: driver.to_path_buf(),
     };
     let session = Session::open(&workload.control_dir, &[], workload.timeouts)
         .map_err(crate::commands::CommandError::from)?;

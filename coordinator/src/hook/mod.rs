@@ -378,7 +378,7 @@ fn pre_dump(
     if !compose::has_participants(workload, root)? {
         return Ok(skipped());
     }
-    let driver = Driver::load().map_err(CommandError::from)?;
+    let driver = Driver::load_from(&workload.driver).map_err(CommandError::from)?;
     let members = match compose::find_members(workload, &driver, root) {
         Ok(members) => members,
         Err(error) if no_participants(&error) => return Ok(skipped()),
@@ -417,7 +417,7 @@ fn pre_restore(dir: &Path, workload: &Workload) -> Result<Done, HookError> {
     // So is a device map this machine cannot honour (post-resume resolves it again, against
     // the GPUs' free memory once the tree is back).
     if let Some(spec) = &workload.device_map {
-        let driver = Driver::load().map_err(CommandError::from)?;
+        let driver = Driver::load_from(&workload.driver).map_err(CommandError::from)?;
         crate::commands::resolve_device_map(&driver, spec, &saved)?;
         return Ok(Done::ok(
             format!("the state is present and intact; {DEVICE_MAP_VARIABLE} can be honoured"),

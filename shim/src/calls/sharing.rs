@@ -14,8 +14,9 @@ use crate::state::registry::{Allocation, Kind, Origin, Registry, is_logical};
 use crate::sys::abi::consts;
 use crate::sys::convert;
 use crate::sys::error::{CuError, CuResult};
+use crate::sys::settings;
 use cuinterpose_protocol::ticket::{TicketError, create_ticket, read_ticket};
-use cuinterpose_protocol::transport::{Endpoint, Timeouts, call_with, control_dir};
+use cuinterpose_protocol::transport::{Endpoint, Timeouts, call_with};
 use cuinterpose_protocol::{
     AllocationId, AllocationReference, CapabilityToken, ExportRequest, NamespacePid, Reply,
     Request, ResourceKind, Ticket, VirtualShareableHandle,
@@ -377,8 +378,7 @@ pub fn call_participant(
 
 /// Another participant's socket in the control directory, and the control timeouts.
 fn participant(pid: NamespacePid) -> Result<(Endpoint, Timeouts), String> {
-    let dir = control_dir().map_err(|e| e.to_string())?;
-    let endpoint = Endpoint::for_pid(&dir, pid).map_err(|e| e.to_string())?;
-    let timeouts = Timeouts::from_env().map_err(|e| e.to_string())?;
-    Ok((endpoint, timeouts))
+    let settings = settings::current().map_err(|e| e.to_string())?;
+    let endpoint = Endpoint::for_pid(&settings.control_dir, pid).map_err(|e| e.to_string())?;
+    Ok((endpoint, settings.timeouts))
 }

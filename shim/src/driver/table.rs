@@ -7,8 +7,8 @@ use crate::sys::error::{CuError, CuResult};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
-/// Environment variable naming the driver library to load instead of `libcuda.so.1`.
-pub const DRIVER_VARIABLE: &str = "CUINTERPOSE_DRIVER";
+use crate::sys::settings;
+pub use crate::sys::settings::DRIVER_VARIABLE;
 
 macro_rules! table {
     ($($name:ident: fn($($arg:ty),*);)*) => {
@@ -128,10 +128,7 @@ pub fn driver() -> CuResult<&'static Driver> {
 }
 
 fn load() -> Result<Driver, String> {
-    let path = std::env::var_os(DRIVER_VARIABLE)
-        .filter(|v| !v.is_empty())
-        .map(|v| v.into_encoded_bytes())
-        .unwrap_or_else(|| b"libcuda.so.1".to_vec());
+    let path = settings::driver_library().to_vec();
     let shown = String::from_utf8_lossy(&path).into_owned();
     let opened = os::c_path(path)
         .map_err(|why| format!("{DRIVER_VARIABLE}={shown:?} {why}"))

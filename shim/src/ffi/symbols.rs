@@ -1,6 +1,5 @@
 //! Which names the shim wraps, and where its wrappers are.
 
-use crate::driver::DRIVER_VARIABLE;
 use std::ffi::{CStr, c_void};
 
 /// The shim's wrapper for a driver symbol name, if it answers that name (every driver entry
@@ -39,8 +38,8 @@ pub fn is_cuda_library(p: *const c_void) -> bool {
     if file.starts_with(b"libcuda.so") || file.starts_with(b"libcudart.so") {
         return true;
     }
-    std::env::var_os(DRIVER_VARIABLE)
-        .is_some_and(|v| !v.is_empty() && basename(v.as_encoded_bytes()) == file)
+    let driver = crate::sys::settings::driver_library();
+    driver != crate::sys::settings::DEFAULT_DRIVER && basename(driver) == file
 }
 
 /// The wrapper to hand out in place of `found`, a pointer a driver or runtime lookup

@@ -37,7 +37,7 @@ fn may_begin(r: &Registry) -> Option<Reply> {
 /// `begin_checkpoint`: close the gate, wait until no application thread is inside a driver
 /// call, synchronize every context that holds tracked memory, inspect, freeze. Any refusal
 /// reopens the gate and changes nothing.
-pub fn begin() -> Reply {
+pub fn begin(timeouts: &Timeouts) -> Reply {
     {
         let guard = process::lock();
         if let Some(refusal) = may_begin(guard.as_ref().expect("created by lock()")) {
@@ -45,7 +45,7 @@ pub fn begin() -> Reply {
         }
     }
     gate::close();
-    let drain = Timeouts::from_env().unwrap_or_default().drain();
+    let drain = timeouts.drain();
     if let Err(busy) = gate::drain(drain) {
         gate::open();
         let threads: Vec<String> = busy.iter().map(describe_busy).collect();
@@ -79,7 +79,7 @@ pub fn begin() -> Reply {
         Reply::Inspection(mut i) => {
             r.set_phase(Phase::Frozen);
             i.phase = Phase::Frozen;
-            super::rollback::watch(Timeouts::from_env().unwrap_or_default());
+            super::rollback::watch(*timeouts);
             Reply::Inspection(i)
         }
         other => {

@@ -25,6 +25,7 @@ use crate::state::gate;
 use crate::state::process;
 use crate::state::progress;
 use crate::state::registry::Registry;
+use crate::sys::settings::Settings;
 use cuinterpose_protocol::transport::Timeouts;
 use cuinterpose_protocol::{
     CompletedReply, ExecuteRequest, Operation, Phase, RefusalCode, Reply, Request,
@@ -57,7 +58,7 @@ fn reply(reply: Reply) -> Outcome {
 
 /// Runs `request`; `fd` is the descriptor it carried (the storage carrier's folder, for the
 /// copies that use it; the transport lets no other request bring one).
-pub fn handle(request: &Request, fd: Option<OwnedFd>) -> Outcome {
+pub fn handle(request: &Request, fd: Option<OwnedFd>, settings: &Settings) -> Outcome {
     // Inspections are read-only and come from anyone (`cuinterpose inspect` polled by an
     // operator): only the steps of a run, and its copy polls, show a coordinator at work.
     if matches!(
@@ -69,11 +70,11 @@ pub fn handle(request: &Request, fd: Option<OwnedFd>) -> Outcome {
     if let Request::BeginCheckpoint = request {
         // Not under the registry lock: the drain waits for application threads that may
         // need it to finish their tracked calls.
-        return reply(begin::begin());
+        return reply(begin::begin(&settings.timeouts));
     }
     if let Request::RollBack = request {
         // Not under the registry lock either: it first asks its creators for their phase.
-        return reply(rollback::asked());
+        return reply(rollback::asked(&settings.timeouts));
     }
     let mut guard = process::lock();
     let r = guard.as_mut().expect("created by lock()");
@@ -87,7 +88,7 @@ pub fn handle(request: &Request, fd: Option<OwnedFd>) -> Outcome {
             reply(answer)
         }
         Request::BeginCheckpoint | Request::RollBack => unreachable!("handled above"),
-        Request::Execute(execute) => run(r, execute, fd),
+        Request::Execute(execute) => run(r, execute, fd, &settings.timeouts),
         Request::Export(_) => reply(refused(
             RefusalCode::Invalid,
             "export requests are served by the peer thread".into(),
@@ -165,7 +166,12 @@ pub fn transition(operation: Operation) -> (Phase, Phase) {
     (operation.from_phase(), operation.to_phase())
 }
 
-fn run(r: &mut Registry, execute: &ExecuteRequest, folder: Option<OwnedFd>) -> Outcome {
+fn run(
+    r: &mut Registry,
+    execute: &ExecuteRequest,
+    folder: Option<OwnedFd>,
+    timeouts: &Timeouts,
+) -> Outcome {
     let operation = execute.operation;
     if let Some(failure) = &r.failure {
         return reply(refused(
@@ -217,7 +223,7 @@ fn run(r: &mut Registry, execute: &ExecuteRequest, folder: Option<OwnedFd>) -> O
             if to == Phase::Active {
                 // The restore is complete; blocked application threads continue once the
                 // coordinator's verifying inspection has read the records.
-                gate::hold(Timeouts::from_env().unwrap_or_default().control());
+                gate::hold(timeouts.control());
             }
             Outcome {
                 reply: Reply::Completed(CompletedReply {

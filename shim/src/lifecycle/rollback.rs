@@ -306,9 +306,8 @@ fn roll_back(cause: Cause, timeouts: &Timeouts) -> Rolled {
 }
 
 /// The coordinator's `roll_back`.
-pub fn asked() -> Reply {
-    let timeouts = Timeouts::from_env().unwrap_or_default();
-    match roll_back(Cause::Asked, &timeouts) {
+pub fn asked(timeouts: &Timeouts) -> Reply {
+    match roll_back(Cause::Asked, timeouts) {
         Rolled::Back(from) => cuinterpose_protocol::RolledBackReply {
             namespace_pid: process::own_pid(),
             from,

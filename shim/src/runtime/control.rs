@@ -6,8 +6,8 @@
 //! then holds up its own handler thread until the send times out, not every later request.
 
 use crate::lifecycle::{self, Outcome};
+use crate::sys::settings::Settings;
 use cuinterpose_protocol::Request;
-use cuinterpose_protocol::transport::Timeouts;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 /// Requests waiting for the worker; one more is refused as busy, without mutation.
@@ -22,17 +22,17 @@ pub struct Job {
     pub done: SyncSender<Outcome>,
 }
 
-pub fn spawn(_timeouts: Timeouts) -> std::io::Result<SyncSender<Job>> {
+pub fn spawn(settings: &'static Settings) -> std::io::Result<SyncSender<Job>> {
     let (sender, receiver) = sync_channel(QUEUE_CAPACITY);
     std::thread::Builder::new()
         .name("cuinterpose-control".into())
-        .spawn(move || serve(receiver))?;
+        .spawn(move || serve(receiver, settings))?;
     Ok(sender)
 }
 
-fn serve(receiver: Receiver<Job>) {
+fn serve(receiver: Receiver<Job>, settings: &Settings) {
     while let Ok(job) = receiver.recv() {
-        let outcome = lifecycle::handle(&job.request, job.fd);
+        let outcome = lifecycle::handle(&job.request, job.fd, settings);
         // The handler waits for it; if it is gone, nobody can be told (the outcome's
         // follow-up runs as for a lost reply).
         if let Err(unsent) = job.done.send(outcome) {

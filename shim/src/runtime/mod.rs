@@ -9,7 +9,8 @@ use crate::driver::os;
 use crate::log;
 use crate::state::process;
 use crate::sys::error::{CuError, CuResult};
-use cuinterpose_protocol::transport::{Listener, Timeouts, control_dir};
+use crate::sys::settings;
+use cuinterpose_protocol::transport::Listener;
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 
@@ -33,9 +34,9 @@ pub fn start() -> CuResult<()> {
         log!("cannot start: {what}");
         CuError::OPERATING_SYSTEM
     };
-    let timeouts = Timeouts::from_env().map_err(|e| fail(e.to_string()))?;
-    let dir = control_dir().map_err(|e| fail(e.to_string()))?;
-    let listener = Listener::bind(&dir, pid)
+    let settings = settings::current().map_err(|e| fail(e.to_string()))?;
+    let timeouts = settings.timeouts;
+    let listener = Listener::bind(&settings.control_dir, pid)
         .and_then(|l| l.with_request_timeout(timeouts.control().min(REQUEST_DEADLINE)))
         .map_err(|e| fail(e.to_string()))?;
     // Make sure the registry (and the fork handlers) exist before anyone can connect.
@@ -45,7 +46,7 @@ pub fn start() -> CuResult<()> {
         Ordering::SeqCst,
     );
     remember_socket(listener.endpoint().path().to_path_buf());
-    let queue = control::spawn(timeouts).map_err(|e| fail(format!("control worker: {e}")))?;
+    let queue = control::spawn(settings).map_err(|e| fail(format!("control worker: {e}")))?;
     peer::spawn(listener, queue, timeouts).map_err(|e| fail(format!("peer thread: {e}")))?;
     *started = me;
     Ok(())

@@ -12,16 +12,16 @@
 
 use crate::driver::HostMemory;
 use crate::sys::error::{CuError, CuResult};
+use crate::sys::settings;
 use cuinterpose_protocol::{AllocationId, CarrierChecksum};
 use std::collections::BTreeMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 /// Memory of the last freed arena, kept for reuse (only with `CUINTERPOSE_KEEP_CARRIER=1`).
 static SPARE: Mutex<Option<HostMemory>> = Mutex::new(None);
 
 fn keep_carrier() -> bool {
-    static KEEP: OnceLock<bool> = OnceLock::new();
-    *KEEP.get_or_init(|| std::env::var_os("CUINTERPOSE_KEEP_CARRIER").is_some_and(|v| v == "1"))
+    settings::current().is_ok_and(|s| s.keep_carrier)
 }
 
 #[derive(Debug)]

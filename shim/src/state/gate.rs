@@ -77,7 +77,7 @@ const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
 /// always correct.
 fn setup_asymmetric() {
     if !ASYMMETRIC_CHECKED.swap(true, Ordering::SeqCst)
-        && std::env::var_os("CUINTERPOSE_GATE_SYMMETRIC").is_none()
+        && !crate::sys::settings::current().is_ok_and(|s| s.symmetric_gate)
         && membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED)
     {
         ASYMMETRIC.store(true, Ordering::SeqCst);
