@@ -16,10 +16,10 @@ use std::process::Command;
 pub const RESTARTED_VARIABLE: &str = "CUINTERPOSE_RESTARTED_PID";
 
 /// The variables of `wanted` the environment (`lookup`) lacks or holds another value of.
-pub fn missing<'w>(
-    wanted: &'w [(String, String)],
+pub fn missing(
+    wanted: &[(String, String)],
     lookup: impl Fn(&str) -> Option<std::ffi::OsString>,
-) -> Vec<&'w (String, String)> {
+) -> Vec<&(String, String)> {
     wanted
         .iter()
         .filter(|(name, value)| lookup(name).as_deref() != Some(OsStr::new(value)))
