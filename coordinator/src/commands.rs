@@ -1,15 +1,14 @@
 //! The coordinator's commands as library functions: what the CLI runs, usable from tests and
 //! other tools.
 
-use std::fs::DirBuilder;
 use std::io;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use cuinterpose_protocol::{
     BoundedVec, Carrier, Device, DeviceUuid, MAX_DEVICES, NamespacePid, StateFile,
 };
 
+use crate::checkpoint_dir;
 use crate::events::Event;
 use crate::plan::{Carriage, Run, RunError, Stage};
 use crate::remap::{DeviceMapSpec, Remap, TargetGpu};
@@ -137,11 +136,7 @@ impl CommandError {
 
 /// Creates the checkpoint directory (mode 0700) if it does not exist.
 pub fn ensure_directory(dir: &Path) -> Result<(), CommandError> {
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(CommandError::io(dir, "creating the checkpoint directory"))
+    checkpoint_dir::create(dir).map_err(CommandError::io(dir, "creating the checkpoint directory"))
 }
 
 /// inspect → validate → begin_checkpoint → prepare_multicast → save_allocations →
@@ -161,7 +156,7 @@ pub fn prepare(
         Carriage::Storage { staging_bytes } => {
             // Refused before anyone is frozen: the shims would each refuse it at the save.
             cuinterpose_protocol::window_chunks(staging_bytes)?;
-            let folder = state::carrier_folder(checkpoint_dir);
+            let folder = checkpoint_dir::carrier(checkpoint_dir);
             ensure_directory(&folder)?;
             Some(folder)
         }
@@ -183,10 +178,8 @@ pub fn prepare(
     };
     // A save that failed removed its files; the folder goes too where it is empty (a
     // creator's files stay wherever something may still need them).
-    if let Some(folder) = &folder
-        && !error.resumes_from_state()
-    {
-        let _ = std::fs::remove_dir(folder);
+    if folder.is_some() && !error.resumes_from_state() {
+        checkpoint_dir::remove_empty_carrier(checkpoint_dir);
     }
     // Publishing failed (disk full, directory gone), a participant did not take the hold, or
     // one did not answer prepare_unicast in time and the run waited until all were released:
@@ -199,7 +192,7 @@ pub fn prepare(
     let mut nothing = |_: &cuinterpose_protocol::StateFile| Ok(());
     match session.drive(&mut back, folder.as_deref(), &mut nothing, progress) {
         Ok(resumed) => {
-            discard_checkpoint(checkpoint_dir);
+            checkpoint_dir::discard(checkpoint_dir);
             Err(CommandError::Aborted {
                 during: aborted_during(&error).into(),
                 cause: error.failures_text(),
@@ -226,16 +219,6 @@ fn aborted_during(error: &RunError) -> &'static str {
     }
 }
 
-/// After an abort the checkpoint directory describes a checkpoint that did not happen: remove
-/// what the checkpoint wrote there (the state, the process list, CRIU's images), so a later
-/// checkpoint into it is not refused and a restore cannot pick up a stale state.
-pub fn discard_checkpoint(dir: &Path) {
-    let _ = std::fs::remove_file(dir.join(state::STATE_FILE_NAME));
-    let _ = std::fs::remove_file(dir.join(crate::compose::PROCESSES_FILE_NAME));
-    let _ = std::fs::remove_dir_all(dir.join(crate::criu::IMAGES_DIR_NAME));
-    let _ = std::fs::remove_dir_all(state::carrier_folder(dir));
-}
-
 /// Loads the state (before contacting anyone) → checks the live participants against it →
 /// load_allocations … restore_multicast_bindings → verify the records.
 pub fn restore(
@@ -258,7 +241,8 @@ pub fn restore_remapped(
     let mut run = Run::restore(&state, session.participants())
         .remapped(remap)
         .carried(session.carriage());
-    let folder = (state.carrier == Carrier::Storage).then(|| state::carrier_folder(checkpoint_dir));
+    let folder =
+        (state.carrier == Carrier::Storage).then(|| checkpoint_dir::carrier(checkpoint_dir));
     let mut publish = |_: &cuinterpose_protocol::StateFile| Ok(());
     let mut report = session.drive(&mut run, folder.as_deref(), &mut publish, progress)?;
     report.checkpoint_dir = Some(checkpoint_dir.to_path_buf());

@@ -40,7 +40,7 @@ pub use toggle::{resume_unless_refused_map, toggle};
 
 /// Written next to the state by `checkpoint`: the processes it checkpointed natively, so that
 /// `restore --dir` finds them without a root PID.
-pub const PROCESSES_FILE_NAME: &str = "cuinterpose.processes";
+pub use crate::checkpoint_dir::PROCESSES_FILE_NAME;
 
 /// One process of the workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -147,7 +147,7 @@ fn participants(members: &[Member]) -> Vec<NamespacePid> {
 }
 
 fn write_members(dir: &Path, root: u32, members: &[Member]) -> Result<(), CommandError> {
-    let path = dir.join(PROCESSES_FILE_NAME);
+    let path = crate::checkpoint_dir::processes(dir);
     let file = ProcessesFile {
         root,
         processes: members.to_vec(),
@@ -158,7 +158,7 @@ fn write_members(dir: &Path, root: u32, members: &[Member]) -> Result<(), Comman
 
 /// The processes `checkpoint` recorded, each checked to still be the same namespace PID.
 pub fn read_members(workload: &Workload, dir: &Path) -> Result<Vec<Member>, CommandError> {
-    let path = dir.join(PROCESSES_FILE_NAME);
+    let path = crate::checkpoint_dir::processes(dir);
     let text = fs::read_to_string(&path).map_err(CommandError::io(
         &path,
         "reading the process list (written by `cuinterpose checkpoint`; pass --pid ROOT otherwise)",

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::checkpoint_dir;
 use crate::commands::CommandError;
 use crate::compose::{self, Workload};
 use crate::events::Event;
@@ -20,7 +21,7 @@ use crate::report::{PhaseReport, Report};
 /// Names the CRIU binary when `--criu-binary` is not given (else `criu` on `PATH`).
 pub const CRIU_VARIABLE: &str = "CUINTERPOSE_CRIU";
 /// Where the images go, inside the checkpoint directory.
-pub const IMAGES_DIR_NAME: &str = "criu";
+pub use crate::checkpoint_dir::IMAGES_DIR_NAME;
 
 /// A CRIU binary.
 #[derive(Debug, Clone)]
@@ -97,7 +98,7 @@ impl Criu {
             images,
             "creating the CRIU image directory",
         ))?;
-        let log = images.join("dump.log");
+        let log = checkpoint_dir::dump_log(images);
         let root = root.to_string();
         self.run(
             &[
@@ -117,8 +118,8 @@ impl Criu {
 
     /// `criu restore -d`: brings the tree back, detached; returns the root's new host PID.
     pub fn restore(&self, images: &Path) -> Result<u32, CommandError> {
-        let log = images.join("restore.log");
-        let pidfile = images.join("restore.pid");
+        let log = checkpoint_dir::restore_log(images);
+        let pidfile = checkpoint_dir::restore_pid(images);
         let _ = std::fs::remove_file(&pidfile);
         self.run(
             &[
@@ -182,7 +183,7 @@ pub fn checkpoint(
             phase: "criu_dump",
             participants: participant_count(report),
         });
-        criu.dump(root, &dir.join(IMAGES_DIR_NAME))?;
+        criu.dump(root, &checkpoint_dir::images(dir))?;
         let mut phase = timed("criu_dump", started);
         // CRIU dumped every participant of the tree (and its other processes).
         phase.participants = participant_count(report);
@@ -213,7 +214,7 @@ pub fn restore(
         phase: "criu_restore",
         participants: 0,
     });
-    let root = criu.restore(&dir.join(IMAGES_DIR_NAME))?;
+    let root = criu.restore(&checkpoint_dir::images(dir))?;
     let phase = timed("criu_restore", started);
     progress(&Event::Done(&phase));
     let mut report = Report::new("restore");

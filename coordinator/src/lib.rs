@@ -3,10 +3,12 @@
 //!
 //! Layout: a sans-I/O core ([`validate`], [`plan`], [`remap`], [`state::compare`], [`report`],
 //! [`events`], [`render`]) fed with replies and time, and the edges that do I/O: [`session`] (sockets,
-//! one thread per participant), [`state`] (the durable state file), [`native`] (the driver's
+//! one thread per participant), [`state`] (the durable state file), [`checkpoint_dir`] (what lives where in a
+//! checkpoint directory), [`native`] (the driver's
 //! checkpoint entry points), [`process`] (`/proc`). [`commands`] and [`compose`] put them
 //! together as the CLI's commands ([`cli`]).
 
+pub mod checkpoint_dir;
 pub mod cli;
 pub mod commands;
 pub mod compose;

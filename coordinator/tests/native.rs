@@ -13,7 +13,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
 use std::time::Duration;
 
 use cuinterpose_coordinator::native::{Driver, NativeError, NativeStep, ProcessState};
-use cuinterpose_coordinator::{process, state};
+use cuinterpose_coordinator::{checkpoint_dir, process, state};
 use cuinterpose_protocol::{
     AllocationId, AllocationRecord, AllocationReference, NamespacePid, Record, StateFile,
 };
@@ -425,7 +425,7 @@ fn refuse_wrong_states(tree: &Tree, good: &Path) {
         )
         .expect("copy the process list");
         std::fs::write(
-            state::state_path(dir.path()),
+            checkpoint_dir::state(dir.path()),
             cuinterpose_protocol::encode(state).expect("encodes"),
         )
         .expect("write the state");
@@ -442,7 +442,7 @@ fn refuse_wrong_states(tree: &Tree, good: &Path) {
     // `state show` refuses the edited file too.
     let dir = TempDir::new("wrong").expect("dir");
     std::fs::write(
-        state::state_path(dir.path()),
+        checkpoint_dir::state(dir.path()),
         cuinterpose_protocol::encode(&edited).expect("encodes"),
     )
     .expect("write the state");

@@ -6,6 +6,12 @@ use crate::generated::{CARRIER_CHUNK_BYTES, Carrier, ExecuteRequest, Operation, 
 /// The folder of a checkpoint directory that holds a storage carrier's files.
 pub const CARRIER_FOLDER: &str = "carrier";
 
+/// The name of allocation `id`'s file in the storage carrier's folder: the one place both
+/// the shim (which writes and reads it) and the coordinator (which names it) take it from.
+pub fn carrier_file_name(id: &crate::generated::AllocationId) -> String {
+    id.to_string()
+}
+
 impl ExecuteRequest {
     /// `operation` with the host carrier (or none: every operation but the copies).
     pub fn host(operation: Operation) -> Self {

@@ -22,7 +22,7 @@ pub mod generated {
 }
 
 pub use bounded::{BoundError, BoundedMap, BoundedString, BoundedVec};
-pub use carrier::{CARRIER_FOLDER, WindowTooSmall, window_chunks};
+pub use carrier::{CARRIER_FOLDER, WindowTooSmall, carrier_file_name, window_chunks};
 pub use envelope::{DecodeError, EncodeError, Message, decode, encode};
 pub use error::{EnumError, IdentityError};
 pub use generated::*;

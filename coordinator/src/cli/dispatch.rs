@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 
 use super::args::{Cli, Command, Format, StateCommand, Target};
 use super::launch::launch;
-use super::output::{failure_json, print_json, print_report, progress};
+use super::output::{failure_json, print_json, print_report};
+use super::progress::progress;
 use super::settings::{
     EXIT_REFUSED, EXIT_USAGE, Failure, Usage, carriage, driver_path, session, staging_bytes,
     workload,

@@ -1,4 +1,5 @@
-//! What commands print: progress on stderr, reports and failures as text or JSON on stdout.
+//! What commands print on stdout: reports and failures as text or JSON (progress, on stderr,
+//! is `progress`'s).
 
 use std::io::Write as _;
 
@@ -6,14 +7,7 @@ use cuinterpose_protocol::NamespacePid;
 use serde_json::{Value, json};
 
 use crate::commands::CommandError;
-use crate::events::Event;
 use crate::report::Report;
-
-/// Events as they happen: see [`super::progress`].
-pub(super) fn progress(json: bool) -> impl FnMut(&Event) {
-    let mut shown = super::progress::Progress::new(super::progress::Mode::for_output(json));
-    move |event: &Event| shown.event(event)
-}
 
 pub(super) fn print_json(value: &Value) {
     let mut stdout = std::io::stdout().lock();

@@ -18,6 +18,12 @@ use super::output::print_json;
 use crate::events::{CopyProgress, Event};
 use crate::report::gigabytes_per_second;
 
+/// Events as they happen, shown as `json` asks.
+pub(super) fn progress(json: bool) -> impl FnMut(&Event) {
+    let mut shown = Progress::new(Mode::for_output(json));
+    move |event: &Event| shown.event(event)
+}
+
 /// How often a copy's progress is written to a stderr that is not a terminal.
 pub const LOG_INTERVAL: Duration = Duration::from_secs(5);
 

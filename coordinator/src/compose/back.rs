@@ -52,7 +52,7 @@ pub(super) fn way_back(
             })
             .map(|done| resumed.absorb(done)),
             Step::Discard => {
-                commands::discard_checkpoint(dir);
+                crate::checkpoint_dir::discard(dir);
                 Ok(())
             }
             Step::TellSurvivors => {

@@ -15,7 +15,7 @@ use super::workers::{connect_all, kill_namespace};
 use crate::compose::Workload;
 use crate::criu::Criu;
 use crate::events::Event;
-use crate::hook::{self, STATUS_FILE_NAME};
+use crate::hook;
 use crate::report::Report;
 
 /// Dump and restore cycles the demo runs through the hook.
@@ -99,7 +99,7 @@ pub(super) fn hook_said(images: &Path, action: &str) -> Result<String, DemoError
             Some(line) => format!("the hook's {action} did not succeed: {line}"),
             None => format!(
                 "the hook recorded no {action} in {}",
-                images.join(STATUS_FILE_NAME).display()
+                crate::checkpoint_dir::hook_status(images).display()
             ),
         })),
     }

@@ -225,7 +225,7 @@ pub(super) fn cycles(
     let images = container.checkpoint_dir()?;
     for cycle in 1..=CYCLES {
         // This cycle's outcomes only (--keep leaves the directory between cycles).
-        let _ = std::fs::remove_file(images.join(crate::hook::STATUS_FILE_NAME));
+        let _ = std::fs::remove_file(crate::checkpoint_dir::hook_status(&images));
         // Nothing outside the container may stay connected to it during the dump.
         demo.workers.clear();
         step(

@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+use crate::checkpoint_dir;
 use crate::commands::CommandError;
 use crate::compose::{self, NativeRestore, Workload};
 use crate::events::Event;
@@ -51,7 +52,7 @@ pub const INIT_PID_VARIABLE: &str = "CRTOOLS_INIT_PID";
 /// settings file.
 pub const DEVICE_MAP_VARIABLE: &str = "CUINTERPOSE_DEVICE_MAP";
 /// Appended to in the image directory: one JSON line per action the hook ran.
-pub const STATUS_FILE_NAME: &str = "cuinterpose-hook.status";
+pub use crate::checkpoint_dir::HOOK_STATUS_FILE_NAME as STATUS_FILE_NAME;
 
 /// The actions the hook acts on; every other one is passed over.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -319,7 +320,7 @@ pub fn run(
             // Noted even without a state, so that post-resume finds the directory and sees
             // there is nothing to do (rather than failing to find it).
             write_note(context, dir)?;
-            if !state::state_path(dir).exists() {
+            if !checkpoint_dir::state(dir).exists() {
                 return Ok(Done::skipped("no cuinterpose state in these images"));
             }
             Ok(Done::ok("noted the image directory for post-resume", None))
@@ -384,7 +385,7 @@ fn pre_dump(
         Err(error) if no_participants(&error) => return Ok(skipped()),
         Err(error) => return Err(error.into()),
     };
-    if state::state_path(dir).exists() {
+    if checkpoint_dir::state(dir).exists() {
         // The same action delivered again: done already if every CUDA process is checkpointed.
         let all_checkpointed = members
             .iter()
@@ -396,7 +397,7 @@ fn pre_dump(
         // A state from an earlier dump into this directory (`podman container checkpoint
         // --keep`, a reused image directory): CRIU is about to replace those images, so the
         // state describing them goes too.
-        crate::commands::discard_checkpoint(dir);
+        crate::checkpoint_dir::discard(dir);
     }
     let report = compose::checkpoint(workload, root, dir, progress)?;
     watch::spawn(context, root, dir, workload)?;
@@ -407,8 +408,8 @@ fn pre_dump(
 }
 
 fn pre_restore(dir: &Path, workload: &Workload) -> Result<Done, HookError> {
-    let has_state = state::state_path(dir).exists();
-    let has_processes = dir.join(compose::PROCESSES_FILE_NAME).exists();
+    let has_state = checkpoint_dir::state(dir).exists();
+    let has_processes = checkpoint_dir::processes(dir).exists();
     if !has_state && !has_processes {
         return Ok(Done::skipped("no cuinterpose state in these images"));
     }
@@ -429,7 +430,7 @@ fn pre_restore(dir: &Path, workload: &Workload) -> Result<Done, HookError> {
 
 fn post_resume(tree: &Tree, progress: &mut dyn FnMut(&Event)) -> Result<Done, HookError> {
     let (dir, root, workload) = (tree.dir, tree.root, &tree.workload);
-    if !state::state_path(dir).exists() {
+    if !checkpoint_dir::state(dir).exists() {
         return Ok(Done::skipped("no cuinterpose state in these images"));
     }
     if compose::is_restored(workload, root)? {
@@ -466,7 +467,7 @@ pub fn record(dir: Option<&Path>, action: &str, outcome: &Result<Done, HookError
         }),
     };
     if let Some(dir) = dir {
-        let path = dir.join(STATUS_FILE_NAME);
+        let path = checkpoint_dir::hook_status(dir);
         if let Ok(mut file) = OpenOptions::new().create(true).append(true).open(&path) {
             let _ = writeln!(file, "{line}");
         }
@@ -476,7 +477,7 @@ pub fn record(dir: Option<&Path>, action: &str, outcome: &Result<Done, HookError
 
 /// The status file's lines (for callers that check what the hook did).
 pub fn read_status(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join(STATUS_FILE_NAME))
+    std::fs::read_to_string(checkpoint_dir::hook_status(dir))
         .unwrap_or_default()
         .lines()
         .filter_map(|line| serde_json::from_str(line).ok())

@@ -29,19 +29,7 @@ pub use compare::{
     ChecksumDifference, RecordDifference, check_coverage, compare, compare_checksums,
 };
 
-/// The state file's name inside a checkpoint directory.
-pub const STATE_FILE_NAME: &str = "cuinterpose.state";
-
-/// `<dir>/cuinterpose.state`.
-/// The storage carrier's folder in checkpoint directory `dir`: one file per carried
-/// allocation, named by allocation, written and read by the creators' shims.
-pub fn carrier_folder(dir: &Path) -> PathBuf {
-    dir.join(cuinterpose_protocol::CARRIER_FOLDER)
-}
-
-pub fn state_path(dir: &Path) -> PathBuf {
-    dir.join(STATE_FILE_NAME)
-}
+use crate::checkpoint_dir::{self, STATE_FILE_NAME};
 
 /// The observable steps of [`publish_with`], in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -163,7 +151,7 @@ pub fn state_from_inspections(
 
 /// Refuses a directory that already holds a state (prepare checks this before freezing anyone).
 pub fn check_absent(dir: &Path) -> Result<(), StateError> {
-    let path = state_path(dir);
+    let path = checkpoint_dir::state(dir);
     match fs::symlink_metadata(&path) {
         Ok(_) => Err(StateError::AlreadyExists { path }),
         Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -229,7 +217,7 @@ pub fn publish_with(
 ) -> Result<PathBuf, StateError> {
     static COUNTER: AtomicUsize = AtomicUsize::new(0);
     let bytes = cuinterpose_protocol::encode(state)?;
-    let path = state_path(dir);
+    let path = checkpoint_dir::state(dir);
     check_absent(dir)?;
     remove_abandoned_temp_files(dir);
     let temp_name = format!(
@@ -316,7 +304,7 @@ pub fn publish_with(
 
 /// Reads and decodes `<dir>/cuinterpose.state`.
 pub fn load(dir: &Path) -> Result<StateFile, StateError> {
-    load_file(&state_path(dir))
+    load_file(&checkpoint_dir::state(dir))
 }
 
 /// Reads and decodes a state file at any path.

@@ -13,7 +13,7 @@ fn sample() -> StateFile {
 /// Names in `dir` other than the final state file (temp files left behind).
 fn leftovers(dir: &Path) -> Vec<String> {
     let mut names = cuinterpose_testkit::file_names(dir);
-    names.retain(|name| name != STATE_FILE_NAME);
+    names.retain(|name| name != crate::checkpoint_dir::STATE_FILE_NAME);
     names
 }
 
@@ -22,7 +22,7 @@ fn publish_then_load_round_trips() {
     let dir = TempDir::new("state").expect("temp dir");
     let state = sample();
     let path = publish(dir.path(), &state).expect("publish");
-    assert_eq!(path, state_path(dir.path()));
+    assert_eq!(path, crate::checkpoint_dir::state(dir.path()));
     assert_eq!(load(dir.path()).expect("load"), state);
     let mode = fs::metadata(&path).expect("metadata").permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
@@ -69,7 +69,8 @@ fn publish_never_replaces_a_state() {
 
     // A dangling symlink at the final name is not replaced either.
     let dir = TempDir::new("state").expect("temp dir");
-    std::os::unix::fs::symlink("/nonexistent", state_path(dir.path())).expect("symlink");
+    std::os::unix::fs::symlink("/nonexistent", crate::checkpoint_dir::state(dir.path()))
+        .expect("symlink");
     let error = publish(dir.path(), &first).expect_err("publish over a symlink");
     assert!(matches!(error, StateError::AlreadyExists { .. }), "{error}");
 }
@@ -156,12 +157,16 @@ fn publication_is_complete_or_absent_after_every_step() {
 
 fn check_load_error(content: impl FnOnce(&Path), expected: &str) -> StateError {
     let dir = TempDir::new("state").expect("temp dir");
-    content(&state_path(dir.path()));
+    content(&crate::checkpoint_dir::state(dir.path()));
     let error = load(dir.path()).expect_err("load must fail");
     let text = error.to_string();
     assert!(text.contains(expected), "{text}");
     assert!(
-        text.contains(&state_path(dir.path()).display().to_string()),
+        text.contains(
+            &crate::checkpoint_dir::state(dir.path())
+                .display()
+                .to_string()
+        ),
         "{text}"
     );
     error

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use cuinterpose_coordinator::checkpoint_dir;
 use cuinterpose_coordinator::commands::{self, CommandError};
 use cuinterpose_coordinator::plan::Stage;
 use cuinterpose_coordinator::state::{self, StateError};
@@ -15,7 +16,7 @@ use crate::support::sandbox::Sandbox;
 pub(crate) fn corrupt_state(sandbox: &Sandbox) {
     let mut workload = Workload::start(sandbox, "corrupt");
     let good_dir = prepare(sandbox, &workload);
-    let good = std::fs::read(state::state_path(&good_dir)).expect("state bytes");
+    let good = std::fs::read(checkpoint_dir::state(&good_dir)).expect("state bytes");
     let session = workload.session(Duration::from_secs(5));
     let saved = state::load(&good_dir).unwrap();
 
@@ -50,7 +51,7 @@ pub(crate) fn corrupt_state(sandbox: &Sandbox) {
     }
     for (what, bytes, text) in &corruptions {
         let dir = sandbox.fresh("corrupt");
-        std::fs::write(state::state_path(&dir), bytes).unwrap();
+        std::fs::write(checkpoint_dir::state(&dir), bytes).unwrap();
         let error = commands::restore(&session, &dir, &mut |_| {}).expect_err(what);
         assert!(
             matches!(error, CommandError::State(StateError::Corrupt { .. })),
@@ -74,7 +75,7 @@ pub(crate) fn corrupt_state(sandbox: &Sandbox) {
         // there, and then any other value changes the id.
         bytes[at] = if good[at] == 0xc1 { 0x00 } else { 0xc1 };
         let dir = sandbox.fresh("corrupt");
-        std::fs::write(state::state_path(&dir), &bytes).unwrap();
+        std::fs::write(checkpoint_dir::state(&dir), &bytes).unwrap();
         match commands::restore(&session, &dir, &mut |_| {}) {
             Err(CommandError::State(StateError::Corrupt { .. })) => corrupt += 1,
             Err(CommandError::State(StateError::Tampered { .. })) => tampered += 1,
@@ -87,7 +88,7 @@ pub(crate) fn corrupt_state(sandbox: &Sandbox) {
 
     // Through the binary: exit 1, the file named.
     let dir = sandbox.fresh("corrupt");
-    std::fs::write(state::state_path(&dir), &good[..good.len() / 2]).unwrap();
+    std::fs::write(checkpoint_dir::state(&dir), &good[..good.len() / 2]).unwrap();
     let stderr = workload.refused_by_binary("restore", &dir, &[]);
     assert!(
         stderr.contains("corrupt checkpoint state: StateFile: malformed body"),

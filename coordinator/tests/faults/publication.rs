@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use cuinterpose_coordinator::checkpoint_dir;
 use cuinterpose_coordinator::commands::{self, CommandError};
 use cuinterpose_coordinator::plan::{Run, Stage};
 use cuinterpose_coordinator::session::Session;
@@ -48,7 +49,7 @@ impl PublishHook for FailAt {
 /// Names in `dir` other than the state file.
 pub(crate) fn leftovers(dir: &Path) -> Vec<String> {
     let mut names = cuinterpose_testkit::file_names(dir);
-    names.retain(|name| name != state::STATE_FILE_NAME);
+    names.retain(|name| name != checkpoint_dir::STATE_FILE_NAME);
     names
 }
 
@@ -173,7 +174,7 @@ pub(crate) fn publisher_killed(sandbox: &Sandbox) {
     let workload = Workload::start(sandbox, "killed-publisher");
     let input_dir = prepare(sandbox, &workload);
     let expected = state::load(&input_dir).expect("state");
-    let input = state::state_path(&input_dir);
+    let input = checkpoint_dir::state(&input_dir);
     drop(workload);
 
     for step in PublishStep::ALL {

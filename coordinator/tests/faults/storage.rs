@@ -9,6 +9,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use cuinterpose_coordinator::checkpoint_dir;
 use cuinterpose_coordinator::commands::{self, CommandError};
 use cuinterpose_coordinator::plan::Carriage;
 use cuinterpose_coordinator::session::Session;
@@ -40,7 +41,7 @@ fn captured(workload: &Workload, dir: &Path) -> (StateFile, PathBuf) {
     let saved = state::load(dir).expect("the state");
     assert_eq!(saved.carrier, Carrier::Storage);
     let id = saved.checksums[&workload.pid(A)][0].allocation;
-    let file = state::carrier_folder(dir).join(id.to_string());
+    let file = checkpoint_dir::carrier_file(dir, &id);
     let bytes = std::fs::read(&file).expect("the carrier file");
     assert_eq!(
         bytes,
@@ -181,7 +182,7 @@ fn full_disk_and_no_direct_io(sandbox: &Sandbox) {
         for part in [
             format!("participant {}", workload.pid(A)),
             "save_allocations".to_owned(),
-            format!("carrier file {}", state::carrier_folder(&dir).display()),
+            format!("carrier file {}", checkpoint_dir::carrier(&dir).display()),
             expected.to_owned(),
         ] {
             assert!(
@@ -191,7 +192,7 @@ fn full_disk_and_no_direct_io(sandbox: &Sandbox) {
         }
         assert_eq!(workload.phases(), [Phase::Active; 3], "{message}");
         workload.check_shared(7);
-        let left: Vec<_> = std::fs::read_dir(state::carrier_folder(&dir))
+        let left: Vec<_> = std::fs::read_dir(checkpoint_dir::carrier(&dir))
             .map(|entries| entries.map(|e| e.unwrap().file_name()).collect())
             .unwrap_or_default();
         assert!(left.is_empty(), "{label}: left behind: {left:?}");

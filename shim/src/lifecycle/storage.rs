@@ -38,7 +38,7 @@ const MAX_WORKERS: usize = 4;
 
 /// The file of `id` in the folder.
 pub fn file_name(id: &AllocationId) -> String {
-    id.to_string()
+    cuinterpose_protocol::carrier_file_name(id)
 }
 
 /// Where a file is, for errors: the folder as this process sees it, and the name.
