@@ -8,6 +8,8 @@
 //! cudarc's, every constant is taken from cudarc, and [`results`] is generated from cudarc's
 //! bindings, so nothing here can drift from the CUDA headers.
 
+#![forbid(unsafe_code)]
+
 pub mod consts;
 // Written by `cuinterpose-codegen entry-points`, checked for staleness: rustfmt must leave it
 // as generated.

@@ -13,6 +13,8 @@
 //!   checks addresses, bytes and live sharing, and the toggle itself checks that no descriptor
 //!   or driver object leaked.
 
+#![forbid(unsafe_code)]
+
 pub mod build;
 pub mod scenario;
 pub mod steps;

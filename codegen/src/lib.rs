@@ -5,6 +5,8 @@
 //! [`markdown`]). [`compat`] compares two schemas for wire-visible changes. Nothing here knows
 //! about sockets or CUDA calls.
 
+#![forbid(unsafe_code)]
+
 pub mod ast;
 pub mod compat;
 pub mod diag;

@@ -1,5 +1,7 @@
 //! `cuinterpose-codegen`: the schema compiler's command line.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -6,7 +6,7 @@
 //! it around native checkpoint.
 //!
 //! The modules are floors, listed top to bottom: each imports only from the floors below it
-//! (a tidy test, `tests/floors.rs`, fails otherwise). Raw pointers and foreign calls live in
+//! (the workspace's tidy test, `tidy/`, fails otherwise). Raw pointers and foreign calls live in
 //! two of them only: the FFI edge, which reads and writes the application's pointers, and the
 //! driver floor, which holds every foreign call the shim makes for itself behind safe typed
 //! methods. See `docs/architecture.md`.

@@ -6,6 +6,8 @@
 //! when a build fails: they are for tests. [`fixtures`] builds records, topologies and fake
 //! participants for the coordinator's tests.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
