@@ -1,12 +1,12 @@
 //! The process-wide driver state, its initialisation (`cuInit`) and the access helpers every
 //! entry point uses.
 
-use crate::context::Contexts;
 use crate::device::Config;
 use crate::error::{CuError, CuResult};
-use crate::ipc::Ipc;
-use crate::multicast::Multicast;
-use crate::vmm::Vmm;
+use crate::state::context::Contexts;
+use crate::state::ipc::Ipc;
+use crate::state::multicast::Multicast;
+use crate::state::vmm::Vmm;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -16,23 +16,23 @@ pub struct Driver {
     pub vmm: Vmm,
     pub ipc: Ipc,
     pub mc: Multicast,
-    pub legacy: crate::legacy::Legacy,
+    pub legacy: crate::state::legacy::Legacy,
     /// CUDA graphs and their executable instances.
-    pub graphs: crate::graph::Graphs,
+    pub graphs: crate::state::graph::Graphs,
     /// Stream-ordered memory pools and their allocations.
-    pub pools: crate::pool::Pools,
+    pub pools: crate::state::pool::Pools,
     /// Events by handle.
-    pub events: std::collections::HashMap<u64, std::sync::Arc<crate::stream::Event>>,
+    pub events: std::collections::HashMap<u64, std::sync::Arc<crate::state::stream::Event>>,
     /// What graph allocation nodes reserved and executable graphs hold.
-    pub graph_memory: crate::graph_memory::GraphMemory,
+    pub graph_memory: crate::state::graph_memory::GraphMemory,
     /// User objects and the references graphs hold to them.
-    pub user_objects: crate::user_object::UserObjects,
+    pub user_objects: crate::state::user_object::UserObjects,
     /// Green contexts and their resource descriptors.
-    pub greens: crate::green::Greens,
+    pub greens: crate::state::green::Greens,
     /// Interprocess events this process exported.
-    pub ipc_events: crate::ipc_event::IpcEvents,
+    pub ipc_events: crate::state::ipc_event::IpcEvents,
     /// Managed memory's advice and prefetch locations.
-    pub advice: crate::managed::Advice,
+    pub advice: crate::state::managed::Advice,
     /// Allocations (by buffer id) with `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS` set.
     pub sync_memops: std::collections::BTreeSet<u64>,
     /// Source of every handle value (allocations, multicast objects, contexts, streams):
@@ -47,8 +47,8 @@ impl Driver {
     }
 
     /// What the process holds, for `fakecuda_objects`.
-    pub fn objects(&self) -> crate::ffi::FakecudaObjects {
-        crate::ffi::FakecudaObjects {
+    pub fn objects(&self) -> crate::abi::FakecudaObjects {
+        crate::abi::FakecudaObjects {
             allocations: self.vmm.allocs.len() as u64,
             mappings: self.vmm.mappings.len() as u64,
             reservations: self.vmm.reservations.len() as u64,
@@ -85,9 +85,10 @@ pub fn with<T>(f: impl FnOnce(&mut Driver) -> CuResult<T>) -> CuResult<T> {
     f(d)
 }
 
-/// `cuInit`: reads the configuration, creates the device tables and starts the control
-/// socket that serves native checkpoint and IPC requests from other processes.
-pub fn init(flags: u32) -> CuResult<()> {
+/// `cuInit`: reads the configuration, creates the device tables and, once, runs `start` (the
+/// entry point starts the control socket that serves native checkpoint and IPC requests from
+/// other processes) before the state exists.
+pub fn init(flags: u32, start: impl FnOnce() -> CuResult<()>) -> CuResult<()> {
     if flags != 0 {
         return Err(CuError::CUDA_ERROR_INVALID_VALUE);
     }
@@ -102,10 +103,7 @@ pub fn init(flags: u32) -> CuResult<()> {
     if config.count() == 0 {
         return Err(CuError::CUDA_ERROR_NO_DEVICE);
     }
-    crate::checkpoint::server::start().map_err(|e| {
-        eprintln!("fakecuda: cuInit failed: cannot start the control socket: {e}");
-        CuError::CUDA_ERROR_OPERATING_SYSTEM
-    })?;
+    start()?;
     INIT_PID.store(std::process::id(), Ordering::Release);
     let contexts = Contexts::new(config.count());
     *g = Some(Driver {
@@ -114,15 +112,15 @@ pub fn init(flags: u32) -> CuResult<()> {
         vmm: Vmm::default(),
         ipc: Ipc::default(),
         mc: Multicast::default(),
-        legacy: crate::legacy::Legacy::default(),
+        legacy: crate::state::legacy::Legacy::default(),
         events: std::collections::HashMap::new(),
-        pools: crate::pool::Pools::default(),
-        graphs: crate::graph::Graphs::default(),
-        advice: crate::managed::Advice::default(),
-        ipc_events: crate::ipc_event::IpcEvents::default(),
-        greens: crate::green::Greens::default(),
-        user_objects: crate::user_object::UserObjects::default(),
-        graph_memory: crate::graph_memory::GraphMemory::default(),
+        pools: crate::state::pool::Pools::default(),
+        graphs: crate::state::graph::Graphs::default(),
+        advice: crate::state::managed::Advice::default(),
+        ipc_events: crate::state::ipc_event::IpcEvents::default(),
+        greens: crate::state::green::Greens::default(),
+        user_objects: crate::state::user_object::UserObjects::default(),
+        graph_memory: crate::state::graph_memory::GraphMemory::default(),
         sync_memops: std::collections::BTreeSet::new(),
         next_handle: 0x1000,
     });

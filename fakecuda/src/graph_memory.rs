@@ -7,36 +7,12 @@
 use crate::abi::{RawAccessDesc, RawPoolProps, consts as c};
 use crate::driver::Driver;
 use crate::error::{CuError, CuResult};
-use crate::graph::Work;
+use crate::state::graph::Work;
+pub(crate) use crate::state::graph_memory::{
+    RESERVED_MEM_CURRENT, RESERVED_MEM_HIGH, Reserved, USED_MEM_CURRENT, USED_MEM_HIGH,
+};
 use crate::sys;
 use crate::vmm::{Owner, Target};
-use cudarc::driver::sys::CUgraphMem_attribute as A;
-use std::collections::{BTreeMap, HashMap};
-
-/// `CUgraphMem_attribute`, as the values the entry points receive.
-const USED_MEM_CURRENT: u32 = A::CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT as u32;
-const USED_MEM_HIGH: u32 = A::CU_GRAPH_MEM_ATTR_USED_MEM_HIGH as u32;
-const RESERVED_MEM_CURRENT: u32 = A::CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT as u32;
-const RESERVED_MEM_HIGH: u32 = A::CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH as u32;
-
-#[derive(Debug)]
-struct Reserved {
-    size: u64,
-    device: u32,
-    graph: u64,
-    /// The graph was destroyed: the address goes once no executable graph holds it.
-    orphaned: bool,
-}
-
-#[derive(Debug, Default)]
-pub struct GraphMemory {
-    /// Addresses allocation nodes reserved, by base.
-    reserved: BTreeMap<u64, Reserved>,
-    /// What each executable graph holds: (base, physical allocation).
-    held: HashMap<u64, Vec<(u64, u64)>>,
-    /// Per device, the high-water mark of what executable graphs held.
-    high: HashMap<u32, u64>,
-}
 
 impl Driver {
     /// `cuGraphAddMemAllocNode`'s parameters checked and its address reserved: pinned memory

@@ -5,18 +5,7 @@
 
 use crate::driver::Driver;
 use crate::error::{CuError, CuResult};
-use std::collections::HashMap;
-
-/// The SMs a device has (what `cuDeviceGetDevResource` reports).
-pub const DEVICE_SMS: u32 = 132;
-
-#[derive(Debug, Default)]
-pub struct Greens {
-    /// Resource descriptors: handle → SM count.
-    descs: HashMap<u64, u32>,
-    /// Green contexts: handle → (their context, SM count).
-    contexts: HashMap<u64, (u64, u32)>,
-}
+pub(crate) use crate::state::green::DEVICE_SMS;
 
 impl Driver {
     /// `cuDevResourceGenerateDesc`: the SM groups `sms` (one or more) make a descriptor.

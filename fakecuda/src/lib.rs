@@ -6,14 +6,12 @@
 //! `mprotect` (touching memory without a grant faults, as on a GPU). Native checkpoint is
 //! served to other processes over a per-process control socket. See README.md.
 
-mod abi;
-mod checkpoint;
-mod context;
-mod device;
-mod driver;
-mod error;
+// Floors, top to bottom: each imports only from those below it (the workspace's tidy test,
+// `tidy/`, its table in `tidy/src/workspace.rs`).
+// 1. The exported C functions, and `cuGetProcAddress`'s table of them.
 mod ffi;
-mod graph;
+// 2. The operations: the driver's methods on each concern's state, and native checkpoint.
+mod checkpoint;
 mod graph_memory;
 mod green;
 mod ipc;
@@ -24,8 +22,14 @@ mod memcpy;
 mod multicast;
 mod pointer;
 mod pool;
-mod proc_address;
-mod stream;
-mod sys;
-mod user_object;
 mod vmm;
+// 3. The driver: its state under one lock, and `cuInit`.
+mod driver;
+// 4. The state, concern by concern.
+mod state;
+// 5. The devices this process sees.
+mod device;
+// 6. The ABI, errors, system calls.
+mod abi;
+mod error;
+mod sys;

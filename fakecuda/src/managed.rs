@@ -6,78 +6,12 @@
 use crate::abi::{RawLocation, consts as c};
 use crate::driver::Driver;
 use crate::error::{CuError, CuResult};
-use std::collections::HashMap;
-
-/// The page advice is kept for.
-const PAGE: u64 = 4096;
-/// `CU_DEVICE_CPU` and `CU_DEVICE_INVALID` in the legacy (device-ordinal) attributes.
-pub const DEVICE_CPU: i32 = -1;
-pub const DEVICE_INVALID: i32 = -2;
-
-/// `CUmem_advise`.
-const SET_READ_MOSTLY: u32 = 1;
-const UNSET_ACCESSED_BY: u32 = 6;
-
-/// `CUmem_range_attribute`.
-const READ_MOSTLY: u32 = 1;
-const PREFERRED_LOCATION: u32 = 2;
-const ACCESSED_BY: u32 = 3;
-const LAST_PREFETCH_LOCATION: u32 = 4;
-const PREFERRED_LOCATION_TYPE: u32 = 5;
-const PREFERRED_LOCATION_ID: u32 = 6;
-const LAST_PREFETCH_LOCATION_TYPE: u32 = 7;
-const LAST_PREFETCH_LOCATION_ID: u32 = 8;
-
-/// A location advice names: a device, the host, or a host NUMA node. `None` where unset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Place {
-    Device(u32),
-    Host,
-    HostNuma(u32),
-}
-
-impl Place {
-    /// The legacy attributes' device ordinal: the CPU for any host location.
-    fn ordinal(place: Option<Place>) -> i32 {
-        match place {
-            Some(Place::Device(d)) => d as i32,
-            Some(Place::Host | Place::HostNuma(_)) => DEVICE_CPU,
-            None => DEVICE_INVALID,
-        }
-    }
-
-    /// `(CUmemLocationType, id)`; `CU_MEM_LOCATION_TYPE_INVALID` (0) where unset.
-    fn location(place: Option<Place>) -> (u32, i32) {
-        match place {
-            Some(Place::Device(d)) => (c::LOCATION_TYPE_DEVICE, d as i32),
-            Some(Place::Host) => (c::LOCATION_TYPE_HOST, 0),
-            Some(Place::HostNuma(n)) => (c::LOCATION_TYPE_HOST_NUMA, n as i32),
-            None => (0, 0),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Page {
-    read_mostly: bool,
-    preferred: Option<Place>,
-    /// Devices (by ordinal) and the CPU (`None`) advised to access the page.
-    accessed_by: Vec<Option<u32>>,
-    last_prefetch: Option<Place>,
-}
-
-/// Advice of every managed allocation that got some, by buffer id: one entry per page.
-#[derive(Debug, Default)]
-pub struct Advice {
-    pages: HashMap<u64, Vec<Page>>,
-}
-
-/// One attribute's value: a single int, or the `ACCESSED_BY` list.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RangeValue {
-    Int(i32),
-    List(Vec<i32>),
-}
+pub(crate) use crate::state::managed::{
+    ACCESSED_BY, DEVICE_CPU, DEVICE_INVALID, LAST_PREFETCH_LOCATION, LAST_PREFETCH_LOCATION_ID,
+    LAST_PREFETCH_LOCATION_TYPE, PAGE, PREFERRED_LOCATION, PREFERRED_LOCATION_ID,
+    PREFERRED_LOCATION_TYPE, Page, Place, READ_MOSTLY, RangeValue, SET_READ_MOSTLY,
+    UNSET_ACCESSED_BY,
+};
 
 impl Driver {
     /// The pages of managed memory `[ptr, ptr + count)` covers: (buffer, first page, end page),

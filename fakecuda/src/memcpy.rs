@@ -6,10 +6,10 @@
 //! stream's worker, which validates the ranges again: a range unmapped in between becomes the
 //! stream's `CUDA_ERROR_ILLEGAL_ADDRESS`, as a GPU fault does.
 
-use crate::checkpoint;
-use crate::context::Target;
 use crate::driver;
 use crate::error::{CuError, CuResult};
+use crate::state::context::Target;
+use crate::state::gate;
 use crate::sys::{self, CopyGuard};
 
 /// The device side of a copy: its address and, for `cuMemcpyPeer`, the context whose device
@@ -86,7 +86,7 @@ fn transfer(
                 op();
                 Ok(())
             };
-            s.submit(Box::new(job), checkpoint::extend());
+            s.submit(Box::new(job), gate::extend());
         }
     }
     Ok(())
@@ -326,7 +326,7 @@ pub fn host_work(stream: Option<u64>, work: impl FnOnce() + Send + 'static) -> C
                 work();
                 Ok(())
             }),
-            checkpoint::extend(),
+            gate::extend(),
         ),
     }
     Ok(())

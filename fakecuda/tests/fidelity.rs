@@ -1,5 +1,5 @@
 //! Tidy test: the fidelity table of `fakecuda/README.md` names every entry point fakecuda
-//! exports (`src/proc_address.rs`, the list `cuGetProcAddress` answers from) exactly once, and
+//! exports (`src/ffi/proc_address.rs`, the list `cuGetProcAddress` answers from) exactly once, and
 //! nothing else.
 
 use std::collections::BTreeMap;
@@ -58,7 +58,7 @@ fn check(source: &str, readme: &str) -> Vec<String> {
 
 #[test]
 fn every_exported_function_has_one_row() {
-    let source = include_str!("../src/proc_address.rs");
+    let source = include_str!("../src/ffi/proc_address.rs");
     let readme = include_str!("../README.md");
     let problems = check(source, readme);
     assert!(problems.is_empty(), "{}", problems.join("\n"));

@@ -117,7 +117,39 @@ pub const TRANSPORT: Floors = Floors {
     ffi_edge: &[],
 };
 
-pub const TABLES: [Floors; 3] = [SHIM, COORDINATOR, TRANSPORT];
+pub const FAKECUDA: Floors = Floors {
+    root: "fakecuda/src",
+    scope: &[],
+    floors: &[
+        &["ffi"],
+        &[
+            "checkpoint",
+            "graph_memory",
+            "green",
+            "ipc",
+            "ipc_event",
+            "legacy",
+            "managed",
+            "memcpy",
+            "multicast",
+            "pointer",
+            "pool",
+            "vmm",
+        ],
+        &["driver"],
+        &["state"],
+        &["device"],
+        &["abi", "error", "sys"],
+    ],
+    unsafe_in: None,
+    root_macros: &[],
+    env_in: None,
+    // A graph's topology extends the graphs' tables from a file of its own.
+    circles_in: &["ffi", "state/graph"],
+    ffi_edge: &["ffi"],
+};
+
+pub const TABLES: [Floors; 4] = [SHIM, COORDINATOR, TRANSPORT, FAKECUDA];
 
 /// Every Rust file of the workspace's crates (sources, tests, benches, build scripts), by
 /// path from `root`.

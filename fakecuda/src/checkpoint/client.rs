@@ -47,7 +47,7 @@ pub fn restore_thread(pid: i32) -> CuResult<i32> {
         .map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?;
     for task in tasks.flatten() {
         let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        if comm.trim_end() == super::server::THREAD_NAME
+        if comm.trim_end() == super::wire::THREAD_NAME
             && let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok())
         {
             return Ok(tid);

@@ -32,10 +32,6 @@ fn remove_at_exit(path: std::path::PathBuf) {
     });
 }
 
-/// The name of the thread that accepts on the control socket: the "restore thread" that
-/// `cuCheckpointProcessGetRestoreThreadId` reports (within the kernel's 15 bytes of `comm`).
-pub const THREAD_NAME: &str = "fakecuda-ctl";
-
 pub fn start() -> std::io::Result<()> {
     let path = socket_path(std::process::id());
     if let Some(dir) = path.parent() {
@@ -46,7 +42,7 @@ pub fn start() -> std::io::Result<()> {
     let listener = UnixListener::bind(&path)?;
     remove_at_exit(path);
     std::thread::Builder::new()
-        .name(THREAD_NAME.into())
+        .name(super::wire::THREAD_NAME.into())
         .spawn(move || {
             for conn in listener.incoming().flatten() {
                 // One thread per connection: a lock waiting for calls to drain must not stall
@@ -88,7 +84,7 @@ fn serve(mut conn: UnixStream) {
     };
     let reply = Reply {
         result,
-        state: super::state(),
+        state: crate::state::gate::state(),
         value: 0,
     }
     .encode();
@@ -119,15 +115,15 @@ fn read_body(conn: &mut UnixStream, len: u64) -> Option<RestoreBody> {
 fn handle(req: Request, body: Option<RestoreBody>) -> CuResult<Option<OwnedFd>> {
     match req.op {
         Op::GetState => Ok(None),
-        Op::Lock => {
-            super::lock(u32::try_from(req.arg).map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?)
-                .map(|()| None)
-        }
-        Op::Checkpoint => super::checkpoint().map(|()| None),
+        Op::Lock => crate::state::gate::lock(
+            u32::try_from(req.arg).map_err(|_| CuError::CUDA_ERROR_INVALID_VALUE)?,
+        )
+        .map(|()| None),
+        Op::Checkpoint => super::native::checkpoint().map(|()| None),
         Op::Restore => {
-            super::restore(body.ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?).map(|()| None)
+            super::native::restore(body.ok_or(CuError::CUDA_ERROR_INVALID_VALUE)?).map(|()| None)
         }
-        Op::Unlock => super::unlock().map(|()| None),
+        Op::Unlock => crate::state::gate::unlock().map(|()| None),
         Op::IpcFd => crate::driver::with(|d| d.ipc_fd_for(req.arg)).map(Some),
     }
 }

@@ -2,6 +2,10 @@
 //! fakecuda's own (the real driver has its own private channel) and independent of
 //! cuinterpose's protocol.
 
+/// The name of the thread that accepts on the control socket: the "restore thread" that
+/// `cuCheckpointProcessGetRestoreThreadId` reports (within the kernel's 15 bytes of `comm`).
+pub const THREAD_NAME: &str = "fakecuda-ctl";
+
 pub const MAGIC: u32 = 0x4643_4b31; // "FCK1"
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 
 use super::graphs::{add, deps, h};
 use super::*;
-use crate::graph::{EventRef, Work};
+use crate::state::graph::{EventRef, Work};
 use cudarc::driver::sys::{CUevent, CUevent_st, CUgraph, CUgraphExec, CUgraphNode};
 
 /// The event `e` names, for a node.

@@ -8,7 +8,7 @@
 use super::graph_queries::{EdgeData, default_edges};
 use super::graphs::{RawMemcpy3d, add, child_node, deps, h, host_node, memcpy_node, memset_node};
 use super::*;
-use crate::graph::Work;
+use crate::state::graph::Work;
 use cudarc::driver::sys::{
     CUgraph, CUgraphConditionalHandle, CUgraphNode, CUgraphNodeParams, CUgraphNodeType as T,
 };

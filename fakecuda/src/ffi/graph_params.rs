@@ -12,7 +12,7 @@ use super::graphs::{
     work_from,
 };
 use super::*;
-use crate::graph::Work;
+use crate::state::graph::Work;
 use cudarc::driver::sys::{CUgraphExec, CUgraphNode, CUgraphNodeParams, CUgraphNodeType as T};
 
 /// `CUDA_MEMCPY_NODE_PARAMS`: the generic parameters' memcpy member.

@@ -8,7 +8,7 @@
 use super::graphs::h;
 use super::*;
 use crate::abi::RawMemAllocNodeParams;
-use crate::graph::Work;
+use crate::state::graph::Work;
 use cudarc::driver::sys::{CUgraph, CUgraphExec, CUgraphExec_st, CUgraphNode, CUgraphNode_st};
 use std::ffi::CStr;
 
@@ -82,7 +82,7 @@ unsafe fn graph_nodes(
     graph: CUgraph,
     nodes: *mut CUgraphNode,
     count: *mut usize,
-    which: fn(&crate::graph::Graphs, u64) -> CuResult<Vec<u64>>,
+    which: fn(&crate::state::graph::Graphs, u64) -> CuResult<Vec<u64>>,
 ) -> RawResult {
     gated(|| {
         let all = driver::with(|d| which(&d.graphs, h(graph)))?;
@@ -95,12 +95,12 @@ export! {
     /// A graph's nodes in the order they were added.
     fn cuGraphGetNodes(graph: CUgraph, nodes: *mut CUgraphNode, count: *mut usize) {
         // SAFETY: the caller's list (cuda.h).
-        unsafe { graph_nodes(graph, nodes, count, crate::graph::Graphs::nodes_of) }
+        unsafe { graph_nodes(graph, nodes, count, crate::state::graph::Graphs::nodes_of) }
     }
 
     fn cuGraphGetRootNodes(graph: CUgraph, nodes: *mut CUgraphNode, count: *mut usize) {
         // SAFETY: the caller's list (cuda.h).
-        unsafe { graph_nodes(graph, nodes, count, crate::graph::Graphs::roots) }
+        unsafe { graph_nodes(graph, nodes, count, crate::state::graph::Graphs::roots) }
     }
 }
 

@@ -1,11 +1,11 @@
-//! CUDA graphs (see [`crate::graph`]).
+//! CUDA graphs (see [`crate::state::graph`]).
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use super::*;
 pub(super) use crate::abi::RawMemcpy3d;
-pub(super) use crate::graph::MemsetNodeParams;
-use crate::graph::{Side, Work};
+pub(super) use crate::state::graph::MemsetNodeParams;
+use crate::state::graph::{Side, Work};
 use cudarc::driver::sys::{CUgraph, CUgraph_st, CUgraphExec, CUgraphNode, CUgraphNode_st};
 
 pub(super) fn h<T>(p: *mut T) -> u64 {
@@ -287,7 +287,7 @@ fn loops_forever(order: &[Work]) -> bool {
             value,
             bodies,
         } => {
-            (*kind == crate::graph::COND_WHILE && *value != 0)
+            (*kind == crate::state::graph::COND_WHILE && *value != 0)
                 || bodies.iter().any(|b| loops_forever(b))
         }
         Work::Child(nodes) => loops_forever(nodes),
@@ -321,9 +321,9 @@ fn run_works(issuer: u64, order: &[Work]) -> bool {
                 // the body its value names; a while (clear: `loops_forever` refused a set
                 // one at launch) none.
                 let chosen = match *kind {
-                    crate::graph::COND_IF if *value != 0 => bodies.first(),
-                    crate::graph::COND_IF => bodies.get(1),
-                    crate::graph::COND_SWITCH => bodies.get(*value as usize),
+                    crate::state::graph::COND_IF if *value != 0 => bodies.first(),
+                    crate::state::graph::COND_IF => bodies.get(1),
+                    crate::state::graph::COND_SWITCH => bodies.get(*value as usize),
                     _ => None,
                 };
                 if let Some(body) = chosen

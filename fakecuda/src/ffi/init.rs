@@ -6,7 +6,14 @@ use super::*;
 
 export! {
     safe fn cuInit(flags: c_uint) {
-        gated(|| driver::init(flags))
+        gated(|| {
+            driver::init(flags, || {
+                crate::checkpoint::server::start().map_err(|e| {
+                    eprintln!("fakecuda: cuInit failed: cannot start the control socket: {e}");
+                    CuError::CUDA_ERROR_OPERATING_SYSTEM
+                })
+            })
+        })
     }
 
     fn cuDriverGetVersion(version: *mut c_int) {

@@ -9,7 +9,8 @@ use crate::abi::{RawAccessDesc, RawAllocProp, RawLocation};
 use crate::checkpoint::{self, wire::Op};
 use crate::driver::{self, Driver};
 use crate::error::{CUDA_SUCCESS, CuError, CuResult, RawResult, to_raw};
-use crate::{device, ipc, memcpy, multicast, proc_address};
+use crate::state::gate;
+use crate::{device, ipc, memcpy, multicast};
 use cudarc::driver::sys::{
     CUcheckpointCheckpointArgs, CUcheckpointLockArgs, CUcheckpointRestoreArgs,
     CUcheckpointUnlockArgs, CUcontext, CUctx_st, CUctxCreateParams, CUdevice, CUdeviceptr,
@@ -33,7 +34,7 @@ fn gated(f: impl FnOnce() -> CuResult<()>) -> RawResult {
     if driver::forked_child() {
         return CuError::CUDA_ERROR_NOT_INITIALIZED.raw();
     }
-    let _pass = checkpoint::enter();
+    let _pass = gate::enter();
     run(f)
 }
 
@@ -177,6 +178,7 @@ mod multicast_objects;
 mod native_checkpoint;
 mod native_ipc;
 mod pools;
+pub mod proc_address;
 mod resources;
 mod streams;
 mod user_objects;

@@ -4,21 +4,7 @@
 
 use super::*;
 
-/// What fakecuda holds for the calling process, for leak checks (not a CUDA API).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct FakecudaObjects {
-    /// Physical allocations (VMM, cuMemAlloc, imported, IPC-opened) still alive.
-    pub allocations: u64,
-    /// Mappings (of allocations and multicast objects).
-    pub mappings: u64,
-    /// Address reservations (the application's and fakecuda's own).
-    pub reservations: u64,
-    /// Multicast objects still alive.
-    pub multicast_objects: u64,
-    /// Native IPC handles of peers open here.
-    pub ipc_opened: u64,
-}
+use crate::abi::FakecudaObjects;
 
 export! {
     /// Fills `out` with what the driver holds for this process. Not a CUDA API: fakecuda's test
@@ -108,11 +94,11 @@ export! {
             }
             let fd = crate::checkpoint::client::fetch_ipc_fd(pid, remote)?;
             let shared = crate::ipc_event::SharedMarks::open(fd)?;
-            let flags = crate::stream::EVENT_INTERPROCESS | crate::stream::EVENT_DISABLE_TIMING;
+            let flags = crate::state::stream::EVENT_INTERPROCESS | crate::state::stream::EVENT_DISABLE_TIMING;
             driver::with(|d| {
                 let h = d.next_handle();
                 d.events
-                    .insert(h, crate::stream::Event::with_marks(flags, Some(shared)));
+                    .insert(h, crate::state::stream::Event::with_marks(flags, Some(shared)));
                 // SAFETY: CUevent out-parameter (cuda.h), non-null.
                 unsafe { put(out, handle_ptr::<cudarc::driver::sys::CUevent_st>(h)) }
             })

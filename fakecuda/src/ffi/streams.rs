@@ -1,10 +1,10 @@
-//! Streams and events (see [`crate::stream`] for their ordering on the host).
+//! Streams and events (see [`crate::state::stream`] for their ordering on the host).
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use super::*;
-use crate::context::Target;
-use crate::stream::{self, Event};
+use crate::state::context::Target;
+use crate::state::stream::{self, Event};
 use cudarc::driver::sys::{CUevent, CUevent_st, CUgreenCtx};
 use std::sync::Arc;
 

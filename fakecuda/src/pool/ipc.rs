@@ -2,7 +2,11 @@
 //! bytes naming an allocation, and imports that fetch the allocation's memfd from the
 //! creator and map it, so the bytes are really shared.
 
-use super::*;
+use crate::abi::consts as c;
+use crate::driver::Driver;
+use crate::error::{CuError, CuResult};
+use crate::state::pool::Place;
+use crate::sys;
 
 const POOL_MAGIC: &[u8; 8] = b"FKCUPOOL";
 const POINTER_MAGIC: &[u8; 8] = b"FKCUPPTR";

@@ -1,6 +1,11 @@
 //! The virtual address space: reservations, mappings and access grants.
 
-use super::*;
+use crate::abi::{RawAccessDesc, RawLocation, consts as c};
+use crate::driver::Driver;
+use crate::error::{CuError, CuResult};
+use crate::state::vmm::{Mapping, Owner, Reservation, Target, aligned};
+use crate::sys;
+use std::collections::BTreeMap;
 
 impl Driver {
     pub fn address_reserve(

@@ -1,6 +1,13 @@
 //! Physical allocations: creation, release, retained handles, properties, export and import.
 
-use super::*;
+use crate::abi::{RawAllocProp, RawLocation, consts as c};
+use crate::driver::Driver;
+use crate::error::{CuError, CuResult};
+use crate::state::vmm::{
+    PhysAlloc, Target, aligned, alloc_memfd_name, check_export_type, parse_alloc_memfd_name,
+};
+use crate::sys;
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 /// `CUmemAllocationProp.allocFlags.gpuDirectRDMACapable`: its byte in the flags.
 const RDMA_FLAG: usize = 1;

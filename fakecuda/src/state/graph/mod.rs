@@ -86,7 +86,7 @@ pub enum Work {
 #[derive(Debug, Clone)]
 pub struct EventRef {
     pub handle: u64,
-    pub event: std::sync::Arc<crate::stream::Event>,
+    pub event: std::sync::Arc<crate::state::stream::Event>,
 }
 
 impl PartialEq for EventRef {

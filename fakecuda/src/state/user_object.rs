@@ -1,22 +1,20 @@
-//! User objects (`cuUserObjectCreate`): an application pointer and its destructor, reference
-//! counted by the application, by graphs that retain them and by executable graphs made from
-//! those graphs. When the last reference goes, the destructor is queued; the entry points run
-//! it once the driver lock is released (CUDA runs it on a thread of its own; it may call no
-//! CUDA function either way).
+//! The user_object tables: what the driver holds for them, with their own methods. The
+//! driver's operations on them are `crate::state::user_object`.
 
 use crate::error::{CuError, CuResult};
 use std::collections::HashMap;
 
 /// `CU_USER_OBJECT_NO_DESTRUCTOR_SYNC`, the one flag and a required one.
-const NO_DESTRUCTOR_SYNC: u32 = 1;
+pub(crate) const NO_DESTRUCTOR_SYNC: u32 = 1;
+
 /// `CU_GRAPH_USER_OBJECT_MOVE`: the caller's references move to the graph.
-const MOVE: u32 = 1;
+pub(crate) const MOVE: u32 = 1;
 
 #[derive(Debug)]
-struct UserObject {
-    destroy: usize,
-    ptr: usize,
-    refs: u64,
+pub(crate) struct UserObject {
+    pub(crate) destroy: usize,
+    pub(crate) ptr: usize,
+    pub(crate) refs: u64,
 }
 
 /// A destructor due to run: the application's function and its pointer.
@@ -24,11 +22,11 @@ pub type Destructor = (usize, usize);
 
 #[derive(Debug, Default)]
 pub struct UserObjects {
-    objects: HashMap<u64, UserObject>,
+    pub(crate) objects: HashMap<u64, UserObject>,
     /// References each graph or executable graph holds: (owner, object) → count.
-    held: HashMap<(u64, u64), u64>,
+    pub(crate) held: HashMap<(u64, u64), u64>,
     /// Destructors of objects whose last reference went, to run outside the driver lock.
-    pending: Vec<Destructor>,
+    pub(crate) pending: Vec<Destructor>,
 }
 
 impl UserObjects {
@@ -55,7 +53,7 @@ impl UserObjects {
         Ok(())
     }
 
-    fn object(&mut self, h: u64) -> CuResult<&mut UserObject> {
+    pub(crate) fn object(&mut self, h: u64) -> CuResult<&mut UserObject> {
         self.objects
             .get_mut(&h)
             .ok_or(CuError::CUDA_ERROR_INVALID_VALUE)
@@ -131,7 +129,7 @@ impl UserObjects {
     }
 
     /// What `owner` holds: (object, references).
-    fn held_by(&self, owner: u64) -> Vec<(u64, u64)> {
+    pub(crate) fn held_by(&self, owner: u64) -> Vec<(u64, u64)> {
         self.held
             .iter()
             .filter(|((o, _), _)| *o == owner)

@@ -1,31 +1,30 @@
-//! Contexts (primary and created), the per-thread context stack and streams.
-//!
-//! Handles given to the application are opaque numbers, never dereferenced.
+//! The context tables: what the driver holds for them, with their own methods. The
+//! driver's operations on them are `crate::state::context`.
 
 use crate::error::{CuError, CuResult};
-use crate::stream::{self, Stream};
+use crate::state::stream::{self, Stream};
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// Primary context handles are `PRIMARY_BASE + ordinal`, stable for the process lifetime as in
 /// CUDA (a released and re-retained primary context has the same handle).
-const PRIMARY_BASE: u64 = 0x100;
+pub(crate) const PRIMARY_BASE: u64 = 0x100;
 
 #[derive(Debug)]
-struct Context {
-    device: u32,
+pub(crate) struct Context {
+    pub(crate) device: u32,
     /// Primary contexts: retain count; created contexts: always 1 while alive.
-    refs: u32,
-    primary: bool,
+    pub(crate) refs: u32,
+    pub(crate) primary: bool,
 }
 
 #[derive(Debug)]
 pub struct Contexts {
-    table: HashMap<u64, Context>,
-    streams: HashMap<u64, Arc<Stream>>,
+    pub(crate) table: HashMap<u64, Context>,
+    pub(crate) streams: HashMap<u64, Arc<Stream>>,
     /// (accessing context, peer context) pairs of `cuCtxEnablePeerAccess`.
-    peers: BTreeSet<(u64, u64)>,
+    pub(crate) peers: BTreeSet<(u64, u64)>,
 }
 
 /// Who touches device memory in a copy or fill: the context it was issued in (the stream's,
@@ -36,7 +35,7 @@ pub struct Actor {
     pub device: u32,
 }
 
-/// Where a stream's work runs (see [`crate::stream`]).
+/// Where a stream's work runs (see [`crate::state::stream`]).
 #[derive(Debug)]
 pub enum Target {
     /// A default stream: synchronously, in the caller, once `drain` has drained.
@@ -113,7 +112,7 @@ impl Contexts {
     }
 
     /// A context that goes away takes its peer access (both ways) with it.
-    fn forget_peers(&mut self, ctx: u64) {
+    pub(crate) fn forget_peers(&mut self, ctx: u64) {
         self.peers.retain(|(from, to)| *from != ctx && *to != ctx);
     }
 
@@ -127,7 +126,7 @@ impl Contexts {
         self.live(ctx).map(drop)
     }
 
-    fn live(&self, ctx: u64) -> CuResult<&Context> {
+    pub(crate) fn live(&self, ctx: u64) -> CuResult<&Context> {
         self.table
             .get(&ctx)
             .filter(|c| c.refs > 0)
@@ -135,7 +134,7 @@ impl Contexts {
     }
 
     /// `dev`'s primary context, with its handle.
-    fn primary_mut(&mut self, dev: u32) -> CuResult<(u64, &mut Context)> {
+    pub(crate) fn primary_mut(&mut self, dev: u32) -> CuResult<(u64, &mut Context)> {
         let h = self.primary_handle(dev);
         let c = self
             .table
@@ -337,7 +336,7 @@ impl Contexts {
 
     /// The streams of a context that goes away: they finish their work, then their workers
     /// exit.
-    fn close_streams(&mut self, ctx: u64) {
+    pub(crate) fn close_streams(&mut self, ctx: u64) {
         self.streams.retain(|_, s| {
             if s.ctx == ctx {
                 s.close();

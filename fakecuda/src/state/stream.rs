@@ -1,22 +1,8 @@
-//! Streams and events with CUDA's ordering, on the host.
-//!
-//! Each created stream has a worker thread that runs the stream's work in submission order,
-//! asynchronously to the caller: an async copy returns at once and its bytes move later, so
-//! a client that forgets to synchronize sees what it would on a GPU. Work queued on a stream
-//! counts as in flight for the native lock (it holds a gate pass until it has run), as the
-//! driver's lock waits for submitted work.
-//!
-//! The legacy default stream (`0`, `CU_STREAM_LEGACY`) and the per-thread default stream run
-//! their work synchronously in the caller; before legacy-stream work, every blocking stream
-//! (created without `CU_STREAM_NON_BLOCKING`) of the context drains, which is the implicit
-//! synchronization the legacy stream has with them.
-//!
-//! An error raised by queued work (a range unmapped between submission and execution) is kept
-//! by the stream and returned by its next synchronization or query, as a GPU fault surfaces
-//! asynchronously.
+//! The stream tables: what the driver holds for them, with their own methods. The
+//! driver's operations on them are `crate::state::stream`.
 
-use crate::checkpoint::Pass;
 use crate::error::{CuError, CuResult};
+use crate::state::gate::Pass;
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -24,27 +10,31 @@ use std::time::Instant;
 
 /// `CU_STREAM_LEGACY`.
 pub const LEGACY: u64 = 1;
+
 /// `CU_STREAM_PER_THREAD`.
 pub const PER_THREAD: u64 = 2;
+
 /// `CU_STREAM_NON_BLOCKING`.
 pub const NON_BLOCKING: u32 = 1;
+
 /// What `cuCtxGetStreamPriorityRange` reports: least (0) to greatest (-5) priority, as on
 /// current data-center GPUs. Lower numbers are higher priorities.
 pub const PRIORITY_LEAST: i32 = 0;
+
 pub const PRIORITY_GREATEST: i32 = -5;
 
 /// One unit of queued work.
 pub type Job = Box<dyn FnOnce() -> CuResult<()> + Send + 'static>;
 
 #[derive(Default)]
-struct Queue {
-    jobs: VecDeque<(Job, Pass)>,
+pub(crate) struct Queue {
+    pub(crate) jobs: VecDeque<(Job, Pass)>,
     /// Jobs submitted and jobs finished: the stream is idle when they are equal.
-    submitted: u64,
-    completed: u64,
+    pub(crate) submitted: u64,
+    pub(crate) completed: u64,
     /// The first error queued work raised, reported by the next synchronization.
-    error: Option<CuError>,
-    closed: bool,
+    pub(crate) error: Option<CuError>,
+    pub(crate) closed: bool,
 }
 
 /// A created stream.
@@ -52,8 +42,8 @@ pub struct Stream {
     pub ctx: u64,
     pub flags: u32,
     pub priority: i32,
-    queue: Mutex<Queue>,
-    changed: Condvar,
+    pub(crate) queue: Mutex<Queue>,
+    pub(crate) changed: Condvar,
 }
 
 impl std::fmt::Debug for Stream {
@@ -84,7 +74,7 @@ impl Stream {
         Ok(stream)
     }
 
-    fn lock(&self) -> MutexGuard<'_, Queue> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -137,7 +127,7 @@ impl Stream {
         self.changed.notify_all();
     }
 
-    fn work(&self) {
+    pub(crate) fn work(&self) {
         loop {
             let (job, pass) = {
                 let mut q = self.lock();
@@ -166,33 +156,38 @@ impl Stream {
 
 /// `CU_EVENT_DISABLE_TIMING`.
 pub const EVENT_DISABLE_TIMING: u32 = 2;
+
 /// `CU_EVENT_INTERPROCESS` (which needs `CU_EVENT_DISABLE_TIMING`).
 pub const EVENT_INTERPROCESS: u32 = 4;
+
 /// The flags `cuEventCreate` accepts: default, blocking sync, disable timing, interprocess.
 pub const EVENT_FLAGS: u32 = 0x1 | 0x2 | 0x4;
 
 #[derive(Debug, Default)]
-struct Marks {
+pub(crate) struct Marks {
     /// Records so far, and the last record whose point in its stream was reached.
-    recorded: u64,
-    reached: u64,
-    at: Option<Instant>,
+    pub(crate) recorded: u64,
+    pub(crate) reached: u64,
+    pub(crate) at: Option<Instant>,
 }
 
 /// An event: a point in a stream, reached when the work before it has run.
 #[derive(Debug)]
 pub struct Event {
     pub flags: u32,
-    marks: Mutex<Marks>,
-    changed: Condvar,
+    pub(crate) marks: Mutex<Marks>,
+    pub(crate) changed: Condvar,
     /// An interprocess event's counters, shared with every process that opened it (then
     /// `marks` keeps only what is local).
-    pub shared: Option<crate::ipc_event::SharedMarks>,
+    pub shared: Option<crate::state::ipc_event::SharedMarks>,
 }
 
 impl Event {
     /// An event; an interprocess one keeps its records in `shared`.
-    pub fn with_marks(flags: u32, shared: Option<crate::ipc_event::SharedMarks>) -> Arc<Event> {
+    pub fn with_marks(
+        flags: u32,
+        shared: Option<crate::state::ipc_event::SharedMarks>,
+    ) -> Arc<Event> {
         Arc::new(Event {
             flags,
             marks: Mutex::new(Marks::default()),
@@ -201,7 +196,7 @@ impl Event {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Marks> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Marks> {
         self.marks.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -278,7 +273,7 @@ impl Event {
     }
 
     /// When the latest record was reached, if it was and timing is enabled.
-    fn timestamp(&self) -> CuResult<Instant> {
+    pub(crate) fn timestamp(&self) -> CuResult<Instant> {
         if self.flags & EVENT_DISABLE_TIMING != 0 {
             return Err(CuError::CUDA_ERROR_INVALID_HANDLE);
         }

@@ -1,7 +1,8 @@
 //! A graph's shape: its root nodes, a node's dependencies and dependents, its edges, and
 //! removing a node (`cuGraphDestroyNode`) with the edges that touch it.
 
-use super::*;
+use super::{Graph, Graphs, Work};
+use crate::error::{CuError, CuResult};
 
 impl Graphs {
     fn graph_of_node(&self, node: u64) -> CuResult<&Graph> {

@@ -1,0 +1,18 @@
+//! The driver's state, concern by concern: each module's tables and their own methods. None
+//! names the `Driver` or takes its lock; the driver (`crate::driver`) holds them under its
+//! lock, and the operations above it (`impl Driver` in each concern's own module) change them.
+
+pub mod context;
+pub mod gate;
+pub mod graph;
+pub mod graph_memory;
+pub mod green;
+pub mod ipc;
+pub mod ipc_event;
+pub mod legacy;
+pub mod managed;
+pub mod multicast;
+pub mod pool;
+pub mod stream;
+pub mod user_object;
+pub mod vmm;
