@@ -378,3 +378,33 @@ pub fn forbid_unsafe(
     problems.sort();
     problems
 }
+
+/// Glob imports and re-exports (`use super::*`, `pub use x::*`) outside test code: each file
+/// names what it takes. The files of `allowed` may still have them (a list that may only
+/// shrink: one without a glob is named).
+pub fn globs(tree: &Parsed, allowed: &[&str]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (path, _, facts) in tree.facts() {
+        let test = path
+            .split_once("/src/")
+            .is_none_or(|(_, relative)| is_test_file(relative));
+        let Some(line) = facts.globs.first().filter(|_| !test) else {
+            continue;
+        };
+        if allowed.contains(&path.as_str()) {
+            seen.insert(path.as_str());
+        } else {
+            problems.push(format!(
+                "{path}:{line}: a glob import: name what the file takes"
+            ));
+        }
+    }
+    for path in allowed.iter().filter(|path| !seen.contains(**path)) {
+        problems.push(format!(
+            "{path}: allowed glob imports, but has none: remove it from the list"
+        ));
+    }
+    problems.sort();
+    problems
+}

@@ -32,6 +32,8 @@ pub struct Facts {
     pub forbids_unsafe: bool,
     /// `mod` declarations at the top of the file, in order (not `#[cfg(test)]` ones).
     pub modules: Vec<String>,
+    /// Lines of glob imports (`use x::*`, `pub use x::*`) outside test modules.
+    pub globs: Vec<usize>,
 }
 
 /// The facts of `text`, or the parse error with its line and column.
@@ -135,6 +137,7 @@ impl Visitor<'_> {
             syn::UseTree::Rename(r) => self.use_leaf(prefix, r.ident.to_string(), r.ident.span()),
             syn::UseTree::Glob(g) => {
                 let at = g.star_token.span;
+                self.facts.globs.push(line(at));
                 self.use_leaf(prefix, "*".into(), at)
             }
             syn::UseTree::Group(g) => {

@@ -306,3 +306,41 @@ fn crates_that_need_no_unsafe_forbid_it() {
         ]
     );
 }
+
+#[test]
+fn glob_imports_outside_tests_are_named_and_their_allowlist_only_shrinks() {
+    let files = tree(&[
+        (
+            "fakecuda/src/ffi/init.rs",
+            "use super::*;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n",
+        ),
+        ("fakecuda/src/ffi/mod.rs", "mod init;\npub use init::*;\n"),
+        (
+            "fakecuda/src/vmm.rs",
+            "use crate::state::vmm::{Vmm, Backing};\n",
+        ),
+        ("fakecuda/tests/a.rs", "use std::io::*;\n"),
+        (
+            "fakecuda/src/driver.rs",
+            "#[cfg(test)]\nmod tests {\n    use super::*;\n}\n",
+        ),
+    ]);
+    assert_eq!(
+        rules::globs(&files, &[]),
+        [
+            "fakecuda/src/ffi/init.rs:1: a glob import: name what the file takes",
+            "fakecuda/src/ffi/mod.rs:2: a glob import: name what the file takes",
+        ]
+    );
+    assert_eq!(
+        rules::globs(
+            &files,
+            &[
+                "fakecuda/src/ffi/init.rs",
+                "fakecuda/src/ffi/mod.rs",
+                "fakecuda/src/vmm.rs"
+            ]
+        ),
+        ["fakecuda/src/vmm.rs: allowed glob imports, but has none: remove it from the list"]
+    );
+}

@@ -1,7 +1,17 @@
 //! The way back of a checkpoint whose step failed after `prepare`: the executor of the
 //! [`Plan`]'s abort steps, and what it reports.
 
-use super::*;
+use std::path::Path;
+
+use super::steps::{Plan, Step, Verdict};
+use super::{
+    Member, Workload, died_since, find_members, native_phase, participants, tell_survivors,
+};
+use crate::commands::{self, CommandError};
+use crate::events::Event;
+use crate::native::{Driver, ProcessState};
+use crate::report::Report;
+use crate::session::Session;
 
 /// Abort and resume: `during` failed with `error` after `prepare` released the sharing and
 /// published the state, with every process still alive. [`Plan::aborted`]'s way back.

@@ -26,7 +26,7 @@ pub use cuinterpose_abi::consts::{
     POOL_ATTR_USED_MEM_CURRENT as ATTR_USED_MEM_CURRENT,
     POOL_ATTR_USED_MEM_HIGH as ATTR_USED_MEM_HIGH,
 };
-pub use ipc::*;
+pub use ipc::{POINTER_BYTES, import_pointer};
 use std::collections::BTreeMap;
 
 impl Driver {
@@ -369,4 +369,4 @@ impl Driver {
     }
 }
 
-mod ipc;
+pub mod ipc;
