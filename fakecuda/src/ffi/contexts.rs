@@ -2,7 +2,11 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use super::*;
+use super::{gated, handle_ptr, put, with, with_out};
+use crate::driver::{self};
+use crate::error::{CuError, CuResult, RawResult};
+use cudarc::driver::sys::{CUcontext, CUctx_st, CUctxCreateParams, CUdevice, CUexecAffinityParam};
+use std::ffi::{c_int, c_uint};
 
 export! {
     fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> pctx |d| {

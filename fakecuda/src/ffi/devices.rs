@@ -2,7 +2,11 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use super::*;
+use super::{put, with, with_out};
+use crate::device;
+use crate::error::{CuError, RawResult};
+use cudarc::driver::sys::{CUdevice, CUuuid};
+use std::ffi::{c_char, c_int, c_uint};
 
 export! {
     fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> device |d| {

@@ -5,9 +5,15 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use super::*;
+use super::contexts::cuDevicePrimaryCtxRelease_v2;
+use super::contexts::cuDevicePrimaryCtxReset_v2;
+use super::{handle_ptr, put, run, with, with_out};
+use crate::driver::{self};
+use crate::error::{CuError, CuResult, RawResult};
+use cudarc::driver::sys::CUdevice;
 use cudarc::driver::sys::{CUDA_ARRAY_DESCRIPTOR, CUarray, CUarray_st, CUfunction, CUkernel};
 use std::collections::HashMap;
+use std::ffi::{c_char, c_uint, c_void};
 use std::sync::Mutex;
 
 export! {

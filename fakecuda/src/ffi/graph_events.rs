@@ -5,7 +5,9 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use super::graphs::{add, deps, h};
-use super::*;
+use super::{gated, handle_ptr, put};
+use crate::driver::{self, Driver};
+use crate::error::{CuError, CuResult, RawResult};
 use crate::state::graph::{EventRef, Work};
 use cudarc::driver::sys::{CUevent, CUevent_st, CUgraph, CUgraphExec, CUgraphNode};
 

@@ -3,9 +3,13 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use super::graphs::{add, deps, h};
-use super::*;
+use super::{gated, get, put, with};
 use crate::abi::RawMemAllocNodeParams;
+use crate::driver::{self};
+use crate::error::{CuError, CuResult, RawResult};
+use cudarc::driver::sys::{CUdevice, CUdeviceptr};
 use cudarc::driver::sys::{CUgraph, CUgraphNode};
+use std::ffi::{c_uint, c_void};
 
 /// Adds an allocation node from `params` and writes its address back into them.
 ///

@@ -6,12 +6,17 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use super::graph_queries::{EdgeData, default_edges};
+use super::graphs;
 use super::graphs::{RawMemcpy3d, add, child_node, deps, h, host_node, memcpy_node, memset_node};
-use super::*;
+use super::{gated, get, handle_ptr, put, with_out};
+use crate::driver::{self};
+use crate::error::{CuError, CuResult, RawResult};
 use crate::state::graph::Work;
+use cudarc::driver::sys::CUcontext;
 use cudarc::driver::sys::{
     CUgraph, CUgraphConditionalHandle, CUgraphNode, CUgraphNodeParams, CUgraphNodeType as T,
 };
+use std::ffi::c_uint;
 
 export! {
     fn cuGraphConditionalHandleCreate(

@@ -11,9 +11,13 @@ use super::graphs::{
     HostNodeParams, MemsetNodeParams, RawMemcpy3d, h, host_node, memcpy_node, memset_node,
     work_from,
 };
-use super::*;
+use super::{gated, get, handle_ptr, put};
+use crate::driver::{self};
+use crate::error::{CuError, CuResult, RawResult};
 use crate::state::graph::Work;
+use cudarc::driver::sys::CUcontext;
 use cudarc::driver::sys::{CUgraphExec, CUgraphNode, CUgraphNodeParams, CUgraphNodeType as T};
+use std::ffi::{c_int, c_uint};
 
 /// `CUDA_MEMCPY_NODE_PARAMS`: the generic parameters' memcpy member.
 #[repr(C)]

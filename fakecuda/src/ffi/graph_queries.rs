@@ -6,11 +6,16 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use super::graphs::h;
-use super::*;
+use super::{gated, get, handle_ptr, put, with};
 use crate::abi::RawMemAllocNodeParams;
+use crate::driver::{self};
+use crate::error::{CuError, CuResult, RawResult};
+use crate::memcpy;
 use crate::state::graph::Work;
+use cudarc::driver::sys::{CUdeviceptr, CUstream};
 use cudarc::driver::sys::{CUgraph, CUgraphExec, CUgraphExec_st, CUgraphNode, CUgraphNode_st};
 use std::ffi::CStr;
+use std::ffi::{c_char, c_uint};
 
 /// `CUgraphEdgeData`: 8 bytes, all zero for a default edge.
 pub(super) type EdgeData = [u8; 8];

@@ -2,11 +2,16 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use super::*;
+use super::{gated, get, handle_ptr, put, with, with_out};
 pub(super) use crate::abi::RawMemcpy3d;
+use crate::driver::{self};
+use crate::error::{CuError, CuResult, RawResult};
+use crate::memcpy;
 pub(super) use crate::state::graph::MemsetNodeParams;
 use crate::state::graph::{Side, Work};
+use cudarc::driver::sys::{CUcontext, CUstream};
 use cudarc::driver::sys::{CUgraph, CUgraph_st, CUgraphExec, CUgraphNode, CUgraphNode_st};
+use std::ffi::{c_uint, c_ulonglong, c_void};
 
 pub(super) fn h<T>(p: *mut T) -> u64 {
     p as usize as u64

@@ -3,8 +3,13 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use super::resources::{RawDevResource, TYPE_SM, put_resource};
-use super::*;
+use super::{gated, handle_ptr, put, with, with_out};
+use crate::driver::{self};
+use crate::error::{CuError, CuResult, RawResult};
+use crate::memcpy;
+use cudarc::driver::sys::{CUcontext, CUdevice, CUstream};
 use cudarc::driver::sys::{CUdevResourceDesc, CUevent, CUgreenCtx, CUgreenCtx_st};
+use std::ffi::{c_int, c_uint, c_ulonglong};
 
 fn green(g: CUgreenCtx) -> u64 {
     g as usize as u64

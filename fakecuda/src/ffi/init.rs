@@ -2,7 +2,11 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use super::*;
+use super::proc_address;
+use super::{gated, put, run};
+use crate::driver::{self};
+use crate::error::{CuError, RawResult};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 
 export! {
     safe fn cuInit(flags: c_uint) {

@@ -4,9 +4,14 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use super::*;
+use super::{gated, with};
 use crate::abi::RawLocation;
+use crate::driver::{self, Driver};
+use crate::error::{CuError, CuResult, RawResult};
 use crate::managed::{Place, RangeValue};
+use crate::memcpy;
+use cudarc::driver::sys::{CUdevice, CUdeviceptr, CUstream};
+use std::ffi::{c_uint, c_ulonglong, c_void};
 
 fn advise(
     ptr: CUdeviceptr,

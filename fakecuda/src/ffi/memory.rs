@@ -2,7 +2,11 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use super::*;
+use super::{gated, get, put, with, with_out};
+use crate::error::{CuError, CuResult, RawResult};
+use crate::memcpy;
+use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUstream};
+use std::ffi::{c_uchar, c_uint, c_ushort, c_void};
 
 export! {
     fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> dptr |d| {

@@ -5,20 +5,9 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 // The safety contract of every entry point is the one cuda.h documents for it.
 
-use crate::abi::{RawAccessDesc, RawAllocProp, RawLocation};
-use crate::checkpoint::{self, wire::Op};
 use crate::driver::{self, Driver};
-use crate::error::{CUDA_SUCCESS, CuError, CuResult, RawResult, to_raw};
+use crate::error::{CuError, CuResult, RawResult, to_raw};
 use crate::state::gate;
-use crate::{device, ipc, memcpy, multicast};
-use cudarc::driver::sys::{
-    CUcheckpointCheckpointArgs, CUcheckpointLockArgs, CUcheckpointRestoreArgs,
-    CUcheckpointUnlockArgs, CUcontext, CUctx_st, CUctxCreateParams, CUdevice, CUdeviceptr,
-    CUexecAffinityParam, CUipcMemHandle, CUmemGenericAllocationHandle, CUmulticastObjectProp,
-    CUstream, CUstream_st, CUuuid,
-};
-use std::ffi::{c_char, c_int, c_uchar, c_uint, c_ulonglong, c_ushort, c_void};
-use std::os::fd::{BorrowedFd, IntoRawFd};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 fn run(f: impl FnOnce() -> CuResult<()>) -> RawResult {

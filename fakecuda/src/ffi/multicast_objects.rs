@@ -2,7 +2,13 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use super::*;
+use super::{gated, get, granularity_of, put, with};
+use crate::error::{CuError, RawResult};
+use crate::multicast;
+use cudarc::driver::sys::{
+    CUdevice, CUdeviceptr, CUmemGenericAllocationHandle, CUmulticastObjectProp,
+};
+use std::ffi::{c_uint, c_ulonglong};
 
 export! {
     fn cuMulticastCreate(

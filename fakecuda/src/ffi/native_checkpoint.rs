@@ -2,7 +2,14 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use super::*;
+use super::{run, write_out};
+use crate::checkpoint::{self, wire::Op};
+use crate::error::{CUDA_SUCCESS, CuError, CuResult, RawResult};
+use cudarc::driver::sys::{
+    CUcheckpointCheckpointArgs, CUcheckpointLockArgs, CUcheckpointRestoreArgs,
+    CUcheckpointUnlockArgs, CUuuid,
+};
+use std::ffi::{c_int, c_uint};
 
 /// Reads an optional args struct and checks its reserved bytes are zero.
 ///

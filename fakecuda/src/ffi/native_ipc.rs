@@ -2,7 +2,12 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use super::*;
+use super::{gated, handle_ptr, put, run, with, with_out};
+use crate::driver::{self};
+use crate::error::{CuError, RawResult};
+use crate::ipc;
+use cudarc::driver::sys::{CUdeviceptr, CUipcMemHandle};
+use std::ffi::{c_char, c_uint};
 
 use crate::abi::FakecudaObjects;
 

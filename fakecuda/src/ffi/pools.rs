@@ -2,8 +2,15 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use super::*;
+use super::{gated, get, handle_ptr, put, with, with_out};
+use crate::abi::{RawAccessDesc, RawLocation};
+use crate::driver::{self, Driver};
+use crate::error::{CuError, CuResult, RawResult};
+use crate::memcpy;
+use cudarc::driver::sys::{CUdevice, CUdeviceptr, CUstream};
 use cudarc::driver::sys::{CUmemPoolHandle_st, CUmemoryPool};
+use std::ffi::{c_int, c_uint, c_void};
+use std::os::fd::{BorrowedFd, IntoRawFd};
 
 fn pool_of(p: CUmemoryPool) -> u64 {
     p as usize as u64

@@ -6,7 +6,11 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use super::*;
+use super::{get, put, run, with};
+use crate::error::{CuError, CuResult, RawResult};
+use crate::memcpy;
+use cudarc::driver::sys::{CUcontext, CUdevice, CUstream};
+use std::ffi::{c_uint, c_void};
 
 /// `CU_DEV_RESOURCE_TYPE_SM`, `_WORKQUEUE_CONFIG`, `_WORKQUEUE`.
 pub(super) const TYPE_SM: c_uint = 1;

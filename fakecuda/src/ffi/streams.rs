@@ -2,10 +2,15 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use super::*;
+use super::{gated, handle_ptr, put, with, with_out};
+use crate::driver::{self, Driver};
+use crate::error::{CUDA_SUCCESS, CuError, CuResult, RawResult};
+use crate::memcpy;
 use crate::state::context::Target;
 use crate::state::stream::{self, Event};
+use cudarc::driver::sys::{CUcontext, CUctx_st, CUstream, CUstream_st};
 use cudarc::driver::sys::{CUevent, CUevent_st, CUgreenCtx};
+use std::ffi::{c_int, c_uint, c_ulonglong, c_void};
 use std::sync::Arc;
 
 fn stream_of(s: CUstream) -> u64 {

@@ -4,8 +4,11 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use super::graphs::h;
-use super::*;
+use super::{gated, handle_ptr, with, with_out};
+use crate::driver::{self, Driver};
+use crate::error::{CuResult, RawResult};
 use cudarc::driver::sys::{CUgraph, CUuserObject, CUuserObject_st};
+use std::ffi::{c_uint, c_void};
 
 /// Runs `f` under the driver lock, then the destructors it made due, on this thread.
 pub(super) fn releasing(f: impl FnOnce(&mut Driver) -> CuResult<()>) -> RawResult {

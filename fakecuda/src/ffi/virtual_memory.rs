@@ -3,7 +3,13 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use super::*;
+use super::{get, granularity_of, put, with, with_out};
+use crate::abi::{RawAccessDesc, RawAllocProp, RawLocation};
+use crate::driver::Driver;
+use crate::error::{CuError, RawResult};
+use cudarc::driver::sys::{CUdeviceptr, CUmemGenericAllocationHandle};
+use std::ffi::{c_int, c_uint, c_ulonglong, c_void};
+use std::os::fd::{BorrowedFd, IntoRawFd};
 
 export! {
     fn cuMemAddressReserve(
