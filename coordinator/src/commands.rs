@@ -262,7 +262,7 @@ fn recorded(device: &crate::native::MachineDevice) -> Option<Device> {
 
 /// The machine's GPUs as `driver` lists them, for a checkpoint's state; none when it cannot
 /// (a restore onto other GPUs then names old GPUs by UUID).
-pub fn machine(driver: &crate::native::Driver) -> BoundedVec<Device, MAX_DEVICES> {
+pub fn machine(driver: &crate::native::NativeDriver) -> BoundedVec<Device, MAX_DEVICES> {
     let devices: Vec<Device> = driver
         .devices(false)
         .map(|devices| devices.iter().filter_map(recorded).collect())
@@ -272,14 +272,14 @@ pub fn machine(driver: &crate::native::Driver) -> BoundedVec<Device, MAX_DEVICES
 
 /// [`machine`] for the driver at `path`; none when it cannot be loaded here.
 pub fn machine_at(path: &Path) -> BoundedVec<Device, MAX_DEVICES> {
-    crate::native::Driver::load_from(path)
+    crate::native::NativeDriver::load_from(path)
         .map(|driver| machine(&driver))
         .unwrap_or_default()
 }
 
 /// Resolves `spec` for `state` against this machine's GPUs (listed with their free memory).
 pub fn resolve_device_map(
-    driver: &crate::native::Driver,
+    driver: &crate::native::NativeDriver,
     spec: &DeviceMapSpec,
     state: &StateFile,
 ) -> Result<Remap, CommandError> {

@@ -7,7 +7,7 @@
 //! each → the coordinator's restore phases. A native step that fails after `prepare` changed
 //! the participants is aborted: the workload is put back in place from the host carriers and
 //! resumes (exit 3); only a failed rollback is fail-stop (exit 2). The checkpoint's steps and
-//! its way back are a sans-I/O [`Plan`] (in `compose/steps.rs`); this module and
+//! its way back are a sans-I/O [`Course`] (in `compose/steps.rs`); this module and
 //! `compose/back.rs` execute it.
 
 use crate::events::Event;
@@ -22,7 +22,7 @@ use cuinterpose_protocol::transport::{Timeouts, socket_name};
 use serde::{Deserialize, Serialize};
 
 use crate::commands::{self, CommandError};
-use crate::native::{Driver, NativeError, NativeStep, ProcessState};
+use crate::native::{NativeDriver, NativeError, NativeStep, ProcessState};
 use crate::process;
 use crate::remap::Remap;
 use crate::report::{PhaseReport, Report};
@@ -35,7 +35,7 @@ mod steps;
 mod toggle;
 pub use back::resume_in_place;
 use back::way_back;
-pub use steps::{Plan, Step, Verdict};
+pub use steps::{Course, Task, Verdict};
 pub use toggle::{resume_unless_refused_map, toggle};
 
 /// Written next to the state by `checkpoint`: the processes it checkpointed natively, so that
@@ -93,7 +93,7 @@ pub fn has_participants(workload: &Workload, root: u32) -> Result<bool, CommandE
 /// The CUDA processes and participants of the tree rooted at `root`.
 pub fn find_members(
     workload: &Workload,
-    driver: &Driver,
+    driver: &NativeDriver,
     root: u32,
 ) -> Result<Vec<Member>, CommandError> {
     let mut members: Vec<Member> = Vec::new();
@@ -228,7 +228,7 @@ pub fn checkpoint(
 pub type Dump<'a> =
     &'a mut dyn FnMut(&mut Report, &mut dyn FnMut(&Event)) -> Result<(), CommandError>;
 
-/// The steps of [`Plan::checkpoint`] done here: prepare, record the processes, lock each,
+/// The steps of [`Course::checkpoint`] done here: prepare, record the processes, lock each,
 /// checkpoint each, then `dump` when there is one. A failure after `prepare` takes the plan's
 /// way back ([`resume_in_place`]).
 pub fn checkpoint_with(
@@ -238,7 +238,7 @@ pub fn checkpoint_with(
     progress: &mut dyn FnMut(&Event),
     mut dump: Option<Dump<'_>>,
 ) -> Result<Report, CommandError> {
-    let driver = Driver::load_from(&workload.driver)?;
+    let driver = NativeDriver::load_from(&workload.driver)?;
     let members = find_members(workload, &driver, root)?;
     for member in members.iter().filter(|member| member.cuda) {
         driver.expect_state(member.host_pid, NativeStep::Lock, ProcessState::Running)?;
@@ -252,28 +252,28 @@ pub fn checkpoint_with(
         .carrying(workload.carriage),
     );
     let mut report = Report::new("checkpoint");
-    let mut plan = Plan::checkpoint(dump.is_some());
+    let mut plan = Course::checkpoint(dump.is_some());
     loop {
         let result = match plan.step() {
-            Step::Prepare => {
+            Task::Prepare => {
                 let session = session.take().expect("prepare is one step");
                 commands::prepare(&session, dir, commands::machine(&driver), progress)
                     .map(|done| report.absorb(done))
             }
-            Step::RecordMembers => write_members(dir, root, &members),
-            Step::NativeLock => native_phase(&mut report, progress, "native_lock", &members, |m| {
+            Task::RecordMembers => write_members(dir, root, &members),
+            Task::NativeLock => native_phase(&mut report, progress, "native_lock", &members, |m| {
                 driver.lock(m.host_pid, workload.lock_timeout_ms)
             }),
-            Step::NativeCheckpoint => {
+            Task::NativeCheckpoint => {
                 native_phase(&mut report, progress, "native_checkpoint", &members, |m| {
                     driver.checkpoint(m.host_pid)
                 })
             }
-            Step::CriuDump => match dump.as_mut() {
+            Task::CriuDump => match dump.as_mut() {
                 Some(dump) => dump(&mut report, progress),
                 None => unreachable!("a dump is planned only when there is one"),
             },
-            Step::Finished => {
+            Task::Finished => {
                 return match plan.verdict() {
                     Some(Verdict::NotTaken(error)) => Err(error),
                     _ => Ok(report),
@@ -366,7 +366,7 @@ pub fn restore_with(
     native: NativeRestore,
 ) -> Result<Report, CommandError> {
     let saved = state::load(dir)?;
-    let driver = Driver::load_from(&workload.driver)?;
+    let driver = NativeDriver::load_from(&workload.driver)?;
     let members = match root {
         Some(root) => find_members(workload, &driver, root)?,
         None => read_members(workload, dir)?,
@@ -511,7 +511,7 @@ pub fn restore_with(
 /// Whether the tree rooted at `root` runs natively and every participant is active again (a
 /// restore already happened: the hook's `post-resume` delivered twice).
 pub fn is_restored(workload: &Workload, root: u32) -> Result<bool, CommandError> {
-    let driver = Driver::load_from(&workload.driver)?;
+    let driver = NativeDriver::load_from(&workload.driver)?;
     let members = find_members(workload, &driver, root)?;
     for member in members.iter().filter(|member| member.cuda) {
         if driver.state(member.host_pid)? != ProcessState::Running {

@@ -206,7 +206,7 @@ pub fn restore(
     // memory then).
     if let Some(spec) = &workload.device_map {
         let saved = crate::state::load(dir)?;
-        let driver = crate::native::Driver::load_from(&workload.driver)?;
+        let driver = crate::native::NativeDriver::load_from(&workload.driver)?;
         crate::commands::resolve_device_map(&driver, spec, &saved)?;
     }
     let started = Instant::now();

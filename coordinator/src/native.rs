@@ -166,7 +166,7 @@ type ErrorNameFn = unsafe extern "C" fn(c_uint, *mut *const c_char) -> c_uint;
 
 /// A loaded driver's checkpoint entry points.
 #[derive(Debug)]
-pub struct Driver {
+pub struct NativeDriver {
     path: PathBuf,
     get_state: GetStateFn,
     lock: LockFn,
@@ -178,7 +178,7 @@ pub struct Driver {
     library: libloading::Library,
 }
 
-impl Driver {
+impl NativeDriver {
     pub fn load_from(path: &Path) -> Result<Self, NativeError> {
         // SAFETY: loading the CUDA driver runs its initialisers; that is what this module is for,
         // and the library is one the user chose (or the system's driver).
@@ -403,7 +403,8 @@ mod tests {
 
     #[test]
     fn a_missing_driver_is_a_load_error() {
-        let error = Driver::load_from(Path::new("/nonexistent/libcuda.so.1")).expect_err("load");
+        let error =
+            NativeDriver::load_from(Path::new("/nonexistent/libcuda.so.1")).expect_err("load");
         assert!(matches!(error, NativeError::Load { .. }), "{error}");
         assert!(
             error
@@ -415,7 +416,7 @@ mod tests {
     #[test]
     fn a_library_without_the_entry_points_is_refused() {
         // libc is loaded in every process and has no cuCheckpoint* symbols.
-        let error = Driver::load_from(Path::new("libc.so.6")).expect_err("load");
+        let error = NativeDriver::load_from(Path::new("libc.so.6")).expect_err("load");
         assert!(
             matches!(
                 error,

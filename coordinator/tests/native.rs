@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
 use std::time::Duration;
 
-use cuinterpose_coordinator::native::{Driver, NativeError, NativeStep, ProcessState};
+use cuinterpose_coordinator::native::{NativeDriver, NativeError, NativeStep, ProcessState};
 use cuinterpose_coordinator::{checkpoint_dir, process, state};
 use cuinterpose_protocol::{
     AllocationId, AllocationRecord, AllocationReference, NamespacePid, Record, StateFile,
@@ -187,7 +187,7 @@ struct Tree<'a> {
     root: Member,
     /// Every member's host PID.
     pids: Vec<u32>,
-    driver: Driver,
+    driver: NativeDriver,
     library: &'a Path,
     control: TempDir,
 }
@@ -199,7 +199,7 @@ impl<'a> Tree<'a> {
         let mut root = Member::spawn(control.path(), library, children);
         root.wait_ready();
         let pids = tree_pids(root.host_pid());
-        let driver = Driver::load_from(library).expect("load fakecuda");
+        let driver = NativeDriver::load_from(library).expect("load fakecuda");
         Self {
             root,
             pids,

@@ -10,7 +10,7 @@ use crate::state::vmm::Vmm;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-pub struct Driver {
+pub struct DriverState {
     pub config: Config,
     pub contexts: Contexts,
     pub vmm: Vmm,
@@ -40,7 +40,7 @@ pub struct Driver {
     next_handle: u64,
 }
 
-impl Driver {
+impl DriverState {
     pub fn next_handle(&mut self) -> u64 {
         self.next_handle += 1;
         self.next_handle
@@ -58,13 +58,13 @@ impl Driver {
     }
 }
 
-static DRIVER: Mutex<Option<Driver>> = Mutex::new(None);
+static DRIVER: Mutex<Option<DriverState>> = Mutex::new(None);
 
 /// The pid that ran `cuInit`; a forked child sees another pid and, as with the real driver,
 /// cannot use the parent's driver state.
 static INIT_PID: AtomicU32 = AtomicU32::new(0);
 
-fn lock() -> MutexGuard<'static, Option<Driver>> {
+fn lock() -> MutexGuard<'static, Option<DriverState>> {
     // A panic while holding the lock was already reported as an error by the ABI edge; the
     // tables are updated in an order that leaves them consistent, so keep going.
     DRIVER.lock().unwrap_or_else(|e| e.into_inner())
@@ -76,7 +76,7 @@ pub fn forked_child() -> bool {
 }
 
 /// Runs `f` on the initialised driver state.
-pub fn with<T>(f: impl FnOnce(&mut Driver) -> CuResult<T>) -> CuResult<T> {
+pub fn with<T>(f: impl FnOnce(&mut DriverState) -> CuResult<T>) -> CuResult<T> {
     if forked_child() {
         return Err(CuError::CUDA_ERROR_NOT_INITIALIZED);
     }
@@ -106,7 +106,7 @@ pub fn init(flags: u32, start: impl FnOnce() -> CuResult<()>) -> CuResult<()> {
     start()?;
     INIT_PID.store(std::process::id(), Ordering::Release);
     let contexts = Contexts::new(config.count());
-    *g = Some(Driver {
+    *g = Some(DriverState {
         config,
         contexts,
         vmm: Vmm::default(),

@@ -5,7 +5,7 @@
 //! count what executable graphs hold.
 
 use crate::abi::{RawAccessDesc, RawPoolProps, consts as c};
-use crate::driver::Driver;
+use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
 use crate::state::graph::Work;
 pub(crate) use crate::state::graph_memory::{
@@ -14,10 +14,10 @@ pub(crate) use crate::state::graph_memory::{
 use crate::sys;
 use crate::vmm::{Owner, Target};
 
-impl Driver {
+impl DriverState {
     /// `cuGraphAddMemAllocNode`'s parameters checked and its address reserved: pinned memory
     /// of a device, not shareable, with read-write grants for other devices. Returns the
-    /// address and the node's work; [`Driver::graph_mem_unreserve`] undoes it when the node
+    /// address and the node's work; [`DriverState::graph_mem_unreserve`] undoes it when the node
     /// cannot be added.
     pub fn graph_mem_reserve(
         &mut self,

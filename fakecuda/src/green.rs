@@ -3,11 +3,11 @@
 //! context no thread has current until the application sets it; its streams are made through
 //! it. Nothing runs on SMs here, so the restriction is kept and reported, not enforced.
 
-use crate::driver::Driver;
+use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
 pub(crate) use crate::state::green::DEVICE_SMS;
 
-impl Driver {
+impl DriverState {
     /// `cuDevResourceGenerateDesc`: the SM groups `sms` (one or more) make a descriptor.
     pub fn green_desc(&mut self, sms: &[u32]) -> CuResult<u64> {
         let total: u32 = sms.iter().sum();

@@ -5,7 +5,7 @@
 //! (`fakecuda_native_ipc_calls`), so tests can prove an interposer never reached them.
 
 use crate::abi::consts as c;
-use crate::driver::Driver;
+use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
 pub(crate) use crate::state::ipc::{
     HANDLE_BYTES, Named, Opened, calls, count_call, decode, encode,
@@ -14,7 +14,7 @@ use crate::sys;
 use crate::vmm::PhysAlloc;
 use std::os::fd::OwnedFd;
 
-impl Driver {
+impl DriverState {
     /// The same bytes for the same allocation every time.
     pub fn ipc_get(&mut self, ptr: u64) -> CuResult<[u8; HANDLE_BYTES]> {
         self.contexts.current()?;

@@ -7,7 +7,7 @@ pub(crate) use crate::state::ipc_event::{HANDLE_BYTES, MAGIC, SharedMarks, decod
 use crate::sys;
 use std::os::fd::OwnedFd;
 
-impl crate::driver::Driver {
+impl crate::driver::DriverState {
     /// `cuIpcGetEventHandle`: 64 bytes naming this process and an interprocess event.
     pub fn event_ipc_handle(&mut self, e: u64) -> CuResult<[u8; HANDLE_BYTES]> {
         let ev = self

@@ -2,12 +2,12 @@
 //! the same memfd + reservation machinery as VMM so native IPC can share them.
 
 use crate::abi::consts as c;
-use crate::driver::Driver;
+use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
 pub(crate) use crate::state::legacy::{HostAlloc, LegacyAlloc};
 use crate::sys;
 
-impl Driver {
+impl DriverState {
     pub fn mem_alloc(&mut self, bytes: u64) -> CuResult<u64> {
         self.device_alloc(bytes, false)
     }

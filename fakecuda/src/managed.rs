@@ -4,7 +4,7 @@
 //! changes no behaviour; it is remembered and reported.
 
 use crate::abi::{RawLocation, consts as c};
-use crate::driver::Driver;
+use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
 pub(crate) use crate::state::managed::{
     ACCESSED_BY, DEVICE_CPU, DEVICE_INVALID, LAST_PREFETCH_LOCATION, LAST_PREFETCH_LOCATION_ID,
@@ -13,7 +13,7 @@ pub(crate) use crate::state::managed::{
     UNSET_ACCESSED_BY,
 };
 
-impl Driver {
+impl DriverState {
     /// The pages of managed memory `[ptr, ptr + count)` covers: (buffer, first page, end page),
     /// within one allocation; anything else is `CUDA_ERROR_INVALID_VALUE`.
     fn managed_pages(&self, ptr: u64, count: u64) -> CuResult<(u64, usize, usize)> {

@@ -8,7 +8,7 @@
 //! inaccessible. Writes through the view reach that member only (no broadcast).
 
 use crate::abi::consts as c;
-use crate::driver::Driver;
+use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
 pub(crate) use crate::state::multicast::{
     BindSource, Binding, McObject, TEAM_PAGE, Team, bind_wait, granularity, mc_memfd_name,
@@ -21,7 +21,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-impl Driver {
+impl DriverState {
     fn mc_live(&mut self, h: u64) -> CuResult<&mut McObject> {
         self.mc
             .objects

@@ -2,7 +2,7 @@
 //! about an address (host memory the driver knows, `cuMemAlloc` and managed blocks, VMM
 //! mappings), as the driver answers under unified addressing.
 
-use crate::driver::Driver;
+use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
 use crate::legacy::HostAlloc;
 use crate::vmm::Target;
@@ -43,7 +43,7 @@ struct Facts {
     sync_memops: bool,
 }
 
-impl Driver {
+impl DriverState {
     /// `cuMemAllocHost`/`cuMemHostAlloc`: anonymous private memory, page-locked by promise.
     pub fn host_alloc(&mut self, bytes: u64, flags: u32) -> CuResult<u64> {
         let ctx = self.contexts.current()?.0;
@@ -236,7 +236,7 @@ impl Driver {
         Ok(())
     }
 
-    /// `cuPointerGetAttributes`: like [`Driver::pointer_attribute`], but an unknown address
+    /// `cuPointerGetAttributes`: like [`DriverState::pointer_attribute`], but an unknown address
     /// gives every attribute its zero value instead of an error (cuda.h).
     pub fn pointer_attributes(&self, attributes: &[u32], p: u64) -> CuResult<Vec<Value>> {
         let facts = self.facts(p);

@@ -183,7 +183,7 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
                     // where, for the final comparison.
                     let remap = match &device_map {
                         Some(spec) => {
-                            let driver = crate::native::Driver::load_from(&driver_path())
+                            let driver = crate::native::NativeDriver::load_from(&driver_path())
                                 .map_err(CommandError::from)?;
                             commands::resolve_device_map(&driver, spec, &saved)?
                         }

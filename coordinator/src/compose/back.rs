@@ -1,29 +1,35 @@
 //! The way back of a checkpoint whose step failed after `prepare`: the executor of the
-//! [`Plan`]'s abort steps, and what it reports.
+//! [`Course`]'s abort steps, and what it reports.
 
 use std::path::Path;
 
-use super::steps::{Plan, Step, Verdict};
+use super::steps::{Course, Task, Verdict};
 use super::{
     Member, Workload, died_since, find_members, native_phase, participants, tell_survivors,
 };
 use crate::commands::{self, CommandError};
 use crate::events::Event;
-use crate::native::{Driver, ProcessState};
+use crate::native::{NativeDriver, ProcessState};
 use crate::report::Report;
 use crate::session::Session;
 
 /// Abort and resume: `during` failed with `error` after `prepare` released the sharing and
-/// published the state, with every process still alive. [`Plan::aborted`]'s way back.
+/// published the state, with every process still alive. [`Course::aborted`]'s way back.
 pub fn resume_in_place(
     workload: &Workload,
     root: u32,
     dir: &Path,
     progress: &mut dyn FnMut(&Event),
-    during: Step,
+    during: Task,
     error: CommandError,
 ) -> CommandError {
-    way_back(workload, root, dir, progress, Plan::aborted(during, error))
+    way_back(
+        workload,
+        root,
+        dir,
+        progress,
+        Course::aborted(during, error),
+    )
 }
 
 /// The way back of a plan sent there by a failed step: undo the native steps where they
@@ -37,7 +43,7 @@ pub(super) fn way_back(
     root: u32,
     dir: &Path,
     progress: &mut dyn FnMut(&Event),
-    mut plan: Plan<CommandError>,
+    mut plan: Course<CommandError>,
 ) -> CommandError {
     let during = plan.cause().map_or("checkpoint", |(step, _)| step.during());
     let mut resumed = Report::new("resume");
@@ -48,10 +54,10 @@ pub(super) fn way_back(
     loop {
         let step = plan.step();
         let result = match step {
-            Step::NativeUndo => {
+            Task::NativeUndo => {
                 native_undo(workload, root, &mut resumed, progress).map(|found| members = found)
             }
-            Step::Resume => Session::open(
+            Task::Resume => Session::open(
                 &workload.control_dir,
                 &participants(&members),
                 workload.timeouts,
@@ -61,11 +67,11 @@ pub(super) fn way_back(
                 commands::restore(&session.carrying(workload.carriage), dir, progress)
             })
             .map(|done| resumed.absorb(done)),
-            Step::Discard => {
+            Task::Discard => {
                 crate::checkpoint_dir::discard(dir);
                 Ok(())
             }
-            Step::TellSurvivors => {
+            Task::TellSurvivors => {
                 told = tell_survivors(workload, root, dir, &reason);
                 Ok(())
             }
@@ -121,7 +127,7 @@ fn native_undo(
     report: &mut Report,
     progress: &mut dyn FnMut(&Event),
 ) -> Result<Vec<Member>, CommandError> {
-    let driver = Driver::load_from(&workload.driver)?;
+    let driver = NativeDriver::load_from(&workload.driver)?;
     let members = find_members(workload, &driver, root)?;
     native_phase(
         report,

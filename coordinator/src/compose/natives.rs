@@ -8,7 +8,7 @@ use cuinterpose_protocol::NamespacePid;
 
 use super::Member;
 use crate::native::GpuPair;
-use crate::native::{Driver, NativeError, ProcessState};
+use crate::native::{NativeDriver, NativeError, ProcessState};
 use crate::session::Readiness;
 
 /// One CUDA process to restore: its state when the restore began and its GPU pairs.
@@ -36,7 +36,7 @@ pub fn participants<'a>(natives: &'a [Native<'a>]) -> impl Iterator<Item = Names
 /// Restores (a checkpointed process) and unlocks (a checkpointed or locked one) each of
 /// `natives` in order, telling `ready` as each participant is done; the first failure stops
 /// the rest (those still pending are told why).
-pub fn restore_all(driver: &Driver, natives: &[Native<'_>], ready: &Readiness) -> Restored {
+pub fn restore_all(driver: &NativeDriver, natives: &[Native<'_>], ready: &Readiness) -> Restored {
     let mut done = Restored {
         restoring: Duration::ZERO,
         unlocking: Duration::ZERO,

@@ -3,13 +3,13 @@
 //! dump; and, when a step after the capture fails, the planned way back: undo the native
 //! steps, run the restore phases from the host carriers, remove what the checkpoint wrote;
 //! or, when that fails too, tell the survivors to fail-stop. The executor
-//! ([`super::checkpoint_with`], [`super::resume_in_place`]) does each [`Step`] and feeds back
+//! ([`super::checkpoint_with`], [`super::resume_in_place`]) does each [`Task`] and feeds back
 //! whether it worked; the plan alone says what comes next, so every abort path is a
 //! transition the unit tests drive without processes. `E` is the executor's error type.
 
 /// What the executor does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub enum Task {
     /// The coordinator's capture (`prepare`: its phases and the published state). Its own
     /// run decides what a failure means (nothing changed, rolled back, or fail-stop).
     Prepare,
@@ -35,7 +35,7 @@ pub enum Step {
     Finished,
 }
 
-impl Step {
+impl Task {
     /// How a failure of this step is named in reports ("aborted during …").
     pub fn during(self) -> &'static str {
         match self {
@@ -56,27 +56,27 @@ pub enum Verdict<E> {
     /// The capture itself failed, with its own error.
     NotTaken(E),
     /// `during` failed with `cause`; the workload was put back and resumes.
-    Aborted { during: Step, cause: E },
+    Aborted { during: Task, cause: E },
     /// `during` failed with `cause`, and putting the workload back failed with `rollback`:
     /// the survivors were told to fail-stop.
-    FailStop { during: Step, cause: E, rollback: E },
+    FailStop { during: Task, cause: E, rollback: E },
 }
 
 #[derive(Debug)]
-pub struct Plan<E> {
-    step: Step,
+pub struct Course<E> {
+    step: Task,
     criu: bool,
     /// The step that failed after the capture, and why.
-    cause: Option<(Step, E)>,
+    cause: Option<(Task, E)>,
     rollback: Option<E>,
     not_taken: Option<E>,
 }
 
-impl<E> Plan<E> {
+impl<E> Course<E> {
     /// A checkpoint from the start, with a CRIU dump at its end when `criu`.
     pub fn checkpoint(criu: bool) -> Self {
         Self {
-            step: Step::Prepare,
+            step: Task::Prepare,
             criu,
             cause: None,
             rollback: None,
@@ -86,9 +86,9 @@ impl<E> Plan<E> {
 
     /// The way back for a checkpoint whose `during` step failed with `cause` outside this
     /// plan (the CRIU hook sees a dump fail that CRIU ran).
-    pub fn aborted(during: Step, cause: E) -> Self {
+    pub fn aborted(during: Task, cause: E) -> Self {
         Self {
-            step: Step::NativeUndo,
+            step: Task::NativeUndo,
             criu: false,
             cause: Some((during, cause)),
             rollback: None,
@@ -96,12 +96,12 @@ impl<E> Plan<E> {
         }
     }
 
-    pub fn step(&self) -> Step {
+    pub fn step(&self) -> Task {
         self.step
     }
 
     /// The step that failed and sent the plan back, while it is on its way back.
-    pub fn cause(&self) -> Option<(Step, &E)> {
+    pub fn cause(&self) -> Option<(Task, &E)> {
         self.cause.as_ref().map(|(step, error)| (*step, error))
     }
 
@@ -109,38 +109,38 @@ impl<E> Plan<E> {
     pub fn feed(&mut self, result: Result<(), E>) {
         let step = self.step;
         self.step = match (step, result) {
-            (Step::Finished, _) => Step::Finished,
-            (Step::Prepare, Ok(())) => Step::RecordMembers,
-            (Step::Prepare, Err(error)) => {
+            (Task::Finished, _) => Task::Finished,
+            (Task::Prepare, Ok(())) => Task::RecordMembers,
+            (Task::Prepare, Err(error)) => {
                 self.not_taken = Some(error);
-                Step::Finished
+                Task::Finished
             }
-            (Step::RecordMembers, Ok(())) => Step::NativeLock,
-            (Step::NativeLock, Ok(())) => Step::NativeCheckpoint,
-            (Step::NativeCheckpoint, Ok(())) if self.criu => Step::CriuDump,
-            (Step::NativeCheckpoint | Step::CriuDump, Ok(())) => Step::Finished,
+            (Task::RecordMembers, Ok(())) => Task::NativeLock,
+            (Task::NativeLock, Ok(())) => Task::NativeCheckpoint,
+            (Task::NativeCheckpoint, Ok(())) if self.criu => Task::CriuDump,
+            (Task::NativeCheckpoint | Task::CriuDump, Ok(())) => Task::Finished,
             (
-                Step::RecordMembers | Step::NativeLock | Step::NativeCheckpoint | Step::CriuDump,
+                Task::RecordMembers | Task::NativeLock | Task::NativeCheckpoint | Task::CriuDump,
                 Err(error),
             ) => {
                 self.cause = Some((step, error));
-                Step::NativeUndo
+                Task::NativeUndo
             }
-            (Step::NativeUndo, Ok(())) => Step::Resume,
-            (Step::Resume, Ok(())) => Step::Discard,
-            (Step::NativeUndo | Step::Resume, Err(error)) => {
+            (Task::NativeUndo, Ok(())) => Task::Resume,
+            (Task::Resume, Ok(())) => Task::Discard,
+            (Task::NativeUndo | Task::Resume, Err(error)) => {
                 self.rollback = Some(error);
-                Step::TellSurvivors
+                Task::TellSurvivors
             }
             // Best effort: a leftover file does not undo a resumed workload, nor does an
             // unanswered notice change a fail-stop.
-            (Step::Discard | Step::TellSurvivors, _) => Step::Finished,
+            (Task::Discard | Task::TellSurvivors, _) => Task::Finished,
         };
     }
 
-    /// The verdict, once the plan is [`Step::Finished`].
+    /// The verdict, once the plan is [`Task::Finished`].
     pub fn verdict(self) -> Option<Verdict<E>> {
-        if self.step != Step::Finished {
+        if self.step != Task::Finished {
             return None;
         }
         Some(match (self.not_taken, self.cause, self.rollback) {
@@ -162,9 +162,9 @@ mod tests {
 
     /// Drives a plan, failing the steps in `fail` (each once) with their own name; returns
     /// the steps taken and the verdict.
-    fn check(mut plan: Plan<String>, fail: &[Step]) -> (Vec<Step>, Verdict<String>) {
+    fn check(mut plan: Course<String>, fail: &[Task]) -> (Vec<Task>, Verdict<String>) {
         let mut taken = Vec::new();
-        while plan.step() != Step::Finished {
+        while plan.step() != Task::Finished {
             let step = plan.step();
             assert!(taken.len() < 20, "no end: {taken:?}");
             taken.push(step);
@@ -178,17 +178,17 @@ mod tests {
         (taken, plan.verdict().expect("finished"))
     }
 
-    use Step::*;
+    use Task::*;
 
     #[test]
     fn a_checkpoint_takes_every_step_in_order() {
-        let (taken, verdict) = check(Plan::checkpoint(false), &[]);
+        let (taken, verdict) = check(Course::checkpoint(false), &[]);
         assert_eq!(
             taken,
             [Prepare, RecordMembers, NativeLock, NativeCheckpoint]
         );
         assert_eq!(verdict, Verdict::Checkpointed);
-        let (taken, verdict) = check(Plan::checkpoint(true), &[]);
+        let (taken, verdict) = check(Course::checkpoint(true), &[]);
         assert_eq!(
             taken,
             [
@@ -204,7 +204,7 @@ mod tests {
 
     #[test]
     fn a_failed_capture_is_its_own_verdict() {
-        let (taken, verdict) = check(Plan::checkpoint(true), &[Prepare]);
+        let (taken, verdict) = check(Course::checkpoint(true), &[Prepare]);
         assert_eq!(taken, [Prepare]);
         assert_eq!(verdict, Verdict::NotTaken("Prepare".into()));
     }
@@ -212,7 +212,7 @@ mod tests {
     #[test]
     fn every_step_after_the_capture_aborts_and_resumes() {
         for failed in [RecordMembers, NativeLock, NativeCheckpoint, CriuDump] {
-            let (taken, verdict) = check(Plan::checkpoint(true), &[failed]);
+            let (taken, verdict) = check(Course::checkpoint(true), &[failed]);
             let at = taken.iter().position(|s| *s == failed).expect("taken");
             assert_eq!(taken[at + 1..], [NativeUndo, Resume, Discard], "{failed:?}");
             assert_eq!(
@@ -228,7 +228,7 @@ mod tests {
     #[test]
     fn a_failed_way_back_tells_the_survivors() {
         for (failed, back) in [(NativeLock, NativeUndo), (CriuDump, Resume)] {
-            let (taken, verdict) = check(Plan::checkpoint(true), &[failed, back]);
+            let (taken, verdict) = check(Course::checkpoint(true), &[failed, back]);
             assert!(taken.ends_with(&[back, TellSurvivors]), "{taken:?}");
             assert!(!taken.contains(&Discard), "{taken:?}");
             assert_eq!(
@@ -241,10 +241,10 @@ mod tests {
             );
         }
         // Neither leftover files nor an unanswered notice change the verdict.
-        let (_, verdict) = check(Plan::checkpoint(false), &[NativeCheckpoint, Discard]);
+        let (_, verdict) = check(Course::checkpoint(false), &[NativeCheckpoint, Discard]);
         assert!(matches!(verdict, Verdict::Aborted { .. }), "{verdict:?}");
         let (_, verdict) = check(
-            Plan::checkpoint(false),
+            Course::checkpoint(false),
             &[NativeCheckpoint, Resume, TellSurvivors],
         );
         assert!(matches!(verdict, Verdict::FailStop { .. }), "{verdict:?}");
@@ -252,7 +252,7 @@ mod tests {
 
     #[test]
     fn a_dump_failed_outside_the_plan_takes_the_way_back() {
-        let (taken, verdict) = check(Plan::aborted(CriuDump, "full disk".into()), &[]);
+        let (taken, verdict) = check(Course::aborted(CriuDump, "full disk".into()), &[]);
         assert_eq!(taken, [NativeUndo, Resume, Discard]);
         assert_eq!(
             verdict,
@@ -261,7 +261,7 @@ mod tests {
                 cause: "full disk".into()
             }
         );
-        let plan: Plan<String> = Plan::checkpoint(false);
+        let plan: Course<String> = Course::checkpoint(false);
         assert!(plan.verdict().is_none(), "no verdict before the end");
     }
 }

@@ -36,7 +36,7 @@ use crate::checkpoint_dir;
 use crate::commands::CommandError;
 use crate::compose::{self, NativeRestore, Workload};
 use crate::events::Event;
-use crate::native::{Driver, ProcessState};
+use crate::native::{NativeDriver, ProcessState};
 use crate::report::Report;
 use crate::session::SessionError;
 use crate::state;
@@ -379,7 +379,7 @@ fn pre_dump(
     if !compose::has_participants(workload, root)? {
         return Ok(skipped());
     }
-    let driver = Driver::load_from(&workload.driver).map_err(CommandError::from)?;
+    let driver = NativeDriver::load_from(&workload.driver).map_err(CommandError::from)?;
     let members = match compose::find_members(workload, &driver, root) {
         Ok(members) => members,
         Err(error) if no_participants(&error) => return Ok(skipped()),
@@ -418,7 +418,7 @@ fn pre_restore(dir: &Path, workload: &Workload) -> Result<Done, HookError> {
     // So is a device map this machine cannot honour (post-resume resolves it again, against
     // the GPUs' free memory once the tree is back).
     if let Some(spec) = &workload.device_map {
-        let driver = Driver::load_from(&workload.driver).map_err(CommandError::from)?;
+        let driver = NativeDriver::load_from(&workload.driver).map_err(CommandError::from)?;
         crate::commands::resolve_device_map(&driver, spec, &saved)?;
         return Ok(Done::ok(
             format!("the state is present and intact; {DEVICE_MAP_VARIABLE} can be honoured"),

@@ -150,7 +150,7 @@ pub fn watch(criu: u32, root: u32, dir: &Path, workload: &Workload) -> Result<Do
         root,
         dir,
         &mut quiet,
-        compose::Step::CriuDump,
+        compose::Task::CriuDump,
         cause,
     ) {
         CommandError::Aborted { resumed, .. } => Ok(Done::ok(

@@ -4,7 +4,7 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
-use super::{Driver, NativeError};
+use super::{NativeDriver, NativeError};
 
 /// One GPU of the machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +30,7 @@ type ReleaseFn = unsafe extern "C" fn(c_int) -> c_uint;
 type SetCurrentFn = unsafe extern "C" fn(*mut c_void) -> c_uint;
 type InfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> c_uint;
 
-impl Driver {
+impl NativeDriver {
     fn device_entry<T: Copy>(&self, name: &'static str) -> Result<T, NativeError> {
         // SAFETY: each caller names a driver function with the C signature `T` that cuda.h
         // declares for it.

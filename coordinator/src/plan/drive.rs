@@ -9,7 +9,7 @@ use std::time::Duration;
 use cuinterpose_protocol::{NamespacePid, Request, StateFile};
 
 use super::failure::RunError;
-use super::run::{Outcome, Run, Step};
+use super::run::{Instruction, Outcome, Run};
 use super::stage::Stage;
 use crate::report::{PhaseReport, Report};
 
@@ -54,7 +54,7 @@ pub fn drive(run: &mut Run, through: &mut dyn Participants) -> Result<Report, Ru
         }
         reported = run.phases().len();
         match run.step().clone() {
-            Step::Broadcast {
+            Instruction::Broadcast {
                 stage,
                 request,
                 participants,
@@ -74,13 +74,13 @@ pub fn drive(run: &mut Run, through: &mut dyn Participants) -> Result<Report, Ru
                 let (outcomes, elapsed) = through.broadcast(run, call);
                 run.feed(outcomes, elapsed);
             }
-            Step::Publish(state) => {
+            Instruction::Publish(state) => {
                 through.started(Stage::PublishState.name(), run.participants().len());
                 let (result, elapsed) = through.publish(&state);
                 run.feed_publish(result, elapsed);
             }
-            Step::Done(report) => return Ok(report),
-            Step::Failed(mut error) => {
+            Instruction::Done(report) => return Ok(report),
+            Instruction::Failed(mut error) => {
                 if let Some(pids) = run.fail_stop_targets() {
                     let pids = pids.to_vec();
                     error.told = through.declare_fail_stop(&pids, &error.failures_text());

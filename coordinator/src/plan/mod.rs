@@ -1,6 +1,6 @@
 //! The lifecycle as a sans-I/O state machine.
 //!
-//! A [`Run`] says what to do next ([`Step`]): send one request to every participant, publish
+//! A [`Run`] says what to do next ([`Instruction`]): send one request to every participant, publish
 //! the state file, or stop. The caller (see [`crate::session`]) does it and feeds back the
 //! per-participant outcomes and the elapsed time; the run checks every reply against what the
 //! step expects and moves on, or fails naming the phase, the participants and the reasons.
@@ -33,7 +33,7 @@ mod tests;
 
 pub use drive::{Broadcast, Broadcasted, Participants, drive};
 pub use failure::{ExchangeError, ExchangeKind, Failure, Reason, RunError};
-pub use run::{Outcome, Run, Step};
+pub use run::{Instruction, Outcome, Run};
 pub use stage::{Carriage, DEFAULT_STAGING_BYTES, RunKind, Stage};
 
 // The phase chain is declared once, in the schema's lifecycle section; these are its

@@ -1,4 +1,4 @@
-//! The run itself: the [`Step`] to take next, and the [`Run`] that checks every outcome fed
+//! The run itself: the [`Instruction`] to take next, and the [`Run`] that checks every outcome fed
 //! back against what its stage expects, then advances, publishes, finishes or fails.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -25,7 +25,7 @@ pub type Outcome = Result<Reply, ExchangeError>;
 
 /// What to do next.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Step {
+pub enum Instruction {
     /// Send `request` to every participant concurrently and [`Run::feed`] all outcomes.
     Broadcast {
         stage: Stage,
@@ -45,7 +45,7 @@ pub struct Run {
     participants: Vec<NamespacePid>,
     /// Stages after the current one.
     remaining: VecDeque<Stage>,
-    step: Step,
+    step: Instruction,
     /// Restore: the saved records; capture: the frozen records once known.
     saved: BTreeMap<NamespacePid, Vec<Record>>,
     /// Each participant's devices as saved (or frozen), where it reported any.
@@ -208,7 +208,7 @@ impl Run {
             kind,
             participants,
             remaining,
-            step: Step::Failed(RunError {
+            step: Instruction::Failed(RunError {
                 kind,
                 stage: Stage::CheckState,
                 failures: Vec::new(),
@@ -265,7 +265,7 @@ impl Run {
     }
 
     /// What to do next.
-    pub fn step(&self) -> &Step {
+    pub fn step(&self) -> &Instruction {
         &self.step
     }
 
@@ -276,7 +276,7 @@ impl Run {
     /// the caller puts back from the state in memory ([`Run::state`]).
     pub fn fail_stop_targets(&self) -> Option<&[NamespacePid]> {
         match &self.step {
-            Step::Failed(error)
+            Instruction::Failed(error)
                 if error.mutated && !error.rolled_back && !error.resumes_from_state() =>
             {
                 Some(&self.participants)
@@ -285,13 +285,13 @@ impl Run {
         }
     }
 
-    /// Whether the run is over ([`Step::Done`] or [`Step::Failed`]).
+    /// Whether the run is over ([`Instruction::Done`] or [`Instruction::Failed`]).
     pub fn is_finished(&self) -> bool {
-        matches!(self.step, Step::Done(_) | Step::Failed(_))
+        matches!(self.step, Instruction::Done(_) | Instruction::Failed(_))
     }
 
-    fn broadcast(&self, stage: Stage) -> Step {
-        Step::Broadcast {
+    fn broadcast(&self, stage: Stage) -> Instruction {
+        Instruction::Broadcast {
             stage,
             request: stage
                 .request_with(self.carriage)
@@ -363,7 +363,7 @@ impl Run {
 
     fn fail(&mut self, stage: Stage, mut failures: Vec<Failure>) {
         failures.sort_by_key(|failure| failure.participant);
-        self.step = Step::Failed(RunError {
+        self.step = Instruction::Failed(RunError {
             kind: self.kind,
             stage,
             failures,
@@ -393,7 +393,7 @@ impl Run {
             original.failures.sort_by_key(|failure| failure.participant);
             original.mutated = true;
             original.fail_stopped = self.fail_stopped.iter().copied().collect();
-            self.step = Step::Failed(original);
+            self.step = Instruction::Failed(original);
             return;
         }
         if self.kind == RunKind::Capture && stage.rolls_back() && self.fail_stopped.is_empty() {
@@ -408,21 +408,21 @@ impl Run {
     /// is kept for the end (a failed way back adds its own failures to it, see [`Run::stop`]).
     fn undo(&mut self, stage: Stage, failures: Vec<Failure>, next: Stage) {
         self.fail(stage, failures);
-        let Step::Failed(error) = &self.step else {
+        let Instruction::Failed(error) = &self.step else {
             unreachable!("failed just now")
         };
         self.stopped = Some(error.clone());
         self.step = self.broadcast(next);
     }
 
-    /// Feeds the outcomes of the current [`Step::Broadcast`] (one per participant) and the time
+    /// Feeds the outcomes of the current [`Instruction::Broadcast`] (one per participant) and the time
     /// it took. Does nothing unless the current step is a broadcast.
     pub fn feed(
         &mut self,
         mut outcomes: BTreeMap<NamespacePid, Outcome>,
         elapsed: Duration,
-    ) -> &Step {
-        let Step::Broadcast {
+    ) -> &Instruction {
+        let Instruction::Broadcast {
             stage,
             participants,
             ..
@@ -510,9 +510,9 @@ impl Run {
         &self.step
     }
 
-    /// Feeds the result of [`Step::Publish`]. Does nothing unless that is the current step.
-    pub fn feed_publish(&mut self, result: Result<(), String>, elapsed: Duration) -> &Step {
-        if !matches!(self.step, Step::Publish(_)) {
+    /// Feeds the result of [`Instruction::Publish`]. Does nothing unless that is the current step.
+    pub fn feed_publish(&mut self, result: Result<(), String>, elapsed: Duration) -> &Instruction {
+        if !matches!(self.step, Instruction::Publish(_)) {
             return &self.step;
         }
         match result {
@@ -558,7 +558,7 @@ impl Run {
         }
         self.step = match self.remaining.pop_front() {
             Some(Stage::PublishState) => {
-                Step::Publish(self.state.clone().expect("state built at begin_checkpoint"))
+                Instruction::Publish(self.state.clone().expect("state built at begin_checkpoint"))
             }
             Some(stage) => self.broadcast(stage),
             None => match self.stopped.take() {
@@ -566,9 +566,9 @@ impl Run {
                 Some(mut error) => {
                     error.rolled_back = true;
                     error.unconfirmed = self.unconfirmed.iter().copied().collect();
-                    Step::Failed(error)
+                    Instruction::Failed(error)
                 }
-                None => Step::Done(self.report()),
+                None => Instruction::Done(self.report()),
             },
         };
     }

@@ -75,7 +75,7 @@ fn a_busy_refusal_of_begin_checkpoint_is_not_fail_stop_while_others_froze() {
             }
         };
         drive(&mut run, &mut fakes, &mut fault, Ok(()));
-        let Step::Failed(error) = run.step() else {
+        let Instruction::Failed(error) = run.step() else {
             panic!("{:?}", run.step())
         };
         assert!(error.mutated, "{error}");
@@ -96,7 +96,7 @@ fn capture_runs_every_phase_in_order_and_publishes_the_frozen_records() {
             .values()
             .all(|fake| fake.phase == Phase::Released && fake.held)
     );
-    let Step::Done(report) = run.step() else {
+    let Instruction::Done(report) = run.step() else {
         panic!("{:?}", run.step());
     };
     assert_eq!(report.command, "prepare");
@@ -120,7 +120,7 @@ fn restore_runs_every_phase_and_verifies() {
     let mut run = Run::restore(&state, fakes.keys().copied());
     let stages = drive(&mut run, &mut fakes, &mut untouched(), Ok(()));
     assert_eq!(stages, restore_stages());
-    let Step::Done(report) = run.step() else {
+    let Instruction::Done(report) = run.step() else {
         panic!("{:?}", run.step());
     };
     assert_eq!(report.command, "restore");

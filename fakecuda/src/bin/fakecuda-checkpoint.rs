@@ -46,7 +46,7 @@ struct Args {
     /// them), comma-separated, one for every GPU the process was checkpointed on.
     #[arg(long, value_parser = parse_device_map)]
     device_map: Option<DeviceMap>,
-    /// Driver library to load instead of `libcuda.so.1` (also: FAKECUDA_LIBCUDA).
+    /// DriverState library to load instead of `libcuda.so.1` (also: FAKECUDA_LIBCUDA).
     #[arg(long)]
     driver: Option<std::path::PathBuf>,
 }
@@ -93,12 +93,12 @@ type StepFn = unsafe extern "C" fn(c_int, *mut [u64; 8]) -> c_uint;
 type RestoreFn = unsafe extern "C" fn(c_int, *mut RestoreArgs) -> c_uint;
 type NameFn = unsafe extern "C" fn(c_uint, *mut *const c_char) -> c_uint;
 
-struct Driver {
+struct DriverState {
     lib: libloading::Library,
 }
 
-impl Driver {
-    fn load(path: Option<std::path::PathBuf>) -> Result<Driver, String> {
+impl DriverState {
+    fn load(path: Option<std::path::PathBuf>) -> Result<DriverState, String> {
         let path = path
             .or_else(|| std::env::var_os("FAKECUDA_LIBCUDA").map(Into::into))
             .unwrap_or_else(|| "libcuda.so.1".into());
@@ -106,7 +106,7 @@ impl Driver {
         // tool exists to do.
         let lib = unsafe { libloading::Library::new(&path) }
             .map_err(|e| format!("cannot load the CUDA driver {}: {e}", path.display()))?;
-        Ok(Driver { lib })
+        Ok(DriverState { lib })
     }
 
     fn sym<T: Copy>(&self, name: &str) -> Result<T, String> {
@@ -211,7 +211,7 @@ impl Driver {
 }
 
 fn run(args: Args) -> Result<(), String> {
-    let driver = Driver::load(args.driver)?;
+    let driver = DriverState::load(args.driver)?;
     let pid = args.pid;
     if args.get_state {
         println!("{}", driver.state(pid)?);

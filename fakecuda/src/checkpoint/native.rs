@@ -4,7 +4,7 @@
 
 use crate::abi::consts as c;
 use crate::device::{self, Physical};
-use crate::driver::Driver;
+use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
 use crate::state::gate::{Outcome, gate, refused_by_hook};
 use crate::sys;
@@ -60,7 +60,7 @@ pub fn restore(body: super::wire::RestoreBody) -> CuResult<()> {
     }
 }
 
-impl Driver {
+impl DriverState {
     /// Why native checkpoint cannot proceed, if it cannot: any sharing the driver cannot save
     /// in one process.
     fn sharing_in_use(&self) -> Option<String> {

@@ -6,7 +6,7 @@
 
 use super::graphs::{add, deps, h};
 use super::{gated, handle_ptr, put};
-use crate::driver::{self, Driver};
+use crate::driver::{self, DriverState};
 use crate::error::{CuError, CuResult, RawResult};
 use crate::state::graph::{EventRef, Work};
 use cudarc::driver::sys::{CUevent, CUevent_st, CUgraph, CUgraphExec, CUgraphNode};
@@ -17,7 +17,7 @@ pub(super) fn event_ref(e: CUevent) -> CuResult<EventRef> {
 }
 
 /// [`event_ref`] with the driver already locked.
-pub(super) fn event_in(d: &Driver, e: CUevent) -> CuResult<EventRef> {
+pub(super) fn event_in(d: &DriverState, e: CUevent) -> CuResult<EventRef> {
     Ok(EventRef {
         handle: e as usize as u64,
         event: super::streams::event(d, e)?,

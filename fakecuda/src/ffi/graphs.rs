@@ -112,7 +112,7 @@ const MEMORY_UNIFIED: c_uint = 4;
 /// One side of a copy: where its first byte is, whether that is device memory (unified
 /// addresses are device memory when they lie in a mapping), and its row and slice strides.
 fn side(
-    d: &driver::Driver,
+    d: &driver::DriverState,
     kind: c_uint,
     (host, device): (usize, u64),
     (x, y, z): (usize, usize, usize),

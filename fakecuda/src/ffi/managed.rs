@@ -6,7 +6,7 @@
 
 use super::{gated, with};
 use crate::abi::RawLocation;
-use crate::driver::{self, Driver};
+use crate::driver::{self, DriverState};
 use crate::error::{CuError, CuResult, RawResult};
 use crate::managed::{Place, RangeValue};
 use crate::memcpy;
@@ -17,7 +17,7 @@ fn advise(
     ptr: CUdeviceptr,
     count: usize,
     advice: c_uint,
-    at: impl FnOnce(&Driver) -> CuResult<Place>,
+    at: impl FnOnce(&DriverState) -> CuResult<Place>,
 ) -> RawResult {
     with(|d| {
         let at = at(d)?;
@@ -39,7 +39,7 @@ export! {
 fn prefetch(
     ptr: CUdeviceptr,
     count: usize,
-    to: impl FnOnce(&Driver) -> CuResult<Place>,
+    to: impl FnOnce(&DriverState) -> CuResult<Place>,
     flags: c_uint,
     stream: CUstream,
 ) -> RawResult {

@@ -5,7 +5,7 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 // The safety contract of every entry point is the one cuda.h documents for it.
 
-use crate::driver::{self, Driver};
+use crate::driver::{self, DriverState};
 use crate::error::{CuError, CuResult, RawResult, to_raw};
 use crate::state::gate;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -27,7 +27,7 @@ fn gated(f: impl FnOnce() -> CuResult<()>) -> RawResult {
     run(f)
 }
 
-fn with(f: impl FnOnce(&mut Driver) -> CuResult<()>) -> RawResult {
+fn with(f: impl FnOnce(&mut DriverState) -> CuResult<()>) -> RawResult {
     gated(|| driver::with(f))
 }
 
@@ -49,7 +49,7 @@ unsafe fn write_out<T>(out: *mut T, f: impl FnOnce() -> CuResult<T>) -> CuResult
 ///
 /// # Safety
 /// `out` is null or valid for a write of `T`.
-unsafe fn with_out<T>(out: *mut T, f: impl FnOnce(&mut Driver) -> CuResult<T>) -> RawResult {
+unsafe fn with_out<T>(out: *mut T, f: impl FnOnce(&mut DriverState) -> CuResult<T>) -> RawResult {
     // SAFETY: per the caller.
     with(|d| unsafe { write_out(out, || f(d)) })
 }
@@ -87,7 +87,7 @@ unsafe fn get<T: Copy>(p: *const T) -> CuResult<T> {
 unsafe fn granularity_of<P: Copy>(
     out: *mut usize,
     prop: *const P,
-    query: impl FnOnce(&Driver, &P) -> CuResult<u64>,
+    query: impl FnOnce(&DriverState, &P) -> CuResult<u64>,
 ) -> RawResult {
     with(|d| {
         // SAFETY: per the caller.

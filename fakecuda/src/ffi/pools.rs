@@ -4,7 +4,7 @@
 
 use super::{gated, get, handle_ptr, put, with, with_out};
 use crate::abi::{RawAccessDesc, RawLocation};
-use crate::driver::{self, Driver};
+use crate::driver::{self, DriverState};
 use crate::error::{CuError, CuResult, RawResult};
 use crate::memcpy;
 use cudarc::driver::sys::{CUdevice, CUdeviceptr, CUstream};
@@ -160,7 +160,7 @@ export! {
 unsafe fn alloc_for(
     dptr: *mut CUdeviceptr,
     stream: CUstream,
-    alloc: impl FnOnce(&mut Driver, u64) -> CuResult<u64>,
+    alloc: impl FnOnce(&mut DriverState, u64) -> CuResult<u64>,
 ) -> RawResult {
     gated(|| {
         if dptr.is_null() {
@@ -220,7 +220,7 @@ export! {
         handle_type: c_uint,
         flags: u64,
     ) {
-        let fd = |d: &mut Driver| d.pool_export(pool_of(pool), handle_type, flags);
+        let fd = |d: &mut DriverState| d.pool_export(pool_of(pool), handle_type, flags);
         // SAFETY: for POSIX FDs `out` points at an int (cuda.h); the caller owns the FD.
         unsafe { with_out(out.cast::<c_int>(), |d| fd(d).map(IntoRawFd::into_raw_fd)) }
     }

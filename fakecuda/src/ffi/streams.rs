@@ -3,7 +3,7 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use super::{gated, handle_ptr, put, with, with_out};
-use crate::driver::{self, Driver};
+use crate::driver::{self, DriverState};
 use crate::error::{CUDA_SUCCESS, CuError, CuResult, RawResult};
 use crate::memcpy;
 use crate::state::context::Target;
@@ -17,7 +17,7 @@ fn stream_of(s: CUstream) -> u64 {
     s as usize as u64
 }
 
-pub(super) fn event(d: &Driver, e: CUevent) -> CuResult<Arc<Event>> {
+pub(super) fn event(d: &DriverState, e: CUevent) -> CuResult<Arc<Event>> {
     d.events
         .get(&(e as usize as u64))
         .cloned()
@@ -62,7 +62,7 @@ export! {
 }
 
 /// A stream's context and, for created streams, the stream itself.
-fn describe(d: &Driver, s: CUstream) -> CuResult<(u64, Option<Arc<stream::Stream>>)> {
+fn describe(d: &DriverState, s: CUstream) -> CuResult<(u64, Option<Arc<stream::Stream>>)> {
     match d.contexts.target(Some(stream_of(s)))? {
         Target::Now { ctx, .. } => Ok((ctx, None)),
         Target::Queue(s) => Ok((s.ctx, Some(s))),

@@ -5,13 +5,13 @@
 
 use super::graphs::h;
 use super::{gated, handle_ptr, with, with_out};
-use crate::driver::{self, Driver};
+use crate::driver::{self, DriverState};
 use crate::error::{CuResult, RawResult};
 use cudarc::driver::sys::{CUgraph, CUuserObject, CUuserObject_st};
 use std::ffi::{c_uint, c_void};
 
 /// Runs `f` under the driver lock, then the destructors it made due, on this thread.
-pub(super) fn releasing(f: impl FnOnce(&mut Driver) -> CuResult<()>) -> RawResult {
+pub(super) fn releasing(f: impl FnOnce(&mut DriverState) -> CuResult<()>) -> RawResult {
     gated(|| {
         let done = driver::with(f);
         let due = driver::with(|d| Ok(d.user_objects.take_pending()))?;

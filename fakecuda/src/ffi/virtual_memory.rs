@@ -5,7 +5,7 @@
 
 use super::{get, granularity_of, put, with, with_out};
 use crate::abi::{RawAccessDesc, RawAllocProp, RawLocation};
-use crate::driver::Driver;
+use crate::driver::DriverState;
 use crate::error::{CuError, RawResult};
 use cudarc::driver::sys::{CUdeviceptr, CUmemGenericAllocationHandle};
 use std::ffi::{c_int, c_uint, c_ulonglong, c_void};
@@ -112,7 +112,7 @@ export! {
         handle_type: c_uint,
         flags: c_ulonglong,
     ) {
-        let fd = |d: &mut Driver| d.export(handle, handle_type, flags);
+        let fd = |d: &mut DriverState| d.export(handle, handle_type, flags);
         // SAFETY: for POSIX FDs `shareable` points at an int (cuda.h); the caller owns the FD.
         unsafe { with_out(shareable.cast::<c_int>(), |d| fd(d).map(IntoRawFd::into_raw_fd)) }
     }

@@ -3,7 +3,7 @@
 //! creator and map it, so the bytes are really shared.
 
 use crate::abi::consts as c;
-use crate::driver::Driver;
+use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
 use crate::state::pool::Place;
 use crate::sys;
@@ -24,7 +24,7 @@ pub struct Named {
     pub size: u64,
 }
 
-impl Driver {
+impl DriverState {
     /// `cuMemPoolExportToShareableHandle`: a memfd naming this process and the pool.
     pub fn pool_export(
         &mut self,

@@ -12,7 +12,7 @@
 //! are really shared. Native checkpoint refuses while a pool is shared.
 
 use crate::abi::consts as c;
-use crate::driver::Driver;
+use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
 pub(crate) use crate::state::pool::{ALLOCATION_TYPE_MANAGED, POOL_ALIGN, Place, Pool};
 use crate::sys;
@@ -29,7 +29,7 @@ pub use cuinterpose_abi::consts::{
 pub use ipc::{POINTER_BYTES, import_pointer};
 use std::collections::BTreeMap;
 
-impl Driver {
+impl DriverState {
     fn pool(&self, h: u64) -> CuResult<&Pool> {
         self.pools
             .pools

@@ -1,6 +1,6 @@
 //! The driver's state, concern by concern: each module's tables and their own methods. None
-//! names the `Driver` or takes its lock; the driver (`crate::driver`) holds them under its
-//! lock, and the operations above it (`impl Driver` in each concern's own module) change them.
+//! names the `DriverState` or takes its lock; the driver (`crate::driver`) holds them under its
+//! lock, and the operations above it (`impl DriverState` in each concern's own module) change them.
 
 pub mod context;
 pub mod gate;

@@ -1,13 +1,13 @@
 //! The virtual address space: reservations, mappings and access grants.
 
 use crate::abi::{RawAccessDesc, RawLocation, consts as c};
-use crate::driver::Driver;
+use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
 use crate::state::vmm::{Mapping, Owner, Reservation, Target, aligned};
 use crate::sys;
 use std::collections::BTreeMap;
 
-impl Driver {
+impl DriverState {
     pub fn address_reserve(
         &mut self,
         size: u64,

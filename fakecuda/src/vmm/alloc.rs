@@ -1,7 +1,7 @@
 //! Physical allocations: creation, release, retained handles, properties, export and import.
 
 use crate::abi::{RawAllocProp, RawLocation, consts as c};
-use crate::driver::Driver;
+use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
 use crate::state::vmm::{
     PhysAlloc, Target, aligned, alloc_memfd_name, check_export_type, parse_alloc_memfd_name,
@@ -12,7 +12,7 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 /// `CUmemAllocationProp.allocFlags.gpuDirectRDMACapable`: its byte in the flags.
 const RDMA_FLAG: usize = 1;
 
-impl Driver {
+impl DriverState {
     /// Creates a physical allocation backed by a fresh memfd: device memory (counted against
     /// the device's memory) or host NUMA memory (`location_type`).
     pub fn alloc_create(

@@ -3,7 +3,7 @@
 //! (`mprotect`), with CUDA's reference rules for handles and mappings.
 
 use crate::abi::consts as c;
-use crate::driver::Driver;
+use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
 use crate::state::context::Actor;
 pub(crate) use crate::state::vmm::{
@@ -14,7 +14,7 @@ mod address;
 
 mod alloc;
 
-impl Driver {
+impl DriverState {
     /// Checks that `[ptr, ptr+len)` is mapped device memory `actor`'s device may read (and
     /// write): what its copy engine would touch. Unmapped memory is an invalid value; mapped
     /// memory without the access (or a multicast range with no memory bound for the view's

@@ -3,7 +3,7 @@
 
 use super::carrier;
 use super::inspect::inspection;
-use super::step::{Step, at, loaded_driver};
+use super::step::{OpResult, at, loaded_driver};
 use crate::driver::context;
 use crate::log;
 use crate::state::cache::refused;
@@ -106,7 +106,7 @@ fn describe_busy(b: &gate::Busy) -> String {
 
 /// Waits for the queued work of every context that holds tracked memory, so the bytes the
 /// carrier saves include every copy and kernel the application issued before the gate closed.
-fn synchronize(r: &Registry) -> Step<()> {
+fn synchronize(r: &Registry) -> OpResult<()> {
     let d = loaded_driver()?;
     let mut contexts: Vec<(usize, i32)> = r
         .allocations

@@ -1,7 +1,7 @@
 //! The multicast operations: release every multicast object before the unicast memory, and
 //! after the unicast restore recreate them in order: creators, importers, devices, bindings.
 
-use super::step::{MappingIndex, Step, StepError, at, remap};
+use super::step::{MappingIndex, OpResult, StepError, at, remap};
 use crate::calls::sharing;
 use crate::driver::api::Bound;
 use crate::driver::{Driver, context};
@@ -12,7 +12,7 @@ use crate::sys::error::CuError;
 use cuinterpose_protocol::{Reply, ResourceKind};
 use std::os::fd::OwnedFd;
 
-pub fn prepare_multicast(d: &Driver, r: &mut Registry) -> Step<u64> {
+pub fn prepare_multicast(d: &Driver, r: &mut Registry) -> OpResult<u64> {
     let mapped: Vec<(u64, u64, cuinterpose_protocol::AllocationId)> = r
         .mappings
         .iter()
@@ -49,7 +49,7 @@ fn multicast_device(r: &Registry, id: &cuinterpose_protocol::AllocationId) -> i3
         .unwrap_or(0)
 }
 
-pub fn restore_multicast_creators(d: &Driver, r: &mut Registry) -> Step<u64> {
+pub fn restore_multicast_creators(d: &Driver, r: &mut Registry) -> OpResult<u64> {
     let me = r.pid;
     let ids: Vec<_> = r
         .multicasts
@@ -73,7 +73,7 @@ pub fn restore_multicast_creators(d: &Driver, r: &mut Registry) -> Step<u64> {
     Ok(0)
 }
 
-pub fn restore_multicast_importers(d: &Driver, r: &mut Registry) -> Step<u64> {
+pub fn restore_multicast_importers(d: &Driver, r: &mut Registry) -> OpResult<u64> {
     import_multicast_objects(d, r, &|m| {
         sharing::request_export(&m.reference, ResourceKind::Multicast, m.capability).map_err(at(
             || {
@@ -87,12 +87,16 @@ pub fn restore_multicast_importers(d: &Driver, r: &mut Registry) -> Step<u64> {
 }
 
 /// The export of one multicast object, from its creator.
-pub type FetchMulticast<'a> = &'a dyn Fn(&Multicast) -> Step<(Reply, OwnedFd)>;
+pub type FetchMulticast<'a> = &'a dyn Fn(&Multicast) -> OpResult<(Reply, OwnedFd)>;
 
 /// Imports every multicast object this process imported and does not hold yet, each through
 /// `fetch` (once in a restore; again and again in a rollback, whose creators may not have
 /// recreated theirs yet). Objects already held are left alone, so a retried call is harmless.
-pub fn import_multicast_objects(d: &Driver, r: &mut Registry, fetch: FetchMulticast) -> Step<u64> {
+pub fn import_multicast_objects(
+    d: &Driver,
+    r: &mut Registry,
+    fetch: FetchMulticast,
+) -> OpResult<u64> {
     let me = r.pid;
     let ids: Vec<_> = r
         .multicasts
@@ -121,7 +125,7 @@ pub fn import_multicast_objects(d: &Driver, r: &mut Registry, fetch: FetchMultic
     Ok(0)
 }
 
-pub fn restore_multicast_devices(d: &Driver, r: &mut Registry) -> Step<u64> {
+pub fn restore_multicast_devices(d: &Driver, r: &mut Registry) -> OpResult<u64> {
     for (id, m) in &r.multicasts {
         let raw = m
             .driver
@@ -138,7 +142,7 @@ pub fn restore_multicast_devices(d: &Driver, r: &mut Registry) -> Step<u64> {
     Ok(0)
 }
 
-pub fn restore_multicast_bindings(d: &Driver, r: &mut Registry) -> Step<u64> {
+pub fn restore_multicast_bindings(d: &Driver, r: &mut Registry) -> OpResult<u64> {
     let index = MappingIndex::new(r, Kind::Multicast);
     for (id, m) in &r.multicasts {
         let raw = m

@@ -23,7 +23,7 @@
 //! importer that finds a creator held.
 
 use super::multicast;
-use super::step::{Step, StepError, loaded_driver};
+use super::step::{OpResult, StepError, loaded_driver};
 use super::unicast;
 use crate::calls::sharing;
 use crate::log;
@@ -333,7 +333,7 @@ fn rebuild(
     phase: Phase,
     rebuilding: &BTreeSet<NamespacePid>,
     deadline: Instant,
-) -> Step<()> {
+) -> OpResult<()> {
     let released = phase == Phase::Released;
     if (phase == Phase::Frozen && rebuilding.is_empty())
         || (r.allocations.is_empty() && r.multicasts.is_empty())
@@ -381,7 +381,7 @@ fn rebuild(
 }
 
 /// Waits until `creator` serves its shared memory again (see [`creator_holds`]).
-fn await_creator(creator: NamespacePid, deadline: Instant) -> Step<Phase> {
+fn await_creator(creator: NamespacePid, deadline: Instant) -> OpResult<Phase> {
     retry_until(deadline, || match standing_of(creator) {
         Ok(p) if creator_holds(p.phase) => Ok(p.phase),
         Ok(p) if p.phase == Phase::Released && !p.held => Err(Retry::Later(format!(
@@ -407,7 +407,7 @@ enum Retry {
 
 /// Tries `attempt` until it succeeds, says never, or `deadline` passes, pausing 10 ms, then
 /// twice as long each time, up to 200 ms.
-fn retry_until<T>(deadline: Instant, mut attempt: impl FnMut() -> Result<T, Retry>) -> Step<T> {
+fn retry_until<T>(deadline: Instant, mut attempt: impl FnMut() -> Result<T, Retry>) -> OpResult<T> {
     let mut pause = Duration::from_millis(10);
     loop {
         match attempt() {

@@ -48,10 +48,10 @@ impl From<ExportFailure> for StepError {
 }
 
 /// A failure inside an operation.
-pub type Step<T> = Result<T, StepError>;
+pub type OpResult<T> = Result<T, StepError>;
 
 /// The driver, or why an operation cannot run without it.
-pub fn loaded_driver() -> Step<&'static Driver> {
+pub fn loaded_driver() -> OpResult<&'static Driver> {
     crate::driver::driver().map_err(StepError::NoDriver)
 }
 

@@ -3,7 +3,7 @@
 //! import them again (importers), each at its recorded addresses.
 
 use super::carrier::{self, Direction};
-use super::step::{Done, MappingIndex, Step, StepError, at, carrying, remap};
+use super::step::{Done, MappingIndex, OpResult, StepError, at, carrying, remap};
 use super::storage;
 use crate::calls::sharing;
 use crate::driver::{Driver, context};
@@ -21,7 +21,7 @@ use std::os::fd::{AsFd, OwnedFd};
 /// bound whenever the records are).
 fn bounded(
     checksums: Vec<cuinterpose_protocol::CarrierChecksum>,
-) -> Step<
+) -> OpResult<
     cuinterpose_protocol::BoundedVec<
         cuinterpose_protocol::CarrierChecksum,
         { cuinterpose_protocol::MAX_RECORDS },
@@ -74,7 +74,7 @@ impl Carriage {
     }
 }
 
-pub fn save(d: &Driver, r: &mut Registry, how: Carriage) -> Step<Done> {
+pub fn save(d: &Driver, r: &mut Registry, how: Carriage) -> OpResult<Done> {
     let ids = carried(r);
     if ids.is_empty() {
         r.carrier = None;
@@ -113,7 +113,7 @@ pub fn save(d: &Driver, r: &mut Registry, how: Carriage) -> Step<Done> {
     })
 }
 
-pub fn prepare_unicast(d: &Driver, r: &mut Registry) -> Step<u64> {
+pub fn prepare_unicast(d: &Driver, r: &mut Registry) -> OpResult<u64> {
     cache::clear();
     let shared: Vec<AllocationId> = r
         .allocations
@@ -125,7 +125,7 @@ pub fn prepare_unicast(d: &Driver, r: &mut Registry) -> Step<u64> {
     Ok(0)
 }
 
-pub fn load(d: &Driver, r: &mut Registry, how: Carriage) -> Step<Done> {
+pub fn load(d: &Driver, r: &mut Registry, how: Carriage) -> OpResult<Done> {
     let ids = carried(r);
     if ids.is_empty() {
         return Ok(Done::default());
@@ -221,7 +221,7 @@ pub fn load(d: &Driver, r: &mut Registry, how: Carriage) -> Step<Done> {
     result
 }
 
-pub fn restore_unicast(d: &Driver, r: &mut Registry) -> Step<u64> {
+pub fn restore_unicast(d: &Driver, r: &mut Registry) -> OpResult<u64> {
     for (creator, ids) in imports_by_creator(r) {
         import_from(d, r, creator, &ids)?;
     }
@@ -249,7 +249,7 @@ pub fn imports_by_creator(r: &Registry) -> BTreeMap<NamespacePid, Vec<Allocation
 /// Unmaps `ids` at every recorded address and releases their handles (their records stay):
 /// `prepare_unicast` for every shared allocation, a rollback for the imports of a creator that
 /// recreates its memory, so that [`import_from`] can import it again.
-pub fn release(d: &Driver, r: &mut Registry, ids: &[AllocationId]) -> Step<()> {
+pub fn release(d: &Driver, r: &mut Registry, ids: &[AllocationId]) -> OpResult<()> {
     let index = MappingIndex::new(r, Kind::Unicast);
     for id in ids {
         for &base in index.of(id) {
@@ -272,7 +272,7 @@ pub fn import_from(
     r: &mut Registry,
     creator: NamespacePid,
     ids: &[AllocationId],
-) -> Step<()> {
+) -> OpResult<()> {
     let index = MappingIndex::new(r, Kind::Unicast);
     let asks: Vec<_> = ids
         .iter()

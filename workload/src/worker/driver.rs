@@ -87,17 +87,17 @@ fn dlsym(handle: *mut c_void, name: &CStr) -> Result<*mut c_void, String> {
 
 /// The loaded driver (or runtime) and its resolved entry points.
 #[derive(Debug)]
-pub struct Driver {
+pub struct DriverLibrary {
     entry: EntryPath,
     resolver: Resolver,
     /// Resolved pointers by exact (suffixed) name.
     cache: RefCell<HashMap<&'static str, usize>>,
 }
 
-impl Driver {
+impl DriverLibrary {
     /// Opens the driver at `library` (a soname or path) for `entry`. The runtime path opens
     /// the runtime library instead and lets it load the driver.
-    pub fn open(entry: &EntryPath, library: &Path) -> Result<Driver, ErrorReply> {
+    pub fn open(entry: &EntryPath, library: &Path) -> Result<DriverLibrary, ErrorReply> {
         let get = |h: *mut c_void, name: &CStr| {
             dlsym(h, name).map_err(|e| {
                 failure::unresolved(
@@ -169,7 +169,7 @@ impl Driver {
                 }
             }
         };
-        Ok(Driver {
+        Ok(DriverLibrary {
             entry: entry.clone(),
             resolver,
             cache: RefCell::new(HashMap::new()),
@@ -300,7 +300,7 @@ fn check(function: &'static str, r: u32) -> Result<(), ErrorReply> {
 
 macro_rules! driver_api {
     ($( fn $method:ident = $exact:literal / $unsuffixed:literal ( $($arg:ident : $ty:ty),* $(,)? ); )*) => {
-        impl Driver {
+        impl DriverLibrary {
             $(
                 #[doc = concat!("`", $exact, "` (resolved by version as `", $unsuffixed, "`).")]
                 ///

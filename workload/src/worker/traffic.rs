@@ -3,7 +3,7 @@
 //! the driver acknowledged is still there the next time it reads, and that it reads back what
 //! it just wrote. They stand in for an engine's scheduler, data-loader and proxy threads.
 
-use super::driver::Driver;
+use super::driver::DriverLibrary;
 use super::failure;
 use crate::proto::{ErrorReply, TrafficMode, TrafficReport, TrafficThread};
 use std::collections::BTreeMap;
@@ -50,7 +50,7 @@ macro_rules! resolve {
 }
 
 impl Api {
-    fn resolve(d: &Driver) -> Result<Api, ErrorReply> {
+    fn resolve(d: &DriverLibrary) -> Result<Api, ErrorReply> {
         Ok(Api {
             retain: resolve!(
                 d,
@@ -246,7 +246,7 @@ impl Run {
 
 impl Traffic {
     pub fn start(
-        d: &Driver,
+        d: &DriverLibrary,
         device: i32,
         threads: Vec<TrafficThread>,
     ) -> Result<Traffic, ErrorReply> {
@@ -309,7 +309,7 @@ unsafe impl Send for Run {}
 
 /// `SynchronizeInThread`: a detached thread makes the current context of `device` current and
 /// calls `cuStreamSynchronize(0)` once.
-pub fn synchronize_in_thread(d: &Driver, device: i32) -> Result<(), ErrorReply> {
+pub fn synchronize_in_thread(d: &DriverLibrary, device: i32) -> Result<(), ErrorReply> {
     let api = Api::resolve(d)?;
     std::thread::Builder::new()
         .name("synchronize".into())

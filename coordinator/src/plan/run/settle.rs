@@ -27,7 +27,7 @@ use std::time::Duration;
 use cuinterpose_protocol::{NamespacePid, Operation, RefusalCode, Reply};
 
 use super::checks::unexpected;
-use super::{Failure, Outcome, Reason, Run, Step};
+use super::{Failure, Instruction, Outcome, Reason, Run};
 use crate::plan::stage::{RunKind, Stage};
 use crate::report::PhaseReport;
 
@@ -269,6 +269,6 @@ impl Run {
         error.mutated = true;
         error.settled = true;
         error.fail_stopped = self.fail_stopped.iter().copied().collect();
-        self.step = Step::Failed(error);
+        self.step = Instruction::Failed(error);
     }
 }

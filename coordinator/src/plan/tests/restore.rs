@@ -111,7 +111,7 @@ fn check_compares_the_state_and_changes_nothing() {
     let mut run = Run::check(&state, fakes.keys().copied());
     let stages = drive(&mut run, &mut fakes, &mut |_, _, outcome| outcome, Ok(()));
     assert_eq!(stages, [Stage::Inspect]);
-    let Step::Done(report) = run.step() else {
+    let Instruction::Done(report) = run.step() else {
         panic!("{:?}", run.step());
     };
     assert_eq!(report.command, "restore");
@@ -158,7 +158,7 @@ fn an_interrupted_restore_completes_when_run_again() {
         let mut run = Run::restore(&state, fakes.keys().copied());
         // inspect, then `done` operations; then the coordinator is gone.
         for _ in 0..=done {
-            let Step::Broadcast {
+            let Instruction::Broadcast {
                 request,
                 participants,
                 ..
@@ -182,7 +182,11 @@ fn an_interrupted_restore_completes_when_run_again() {
         );
         expected.push(Stage::Verify);
         assert_eq!(stages, expected, "after {done} operations");
-        assert!(matches!(again.step(), Step::Done(_)), "{:?}", again.step());
+        assert!(
+            matches!(again.step(), Instruction::Done(_)),
+            "{:?}",
+            again.step()
+        );
         assert!(fakes.values().all(|fake| fake.phase == Phase::Active));
     }
 

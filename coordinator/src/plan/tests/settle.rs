@@ -107,7 +107,7 @@ fn drive_fated<F: FnMut(Stage, u32, usize) -> Fate>(
 
 fn failed(run: &Run) -> &RunError {
     match run.step() {
-        Step::Failed(error) => error,
+        Instruction::Failed(error) => error,
         other => panic!("expected a failure, got {other:?}"),
     }
 }
@@ -357,7 +357,7 @@ fn a_participant_silent_in_a_restore_step_is_waited_for_and_the_restore_goes_on(
         stages,
         restore_waiting(LOAD, &[Stage::Settle, Stage::Settle, Stage::Confirm])
     );
-    let Step::Done(report) = run.step() else {
+    let Instruction::Done(report) = run.step() else {
         panic!("{:?}", run.step());
     };
     let names: Vec<&str> = report.phases.iter().map(|p| p.name.as_str()).collect();
@@ -394,7 +394,11 @@ fn a_restore_step_still_running_is_confirmed_before_the_next() {
             &[Stage::Settle, Stage::Confirm, Stage::Settle, Stage::Confirm]
         )
     );
-    assert!(matches!(run.step(), Step::Done(_)), "{:?}", run.step());
+    assert!(
+        matches!(run.step(), Instruction::Done(_)),
+        "{:?}",
+        run.step()
+    );
 }
 
 /// An importer's `restore_unicast` never arrived: found still `loaded`, it gets the step
@@ -419,7 +423,11 @@ fn a_participant_behind_in_a_restore_gets_the_step_again() {
             &[Stage::Settle, RESTORE_UNICAST, Stage::Settle]
         )
     );
-    assert!(matches!(run.step(), Step::Done(_)), "{:?}", run.step());
+    assert!(
+        matches!(run.step(), Instruction::Done(_)),
+        "{:?}",
+        run.step()
+    );
     assert!(fakes.values().all(|f| f.phase == Phase::Active));
 
     let (run, stages, _) = check_restore(|stage, p, rounds| match (stage, p, rounds) {
@@ -446,7 +454,11 @@ fn a_participant_behind_in_a_restore_gets_the_step_again() {
             ]
         )
     );
-    assert!(matches!(run.step(), Step::Done(_)), "{:?}", run.step());
+    assert!(
+        matches!(run.step(), Instruction::Done(_)),
+        "{:?}",
+        run.step()
+    );
 }
 
 /// Silent past the limit, or failed, gone or in another phase while the restore waits:

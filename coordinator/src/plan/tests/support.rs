@@ -182,7 +182,7 @@ pub(super) fn check_failed(
     reason: &str,
     mutated: bool,
 ) -> RunError {
-    let Step::Failed(error) = run.step() else {
+    let Instruction::Failed(error) = run.step() else {
         panic!("expected a failure, got {:?}", run.step());
     };
     assert_eq!(error.stage, stage, "{error}");
@@ -252,7 +252,11 @@ pub(super) fn captured() -> (Fakes, StateFile) {
     let mut fakes = fake_participants(&topology);
     let mut run = Run::capture(fakes.keys().copied());
     drive(&mut run, &mut fakes, &mut untouched(), Ok(()));
-    assert!(matches!(run.step(), Step::Done(_)), "{:?}", run.step());
+    assert!(
+        matches!(run.step(), Instruction::Done(_)),
+        "{:?}",
+        run.step()
+    );
     (fakes, state_file(&topology))
 }
 

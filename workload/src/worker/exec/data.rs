@@ -169,7 +169,7 @@ impl State {
     fn in_chunks(
         &mut self,
         size: u64,
-        mut step: impl FnMut(&Driver, u64, &mut [u8]) -> Result<(), ErrorReply>,
+        mut step: impl FnMut(&DriverLibrary, u64, &mut [u8]) -> Result<(), ErrorReply>,
     ) -> Outcome {
         let d = self.driver()?;
         let mut buf = vec![0u8; size.min(COPY_CHUNK) as usize];

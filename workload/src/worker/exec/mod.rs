@@ -1,6 +1,6 @@
 //! Command execution inside the worker.
 
-use super::driver::{Driver, dladdr};
+use super::driver::{DriverLibrary, dladdr};
 use super::failure;
 use crate::cuda::{
     self, RawAccessDesc, RawAllocProp, RawIpcMemHandle, RawLocation, RawMulticastProp,
@@ -36,7 +36,7 @@ type Outcome = Result<(Reply, Option<Attach>), ErrorReply>;
 pub struct State {
     entry: EntryPath,
     library: PathBuf,
-    driver: Option<Driver>,
+    driver: Option<DriverLibrary>,
     /// Host memory `HostRegister` mapped: address → length.
     host_regions: HashMap<u64, usize>,
     traffic: Option<super::traffic::Traffic>,
@@ -184,9 +184,9 @@ impl State {
     }
 
     /// The driver, opened on first use.
-    fn driver(&mut self) -> Result<&Driver, ErrorReply> {
+    fn driver(&mut self) -> Result<&DriverLibrary, ErrorReply> {
         if self.driver.is_none() {
-            self.driver = Some(Driver::open(&self.entry, &self.library)?);
+            self.driver = Some(DriverLibrary::open(&self.entry, &self.library)?);
         }
         Ok(self.driver.as_ref().expect("just opened"))
     }
