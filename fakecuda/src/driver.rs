@@ -18,21 +18,21 @@ pub struct DriverState {
     pub mc: Multicast,
     pub legacy: crate::state::legacy::Legacy,
     /// CUDA graphs and their executable instances.
-    pub graphs: crate::state::graph::Graphs,
+    pub graphs: crate::state::extras::graph::Graphs,
     /// Stream-ordered memory pools and their allocations.
     pub pools: crate::state::pool::Pools,
     /// Events by handle.
     pub events: std::collections::HashMap<u64, std::sync::Arc<crate::state::stream::Event>>,
     /// What graph allocation nodes reserved and executable graphs hold.
-    pub graph_memory: crate::state::graph_memory::GraphMemory,
+    pub graph_memory: crate::state::extras::graph_memory::GraphMemory,
     /// User objects and the references graphs hold to them.
-    pub user_objects: crate::state::user_object::UserObjects,
+    pub user_objects: crate::state::extras::user_object::UserObjects,
     /// Green contexts and their resource descriptors.
-    pub greens: crate::state::green::Greens,
+    pub greens: crate::state::extras::green::Greens,
     /// Interprocess events this process exported.
     pub ipc_events: crate::state::ipc_event::IpcEvents,
     /// Managed memory's advice and prefetch locations.
-    pub advice: crate::state::managed::Advice,
+    pub advice: crate::state::extras::managed::Advice,
     /// Allocations (by buffer id) with `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS` set.
     pub sync_memops: std::collections::BTreeSet<u64>,
     /// Source of every handle value (allocations, multicast objects, contexts, streams):
@@ -115,12 +115,12 @@ pub fn init(flags: u32, start: impl FnOnce() -> CuResult<()>) -> CuResult<()> {
         legacy: crate::state::legacy::Legacy::default(),
         events: std::collections::HashMap::new(),
         pools: crate::state::pool::Pools::default(),
-        graphs: crate::state::graph::Graphs::default(),
-        advice: crate::state::managed::Advice::default(),
+        graphs: crate::state::extras::graph::Graphs::default(),
+        advice: crate::state::extras::managed::Advice::default(),
         ipc_events: crate::state::ipc_event::IpcEvents::default(),
-        greens: crate::state::green::Greens::default(),
-        user_objects: crate::state::user_object::UserObjects::default(),
-        graph_memory: crate::state::graph_memory::GraphMemory::default(),
+        greens: crate::state::extras::green::Greens::default(),
+        user_objects: crate::state::extras::user_object::UserObjects::default(),
+        graph_memory: crate::state::extras::graph_memory::GraphMemory::default(),
         sync_memops: std::collections::BTreeSet::new(),
         next_handle: 0x1000,
     });

@@ -10,26 +10,27 @@
 // `tidy/`, its table in `tidy/src/workspace.rs`).
 // 1. The exported C functions, and `cuGetProcAddress`'s table of them.
 mod ffi;
-// 2. The operations: the driver's methods on each concern's state, and native checkpoint.
+// 2. The operations of the models beside the core: graph memory, green contexts, managed
+//    memory.
+mod extras;
+// 3. The core's operations: the driver's methods on each concern's state, and native
+//    checkpoint.
 mod checkpoint;
-mod graph_memory;
-mod green;
 mod ipc;
 mod ipc_event;
 mod legacy;
-mod managed;
 mod memcpy;
 mod multicast;
 mod pointer;
 mod pool;
 mod vmm;
-// 3. The driver: its state under one lock, and `cuInit`.
+// 4. The driver: its state under one lock, and `cuInit`.
 mod driver;
-// 4. The state, concern by concern.
+// 5. The state, concern by concern.
 mod state;
-// 5. The devices this process sees.
+// 6. The devices this process sees.
 mod device;
-// 6. The ABI, errors, system calls.
+// 7. The ABI, errors, system calls.
 mod abi;
 mod error;
 mod sys;

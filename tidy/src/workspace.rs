@@ -153,14 +153,12 @@ pub const FAKECUDA: Floors = Floors {
     scope: &[],
     floors: &[
         &["ffi"],
+        &["extras"],
         &[
             "checkpoint",
-            "graph_memory",
-            "green",
             "ipc",
             "ipc_event",
             "legacy",
-            "managed",
             "memcpy",
             "multicast",
             "pointer",
@@ -176,7 +174,7 @@ pub const FAKECUDA: Floors = Floors {
     root_macros: &[],
     env_in: None,
     // A graph's topology extends the graphs' tables from a file of its own.
-    circles_in: &["ffi", "state/graph"],
+    circles_in: &["ffi", "state/extras/graph"],
     ffi_edge: &["ffi"],
 };
 

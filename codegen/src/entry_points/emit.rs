@@ -168,10 +168,10 @@ pub fn emit(table: &Table, policy: &str) -> Result<Emitted, syn::Error> {
         source,
         policy,
         "// One exported function per generated entry point: `pass_through!` (in\n\
-         // `passthrough.rs`, with its SAFETY argument) forwards the call to the driver's function\n\
+         // `forwarding.rs`, with its SAFETY argument) forwards the call to the driver's function\n\
          // of the same name, behind the gate unless the entry is open.",
     ) + &format!(
-        "\nuse super::passthrough::pass_through;\n\
+        "\nuse super::forwarding::pass_through;\n\
          use std::ffi::c_void;\n\
          \n\
          {functions}"

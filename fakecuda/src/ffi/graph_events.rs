@@ -8,7 +8,7 @@ use super::graphs::{add, deps, h};
 use super::{gated, handle_ptr, put};
 use crate::driver::{self, DriverState};
 use crate::error::{CuError, CuResult, RawResult};
-use crate::state::graph::{EventRef, Work};
+use crate::state::extras::graph::{EventRef, Work};
 use cudarc::driver::sys::{CUevent, CUevent_st, CUgraph, CUgraphExec, CUgraphNode};
 
 /// The event `e` names, for a node.

@@ -1,4 +1,4 @@
-//! Graph memory nodes and the device's graph-memory attributes (see [`crate::graph_memory`]).
+//! Graph memory nodes and the device's graph-memory attributes (see [`crate::extras::graph_memory`]).
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 

@@ -11,7 +11,7 @@ use super::graphs::{RawMemcpy3d, add, child_node, deps, h, host_node, memcpy_nod
 use super::{gated, get, handle_ptr, put, with_out};
 use crate::driver::{self};
 use crate::error::{CuError, CuResult, RawResult};
-use crate::state::graph::Work;
+use crate::state::extras::graph::Work;
 use cudarc::driver::sys::CUcontext;
 use cudarc::driver::sys::{
     CUgraph, CUgraphConditionalHandle, CUgraphNode, CUgraphNodeParams, CUgraphNodeType as T,

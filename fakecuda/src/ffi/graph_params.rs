@@ -14,7 +14,7 @@ use super::graphs::{
 use super::{gated, get, handle_ptr, put};
 use crate::driver::{self};
 use crate::error::{CuError, CuResult, RawResult};
-use crate::state::graph::Work;
+use crate::state::extras::graph::Work;
 use cudarc::driver::sys::CUcontext;
 use cudarc::driver::sys::{CUgraphExec, CUgraphNode, CUgraphNodeParams, CUgraphNodeType as T};
 use std::ffi::{c_int, c_uint};

@@ -11,7 +11,7 @@ use crate::abi::RawMemAllocNodeParams;
 use crate::driver::{self};
 use crate::error::{CuError, CuResult, RawResult};
 use crate::memcpy;
-use crate::state::graph::Work;
+use crate::state::extras::graph::Work;
 use cudarc::driver::sys::{CUdeviceptr, CUstream};
 use cudarc::driver::sys::{CUgraph, CUgraphExec, CUgraphExec_st, CUgraphNode, CUgraphNode_st};
 use std::ffi::CStr;
@@ -87,7 +87,7 @@ unsafe fn graph_nodes(
     graph: CUgraph,
     nodes: *mut CUgraphNode,
     count: *mut usize,
-    which: fn(&crate::state::graph::Graphs, u64) -> CuResult<Vec<u64>>,
+    which: fn(&crate::state::extras::graph::Graphs, u64) -> CuResult<Vec<u64>>,
 ) -> RawResult {
     gated(|| {
         let all = driver::with(|d| which(&d.graphs, h(graph)))?;
@@ -100,12 +100,12 @@ export! {
     /// A graph's nodes in the order they were added.
     fn cuGraphGetNodes(graph: CUgraph, nodes: *mut CUgraphNode, count: *mut usize) {
         // SAFETY: the caller's list (cuda.h).
-        unsafe { graph_nodes(graph, nodes, count, crate::state::graph::Graphs::nodes_of) }
+        unsafe { graph_nodes(graph, nodes, count, crate::state::extras::graph::Graphs::nodes_of) }
     }
 
     fn cuGraphGetRootNodes(graph: CUgraph, nodes: *mut CUgraphNode, count: *mut usize) {
         // SAFETY: the caller's list (cuda.h).
-        unsafe { graph_nodes(graph, nodes, count, crate::state::graph::Graphs::roots) }
+        unsafe { graph_nodes(graph, nodes, count, crate::state::extras::graph::Graphs::roots) }
     }
 }
 

@@ -1,4 +1,4 @@
-//! CUDA graphs (see [`crate::state::graph`]).
+//! CUDA graphs (see [`crate::state::extras::graph`]).
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
@@ -7,8 +7,8 @@ pub(super) use crate::abi::RawMemcpy3d;
 use crate::driver::{self};
 use crate::error::{CuError, CuResult, RawResult};
 use crate::memcpy;
-pub(super) use crate::state::graph::MemsetNodeParams;
-use crate::state::graph::{Side, Work};
+pub(super) use crate::state::extras::graph::MemsetNodeParams;
+use crate::state::extras::graph::{Side, Work};
 use cudarc::driver::sys::{CUcontext, CUstream};
 use cudarc::driver::sys::{CUgraph, CUgraph_st, CUgraphExec, CUgraphNode, CUgraphNode_st};
 use std::ffi::{c_uint, c_ulonglong, c_void};
@@ -292,7 +292,7 @@ fn loops_forever(order: &[Work]) -> bool {
             value,
             bodies,
         } => {
-            (*kind == crate::state::graph::COND_WHILE && *value != 0)
+            (*kind == crate::state::extras::graph::COND_WHILE && *value != 0)
                 || bodies.iter().any(|b| loops_forever(b))
         }
         Work::Child(nodes) => loops_forever(nodes),
@@ -326,9 +326,9 @@ fn run_works(issuer: u64, order: &[Work]) -> bool {
                 // the body its value names; a while (clear: `loops_forever` refused a set
                 // one at launch) none.
                 let chosen = match *kind {
-                    crate::state::graph::COND_IF if *value != 0 => bodies.first(),
-                    crate::state::graph::COND_IF => bodies.get(1),
-                    crate::state::graph::COND_SWITCH => bodies.get(*value as usize),
+                    crate::state::extras::graph::COND_IF if *value != 0 => bodies.first(),
+                    crate::state::extras::graph::COND_IF => bodies.get(1),
+                    crate::state::extras::graph::COND_SWITCH => bodies.get(*value as usize),
                     _ => None,
                 };
                 if let Some(body) = chosen

@@ -1,4 +1,4 @@
-//! Green contexts (see [`crate::green`]) through the C ABI.
+//! Green contexts (see [`crate::extras::green`]) through the C ABI.
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 

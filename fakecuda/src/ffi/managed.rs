@@ -1,4 +1,4 @@
-//! Managed memory's advice, prefetches and range attributes (see [`crate::managed`]), in both
+//! Managed memory's advice, prefetches and range attributes (see [`crate::extras::managed`]), in both
 //! ABIs: the legacy one naming a device ordinal (`CU_DEVICE_CPU` for the host) and CUDA 12.2's
 //! `_v2` naming a `CUmemLocation`, which cuda.h hands out from then on.
 
@@ -8,7 +8,7 @@ use super::{gated, with};
 use crate::abi::RawLocation;
 use crate::driver::{self, DriverState};
 use crate::error::{CuError, CuResult, RawResult};
-use crate::managed::{Place, RangeValue};
+use crate::extras::managed::{Place, RangeValue};
 use crate::memcpy;
 use cudarc::driver::sys::{CUdevice, CUdeviceptr, CUstream};
 use std::ffi::{c_uint, c_ulonglong, c_void};

@@ -1,4 +1,4 @@
-//! User objects (see [`crate::state::user_object`]). Every entry point that may drop a last
+//! User objects (see [`crate::state::extras::user_object`]). Every entry point that may drop a last
 //! reference runs the destructors due once the driver lock is released.
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]

@@ -1,5 +1,6 @@
-//! The context tables: what the driver holds for them, with their own methods. The
-//! driver's operations on them are `crate::state::context`.
+//! Contexts (primary and created), the per-thread context stack and streams.
+//!
+//! Handles given to the application are opaque numbers, never dereferenced.
 
 use crate::error::{CuError, CuResult};
 use crate::state::stream::{self, Stream};

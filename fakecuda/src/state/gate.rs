@@ -1,5 +1,7 @@
-//! The gate tables: what the driver holds for them, with their own methods. The
-//! driver's operations on them are `crate::checkpoint`.
+//! The checkpoint gate: every entry point passes it, so a native lock really stops the
+//! application's driver calls, and the process's native state (running, locked,
+//! checkpointed, failed) with the lock and unlock steps, under the gate's own lock (not the
+//! driver's). What checkpoint and restore do to the device state is `crate::checkpoint::native`.
 
 use crate::abi::consts as c;
 use crate::error::{CuError, CuResult};

@@ -3,16 +3,12 @@
 //! lock, and the operations above it (`impl DriverState` in each concern's own module) change them.
 
 pub mod context;
+pub mod extras;
 pub mod gate;
-pub mod graph;
-pub mod graph_memory;
-pub mod green;
 pub mod ipc;
 pub mod ipc_event;
 pub mod legacy;
-pub mod managed;
 pub mod multicast;
 pub mod pool;
 pub mod stream;
-pub mod user_object;
 pub mod vmm;

@@ -1,5 +1,19 @@
-//! The stream tables: what the driver holds for them, with their own methods. The
-//! driver's operations on them are `crate::state::stream`.
+//! Streams and events with CUDA's ordering, on the host.
+//!
+//! Each created stream has a worker thread that runs the stream's work in submission order,
+//! asynchronously to the caller: an async copy returns at once and its bytes move later, so
+//! a client that forgets to synchronize sees what it would on a GPU. Work queued on a stream
+//! counts as in flight for the native lock (it holds a gate pass until it has run), as the
+//! driver's lock waits for submitted work.
+//!
+//! The legacy default stream (`0`, `CU_STREAM_LEGACY`) and the per-thread default stream run
+//! their work synchronously in the caller; before legacy-stream work, every blocking stream
+//! (created without `CU_STREAM_NON_BLOCKING`) of the context drains, which is the implicit
+//! synchronization the legacy stream has with them.
+//!
+//! An error raised by queued work (a range unmapped between submission and execution) is kept
+//! by the stream and returned by its next synchronization or query, as a GPU fault surfaces
+//! asynchronously.
 
 use crate::error::{CuError, CuResult};
 use crate::state::gate::Pass;

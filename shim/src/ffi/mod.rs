@@ -11,7 +11,7 @@ pub mod fork;
 pub mod generated;
 #[rustfmt::skip]
 pub mod pass_throughs;
-pub mod passthrough;
+pub mod forwarding;
 pub mod pools;
 pub mod proc_address;
 pub mod symbols;

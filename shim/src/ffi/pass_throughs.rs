@@ -2,10 +2,10 @@
 // Do not edit: change the policy (or the cudarc version) and regenerate.
 //
 // One exported function per generated entry point: `pass_through!` (in
-// `passthrough.rs`, with its SAFETY argument) forwards the call to the driver's function
+// `forwarding.rs`, with its SAFETY argument) forwards the call to the driver's function
 // of the same name, behind the gate unless the entry is open.
 
-use super::passthrough::pass_through;
+use super::forwarding::pass_through;
 use std::ffi::c_void;
 
 pass_through!(0, cuArray3DCreate_v2(a0: *mut c_void, a1: *const c_void));

@@ -70,7 +70,7 @@ macro_rules! pass_through {
         #[unsafe(no_mangle)]
         #[allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> u32 {
-            $crate::ffi::passthrough::forward($index, |f| {
+            $crate::ffi::forwarding::forward($index, |f| {
                 // SAFETY: `f` is the driver's own function of the entry's exact name, resolved
                 // by that name from the driver library; its C prototype is the one cudarc's
                 // bindings declare for the name, with each argument reduced to its ABI class

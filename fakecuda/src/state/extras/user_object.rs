@@ -1,5 +1,8 @@
-//! The user_object tables: what the driver holds for them, with their own methods. The
-//! driver's operations on them are `crate::state::user_object`.
+//! User objects (`cuUserObjectCreate`): an application pointer and its destructor, reference
+//! counted by the application, by graphs that retain them and by executable graphs made from
+//! those graphs. When the last reference goes, the destructor is queued; the entry points run
+//! it once the driver lock is released (CUDA runs it on a thread of its own; it may call no
+//! CUDA function either way).
 
 use crate::error::{CuError, CuResult};
 use std::collections::HashMap;

@@ -1,5 +1,5 @@
 //! The graph_memory tables: what the driver holds for them, with their own methods. The
-//! driver's operations on them are `crate::graph_memory`.
+//! driver's operations on them are `crate::extras::graph_memory`.
 
 use cudarc::driver::sys::CUgraphMem_attribute as A;
 use std::collections::{BTreeMap, HashMap};

@@ -7,8 +7,8 @@
 use crate::abi::{RawAccessDesc, RawPoolProps, consts as c};
 use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
-use crate::state::graph::Work;
-pub(crate) use crate::state::graph_memory::{
+use crate::state::extras::graph::Work;
+pub(crate) use crate::state::extras::graph_memory::{
     RESERVED_MEM_CURRENT, RESERVED_MEM_HIGH, Reserved, USED_MEM_CURRENT, USED_MEM_HIGH,
 };
 use crate::sys;

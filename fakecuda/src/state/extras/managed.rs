@@ -1,5 +1,5 @@
 //! The managed tables: what the driver holds for them, with their own methods. The
-//! driver's operations on them are `crate::managed`.
+//! driver's operations on them are `crate::extras::managed`.
 
 use crate::abi::consts as c;
 use std::collections::HashMap;

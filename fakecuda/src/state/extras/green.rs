@@ -1,5 +1,5 @@
 //! The green tables: what the driver holds for them, with their own methods. The
-//! driver's operations on them are `crate::green`.
+//! driver's operations on them are `crate::extras::green`.
 
 use std::collections::HashMap;
 
