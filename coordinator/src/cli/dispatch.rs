@@ -169,55 +169,15 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
                 )
                 .into());
             }
+            let target = Target {
+                control_dir: control,
+                pids,
+            };
             let report = match (checkpoint_dir, dir) {
                 (Some(checkpoint_dir), None) => {
-                    // The state first: a missing or corrupt one is named as such, not as
-                    // "no participants" when nothing runs.
-                    let saved = state::load(&checkpoint_dir).map_err(CommandError::from)?;
-                    let session = session(&Target {
-                        control_dir: control,
-                        pids,
-                    })?
-                    .carrying(staged);
-                    // The processes were restored natively by someone else: the map says
-                    // where, for the final comparison.
-                    let remap = match &device_map {
-                        Some(spec) => {
-                            let driver = crate::native::NativeDriver::load_from(&driver_path())
-                                .map_err(CommandError::from)?;
-                            commands::resolve_device_map(&driver, spec, &saved)?
-                        }
-                        None => crate::remap::Remap::identity(),
-                    };
-                    commands::restore_remapped(
-                        &session,
-                        &checkpoint_dir,
-                        remap,
-                        &mut progress(json),
-                    )?
+                    restore_participants(&checkpoint_dir, &target, staged, device_map, json)?
                 }
-                (None, Some(dir)) => {
-                    if pids.len() > 1 {
-                        return Err(Usage(
-                            "with --dir, --pid names the workload's root process once".into(),
-                        )
-                        .into());
-                    }
-                    let mut workload = workload(control, 0)?;
-                    workload.device_map = device_map;
-                    workload.carriage = staged;
-                    match criu.get() {
-                        Some(criu) => {
-                            crate::criu::restore(&workload, &criu, &dir, &mut progress(json))?
-                        }
-                        None => compose::restore(
-                            &workload,
-                            pids.first().copied(),
-                            &dir,
-                            &mut progress(json),
-                        )?,
-                    }
-                }
+                (None, Some(dir)) => restore_tree(&dir, target, staged, device_map, &criu, json)?,
                 _ => unreachable!("clap requires exactly one of --checkpoint-dir and --dir"),
             };
             print_report(&report, json);
@@ -255,26 +215,7 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             workload.device_map = device_map;
             workload.carriage = carriage(&carrier, dir.is_some() || criu.criu)?;
             let report = match criu.get() {
-                Some(criu) => {
-                    let dir = dir
-                        .ok_or_else(|| Usage("toggle --criu needs --dir for the images".into()))?;
-                    let mut report = Report::new("toggle");
-                    report.absorb(crate::criu::checkpoint(
-                        &workload,
-                        &criu,
-                        tree.root,
-                        &dir,
-                        &mut progress(tree.json),
-                    )?);
-                    report.absorb(compose::resume_unless_refused_map(
-                        &workload,
-                        "criu restore",
-                        |workload| {
-                            crate::criu::restore(workload, &criu, &dir, &mut progress(tree.json))
-                        },
-                    )?);
-                    report
-                }
+                Some(criu) => toggle_criu(&workload, &criu, tree.root, dir, tree.json)?,
                 None => compose::toggle(
                     &workload,
                     tree.root,
@@ -318,20 +259,7 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
                 ),
                 keep,
             };
-            match crate::demo::run(&options, &mut progress(json)) {
-                Ok(outcome) => {
-                    if json {
-                        print_json(&outcome.json());
-                    } else {
-                        print!("{}", outcome.text());
-                    }
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(error) => {
-                    eprintln!("cuinterpose demo: FAILED: {error}");
-                    Ok(ExitCode::from(error.exit_code()))
-                }
-            }
+            Ok(demo(&options, json))
         }
         Command::CriuHook {
             control_dir,
@@ -339,47 +267,161 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             watch_criu,
             root,
             dir,
-        } => {
-            if watch_criu.is_none()
-                && let Err(code) = adopt_hook_settings()
-            {
-                return Ok(code);
-            }
-            // The host carrier: the hook has no setting for the carrier yet, and Podman's
-            // image directories (exported, moved between machines) are not yet known to keep
-            // a carrier/ folder beside the images.
-            let mut workload = workload(control_dir, lock_timeout_ms)?;
-            if let (Some(criu), Some(root), Some(dir)) = (watch_criu, root, dir) {
-                // The watcher's control directory was resolved by the hook that started it;
-                // it puts a tree CRIU left running back where it is, so no device map.
-                return Ok(ExitCode::from(crate::hook::watch::watch_and_record(
-                    criu, root, &dir, &workload,
-                )));
-            }
-            workload.device_map = hook_device_map()?;
-            Ok(criu_hook(&workload))
-        }
+        } => hook_command(control_dir, lock_timeout_ms, watch_criu, root, dir),
         Command::Launch {
             shim,
             control_dir: control,
             command,
         } => launch(shim, control, command),
-        Command::State(StateCommand::Show { path, format }) => {
-            let state = if path.is_dir() {
-                state::load(&path)
+        Command::State(StateCommand::Show { path, format }) => state_show(&path, format),
+    }
+}
+
+/// `restore --checkpoint-dir`: the participants were restored natively by someone else; the
+/// coordinator's restore phases from the state in `checkpoint_dir`.
+fn restore_participants(
+    checkpoint_dir: &std::path::Path,
+    target: &Target,
+    staged: Carriage,
+    device_map: Option<crate::remap::DeviceMapSpec>,
+    json: bool,
+) -> Result<Report, Failure> {
+    // The state first: a missing or corrupt one is named as such, not as "no participants"
+    // when nothing runs.
+    let saved = state::load(checkpoint_dir).map_err(CommandError::from)?;
+    let session = session(target)?.carrying(staged);
+    // The map says where the processes now are, for the final comparison.
+    let remap = match &device_map {
+        Some(spec) => {
+            let driver = crate::native::NativeDriver::load_from(&driver_path())
+                .map_err(CommandError::from)?;
+            commands::resolve_device_map(&driver, spec, &saved)?
+        }
+        None => crate::remap::Remap::identity(),
+    };
+    Ok(commands::restore_remapped(
+        &session,
+        checkpoint_dir,
+        remap,
+        &mut progress(json),
+    )?)
+}
+
+/// `restore --dir`: the whole tree, natively (and with CRIU where asked), from `dir`.
+fn restore_tree(
+    dir: &std::path::Path,
+    target: Target,
+    staged: Carriage,
+    device_map: Option<crate::remap::DeviceMapSpec>,
+    criu: &super::args::CriuArgs,
+    json: bool,
+) -> Result<Report, Failure> {
+    if target.pids.len() > 1 {
+        return Err(
+            Usage("with --dir, --pid names the workload's root process once".into()).into(),
+        );
+    }
+    let mut workload = workload(target.control_dir, 0)?;
+    workload.device_map = device_map;
+    workload.carriage = staged;
+    Ok(match criu.get() {
+        Some(criu) => crate::criu::restore(&workload, &criu, dir, &mut progress(json))?,
+        None => compose::restore(
+            &workload,
+            target.pids.first().copied(),
+            dir,
+            &mut progress(json),
+        )?,
+    })
+}
+
+/// `toggle --criu`: dump the tree into `dir`, then restore it from there (in place when a
+/// device map is refused).
+fn toggle_criu(
+    workload: &compose::Workload,
+    criu: &crate::criu::Criu,
+    root: u32,
+    dir: Option<std::path::PathBuf>,
+    json: bool,
+) -> Result<Report, Failure> {
+    let dir = dir.ok_or_else(|| Usage("toggle --criu needs --dir for the images".into()))?;
+    let mut report = Report::new("toggle");
+    report.absorb(crate::criu::checkpoint(
+        workload,
+        criu,
+        root,
+        &dir,
+        &mut progress(json),
+    )?);
+    report.absorb(compose::resume_unless_refused_map(
+        workload,
+        "criu restore",
+        |workload| crate::criu::restore(workload, criu, &dir, &mut progress(json)),
+    )?);
+    Ok(report)
+}
+
+/// `state show`: the state file at `path` (or in the directory `path`) as JSON or YAML.
+fn state_show(path: &std::path::Path, format: Format) -> Result<ExitCode, Failure> {
+    let state = if path.is_dir() {
+        state::load(path)
+    } else {
+        state::load_file(path)
+    }
+    .map_err(CommandError::from)?;
+    let value = render::state_json(&state);
+    match format {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&value).expect("JSON values serialize")
+        ),
+        Format::Yaml => print!("{}", render::yaml(&value)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `criu-hook`: one CRIU action, or (with `--watch-criu`) the watcher a pre-dump started.
+fn hook_command(
+    control_dir: Option<std::path::PathBuf>,
+    lock_timeout_ms: u32,
+    watch_criu: Option<u32>,
+    root: Option<u32>,
+    dir: Option<std::path::PathBuf>,
+) -> Result<ExitCode, Failure> {
+    if watch_criu.is_none()
+        && let Err(code) = adopt_hook_settings()
+    {
+        return Ok(code);
+    }
+    // The host carrier: the hook has no setting for the carrier yet, and Podman's image
+    // directories (exported, moved between machines) are not yet known to keep a carrier/
+    // folder beside the images.
+    let mut workload = workload(control_dir, lock_timeout_ms)?;
+    if let (Some(criu), Some(root), Some(dir)) = (watch_criu, root, dir) {
+        // The watcher's control directory was resolved by the hook that started it; it puts
+        // a tree CRIU left running back where it is, so no device map.
+        return Ok(ExitCode::from(crate::hook::watch::watch_and_record(
+            criu, root, &dir, &workload,
+        )));
+    }
+    workload.device_map = hook_device_map()?;
+    Ok(criu_hook(&workload))
+}
+
+/// Runs the demo and says how it went.
+fn demo(options: &crate::demo::Options, json: bool) -> ExitCode {
+    match crate::demo::run(options, &mut progress(json)) {
+        Ok(outcome) => {
+            if json {
+                print_json(&outcome.json());
             } else {
-                state::load_file(&path)
+                print!("{}", outcome.text());
             }
-            .map_err(CommandError::from)?;
-            let value = render::state_json(&state);
-            match format {
-                Format::Json => println!(
-                    "{}",
-                    serde_json::to_string_pretty(&value).expect("JSON values serialize")
-                ),
-                Format::Yaml => print!("{}", render::yaml(&value)),
-            }
-            Ok(ExitCode::SUCCESS)
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("cuinterpose demo: FAILED: {error}");
+            ExitCode::from(error.exit_code())
         }
     }
 }
