@@ -341,39 +341,7 @@ pub fn resolve(
                 }
             }
         }
-        DeviceMapSpec::Auto => {
-            let mut free: Vec<&TargetGpu> = target.iter().collect();
-            // A GPU still here keeps itself (an in-place restore changes nothing).
-            for uuid in seen.keys() {
-                if let Some(i) = free.iter().position(|t| t.uuid == *uuid) {
-                    free.remove(i);
-                    pairs.insert(*uuid, *uuid);
-                }
-            }
-            // The others in the order of the old machine (else of their UUIDs).
-            let mut rest: Vec<&Seen> = seen
-                .values()
-                .filter(|s| !pairs.contains_key(&s.device.uuid))
-                .collect();
-            rest.sort_by_key(|s| {
-                machine
-                    .iter()
-                    .position(|m| m.uuid == s.device.uuid)
-                    .unwrap_or(usize::MAX)
-            });
-            for s in rest {
-                let d = &s.device;
-                let i = free
-                    .iter()
-                    .position(|t| t.name == d.name.as_str() && t.memory == d.memory)
-                    .ok_or_else(|| RemapError::NoMatch {
-                        device: describe(d, &machine),
-                        name: d.name.to_string(),
-                        memory: d.memory,
-                    })?;
-                pairs.insert(d.uuid, free.remove(i).uuid);
-            }
-        }
+        DeviceMapSpec::Auto => pairs = auto_pairs(&seen, &machine, target)?,
     }
     for (uuid, s) in &seen {
         if !pairs.contains_key(uuid) {
@@ -423,6 +391,48 @@ pub fn resolve(
         }
     }
     Ok(Remap { pairs })
+}
+
+/// `auto`: every GPU still here keeps itself; each other old GPU takes the first free target
+/// of the same model and memory, in the old machine's order.
+fn auto_pairs(
+    seen: &BTreeMap<DeviceUuid, Seen>,
+    machine: &[Device],
+    target: &[TargetGpu],
+) -> Result<BTreeMap<DeviceUuid, DeviceUuid>, RemapError> {
+    let mut pairs: BTreeMap<DeviceUuid, DeviceUuid> = BTreeMap::new();
+    let mut free: Vec<&TargetGpu> = target.iter().collect();
+    // A GPU still here keeps itself (an in-place restore changes nothing).
+    for uuid in seen.keys() {
+        if let Some(i) = free.iter().position(|t| t.uuid == *uuid) {
+            free.remove(i);
+            pairs.insert(*uuid, *uuid);
+        }
+    }
+    // The others in the order of the old machine (else of their UUIDs).
+    let mut rest: Vec<&Seen> = seen
+        .values()
+        .filter(|s| !pairs.contains_key(&s.device.uuid))
+        .collect();
+    rest.sort_by_key(|s| {
+        machine
+            .iter()
+            .position(|m| m.uuid == s.device.uuid)
+            .unwrap_or(usize::MAX)
+    });
+    for s in rest {
+        let d = &s.device;
+        let i = free
+            .iter()
+            .position(|t| t.name == d.name.as_str() && t.memory == d.memory)
+            .ok_or_else(|| RemapError::NoMatch {
+                device: describe(d, machine),
+                name: d.name.to_string(),
+                memory: d.memory,
+            })?;
+        pairs.insert(d.uuid, free.remove(i).uuid);
+    }
+    Ok(pairs)
 }
 
 impl fmt::Display for Remap {

@@ -40,8 +40,6 @@ pub const GENERATED: [&str; 3] = [
 pub const LONG_FUNCTIONS: &[&str] = &[
     "codegen/src/lower/enums.rs::Lowering::enumeration",
     "codegen/src/lower/layouts.rs::Lowering::layout",
-    "coordinator/src/demo/run.rs::run_in",
-    "coordinator/src/remap.rs::resolve",
     "workload/src/worker/exec/data.rs::State::run_data",
     "workload/src/worker/exec/memory.rs::State::run_memory",
     "workload/src/worker/exec/objects.rs::State::run_objects",

@@ -200,34 +200,16 @@ fn run_in(
             report
         }
         (Some(criu), Some((mut unshare, sockets, root))) => {
-            // Nothing outside the tree may stay connected to it during the dump.
-            demo.workers.clear();
-            let dir = work.join("checkpoint");
-            let mut report = Report::new("demo --criu");
-            match criu::checkpoint(&workload, criu, root, &dir, progress) {
-                Ok(checkpointed) => report.absorb(checkpointed),
-                Err(error) => {
-                    // Aborted: the tree still runs with its sharing rebuilt; check that, then
-                    // end it. Otherwise end it as it is. Either way nothing is left running.
-                    if error.exit_code() == 3 {
-                        demo.workers = connect_all(&sockets)?;
-                        let (regions, bytes) = demo.verify_all()?;
-                        let links = check_sharing(&mut demo)?;
-                        eprintln!(
-                            "cuinterpose: demo: after the abort, {regions} regions ({bytes} bytes) \
-                             verified at their original addresses and {links} sharing links live"
-                        );
-                        demo.exit_all();
-                    } else {
-                        kill_namespace(root);
-                    }
-                    let _ = unshare.wait();
-                    return Err(error.into());
-                }
-            }
-            let _ = unshare.wait();
-            report.absorb(criu::restore(&workload, criu, &dir, progress)?);
-            demo.workers = connect_all(&sockets)?;
+            let report = criu_cycle(
+                &mut demo,
+                &workload,
+                criu,
+                &mut unshare,
+                &sockets,
+                root,
+                work,
+                progress,
+            )?;
             namespace = Some((unshare, sockets, root));
             report
         }
@@ -260,4 +242,47 @@ fn run_in(
         sharing_checks: sharing,
         work_dir: PathBuf::new(),
     })
+}
+
+/// `demo --criu`: dump the namespace's tree into `work/checkpoint` and restore it, the workers
+/// connected again. An aborted dump leaves the tree running with its sharing rebuilt: that is
+/// checked, then the tree ends; any other failure ends it as it is.
+#[allow(clippy::too_many_arguments)]
+fn criu_cycle(
+    demo: &mut Demo,
+    workload: &Workload,
+    criu: &criu::Criu,
+    unshare: &mut std::process::Child,
+    sockets: &[PathBuf],
+    root: u32,
+    work: &Path,
+    progress: &mut dyn FnMut(&Event),
+) -> Result<Report, DemoError> {
+    // Nothing outside the tree may stay connected to it during the dump.
+    demo.workers.clear();
+    let dir = work.join("checkpoint");
+    let mut report = Report::new("demo --criu");
+    match criu::checkpoint(workload, criu, root, &dir, progress) {
+        Ok(checkpointed) => report.absorb(checkpointed),
+        Err(error) => {
+            if error.exit_code() == 3 {
+                demo.workers = connect_all(sockets)?;
+                let (regions, bytes) = demo.verify_all()?;
+                let links = check_sharing(demo)?;
+                eprintln!(
+                    "cuinterpose: demo: after the abort, {regions} regions ({bytes} bytes) \
+                     verified at their original addresses and {links} sharing links live"
+                );
+                demo.exit_all();
+            } else {
+                kill_namespace(root);
+            }
+            let _ = unshare.wait();
+            return Err(error.into());
+        }
+    }
+    let _ = unshare.wait();
+    report.absorb(criu::restore(workload, criu, &dir, progress)?);
+    demo.workers = connect_all(sockets)?;
+    Ok(report)
 }
