@@ -40,7 +40,6 @@ pub const GENERATED: [&str; 3] = [
 pub const LONG_FUNCTIONS: &[&str] = &[
     "codegen/src/lower/enums.rs::Lowering::enumeration",
     "codegen/src/lower/layouts.rs::Lowering::layout",
-    "workload/src/worker/exec/data.rs::State::run_data",
     "workload/src/worker/exec/memory.rs::State::run_memory",
     "workload/src/worker/exec/objects.rs::State::run_objects",
 ];
