@@ -7,11 +7,9 @@
 use crate::abi::consts as c;
 use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
-pub(crate) use crate::state::ipc::{
-    HANDLE_BYTES, Named, Opened, calls, count_call, decode, encode,
-};
+use crate::state::ipc::{HANDLE_BYTES, Named, Opened, decode, encode};
+use crate::state::vmm::PhysAlloc;
 use crate::sys;
-use crate::vmm::PhysAlloc;
 use std::os::fd::OwnedFd;
 
 impl DriverState {

@@ -3,7 +3,7 @@
 //! so a record in one process is seen, and waited for, in another.
 
 use crate::error::{CuError, CuResult};
-pub(crate) use crate::state::ipc_event::{HANDLE_BYTES, MAGIC, SharedMarks, decode};
+use crate::state::ipc_event::{HANDLE_BYTES, MAGIC};
 use crate::sys;
 use std::os::fd::OwnedFd;
 

@@ -4,7 +4,7 @@
 use crate::abi::consts as c;
 use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
-pub(crate) use crate::state::legacy::{HostAlloc, LegacyAlloc};
+use crate::state::legacy::LegacyAlloc;
 use crate::sys;
 
 impl DriverState {

@@ -10,12 +10,11 @@
 use crate::abi::consts as c;
 use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
-pub(crate) use crate::state::multicast::{
-    BindSource, Binding, McObject, TEAM_PAGE, Team, bind_wait, granularity, mc_memfd_name,
-    parse_mc_memfd_name,
+use crate::state::multicast::{
+    BindSource, Binding, McObject, TEAM_PAGE, Team, bind_wait, mc_memfd_name, parse_mc_memfd_name,
 };
+use crate::state::vmm::Target;
 use crate::sys;
-use crate::vmm::Target;
 use cudarc::driver::sys::CUmulticastObjectProp;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
@@ -225,7 +224,7 @@ impl DriverState {
 
     /// Whether multicast offsets `[lo, hi)` of mapping `m` have memory bound for its view
     /// device.
-    pub fn mc_view_backed(&self, h: u64, m: &crate::vmm::Mapping, lo: u64, hi: u64) -> bool {
+    pub fn mc_view_backed(&self, h: u64, m: &crate::state::vmm::Mapping, lo: u64, hi: u64) -> bool {
         let Some(view_dev) = m
             .access
             .iter()
@@ -332,7 +331,7 @@ impl DriverState {
 
     pub fn mc_export(&mut self, h: u64, handle_type: u32) -> CuResult<OwnedFd> {
         let m = self.mc_live(h)?;
-        crate::vmm::check_export_type(handle_type, m.handle_types)?;
+        crate::state::vmm::check_export_type(handle_type, m.handle_types)?;
         let fd = sys::dup_cloexec(m.team.fd.as_fd())?;
         m.shared = true;
         Ok(fd)

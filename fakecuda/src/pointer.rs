@@ -4,8 +4,8 @@
 
 use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
-use crate::legacy::HostAlloc;
-use crate::vmm::Target;
+use crate::state::legacy::HostAlloc;
+use crate::state::vmm::Target;
 
 /// `CU_MEMHOSTALLOC_PORTABLE | DEVICEMAP | WRITECOMBINED`.
 pub const HOST_ALLOC_FLAGS: u32 = 0x1 | 0x2 | 0x4;

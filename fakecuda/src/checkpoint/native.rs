@@ -7,8 +7,8 @@ use crate::device::{self, Physical};
 use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
 use crate::state::gate::{Outcome, gate, refused_by_hook};
+use crate::state::vmm::{Backing, Target};
 use crate::sys;
-use crate::vmm::{Backing, Target};
 
 pub fn checkpoint() -> CuResult<()> {
     refused_by_hook("checkpoint")?;
@@ -199,7 +199,7 @@ impl DriverState {
     fn restore_device(&mut self) -> CuResult<()> {
         for a in self.vmm.allocs.values_mut() {
             if let Backing::Host(bytes) = &a.backing {
-                let name = crate::vmm::alloc_memfd_name(
+                let name = crate::state::vmm::alloc_memfd_name(
                     &self.config,
                     a.location_type,
                     a.device,

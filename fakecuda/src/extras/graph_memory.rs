@@ -8,11 +8,11 @@ use crate::abi::{RawAccessDesc, RawPoolProps, consts as c};
 use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
 use crate::state::extras::graph::Work;
-pub(crate) use crate::state::extras::graph_memory::{
+use crate::state::extras::graph_memory::{
     RESERVED_MEM_CURRENT, RESERVED_MEM_HIGH, Reserved, USED_MEM_CURRENT, USED_MEM_HIGH,
 };
+use crate::state::vmm::{Owner, Target};
 use crate::sys;
-use crate::vmm::{Owner, Target};
 
 impl DriverState {
     /// `cuGraphAddMemAllocNode`'s parameters checked and its address reserved: pinned memory

@@ -5,7 +5,7 @@
 
 use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
-pub(crate) use crate::state::extras::green::DEVICE_SMS;
+use crate::state::extras::green::DEVICE_SMS;
 
 impl DriverState {
     /// `cuDevResourceGenerateDesc`: the SM groups `sms` (one or more) make a descriptor.

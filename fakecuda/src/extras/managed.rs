@@ -6,7 +6,7 @@
 use crate::abi::{RawLocation, consts as c};
 use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
-pub(crate) use crate::state::extras::managed::{
+use crate::state::extras::managed::{
     ACCESSED_BY, DEVICE_CPU, DEVICE_INVALID, LAST_PREFETCH_LOCATION, LAST_PREFETCH_LOCATION_ID,
     LAST_PREFETCH_LOCATION_TYPE, PAGE, PREFERRED_LOCATION, PREFERRED_LOCATION_ID,
     PREFERRED_LOCATION_TYPE, Page, Place, READ_MOSTLY, RangeValue, SET_READ_MOSTLY,

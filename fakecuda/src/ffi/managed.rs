@@ -8,8 +8,8 @@ use super::{gated, with};
 use crate::abi::RawLocation;
 use crate::driver::{self, DriverState};
 use crate::error::{CuError, CuResult, RawResult};
-use crate::extras::managed::{Place, RangeValue};
 use crate::memcpy;
+use crate::state::extras::managed::{Place, RangeValue};
 use cudarc::driver::sys::{CUdevice, CUdeviceptr, CUstream};
 use std::ffi::{c_uint, c_ulonglong, c_void};
 

@@ -37,15 +37,18 @@ fn bind(
     mc_handle: CUmemGenericAllocationHandle,
     dev: Option<CUdevice>,
     mc_offset: usize,
-    src: multicast::BindSource,
+    src: crate::state::multicast::BindSource,
     size: usize,
     flags: c_ulonglong,
 ) -> RawResult {
     gated(|| multicast::bind(mc_handle, dev, mc_offset as u64, src, size as u64, flags))
 }
 
-fn member(handle: CUmemGenericAllocationHandle, offset: usize) -> multicast::BindSource {
-    multicast::BindSource::Mem {
+fn member(
+    handle: CUmemGenericAllocationHandle,
+    offset: usize,
+) -> crate::state::multicast::BindSource {
+    crate::state::multicast::BindSource::Mem {
         handle,
         offset: offset as u64,
     }
@@ -86,7 +89,7 @@ bind_abis! {
         mem_offset: usize
     ) => member(mem_handle, mem_offset);
     cuMulticastBindAddr, cuMulticastBindAddr_v2(memptr: CUdeviceptr)
-        => multicast::BindSource::Addr { ptr: memptr };
+        => crate::state::multicast::BindSource::Addr { ptr: memptr };
 }
 
 export! {
@@ -105,6 +108,6 @@ export! {
         option: c_uint,
     ) {
         // SAFETY: cuda.h's contract for the properties (integers only) and the out-parameter.
-        unsafe { granularity_of(granularity, prop, |_, p| multicast::granularity(p, option)) }
+        unsafe { granularity_of(granularity, prop, |_, p| crate::state::multicast::granularity(p, option)) }
     }
 }

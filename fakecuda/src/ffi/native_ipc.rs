@@ -27,12 +27,12 @@ export! {
 /// cuIpcCloseMemHandle (successful or not). Not a CUDA API: fakecuda's test hook.
 #[unsafe(no_mangle)]
 pub extern "C" fn fakecuda_native_ipc_calls() -> u64 {
-    ipc::calls()
+    crate::state::ipc::calls()
 }
 
 export! {
     fn cuIpcGetMemHandle(handle: *mut CUipcMemHandle, dptr: CUdeviceptr) {
-        ipc::count_call();
+        crate::state::ipc::count_call();
         // SAFETY: CUipcMemHandle out-parameter (cuda.h).
         unsafe {
             with_out(handle, |d| {
@@ -44,7 +44,7 @@ export! {
     }
 
     fn cuIpcOpenMemHandle_v2(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) {
-        ipc::count_call();
+        crate::state::ipc::count_call();
         gated(|| {
             if pdptr.is_null() {
                 return Err(CuError::CUDA_ERROR_INVALID_VALUE);
@@ -57,7 +57,7 @@ export! {
     }
 
     safe fn cuIpcCloseMemHandle(dptr: CUdeviceptr) {
-        ipc::count_call();
+        crate::state::ipc::count_call();
         with(|d| d.ipc_close(dptr))
     }
 
@@ -72,7 +72,7 @@ export! {
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct RawIpcEventHandle {
-    reserved: [u8; crate::ipc_event::HANDLE_BYTES],
+    reserved: [u8; crate::state::ipc_event::HANDLE_BYTES],
 }
 
 export! {
@@ -91,14 +91,14 @@ export! {
             if out.is_null() {
                 return Err(CuError::CUDA_ERROR_INVALID_VALUE);
             }
-            let (pid, remote) = crate::ipc_event::decode(&handle.reserved)?;
+            let (pid, remote) = crate::state::ipc_event::decode(&handle.reserved)?;
             driver::with(|d| d.contexts.current().map(drop))?;
             if pid == std::process::id() {
                 // Opening one's own handle fails, as for memory handles.
                 return Err(CuError::CUDA_ERROR_INVALID_CONTEXT);
             }
             let fd = crate::checkpoint::client::fetch_ipc_fd(pid, remote)?;
-            let shared = crate::ipc_event::SharedMarks::open(fd)?;
+            let shared = crate::state::ipc_event::SharedMarks::open(fd)?;
             let flags = crate::state::stream::EVENT_INTERPROCESS | crate::state::stream::EVENT_DISABLE_TIMING;
             driver::with(|d| {
                 let h = d.next_handle();

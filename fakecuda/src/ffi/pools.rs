@@ -29,13 +29,13 @@ unsafe fn location(p: *const RawLocation) -> CuResult<(u32, i32)> {
 export! {
     fn cuDeviceGetDefaultMemPool(out: *mut CUmemoryPool, dev: CUdevice) -> out |d| {
         let dev = d.config.check_device(dev)?;
-        let h = d.pool_default(crate::pool::Place::Device(dev));
+        let h = d.pool_default(crate::state::pool::Place::Device(dev));
         Ok(handle_ptr::<CUmemPoolHandle_st>(h))
     }
 
     fn cuDeviceGetMemPool(out: *mut CUmemoryPool, dev: CUdevice) -> out |d| {
         let dev = d.config.check_device(dev)?;
-        let h = d.pool_current(crate::pool::Place::Device(dev));
+        let h = d.pool_current(crate::state::pool::Place::Device(dev));
         Ok(handle_ptr::<CUmemPoolHandle_st>(h))
     }
 
@@ -196,7 +196,7 @@ export! {
                     .contexts
                     .device_of(ctx)
                     .ok_or(CuError::CUDA_ERROR_INVALID_CONTEXT)?;
-                let pool = d.pool_current(crate::pool::Place::Device(device));
+                let pool = d.pool_current(crate::state::pool::Place::Device(device));
                 d.pool_alloc(pool, bytesize as u64)
             })
         }

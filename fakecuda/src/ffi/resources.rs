@@ -17,7 +17,7 @@ pub(super) const TYPE_SM: c_uint = 1;
 const TYPE_WORKQUEUE_CONFIG: c_uint = 1000;
 const TYPE_WORKQUEUE: c_uint = 10000;
 /// The SM count `cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)` reports.
-const SM_COUNT: u32 = crate::extras::green::DEVICE_SMS;
+const SM_COUNT: u32 = crate::state::extras::green::DEVICE_SMS;
 /// A workqueue configuration's default concurrency limit (`CUDA_DEVICE_MAX_CONNECTIONS`'s
 /// default) and sharing scope (`CU_WORKQUEUE_SCOPE_DEVICE_CTX`).
 const WORKQUEUE_LIMIT: u32 = 8;

@@ -230,7 +230,7 @@ export! {
         }
         d.contexts.current()?;
         let shared = if interprocess {
-            Some(crate::ipc_event::SharedMarks::new()?)
+            Some(crate::state::ipc_event::SharedMarks::new()?)
         } else {
             None
         };

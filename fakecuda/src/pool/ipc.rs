@@ -155,7 +155,7 @@ impl DriverState {
         }
         let (location_type, id) = self.pool(h)?.place.memory();
         let alloc = self.next_handle();
-        let opened = crate::vmm::PhysAlloc::opened_at(named.size, location_type, id, fd);
+        let opened = crate::state::vmm::PhysAlloc::opened_at(named.size, location_type, id, fd);
         self.vmm.allocs.insert(alloc, opened);
         let base = self.map_pool_memory(h, alloc, named.size)?;
         self.pools.allocations.insert(base, (h, alloc, named.size));

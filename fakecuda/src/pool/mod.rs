@@ -14,7 +14,7 @@
 use crate::abi::consts as c;
 use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
-pub(crate) use crate::state::pool::{ALLOCATION_TYPE_MANAGED, POOL_ALIGN, Place, Pool};
+use crate::state::pool::{ALLOCATION_TYPE_MANAGED, POOL_ALIGN, Place, Pool};
 use crate::sys;
 /// `CU_MEMPOOL_ATTR_*` (2, between these, allows opportunistic reuse).
 pub use cuinterpose_abi::consts::{

@@ -6,9 +6,7 @@ use crate::abi::consts as c;
 use crate::driver::DriverState;
 use crate::error::{CuError, CuResult};
 use crate::state::context::Actor;
-pub(crate) use crate::state::vmm::{
-    Backing, Mapping, Owner, PhysAlloc, Target, alloc_memfd_name, check_export_type,
-};
+use crate::state::vmm::{Mapping, Target};
 
 mod address;
 
