@@ -42,8 +42,7 @@ pub fn toggle(
     let session = Session::open(control_dir, &participants, Timeouts::default())
         .expect("open a coordinator session");
     let mut quiet = |_: &cuinterpose_coordinator::events::Event| {};
-    // No GPUs recorded: the native steps run in `fakecuda-checkpoint`, not in this process.
-    commands::prepare(&session, state_dir, Default::default(), &mut quiet)
+    commands::prepare(&session, state_dir, &mut quiet)
         .map_err(|e| format!("coordinator prepare of {pids:?} refused: {e}"))?;
     // Each step of every process before the next step of any.
     for action in ["lock", "checkpoint", "restore", "unlock"] {

@@ -82,7 +82,7 @@ fn bench(c: &mut Criterion) {
     let mut cycle = |time_prepare: bool| {
         let dir = TempDir::new("bench-state").unwrap();
         let started = Instant::now();
-        commands::prepare(&session, dir.path(), Default::default(), &mut quiet).unwrap();
+        commands::prepare(&session, dir.path(), &mut quiet).unwrap();
         let prepare = started.elapsed();
         let started = Instant::now();
         commands::restore(&session, dir.path(), &mut quiet).unwrap();

@@ -87,8 +87,7 @@ fn mesh(allocations: usize) -> Mesh {
 fn cycle(mesh: &Mesh) -> Vec<(String, Duration)> {
     let dir = mesh.sandbox.fresh("state");
     let mut quiet = |_: &cuinterpose_coordinator::events::Event| {};
-    let mut report =
-        commands::prepare(&mesh.session, &dir, Default::default(), &mut quiet).expect("prepare");
+    let mut report = commands::prepare(&mesh.session, &dir, &mut quiet).expect("prepare");
     report.absorb(commands::restore(&mesh.session, &dir, &mut quiet).expect("restore"));
     std::fs::remove_dir_all(&dir).expect("remove the state");
     report

@@ -22,11 +22,12 @@ use std::path::{Path, PathBuf};
 
 /// The state file's name.
 pub const STATE_FILE_NAME: &str = "cuinterpose.state";
-/// The process list's name.
+/// The process list's name: the processes `checkpoint` checkpointed natively, so that
+/// `restore --dir` finds them without a root PID.
 pub const PROCESSES_FILE_NAME: &str = "cuinterpose.processes";
 /// The folder of CRIU's images.
 pub const IMAGES_DIR_NAME: &str = "criu";
-/// The hook's status file, in CRIU's image directory.
+/// The hook's status file, in CRIU's image directory: one JSON line per action the hook ran.
 pub const HOOK_STATUS_FILE_NAME: &str = "cuinterpose-hook.status";
 pub use cuinterpose_protocol::CARRIER_FOLDER;
 

@@ -145,7 +145,6 @@ pub fn ensure_directory(dir: &Path) -> Result<(), CommandError> {
 pub fn prepare(
     session: &Session,
     checkpoint_dir: &Path,
-    machine: BoundedVec<Device, MAX_DEVICES>,
     progress: &mut dyn FnMut(&Event),
 ) -> Result<Report, CommandError> {
     ensure_directory(checkpoint_dir)?;
@@ -162,7 +161,7 @@ pub fn prepare(
         }
     };
     let mut run = Run::capture(session.participants())
-        .on_machine(machine)
+        .on_machine(session.machine().clone())
         .carried(carriage);
     let mut publish = |state: &cuinterpose_protocol::StateFile| {
         state::publish(checkpoint_dir, state)

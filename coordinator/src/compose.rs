@@ -38,10 +38,6 @@ use back::way_back;
 pub use steps::{Course, Task, Verdict};
 pub use toggle::{resume_unless_refused_map, toggle};
 
-/// Written next to the state by `checkpoint`: the processes it checkpointed natively, so that
-/// `restore --dir` finds them without a root PID.
-pub use crate::checkpoint_dir::PROCESSES_FILE_NAME;
-
 /// One process of the workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Member {
@@ -249,7 +245,8 @@ pub fn checkpoint_with(
             &participants(&members),
             workload.timeouts,
         )?
-        .carrying(workload.carriage),
+        .carrying(workload.carriage)
+        .on_machine(commands::machine(&driver)),
     );
     let mut report = Report::new("checkpoint");
     let mut plan = Course::checkpoint(dump.is_some());
@@ -257,8 +254,7 @@ pub fn checkpoint_with(
         let result = match plan.step() {
             Task::Prepare => {
                 let session = session.take().expect("prepare is one step");
-                commands::prepare(&session, dir, commands::machine(&driver), progress)
-                    .map(|done| report.absorb(done))
+                commands::prepare(&session, dir, progress).map(|done| report.absorb(done))
             }
             Task::RecordMembers => write_members(dir, root, &members),
             Task::NativeLock => native_phase(&mut report, progress, "native_lock", &members, |m| {

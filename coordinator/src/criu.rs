@@ -20,8 +20,6 @@ use crate::report::{PhaseReport, Report};
 
 /// Names the CRIU binary when `--criu-binary` is not given (else `criu` on `PATH`).
 pub const CRIU_VARIABLE: &str = "CUINTERPOSE_CRIU";
-/// Where the images go, inside the checkpoint directory.
-pub use crate::checkpoint_dir::IMAGES_DIR_NAME;
 
 /// A CRIU binary.
 #[derive(Debug, Clone)]

@@ -15,7 +15,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use cuinterpose_protocol::transport::{Endpoint, Timeouts, TransportError, call_with};
-use cuinterpose_protocol::{InspectionReply, NamespacePid, Operation, Reply, Request, StateFile};
+use cuinterpose_protocol::{
+    BoundedVec, Device, InspectionReply, MAX_DEVICES, NamespacePid, Operation, Reply, Request,
+    StateFile,
+};
 
 mod ready;
 mod sockets;
@@ -120,6 +123,8 @@ pub struct Session {
     carriage: Carriage,
     /// Participants still being restored natively: their loads wait for it.
     natives: Option<std::sync::Arc<Readiness>>,
+    /// This machine's GPUs, for a capture's state (none: not listed).
+    machine: BoundedVec<Device, MAX_DEVICES>,
 }
 
 impl Session {
@@ -166,6 +171,7 @@ impl Session {
             gone,
             carriage: Carriage::Host,
             natives: None,
+            machine: BoundedVec::default(),
         })
     }
 
@@ -184,6 +190,17 @@ impl Session {
 
     pub fn carriage(&self) -> Carriage {
         self.carriage
+    }
+
+    /// Records `machine`'s GPUs in the state a capture publishes (see
+    /// [`crate::commands::machine`]).
+    pub fn on_machine(mut self, machine: BoundedVec<Device, MAX_DEVICES>) -> Self {
+        self.machine = machine;
+        self
+    }
+
+    pub fn machine(&self) -> &BoundedVec<Device, MAX_DEVICES> {
+        &self.machine
     }
 
     pub fn control_dir(&self) -> &Path {

@@ -81,16 +81,11 @@ fn prepare_then_restore_through_the_library() {
     assert_eq!(session.participants(), [pid(101), pid(102), pid(103)]);
 
     let (mut seen, mut started) = (Vec::new(), Vec::new());
-    let report = commands::prepare(
-        &session,
-        checkpoint.path(),
-        Default::default(),
-        &mut |event| match event {
-            Event::Started { phase, .. } => started.push(phase.to_string()),
-            Event::Done(phase) => seen.push(phase.name.clone()),
-            Event::Copy(_) => {}
-        },
-    )
+    let report = commands::prepare(&session, checkpoint.path(), &mut |event| match event {
+        Event::Started { phase, .. } => started.push(phase.to_string()),
+        Event::Done(phase) => seen.push(phase.name.clone()),
+        Event::Copy(_) => {}
+    })
     .expect("prepare");
     assert_eq!(started, seen, "each phase is announced before it ends");
     assert_eq!(seen, cuinterpose_testkit::fixtures::capture_phases());
@@ -104,8 +99,7 @@ fn prepare_then_restore_through_the_library() {
 
     // A second prepare into the same directory is refused before anyone is contacted.
     let before: Vec<usize> = fakes.iter().map(|fake| fake.requests().len()).collect();
-    let error = commands::prepare(&session, checkpoint.path(), Default::default(), &mut |_| {})
-        .expect_err("again");
+    let error = commands::prepare(&session, checkpoint.path(), &mut |_| {}).expect_err("again");
     assert!(
         matches!(
             error,
@@ -261,13 +255,8 @@ fn a_participant_that_closes_during_save_fails_the_run_naming_it_and_is_rolled_b
     let scene = Scene::start(301, Some((302, is_save, Misbehaviour::Close)));
     let session = scene.session(5);
     let started = Instant::now();
-    let error = commands::prepare(
-        &session,
-        scene.checkpoint.path(),
-        Default::default(),
-        &mut |_| {},
-    )
-    .expect_err("prepare");
+    let error =
+        commands::prepare(&session, scene.checkpoint.path(), &mut |_| {}).expect_err("prepare");
     assert!(
         started.elapsed() < Duration::from_secs(4),
         "{:?}",
@@ -350,13 +339,8 @@ fn a_silent_participant_fails_after_the_control_timeout() {
     let scene = Scene::start(401, Some((401, is_prepare_unicast, Misbehaviour::Silent)));
     let session = scene.session(1);
     let started = Instant::now();
-    let error = commands::prepare(
-        &session,
-        scene.checkpoint.path(),
-        Default::default(),
-        &mut |_| {},
-    )
-    .expect_err("prepare");
+    let error =
+        commands::prepare(&session, scene.checkpoint.path(), &mut |_| {}).expect_err("prepare");
     let elapsed = started.elapsed();
     assert!(
         elapsed >= Duration::from_secs(4) && elapsed < Duration::from_secs(9),
@@ -382,13 +366,7 @@ fn a_silent_participant_fails_after_the_control_timeout() {
 #[test]
 fn missing_participants_are_named_before_anything_changes() {
     let mut scene = Scene::start(501, None);
-    commands::prepare(
-        &scene.session(5),
-        scene.checkpoint.path(),
-        Default::default(),
-        &mut |_| {},
-    )
-    .expect("prepare");
+    commands::prepare(&scene.session(5), scene.checkpoint.path(), &mut |_| {}).expect("prepare");
 
     // Restore with one participant gone (its socket removed with it).
     let gone = scene.fakes.pop().expect("503");

@@ -90,7 +90,7 @@ pub const SHIM: Floors = Floors {
     unsafe_in: Some(&["ffi", "driver"]),
     root_macros: &[("log", "sys")],
     env_in: Some(&["sys/settings.rs"]),
-    circles_in: &["ffi"],
+    circles_in: &[],
     ffi_edge: &["ffi"],
 };
 
@@ -170,7 +170,7 @@ pub const FAKECUDA: Floors = Floors {
     root_macros: &[],
     env_in: None,
     // A graph's topology extends the graphs' tables from a file of its own.
-    circles_in: &["ffi", "state/extras/graph"],
+    circles_in: &["state/extras/graph"],
     ffi_edge: &["ffi"],
 };
 

@@ -107,11 +107,11 @@ fn a_circle_inside_a_folder_is_named() {
         &[
             (
                 "shim/src/lifecycle/mod.rs",
-                "pub mod begin;\npub struct Outcome;\n",
+                "pub mod begin;\npub struct Outcome(pub bool);\n",
             ),
             (
                 "shim/src/lifecycle/begin.rs",
-                "fn f() -> super::Outcome { todo!() }\n",
+                "fn f(outcome: &super::Outcome) -> bool { outcome.0 }\n",
             ),
         ],
         &["shim/src/lifecycle: import circle begin → mod"],

@@ -140,10 +140,10 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
             json,
         } => {
             let carriage = carriage(&carrier, true)?;
-            let session = session(&target)?.carrying(carriage);
-            let machine = commands::machine_at(&driver_path());
-            let report =
-                commands::prepare(&session, &checkpoint_dir, machine, &mut progress(json))?;
+            let session = session(&target)?
+                .carrying(carriage)
+                .on_machine(commands::machine_at(&driver_path()));
+            let report = commands::prepare(&session, &checkpoint_dir, &mut progress(json))?;
             print_report(&report, json);
             Ok(ExitCode::SUCCESS)
         }

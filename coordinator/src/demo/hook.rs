@@ -340,8 +340,8 @@ pub(super) fn hook_environment(work: &Path, driver: &Path) -> Vec<(OsString, OsS
             driver.as_os_str().to_owned(),
         ),
         (
-            "FAKECUDA_CONTROL_DIR".into(),
-            work.join("fakecuda").into_os_string(),
+            super::types::FAKECUDA_CONTROL_DIR.into(),
+            super::types::fakecuda_dir(work).into_os_string(),
         ),
     ]
 }

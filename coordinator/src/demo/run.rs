@@ -8,7 +8,10 @@ use cuinterpose_workload::Worker;
 use cuinterpose_workload::cuda::HANDLE_TYPE_POSIX_FD as POSIX;
 
 use super::topology::{Demo, build_topology, check_sharing, device_count};
-use super::types::{DemoError, DriverChoice, Options, Outcome, phase, setup, worker_error};
+use super::types::{
+    DemoError, DriverChoice, FAKECUDA_CONTROL_DIR, Options, Outcome, fakecuda_dir, phase, setup,
+    worker_error,
+};
 use super::workers::{
     Artifacts, artifacts, config, connect_all, entry_for, kill_namespace, namespace_root,
     start_namespace,
@@ -33,8 +36,8 @@ pub fn work_dir() -> PathBuf {
 /// for the native checkpoint calls, finds the workers' control sockets through it.
 pub fn environment() -> Vec<(String, String)> {
     vec![(
-        "FAKECUDA_CONTROL_DIR".to_owned(),
-        work_dir().join("fakecuda").display().to_string(),
+        FAKECUDA_CONTROL_DIR.to_owned(),
+        fakecuda_dir(&work_dir()).display().to_string(),
     )]
 }
 

@@ -1,7 +1,7 @@
 //! The demo's public types (its options, its error, what it did) and the error helpers every
 //! stage shares.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde_json::{Value, json};
@@ -140,4 +140,13 @@ pub(super) fn phase<T>(
     progress(&Event::Done(&phase));
     report.phases.push(phase);
     Ok(value)
+}
+
+/// fakecuda's control-directory variable, which the demo's driver reads in every process.
+pub(super) const FAKECUDA_CONTROL_DIR: &str = "FAKECUDA_CONTROL_DIR";
+
+/// fakecuda's control directory inside the work directory `work`: the workers', the hook's
+/// and this process's.
+pub(super) fn fakecuda_dir(work: &Path) -> PathBuf {
+    work.join("fakecuda")
 }

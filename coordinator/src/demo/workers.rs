@@ -47,7 +47,10 @@ pub(super) fn config(
         .entry(entry)
         .env("LD_PRELOAD", &artifacts.shim)
         .env("CUINTERPOSE_CONTROL_DIR", work.join("control"))
-        .env("FAKECUDA_CONTROL_DIR", work.join("fakecuda"))
+        .env(
+            super::types::FAKECUDA_CONTROL_DIR,
+            super::types::fakecuda_dir(work),
+        )
         .stdout(Output::Null)
         .stderr(Output::File(work.join("workers.log")));
     match driver {

@@ -19,7 +19,7 @@
 //! - every other action: nothing.
 //!
 //! Every action may be delivered twice (Podman does): each is idempotent. CRIU only logs a
-//! failing `post-resume`, so each outcome is also appended to [`STATUS_FILE_NAME`] in the
+//! failing `post-resume`, so each outcome is also appended to [`crate::checkpoint_dir::HOOK_STATUS_FILE_NAME`] in the
 //! image directory (one JSON line per action) and said on stderr, with a nonzero exit.
 
 pub mod settings;
@@ -51,8 +51,6 @@ pub const INIT_PID_VARIABLE: &str = "CRTOOLS_INIT_PID";
 /// `OLD=NEW,…`): checked at pre-restore, honoured at post-resume. From the environment or the
 /// settings file.
 pub const DEVICE_MAP_VARIABLE: &str = "CUINTERPOSE_DEVICE_MAP";
-/// Appended to in the image directory: one JSON line per action the hook ran.
-pub use crate::checkpoint_dir::HOOK_STATUS_FILE_NAME as STATUS_FILE_NAME;
 
 /// The actions the hook acts on; every other one is passed over.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -121,13 +121,8 @@ pub(crate) fn fail_stopped(sandbox: &Sandbox) {
         Timeouts::default(),
     )
     .unwrap();
-    let error = commands::prepare(
-        &survivors,
-        &sandbox.fresh("again"),
-        Default::default(),
-        &mut |_| {},
-    )
-    .expect_err("prepare the survivors");
+    let error = commands::prepare(&survivors, &sandbox.fresh("again"), &mut |_| {})
+        .expect_err("prepare the survivors");
     assert!(
         error.to_string().contains(&format!(
             "participant {}: in phase failed, expected phase active",
@@ -153,7 +148,7 @@ pub(crate) fn survivors_are_told(sandbox: &Sandbox) {
     let address = workload.addresses[B];
     let result = {
         let workers = &mut workload.workers;
-        commands::prepare(&session, &dir, Default::default(), &mut |event| {
+        commands::prepare(&session, &dir, &mut |event| {
             let Event::Started { phase, .. } = event else {
                 return;
             };

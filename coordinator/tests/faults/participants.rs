@@ -43,12 +43,7 @@ pub(crate) fn run_again(
     dir: &Path,
 ) -> Result<Report, CommandError> {
     match kind {
-        RunKind::Capture => commands::prepare(
-            session,
-            &sandbox.fresh("again"),
-            Default::default(),
-            &mut |_| {},
-        ),
+        RunKind::Capture => commands::prepare(session, &sandbox.fresh("again"), &mut |_| {}),
         RunKind::Restore | RunKind::Check => commands::restore(session, dir, &mut |_| {}),
     }
 }
@@ -510,8 +505,7 @@ pub(crate) fn lost_reply(sandbox: &Sandbox) {
     workload.await_phase(B, Phase::Frozen);
     let session = workload.session(Duration::from_secs(5));
     let dir = sandbox.fresh("checkpoint");
-    let error =
-        commands::prepare(&session, &dir, Default::default(), &mut |_| {}).expect_err("prepare");
+    let error = commands::prepare(&session, &dir, &mut |_| {}).expect_err("prepare");
     check_refused_out_of_phase(
         &error,
         "prepare",

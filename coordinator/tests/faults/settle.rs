@@ -72,7 +72,7 @@ fn check(sandbox: &Sandbox, victim: usize, after: Duration) {
     let victim_pid = workload.pid(victim);
     let started = Instant::now();
     let mut stopper = Stopper::new(&workload, victim, "prepare_unicast", after);
-    let result = commands::prepare(&session, &dir, Default::default(), &mut |event| {
+    let result = commands::prepare(&session, &dir, &mut |event| {
         stopper.see(event, &workload, victim)
     });
     let settle_started = stopper.join();
@@ -115,7 +115,7 @@ fn check(sandbox: &Sandbox, victim: usize, after: Duration) {
     workload.check_shared(7);
     // The workload checkpoints again.
     let again = sandbox.fresh("checkpoint");
-    commands::prepare(&session, &again, Default::default(), &mut |_| {}).expect("a second prepare");
+    commands::prepare(&session, &again, &mut |_| {}).expect("a second prepare");
     commands::restore(&session, &again, &mut |_| {}).expect("and its restore");
     workload.check_writes_cross(8);
 }

@@ -30,13 +30,7 @@ fn storage(workload: &Workload, staging_bytes: u64) -> Session {
 
 /// A capture of `workload` into `dir` with the storage carrier: its state and the one file.
 fn captured(workload: &Workload, dir: &Path) -> (StateFile, PathBuf) {
-    let report = commands::prepare(
-        &storage(workload, WINDOW),
-        dir,
-        Default::default(),
-        &mut |_| {},
-    )
-    .expect("prepare");
+    let report = commands::prepare(&storage(workload, WINDOW), dir, &mut |_| {}).expect("prepare");
     assert_eq!(workload.phases(), [Phase::Released; 3]);
     let saved = state::load(dir).expect("the state");
     assert_eq!(saved.carrier, Carrier::Storage);
@@ -133,13 +127,8 @@ fn damaged_or_truncated(sandbox: &Sandbox) {
 fn window_too_small(sandbox: &Sandbox) {
     let mut workload = Workload::start(sandbox, "window");
     let dir = sandbox.fresh("window-checkpoint");
-    let error = commands::prepare(
-        &storage(&workload, MIB),
-        &dir,
-        Default::default(),
-        &mut |_| {},
-    )
-    .expect_err("refused");
+    let error =
+        commands::prepare(&storage(&workload, MIB), &dir, &mut |_| {}).expect_err("refused");
     assert!(matches!(error, CommandError::Window(_)), "{error:?}");
     let message = error.to_string();
     assert!(
@@ -171,13 +160,8 @@ fn full_disk_and_no_direct_io(sandbox: &Sandbox) {
         };
         let mut workload = Workload::start(sandbox, label);
         let dir = mounted.0.join("checkpoint");
-        let error = commands::prepare(
-            &storage(&workload, WINDOW),
-            &dir,
-            Default::default(),
-            &mut |_| {},
-        )
-        .expect_err("refused");
+        let error =
+            commands::prepare(&storage(&workload, WINDOW), &dir, &mut |_| {}).expect_err("refused");
         let message = error.to_string();
         for part in [
             format!("participant {}", workload.pid(A)),

@@ -306,13 +306,8 @@ pub(crate) fn no_publish(_: &StateFile) -> Result<(), String> {
 /// prepare through the library into a fresh directory; returns it.
 pub(crate) fn prepare(sandbox: &Sandbox, workload: &Workload) -> PathBuf {
     let dir = sandbox.fresh("checkpoint");
-    commands::prepare(
-        &workload.session(Duration::from_secs(5)),
-        &dir,
-        Default::default(),
-        &mut |_| {},
-    )
-    .expect("prepare");
+    commands::prepare(&workload.session(Duration::from_secs(5)), &dir, &mut |_| {})
+        .expect("prepare");
     assert_eq!(workload.phases(), [Phase::Released; 3]);
     dir
 }

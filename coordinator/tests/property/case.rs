@@ -196,7 +196,7 @@ impl Case<'_> {
         Ok(())
     }
 
-    /// NativeDriver-side access of a mapping, device by device, equals its grants.
+    /// Driver-side access of a mapping, device by device, equals its grants.
     pub(crate) fn check_access(&mut self, held: &Held) -> CaseResult<()> {
         for device in 0..self.plan.device_count {
             let expected = held

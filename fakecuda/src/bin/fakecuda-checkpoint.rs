@@ -46,7 +46,7 @@ struct Args {
     /// them), comma-separated, one for every GPU the process was checkpointed on.
     #[arg(long, value_parser = parse_device_map)]
     device_map: Option<DeviceMap>,
-    /// DriverState library to load instead of `libcuda.so.1` (also: FAKECUDA_LIBCUDA).
+    /// Driver library to load instead of `libcuda.so.1` (also: FAKECUDA_LIBCUDA).
     #[arg(long)]
     driver: Option<std::path::PathBuf>,
 }

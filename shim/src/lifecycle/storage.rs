@@ -18,7 +18,7 @@ use crate::driver::{Driver, HostMemory, Stream};
 use crate::state::progress;
 use crate::state::registry::Allocation;
 use crate::state::stored::Stored;
-use cuinterpose_protocol::{AllocationId, CarrierChecksum};
+use cuinterpose_protocol::{AllocationId, CarrierChecksum, carrier_file_name};
 use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::Mode;
 use nix::unistd::{UnlinkatFlags, unlinkat};
@@ -35,11 +35,6 @@ use twox_hash::XxHash3_64;
 const ALIGN: usize = 4096;
 /// Writer or reader threads beside the copying one.
 const MAX_WORKERS: usize = 4;
-
-/// The file of `id` in the folder.
-pub fn file_name(id: &AllocationId) -> String {
-    cuinterpose_protocol::carrier_file_name(id)
-}
 
 /// Where a file is, for errors: the folder as this process sees it, and the name.
 fn path_of(folder: BorrowedFd, name: &str) -> String {
@@ -99,7 +94,7 @@ pub fn save(
     let mut written: Vec<String> = Vec::new();
     let result = carrier::pinned(d, jobs, &mut memory, |bytes| {
         let done = carrier::each_allocation(d, jobs, through, Direction::Save, |a, address| {
-            let name = file_name(&a.reference.id);
+            let name = carrier_file_name(&a.reference.id);
             let file = create(folder.as_fd(), &name)?;
             written.push(name.clone());
             save_file(d, a, address, &file, bytes, (slots, slot_len))
@@ -160,7 +155,7 @@ pub fn load(
                 .get(&id)
                 .filter(|c| c.size == a.size && c.chunk_bytes == CHUNK as u64)
                 .ok_or(TransferError::NoChecksum { allocation: id })?;
-            let name = file_name(&id);
+            let name = carrier_file_name(&id);
             open(folder, &name, a.size)
                 .and_then(|file| load_file(d, a, address, &file, bytes, (slots, slot_len), saved))
                 .map_err(|e| e.at(folder, &name))

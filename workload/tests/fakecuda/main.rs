@@ -154,7 +154,7 @@ fn memory_ipc_producer_consumer() {
     assert!(err.cuda_code().is_some(), "{err}");
 }
 
-/// DriverLibrary failures come back with their CUresult.
+/// Driver failures come back with their CUresult.
 #[test]
 fn failing_calls_return_the_cuda_code() {
     let env = Env::new();

@@ -5,9 +5,11 @@ use super::*;
 impl State {
     pub(super) fn run_data(&mut self, cmd: Command) -> Outcome {
         match cmd {
-            cmd @ (Command::NativeIpcCalls | Command::OpenFdCount | Command::FdTargets) => {
-                introspect(cmd)
-            }
+            Command::NativeIpcCalls => native_ipc_calls(),
+            Command::OpenFdCount => reply(Reply::Count {
+                count: open_fds()?.len() as u64,
+            }),
+            Command::FdTargets => fd_targets(),
             Command::Fill {
                 address,
                 size,
@@ -167,32 +169,25 @@ fn chunks(size: u64) -> impl Iterator<Item = (u64, usize)> {
     })
 }
 
-/// What the process holds: fakecuda's native IPC calls, its open descriptors.
-fn introspect(cmd: Command) -> Outcome {
-    match cmd {
-        Command::NativeIpcCalls => {
-            let p = fakecuda_symbol(c"fakecuda_native_ipc_calls")?;
-            // SAFETY: fakecuda exports `uint64_t fakecuda_native_ipc_calls(void)`.
-            let count = unsafe {
-                std::mem::transmute::<*mut std::ffi::c_void, unsafe extern "C" fn() -> u64>(p)()
-            };
-            reply(Reply::Count { count })
-        }
-        Command::OpenFdCount => reply(Reply::Count {
-            count: open_fds()?.len() as u64,
-        }),
-        Command::FdTargets => {
-            let fds = open_fds()?
-                .into_iter()
-                .map(|fd| FdTarget {
-                    fd,
-                    target: std::fs::read_link(format!("/proc/self/fd/{fd}"))
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_else(|e| format!("<{e}>")),
-                })
-                .collect();
-            reply(Reply::FdTargets { fds })
-        }
-        other => unreachable!("not an introspection: {other:?}"),
-    }
+/// How often fakecuda's native IPC functions were called in this process.
+fn native_ipc_calls() -> Outcome {
+    let p = fakecuda_symbol(c"fakecuda_native_ipc_calls")?;
+    // SAFETY: fakecuda exports `uint64_t fakecuda_native_ipc_calls(void)`.
+    let count =
+        unsafe { std::mem::transmute::<*mut std::ffi::c_void, unsafe extern "C" fn() -> u64>(p)() };
+    reply(Reply::Count { count })
+}
+
+/// Every open descriptor and what it points at.
+fn fd_targets() -> Outcome {
+    let fds = open_fds()?
+        .into_iter()
+        .map(|fd| FdTarget {
+            fd,
+            target: std::fs::read_link(format!("/proc/self/fd/{fd}"))
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|e| format!("<{e}>")),
+        })
+        .collect();
+    reply(Reply::FdTargets { fds })
 }
