@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-/// The symbols of the `entry_points! { name: version => symbol, ...; }` list, each once.
+/// The symbols of the `entry_points! { name: version => module::symbol, ...; }` list, each once.
 fn exported(source: &str) -> Vec<String> {
     let start = source
         .find("entry_points! {\n")
@@ -14,7 +14,8 @@ fn exported(source: &str) -> Vec<String> {
     let mut symbols: Vec<String> = source[start..end]
         .split([',', ';'])
         .filter_map(|entry| entry.split_once("=>"))
-        .map(|(_, symbol)| symbol.trim().to_owned())
+        // `module::symbol`: the symbol is the last segment.
+        .map(|(_, path)| path.rsplit("::").next().unwrap_or(path).trim().to_owned())
         .collect();
     symbols.sort();
     symbols.dedup();
@@ -67,8 +68,8 @@ fn every_exported_function_has_one_row() {
 
 #[test]
 fn a_missing_duplicate_or_stale_row_is_named() {
-    let source = "entry_points! {\n    cuInit: 2000 => cuInit;\n    \
-                  cuMemCreate: 10020 => cuMemCreate, 10000 => cuMemCreate;\n}";
+    let source = "entry_points! {\n    cuInit: 2000 => init::cuInit;\n    \
+                  cuMemCreate: 10020 => vmm::cuMemCreate, 10000 => vmm::cuMemCreate;\n}";
     let readme = "## Fidelity, function by function\n\n| Functions | a | b |\n| --- | --- | --- |\n\
                   | `cuInit`, `cuMemMap` | x | y |\n| `cuInit` | x | y |\n";
     assert_eq!(

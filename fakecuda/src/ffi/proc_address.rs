@@ -10,11 +10,12 @@ use crate::ffi;
 use std::ffi::c_void;
 
 /// One list, the only one: each name a caller may ask for with the versions of its ABIs, newest
-/// first (`from => symbol`: the symbol a caller built for `from` or later gets). From it come
-/// the exported symbols by exact name and the version table. The versions are those NVIDIA's
+/// first (`from => module::symbol`: the symbol a caller built for `from` or later gets, and the
+/// `ffi` module that defines it). From it come the exported symbols by exact name and the
+/// version table. The versions are those NVIDIA's
 /// `cuda.bindings` 13 asks for, the version each ABI first shipped in.
 macro_rules! entry_points {
-    ($($name:ident: $($from:literal => $symbol:ident),+;)*) => {
+    ($($name:ident: $($from:literal => $module:ident::$symbol:ident),+;)*) => {
         /// (name, [(from version, symbol)]), newest ABI first.
         pub const TABLE: &[(&str, &[(i32, &str)])] =
             &[$((stringify!($name), &[$(($from, stringify!($symbol))),+])),*];
@@ -24,7 +25,8 @@ macro_rules! entry_points {
         #[allow(unreachable_patterns)]
         pub fn exact(name: &str) -> Option<*mut c_void> {
             match name {
-                $($(stringify!($symbol) => Some(ffi::$symbol as *const () as *mut c_void),)+)*
+                $($(stringify!($symbol) =>
+                    Some(ffi::$module::$symbol as *const () as *mut c_void),)+)*
                 _ => None,
             }
         }
@@ -32,235 +34,269 @@ macro_rules! entry_points {
 }
 
 entry_points! {
-    cuInit: 2000 => cuInit;
-    cuDriverGetVersion: 2020 => cuDriverGetVersion;
-    cuGetErrorName: 6000 => cuGetErrorName;
-    cuGetErrorString: 6000 => cuGetErrorString;
-    cuGetProcAddress: 12000 => cuGetProcAddress_v2, 11030 => cuGetProcAddress;
-    cuDeviceGet: 2000 => cuDeviceGet;
-    cuDeviceGetCount: 2000 => cuDeviceGetCount;
-    cuDeviceGetName: 2000 => cuDeviceGetName;
-    cuDeviceGetUuid: 11040 => cuDeviceGetUuid_v2, 9020 => cuDeviceGetUuid;
-    cuDeviceGetAttribute: 2000 => cuDeviceGetAttribute;
-    cuDeviceTotalMem: 3020 => cuDeviceTotalMem_v2;
-    cuMemGetInfo: 3020 => cuMemGetInfo_v2;
-    cuDevicePrimaryCtxRetain: 7000 => cuDevicePrimaryCtxRetain;
-    cuDevicePrimaryCtxRelease: 11000 => cuDevicePrimaryCtxRelease_v2, 7000 => cuDevicePrimaryCtxRelease;
-    cuDevicePrimaryCtxReset: 11000 => cuDevicePrimaryCtxReset_v2, 7000 => cuDevicePrimaryCtxReset;
-    cuDevicePrimaryCtxGetState: 7000 => cuDevicePrimaryCtxGetState;
-    cuCtxCreate: 12050 => cuCtxCreate_v4, 11040 => cuCtxCreate_v3, 3020 => cuCtxCreate_v2;
-    cuCtxDestroy: 4000 => cuCtxDestroy_v2;
-    cuCtxGetCurrent: 4000 => cuCtxGetCurrent;
-    cuCtxSetCurrent: 4000 => cuCtxSetCurrent;
-    cuCtxPushCurrent: 4000 => cuCtxPushCurrent_v2;
-    cuCtxPopCurrent: 4000 => cuCtxPopCurrent_v2;
-    cuCtxSynchronize: 13000 => cuCtxSynchronize_v2, 2000 => cuCtxSynchronize;
-    cuCtxGetDevice: 13000 => cuCtxGetDevice_v2, 2000 => cuCtxGetDevice;
-    cuCtxEnablePeerAccess: 4000 => cuCtxEnablePeerAccess;
-    cuCtxDisablePeerAccess: 4000 => cuCtxDisablePeerAccess;
-    cuDeviceCanAccessPeer: 4000 => cuDeviceCanAccessPeer;
-    cuDeviceGetP2PAttribute: 8000 => cuDeviceGetP2PAttribute;
-    cuStreamCreate: 2000 => cuStreamCreate;
-    cuStreamCreateWithPriority: 5050 => cuStreamCreateWithPriority;
-    cuCtxGetStreamPriorityRange: 5050 => cuCtxGetStreamPriorityRange;
-    cuStreamGetPriority: 5050 => cuStreamGetPriority;
-    cuStreamGetFlags: 5050 => cuStreamGetFlags;
-    cuStreamGetCtx: 12050 => cuStreamGetCtx_v2, 9020 => cuStreamGetCtx;
-    cuStreamGetId: 12000 => cuStreamGetId;
-    cuStreamQuery: 2000 => cuStreamQuery;
-    cuStreamIsCapturing: 10000 => cuStreamIsCapturing;
-    cuDeviceGetDevResource: 12040 => cuDeviceGetDevResource;
-    cuCtxGetDevResource: 12040 => cuCtxGetDevResource;
-    cuStreamGetDevResource: 13010 => cuStreamGetDevResource;
-    cuDevSmResourceSplitByCount: 12040 => cuDevSmResourceSplitByCount;
-    cuDevSmResourceSplit: 13010 => cuDevSmResourceSplit;
-    cuDevResourceGenerateDesc: 12040 => cuDevResourceGenerateDesc;
-    cuGreenCtxCreate: 12040 => cuGreenCtxCreate;
-    cuGreenCtxDestroy: 12040 => cuGreenCtxDestroy;
-    cuCtxFromGreenCtx: 12040 => cuCtxFromGreenCtx;
-    cuGreenCtxGetDevResource: 12040 => cuGreenCtxGetDevResource;
-    cuGreenCtxGetId: 13000 => cuGreenCtxGetId;
-    cuGreenCtxStreamCreate: 12050 => cuGreenCtxStreamCreate;
-    cuStreamGetGreenCtx: 12040 => cuStreamGetGreenCtx;
-    cuGreenCtxRecordEvent: 12040 => cuGreenCtxRecordEvent;
-    cuGreenCtxWaitEvent: 12040 => cuGreenCtxWaitEvent;
-    cuGraphCreate: 10000 => cuGraphCreate;
-    cuGraphDestroy: 10000 => cuGraphDestroy;
-    cuGraphAddEmptyNode: 10000 => cuGraphAddEmptyNode;
-    cuGraphAddHostNode: 10000 => cuGraphAddHostNode;
-    cuGraphAddMemsetNode: 10000 => cuGraphAddMemsetNode;
-    cuGraphAddMemcpyNode: 10000 => cuGraphAddMemcpyNode;
-    cuGraphAddChildGraphNode: 10000 => cuGraphAddChildGraphNode;
-    cuGraphAddNode: 13041 => cuGraphAddNode_v3, 12030 => cuGraphAddNode_v2, 12020 => cuGraphAddNode;
-    cuGraphConditionalHandleCreate: 12030 => cuGraphConditionalHandleCreate;
-    cuGraphAddMemAllocNode: 11040 => cuGraphAddMemAllocNode;
-    cuGraphAddMemFreeNode: 11040 => cuGraphAddMemFreeNode;
-    cuDeviceGetGraphMemAttribute: 11040 => cuDeviceGetGraphMemAttribute;
-    cuDeviceSetGraphMemAttribute: 11040 => cuDeviceSetGraphMemAttribute;
-    cuDeviceGraphMemTrim: 11040 => cuDeviceGraphMemTrim;
-    cuGraphNodeGetType: 10000 => cuGraphNodeGetType;
-    cuGraphAddEventRecordNode: 11010 => cuGraphAddEventRecordNode;
-    cuGraphAddEventWaitNode: 11010 => cuGraphAddEventWaitNode;
-    cuGraphEventRecordNodeGetEvent: 11010 => cuGraphEventRecordNodeGetEvent;
-    cuGraphEventRecordNodeSetEvent: 11010 => cuGraphEventRecordNodeSetEvent;
-    cuGraphEventWaitNodeGetEvent: 11010 => cuGraphEventWaitNodeGetEvent;
-    cuGraphEventWaitNodeSetEvent: 11010 => cuGraphEventWaitNodeSetEvent;
-    cuGraphExecEventRecordNodeSetEvent: 11010 => cuGraphExecEventRecordNodeSetEvent;
-    cuGraphExecEventWaitNodeSetEvent: 11010 => cuGraphExecEventWaitNodeSetEvent;
-    cuUserObjectCreate: 11030 => cuUserObjectCreate;
-    cuUserObjectRetain: 11030 => cuUserObjectRetain;
-    cuUserObjectRelease: 11030 => cuUserObjectRelease;
-    cuGraphRetainUserObject: 11030 => cuGraphRetainUserObject;
-    cuGraphReleaseUserObject: 11030 => cuGraphReleaseUserObject;
-    cuGraphGetRootNodes: 10000 => cuGraphGetRootNodes;
-    cuGraphAddDependencies: 12030 => cuGraphAddDependencies_v2, 10000 => cuGraphAddDependencies;
-    cuGraphRemoveDependencies: 12030 => cuGraphRemoveDependencies_v2, 10000 => cuGraphRemoveDependencies;
-    cuGraphGetEdges: 12030 => cuGraphGetEdges_v2, 10000 => cuGraphGetEdges;
-    cuGraphNodeGetDependencies: 12030 => cuGraphNodeGetDependencies_v2, 10000 => cuGraphNodeGetDependencies;
-    cuGraphNodeGetDependentNodes: 12030 => cuGraphNodeGetDependentNodes_v2, 10000 => cuGraphNodeGetDependentNodes;
-    cuGraphDestroyNode: 10000 => cuGraphDestroyNode;
-    cuGraphDebugDotPrint: 11030 => cuGraphDebugDotPrint;
-    cuGraphInstantiateWithParams: 12000 => cuGraphInstantiateWithParams;
-    cuGraphUpload: 11010 => cuGraphUpload;
-    cuGraphMemAllocNodeGetParams: 11040 => cuGraphMemAllocNodeGetParams;
-    cuGraphMemFreeNodeGetParams: 11040 => cuGraphMemFreeNodeGetParams;
-    cuGraphGetNodes: 10000 => cuGraphGetNodes;
-    cuGraphMemcpyNodeGetParams: 10000 => cuGraphMemcpyNodeGetParams;
-    cuGraphMemcpyNodeSetParams: 10000 => cuGraphMemcpyNodeSetParams;
-    cuGraphMemsetNodeGetParams: 10000 => cuGraphMemsetNodeGetParams;
-    cuGraphMemsetNodeSetParams: 10000 => cuGraphMemsetNodeSetParams;
-    cuGraphHostNodeGetParams: 10000 => cuGraphHostNodeGetParams;
-    cuGraphHostNodeSetParams: 10000 => cuGraphHostNodeSetParams;
-    cuGraphExecMemcpyNodeSetParams: 10020 => cuGraphExecMemcpyNodeSetParams;
-    cuGraphExecMemsetNodeSetParams: 10020 => cuGraphExecMemsetNodeSetParams;
-    cuGraphExecHostNodeSetParams: 10020 => cuGraphExecHostNodeSetParams;
-    cuGraphNodeSetParams: 13041 => cuGraphNodeSetParams_v2, 12020 => cuGraphNodeSetParams;
-    cuGraphExecNodeSetParams: 12020 => cuGraphExecNodeSetParams;
-    cuGraphNodeGetParams: 13020 => cuGraphNodeGetParams;
-    cuGraphInstantiateWithFlags: 11040 => cuGraphInstantiateWithFlags;
-    cuGraphInstantiate: 12000 => cuGraphInstantiateWithFlags;
-    cuGraphLaunch: 10000 => cuGraphLaunch;
-    cuGraphExecDestroy: 10000 => cuGraphExecDestroy;
-    cuGraphGetId: 13010 => cuGraphGetId;
-    cuGraphExecGetId: 13010 => cuGraphExecGetId;
-    cuGraphNodeGetLocalId: 13010 => cuGraphNodeGetLocalId;
-    cuGraphNodeGetToolsId: 13010 => cuGraphNodeGetToolsId;
-    cuGraphNodeGetContainingGraph: 13010 => cuGraphNodeGetContainingGraph;
-    cuStreamSynchronize: 2000 => cuStreamSynchronize;
-    cuStreamDestroy: 4000 => cuStreamDestroy_v2;
-    cuStreamWaitEvent: 3020 => cuStreamWaitEvent;
-    cuLaunchHostFunc: 13020 => cuLaunchHostFunc_v2, 10000 => cuLaunchHostFunc;
-    cuStreamAddCallback: 5000 => cuStreamAddCallback;
-    cuEventCreate: 2000 => cuEventCreate;
-    cuEventDestroy: 4000 => cuEventDestroy_v2;
-    cuEventRecord: 2000 => cuEventRecord;
-    cuEventRecordWithFlags: 11010 => cuEventRecordWithFlags;
-    cuEventQuery: 2000 => cuEventQuery;
-    cuEventSynchronize: 2000 => cuEventSynchronize;
-    cuEventElapsedTime: 12080 => cuEventElapsedTime_v2, 2000 => cuEventElapsedTime;
-    cuCtxGetApiVersion: 3020 => cuCtxGetApiVersion;
-    cuMemAddressReserve: 10020 => cuMemAddressReserve;
-    cuMemAddressFree: 10020 => cuMemAddressFree;
-    cuMemCreate: 10020 => cuMemCreate;
-    cuMemRelease: 10020 => cuMemRelease;
-    cuMemMap: 10020 => cuMemMap;
-    cuMemUnmap: 10020 => cuMemUnmap;
-    cuMemSetAccess: 10020 => cuMemSetAccess;
-    cuMemGetAccess: 10020 => cuMemGetAccess;
-    cuMemRetainAllocationHandle: 11000 => cuMemRetainAllocationHandle;
-    cuMemGetAllocationPropertiesFromHandle: 10020 => cuMemGetAllocationPropertiesFromHandle;
-    cuMemGetAllocationGranularity: 10020 => cuMemGetAllocationGranularity;
-    cuMemExportToShareableHandle: 10020 => cuMemExportToShareableHandle;
-    cuMemImportFromShareableHandle: 10020 => cuMemImportFromShareableHandle;
-    cuMemAlloc: 3020 => cuMemAlloc_v2;
-    cuMemFree: 3020 => cuMemFree_v2;
-    cuMemGetAddressRange: 3020 => cuMemGetAddressRange_v2;
-    cuMemcpyHtoD: 3020 => cuMemcpyHtoD_v2;
-    cuMemcpyHtoDAsync: 3020 => cuMemcpyHtoDAsync_v2;
-    cuMemcpyDtoH: 3020 => cuMemcpyDtoH_v2;
-    cuMemcpyDtoHAsync: 3020 => cuMemcpyDtoHAsync_v2;
-    cuMemcpyDtoD: 3020 => cuMemcpyDtoD_v2;
-    cuMemcpyDtoDAsync: 3020 => cuMemcpyDtoDAsync_v2;
-    cuMemcpy: 4000 => cuMemcpy;
-    cuMemcpyAsync: 4000 => cuMemcpyAsync;
-    cuMemcpyPeer: 4000 => cuMemcpyPeer;
-    cuMemcpyPeerAsync: 4000 => cuMemcpyPeerAsync;
-    cuMemsetD8: 3020 => cuMemsetD8_v2;
-    cuMemsetD8Async: 3020 => cuMemsetD8Async;
-    cuMemsetD16: 3020 => cuMemsetD16_v2;
-    cuMemsetD16Async: 3020 => cuMemsetD16Async;
-    cuMemsetD32: 3020 => cuMemsetD32_v2;
-    cuMemsetD32Async: 3020 => cuMemsetD32Async;
-    cuMemHostRegister: 6050 => cuMemHostRegister_v2;
-    cuMemHostUnregister: 4000 => cuMemHostUnregister;
-    cuMemAllocHost: 3020 => cuMemAllocHost_v2;
-    cuMemHostAlloc: 2020 => cuMemHostAlloc;
-    cuMemFreeHost: 2000 => cuMemFreeHost;
-    cuMemHostGetDevicePointer: 3020 => cuMemHostGetDevicePointer_v2;
-    cuMemHostGetFlags: 2030 => cuMemHostGetFlags;
-    cuMemAllocManaged: 6000 => cuMemAllocManaged;
-    cuPointerGetAttribute: 4000 => cuPointerGetAttribute;
-    cuPointerGetAttributes: 7000 => cuPointerGetAttributes;
-    cuPointerSetAttribute: 6000 => cuPointerSetAttribute;
-    cuMemAdvise: 12020 => cuMemAdvise_v2, 8000 => cuMemAdvise;
-    cuMemPrefetchAsync: 12020 => cuMemPrefetchAsync_v2, 8000 => cuMemPrefetchAsync;
-    cuMemRangeGetAttribute: 8000 => cuMemRangeGetAttribute;
-    cuMemPrefetchBatchAsync: 13000 => cuMemPrefetchBatchAsync;
-    cuMemDiscardBatchAsync: 13000 => cuMemDiscardBatchAsync;
-    cuMemDiscardAndPrefetchBatchAsync: 13000 => cuMemDiscardAndPrefetchBatchAsync;
-    cuMemRangeGetAttributes: 8000 => cuMemRangeGetAttributes;
-    cuDeviceGetDefaultMemPool: 11020 => cuDeviceGetDefaultMemPool;
-    cuDeviceGetMemPool: 11020 => cuDeviceGetMemPool;
-    cuDeviceSetMemPool: 11020 => cuDeviceSetMemPool;
-    cuMemGetMemPool: 13000 => cuMemGetMemPool;
-    cuMemPoolCreate: 11020 => cuMemPoolCreate;
-    cuMemPoolDestroy: 11020 => cuMemPoolDestroy;
-    cuMemPoolGetAttribute: 11020 => cuMemPoolGetAttribute;
-    cuMemPoolSetAttribute: 11020 => cuMemPoolSetAttribute;
-    cuMemPoolSetAccess: 11020 => cuMemPoolSetAccess;
-    cuMemPoolGetAccess: 11020 => cuMemPoolGetAccess;
-    cuMemPoolTrimTo: 11020 => cuMemPoolTrimTo;
-    cuMemAllocFromPoolAsync: 11020 => cuMemAllocFromPoolAsync;
-    cuMemAllocAsync: 11020 => cuMemAllocAsync;
-    cuMemFreeAsync: 11020 => cuMemFreeAsync;
-    cuMemPoolExportToShareableHandle: 11020 => cuMemPoolExportToShareableHandle;
-    cuMemPoolImportFromShareableHandle: 11020 => cuMemPoolImportFromShareableHandle;
-    cuMemPoolExportPointer: 11020 => cuMemPoolExportPointer;
-    cuMemPoolImportPointer: 11020 => cuMemPoolImportPointer;
-    cuIpcGetMemHandle: 4010 => cuIpcGetMemHandle;
-    cuIpcOpenMemHandle: 11000 => cuIpcOpenMemHandle_v2, 4010 => cuIpcOpenMemHandle;
-    cuIpcCloseMemHandle: 4010 => cuIpcCloseMemHandle;
-    cuIpcGetEventHandle: 4010 => cuIpcGetEventHandle;
-    cuIpcOpenEventHandle: 4010 => cuIpcOpenEventHandle;
-    cuMulticastCreate: 12010 => cuMulticastCreate;
-    cuMulticastAddDevice: 12010 => cuMulticastAddDevice;
-    cuMulticastBindMem: 13010 => cuMulticastBindMem_v2, 12010 => cuMulticastBindMem;
-    cuMulticastBindAddr: 13010 => cuMulticastBindAddr_v2, 12010 => cuMulticastBindAddr;
-    cuMulticastUnbind: 12010 => cuMulticastUnbind;
-    cuMulticastGetGranularity: 12010 => cuMulticastGetGranularity;
-    cuProfilerStart: 4000 => cuProfilerStart;
-    cuProfilerStop: 4000 => cuProfilerStop;
-    cuCoredumpSetAttributeGlobal: 12010 => cuCoredumpSetAttributeGlobal;
-    cuCoredumpGetAttributeGlobal: 12010 => cuCoredumpGetAttributeGlobal;
-    cuCoredumpSetAttribute: 12010 => cuCoredumpSetAttribute;
-    cuCoredumpGetAttribute: 12010 => cuCoredumpGetAttribute;
-    cuKernelGetName: 12030 => cuKernelGetName;
-    cuFuncGetName: 12030 => cuFuncGetName;
-    cuModuleLoad: 2000 => cuModuleLoad;
-    cuModuleLoadData: 2000 => cuModuleLoadData;
-    cuModuleLoadDataEx: 2010 => cuModuleLoadDataEx;
-    cuModuleLoadFatBinary: 2000 => cuModuleLoadFatBinary;
-    cuLibraryLoadData: 12000 => cuLibraryLoadData;
-    cuLibraryLoadFromFile: 12000 => cuLibraryLoadFromFile;
-    cuArrayCreate: 3020 => cuArrayCreate_v2;
-    cuArrayGetDescriptor: 3020 => cuArrayGetDescriptor_v2;
-    cuArrayDestroy: 2000 => cuArrayDestroy;
-    cuCheckpointProcessGetState: 12080 => cuCheckpointProcessGetState;
-    cuCheckpointProcessGetRestoreThreadId: 12080 => cuCheckpointProcessGetRestoreThreadId;
-    cuCheckpointProcessLock: 12080 => cuCheckpointProcessLock;
-    cuCheckpointProcessCheckpoint: 12080 => cuCheckpointProcessCheckpoint;
-    cuCheckpointProcessRestore: 12080 => cuCheckpointProcessRestore;
-    cuCheckpointProcessUnlock: 12080 => cuCheckpointProcessUnlock;
+    cuInit: 2000 => init::cuInit;
+    cuDriverGetVersion: 2020 => init::cuDriverGetVersion;
+    cuGetErrorName: 6000 => init::cuGetErrorName;
+    cuGetErrorString: 6000 => init::cuGetErrorString;
+    cuGetProcAddress: 12000 => init::cuGetProcAddress_v2, 11030 => init::cuGetProcAddress;
+    cuDeviceGet: 2000 => devices::cuDeviceGet;
+    cuDeviceGetCount: 2000 => devices::cuDeviceGetCount;
+    cuDeviceGetName: 2000 => devices::cuDeviceGetName;
+    cuDeviceGetUuid: 11040 => devices::cuDeviceGetUuid_v2, 9020 => devices::cuDeviceGetUuid;
+    cuDeviceGetAttribute: 2000 => devices::cuDeviceGetAttribute;
+    cuDeviceTotalMem: 3020 => devices::cuDeviceTotalMem_v2;
+    cuMemGetInfo: 3020 => devices::cuMemGetInfo_v2;
+    cuDevicePrimaryCtxRetain: 7000 => contexts::cuDevicePrimaryCtxRetain;
+    cuDevicePrimaryCtxRelease:
+        11000 => contexts::cuDevicePrimaryCtxRelease_v2,
+        7000 => extras::cuDevicePrimaryCtxRelease;
+    cuDevicePrimaryCtxReset:
+        11000 => contexts::cuDevicePrimaryCtxReset_v2,
+        7000 => extras::cuDevicePrimaryCtxReset;
+    cuDevicePrimaryCtxGetState: 7000 => contexts::cuDevicePrimaryCtxGetState;
+    cuCtxCreate:
+        12050 => contexts::cuCtxCreate_v4,
+        11040 => contexts::cuCtxCreate_v3,
+        3020 => contexts::cuCtxCreate_v2;
+    cuCtxDestroy: 4000 => contexts::cuCtxDestroy_v2;
+    cuCtxGetCurrent: 4000 => contexts::cuCtxGetCurrent;
+    cuCtxSetCurrent: 4000 => contexts::cuCtxSetCurrent;
+    cuCtxPushCurrent: 4000 => contexts::cuCtxPushCurrent_v2;
+    cuCtxPopCurrent: 4000 => contexts::cuCtxPopCurrent_v2;
+    cuCtxSynchronize: 13000 => contexts::cuCtxSynchronize_v2, 2000 => contexts::cuCtxSynchronize;
+    cuCtxGetDevice: 13000 => contexts::cuCtxGetDevice_v2, 2000 => contexts::cuCtxGetDevice;
+    cuCtxEnablePeerAccess: 4000 => contexts::cuCtxEnablePeerAccess;
+    cuCtxDisablePeerAccess: 4000 => contexts::cuCtxDisablePeerAccess;
+    cuDeviceCanAccessPeer: 4000 => devices::cuDeviceCanAccessPeer;
+    cuDeviceGetP2PAttribute: 8000 => devices::cuDeviceGetP2PAttribute;
+    cuStreamCreate: 2000 => streams::cuStreamCreate;
+    cuStreamCreateWithPriority: 5050 => streams::cuStreamCreateWithPriority;
+    cuCtxGetStreamPriorityRange: 5050 => streams::cuCtxGetStreamPriorityRange;
+    cuStreamGetPriority: 5050 => streams::cuStreamGetPriority;
+    cuStreamGetFlags: 5050 => streams::cuStreamGetFlags;
+    cuStreamGetCtx: 12050 => streams::cuStreamGetCtx_v2, 9020 => streams::cuStreamGetCtx;
+    cuStreamGetId: 12000 => streams::cuStreamGetId;
+    cuStreamQuery: 2000 => streams::cuStreamQuery;
+    cuStreamIsCapturing: 10000 => streams::cuStreamIsCapturing;
+    cuDeviceGetDevResource: 12040 => resources::cuDeviceGetDevResource;
+    cuCtxGetDevResource: 12040 => resources::cuCtxGetDevResource;
+    cuStreamGetDevResource: 13010 => resources::cuStreamGetDevResource;
+    cuDevSmResourceSplitByCount: 12040 => resources::cuDevSmResourceSplitByCount;
+    cuDevSmResourceSplit: 13010 => resources::cuDevSmResourceSplit;
+    cuDevResourceGenerateDesc: 12040 => green_contexts::cuDevResourceGenerateDesc;
+    cuGreenCtxCreate: 12040 => green_contexts::cuGreenCtxCreate;
+    cuGreenCtxDestroy: 12040 => green_contexts::cuGreenCtxDestroy;
+    cuCtxFromGreenCtx: 12040 => green_contexts::cuCtxFromGreenCtx;
+    cuGreenCtxGetDevResource: 12040 => green_contexts::cuGreenCtxGetDevResource;
+    cuGreenCtxGetId: 13000 => green_contexts::cuGreenCtxGetId;
+    cuGreenCtxStreamCreate: 12050 => green_contexts::cuGreenCtxStreamCreate;
+    cuStreamGetGreenCtx: 12040 => green_contexts::cuStreamGetGreenCtx;
+    cuGreenCtxRecordEvent: 12040 => green_contexts::cuGreenCtxRecordEvent;
+    cuGreenCtxWaitEvent: 12040 => green_contexts::cuGreenCtxWaitEvent;
+    cuGraphCreate: 10000 => graphs::cuGraphCreate;
+    cuGraphDestroy: 10000 => graphs::cuGraphDestroy;
+    cuGraphAddEmptyNode: 10000 => graphs::cuGraphAddEmptyNode;
+    cuGraphAddHostNode: 10000 => graphs::cuGraphAddHostNode;
+    cuGraphAddMemsetNode: 10000 => graphs::cuGraphAddMemsetNode;
+    cuGraphAddMemcpyNode: 10000 => graphs::cuGraphAddMemcpyNode;
+    cuGraphAddChildGraphNode: 10000 => graphs::cuGraphAddChildGraphNode;
+    cuGraphAddNode:
+        13041 => graph_nodes::cuGraphAddNode_v3,
+        12030 => graph_nodes::cuGraphAddNode_v2,
+        12020 => graph_nodes::cuGraphAddNode;
+    cuGraphConditionalHandleCreate: 12030 => graph_nodes::cuGraphConditionalHandleCreate;
+    cuGraphAddMemAllocNode: 11040 => graph_memory::cuGraphAddMemAllocNode;
+    cuGraphAddMemFreeNode: 11040 => graph_memory::cuGraphAddMemFreeNode;
+    cuDeviceGetGraphMemAttribute: 11040 => graph_memory::cuDeviceGetGraphMemAttribute;
+    cuDeviceSetGraphMemAttribute: 11040 => graph_memory::cuDeviceSetGraphMemAttribute;
+    cuDeviceGraphMemTrim: 11040 => graph_memory::cuDeviceGraphMemTrim;
+    cuGraphNodeGetType: 10000 => graph_params::cuGraphNodeGetType;
+    cuGraphAddEventRecordNode: 11010 => graph_events::cuGraphAddEventRecordNode;
+    cuGraphAddEventWaitNode: 11010 => graph_events::cuGraphAddEventWaitNode;
+    cuGraphEventRecordNodeGetEvent: 11010 => graph_events::cuGraphEventRecordNodeGetEvent;
+    cuGraphEventRecordNodeSetEvent: 11010 => graph_events::cuGraphEventRecordNodeSetEvent;
+    cuGraphEventWaitNodeGetEvent: 11010 => graph_events::cuGraphEventWaitNodeGetEvent;
+    cuGraphEventWaitNodeSetEvent: 11010 => graph_events::cuGraphEventWaitNodeSetEvent;
+    cuGraphExecEventRecordNodeSetEvent: 11010 => graph_events::cuGraphExecEventRecordNodeSetEvent;
+    cuGraphExecEventWaitNodeSetEvent: 11010 => graph_events::cuGraphExecEventWaitNodeSetEvent;
+    cuUserObjectCreate: 11030 => user_objects::cuUserObjectCreate;
+    cuUserObjectRetain: 11030 => user_objects::cuUserObjectRetain;
+    cuUserObjectRelease: 11030 => user_objects::cuUserObjectRelease;
+    cuGraphRetainUserObject: 11030 => user_objects::cuGraphRetainUserObject;
+    cuGraphReleaseUserObject: 11030 => user_objects::cuGraphReleaseUserObject;
+    cuGraphGetRootNodes: 10000 => graph_queries::cuGraphGetRootNodes;
+    cuGraphAddDependencies:
+        12030 => graph_queries::cuGraphAddDependencies_v2,
+        10000 => graph_queries::cuGraphAddDependencies;
+    cuGraphRemoveDependencies:
+        12030 => graph_queries::cuGraphRemoveDependencies_v2,
+        10000 => graph_queries::cuGraphRemoveDependencies;
+    cuGraphGetEdges:
+        12030 => graph_queries::cuGraphGetEdges_v2,
+        10000 => graph_queries::cuGraphGetEdges;
+    cuGraphNodeGetDependencies:
+        12030 => graph_queries::cuGraphNodeGetDependencies_v2,
+        10000 => graph_queries::cuGraphNodeGetDependencies;
+    cuGraphNodeGetDependentNodes:
+        12030 => graph_queries::cuGraphNodeGetDependentNodes_v2,
+        10000 => graph_queries::cuGraphNodeGetDependentNodes;
+    cuGraphDestroyNode: 10000 => graph_queries::cuGraphDestroyNode;
+    cuGraphDebugDotPrint: 11030 => graph_queries::cuGraphDebugDotPrint;
+    cuGraphInstantiateWithParams: 12000 => graph_queries::cuGraphInstantiateWithParams;
+    cuGraphUpload: 11010 => graph_queries::cuGraphUpload;
+    cuGraphMemAllocNodeGetParams: 11040 => graph_queries::cuGraphMemAllocNodeGetParams;
+    cuGraphMemFreeNodeGetParams: 11040 => graph_queries::cuGraphMemFreeNodeGetParams;
+    cuGraphGetNodes: 10000 => graph_queries::cuGraphGetNodes;
+    cuGraphMemcpyNodeGetParams: 10000 => graph_params::cuGraphMemcpyNodeGetParams;
+    cuGraphMemcpyNodeSetParams: 10000 => graph_params::cuGraphMemcpyNodeSetParams;
+    cuGraphMemsetNodeGetParams: 10000 => graph_params::cuGraphMemsetNodeGetParams;
+    cuGraphMemsetNodeSetParams: 10000 => graph_params::cuGraphMemsetNodeSetParams;
+    cuGraphHostNodeGetParams: 10000 => graph_params::cuGraphHostNodeGetParams;
+    cuGraphHostNodeSetParams: 10000 => graph_params::cuGraphHostNodeSetParams;
+    cuGraphExecMemcpyNodeSetParams: 10020 => graph_params::cuGraphExecMemcpyNodeSetParams;
+    cuGraphExecMemsetNodeSetParams: 10020 => graph_params::cuGraphExecMemsetNodeSetParams;
+    cuGraphExecHostNodeSetParams: 10020 => graph_params::cuGraphExecHostNodeSetParams;
+    cuGraphNodeSetParams:
+        13041 => graph_params::cuGraphNodeSetParams_v2,
+        12020 => graph_params::cuGraphNodeSetParams;
+    cuGraphExecNodeSetParams: 12020 => graph_params::cuGraphExecNodeSetParams;
+    cuGraphNodeGetParams: 13020 => graph_params::cuGraphNodeGetParams;
+    cuGraphInstantiateWithFlags: 11040 => graphs::cuGraphInstantiateWithFlags;
+    cuGraphInstantiate: 12000 => graphs::cuGraphInstantiateWithFlags;
+    cuGraphLaunch: 10000 => graphs::cuGraphLaunch;
+    cuGraphExecDestroy: 10000 => graphs::cuGraphExecDestroy;
+    cuGraphGetId: 13010 => graphs::cuGraphGetId;
+    cuGraphExecGetId: 13010 => graphs::cuGraphExecGetId;
+    cuGraphNodeGetLocalId: 13010 => graphs::cuGraphNodeGetLocalId;
+    cuGraphNodeGetToolsId: 13010 => graphs::cuGraphNodeGetToolsId;
+    cuGraphNodeGetContainingGraph: 13010 => graphs::cuGraphNodeGetContainingGraph;
+    cuStreamSynchronize: 2000 => streams::cuStreamSynchronize;
+    cuStreamDestroy: 4000 => streams::cuStreamDestroy_v2;
+    cuStreamWaitEvent: 3020 => streams::cuStreamWaitEvent;
+    cuLaunchHostFunc: 13020 => streams::cuLaunchHostFunc_v2, 10000 => streams::cuLaunchHostFunc;
+    cuStreamAddCallback: 5000 => streams::cuStreamAddCallback;
+    cuEventCreate: 2000 => streams::cuEventCreate;
+    cuEventDestroy: 4000 => streams::cuEventDestroy_v2;
+    cuEventRecord: 2000 => streams::cuEventRecord;
+    cuEventRecordWithFlags: 11010 => streams::cuEventRecordWithFlags;
+    cuEventQuery: 2000 => streams::cuEventQuery;
+    cuEventSynchronize: 2000 => streams::cuEventSynchronize;
+    cuEventElapsedTime:
+        12080 => streams::cuEventElapsedTime_v2,
+        2000 => streams::cuEventElapsedTime;
+    cuCtxGetApiVersion: 3020 => streams::cuCtxGetApiVersion;
+    cuMemAddressReserve: 10020 => virtual_memory::cuMemAddressReserve;
+    cuMemAddressFree: 10020 => virtual_memory::cuMemAddressFree;
+    cuMemCreate: 10020 => virtual_memory::cuMemCreate;
+    cuMemRelease: 10020 => virtual_memory::cuMemRelease;
+    cuMemMap: 10020 => virtual_memory::cuMemMap;
+    cuMemUnmap: 10020 => virtual_memory::cuMemUnmap;
+    cuMemSetAccess: 10020 => virtual_memory::cuMemSetAccess;
+    cuMemGetAccess: 10020 => virtual_memory::cuMemGetAccess;
+    cuMemRetainAllocationHandle: 11000 => virtual_memory::cuMemRetainAllocationHandle;
+    cuMemGetAllocationPropertiesFromHandle:
+        10020 => virtual_memory::cuMemGetAllocationPropertiesFromHandle;
+    cuMemGetAllocationGranularity: 10020 => virtual_memory::cuMemGetAllocationGranularity;
+    cuMemExportToShareableHandle: 10020 => virtual_memory::cuMemExportToShareableHandle;
+    cuMemImportFromShareableHandle: 10020 => virtual_memory::cuMemImportFromShareableHandle;
+    cuMemAlloc: 3020 => memory::cuMemAlloc_v2;
+    cuMemFree: 3020 => memory::cuMemFree_v2;
+    cuMemGetAddressRange: 3020 => memory::cuMemGetAddressRange_v2;
+    cuMemcpyHtoD: 3020 => memory::cuMemcpyHtoD_v2;
+    cuMemcpyHtoDAsync: 3020 => memory::cuMemcpyHtoDAsync_v2;
+    cuMemcpyDtoH: 3020 => memory::cuMemcpyDtoH_v2;
+    cuMemcpyDtoHAsync: 3020 => memory::cuMemcpyDtoHAsync_v2;
+    cuMemcpyDtoD: 3020 => memory::cuMemcpyDtoD_v2;
+    cuMemcpyDtoDAsync: 3020 => memory::cuMemcpyDtoDAsync_v2;
+    cuMemcpy: 4000 => memory::cuMemcpy;
+    cuMemcpyAsync: 4000 => memory::cuMemcpyAsync;
+    cuMemcpyPeer: 4000 => memory::cuMemcpyPeer;
+    cuMemcpyPeerAsync: 4000 => memory::cuMemcpyPeerAsync;
+    cuMemsetD8: 3020 => memory::cuMemsetD8_v2;
+    cuMemsetD8Async: 3020 => memory::cuMemsetD8Async;
+    cuMemsetD16: 3020 => memory::cuMemsetD16_v2;
+    cuMemsetD16Async: 3020 => memory::cuMemsetD16Async;
+    cuMemsetD32: 3020 => memory::cuMemsetD32_v2;
+    cuMemsetD32Async: 3020 => memory::cuMemsetD32Async;
+    cuMemHostRegister: 6050 => memory::cuMemHostRegister_v2;
+    cuMemHostUnregister: 4000 => memory::cuMemHostUnregister;
+    cuMemAllocHost: 3020 => memory::cuMemAllocHost_v2;
+    cuMemHostAlloc: 2020 => memory::cuMemHostAlloc;
+    cuMemFreeHost: 2000 => memory::cuMemFreeHost;
+    cuMemHostGetDevicePointer: 3020 => memory::cuMemHostGetDevicePointer_v2;
+    cuMemHostGetFlags: 2030 => memory::cuMemHostGetFlags;
+    cuMemAllocManaged: 6000 => memory::cuMemAllocManaged;
+    cuPointerGetAttribute: 4000 => memory::cuPointerGetAttribute;
+    cuPointerGetAttributes: 7000 => memory::cuPointerGetAttributes;
+    cuPointerSetAttribute: 6000 => memory::cuPointerSetAttribute;
+    cuMemAdvise: 12020 => managed::cuMemAdvise_v2, 8000 => managed::cuMemAdvise;
+    cuMemPrefetchAsync:
+        12020 => managed::cuMemPrefetchAsync_v2,
+        8000 => managed::cuMemPrefetchAsync;
+    cuMemRangeGetAttribute: 8000 => managed::cuMemRangeGetAttribute;
+    cuMemPrefetchBatchAsync: 13000 => managed::cuMemPrefetchBatchAsync;
+    cuMemDiscardBatchAsync: 13000 => managed::cuMemDiscardBatchAsync;
+    cuMemDiscardAndPrefetchBatchAsync: 13000 => managed::cuMemDiscardAndPrefetchBatchAsync;
+    cuMemRangeGetAttributes: 8000 => managed::cuMemRangeGetAttributes;
+    cuDeviceGetDefaultMemPool: 11020 => pools::cuDeviceGetDefaultMemPool;
+    cuDeviceGetMemPool: 11020 => pools::cuDeviceGetMemPool;
+    cuDeviceSetMemPool: 11020 => pools::cuDeviceSetMemPool;
+    cuMemGetMemPool: 13000 => pools::cuMemGetMemPool;
+    cuMemPoolCreate: 11020 => pools::cuMemPoolCreate;
+    cuMemPoolDestroy: 11020 => pools::cuMemPoolDestroy;
+    cuMemPoolGetAttribute: 11020 => pools::cuMemPoolGetAttribute;
+    cuMemPoolSetAttribute: 11020 => pools::cuMemPoolSetAttribute;
+    cuMemPoolSetAccess: 11020 => pools::cuMemPoolSetAccess;
+    cuMemPoolGetAccess: 11020 => pools::cuMemPoolGetAccess;
+    cuMemPoolTrimTo: 11020 => pools::cuMemPoolTrimTo;
+    cuMemAllocFromPoolAsync: 11020 => pools::cuMemAllocFromPoolAsync;
+    cuMemAllocAsync: 11020 => pools::cuMemAllocAsync;
+    cuMemFreeAsync: 11020 => pools::cuMemFreeAsync;
+    cuMemPoolExportToShareableHandle: 11020 => pools::cuMemPoolExportToShareableHandle;
+    cuMemPoolImportFromShareableHandle: 11020 => pools::cuMemPoolImportFromShareableHandle;
+    cuMemPoolExportPointer: 11020 => pools::cuMemPoolExportPointer;
+    cuMemPoolImportPointer: 11020 => pools::cuMemPoolImportPointer;
+    cuIpcGetMemHandle: 4010 => native_ipc::cuIpcGetMemHandle;
+    cuIpcOpenMemHandle:
+        11000 => native_ipc::cuIpcOpenMemHandle_v2,
+        4010 => native_ipc::cuIpcOpenMemHandle;
+    cuIpcCloseMemHandle: 4010 => native_ipc::cuIpcCloseMemHandle;
+    cuIpcGetEventHandle: 4010 => native_ipc::cuIpcGetEventHandle;
+    cuIpcOpenEventHandle: 4010 => native_ipc::cuIpcOpenEventHandle;
+    cuMulticastCreate: 12010 => multicast_objects::cuMulticastCreate;
+    cuMulticastAddDevice: 12010 => multicast_objects::cuMulticastAddDevice;
+    cuMulticastBindMem:
+        13010 => multicast_objects::cuMulticastBindMem_v2,
+        12010 => multicast_objects::cuMulticastBindMem;
+    cuMulticastBindAddr:
+        13010 => multicast_objects::cuMulticastBindAddr_v2,
+        12010 => multicast_objects::cuMulticastBindAddr;
+    cuMulticastUnbind: 12010 => multicast_objects::cuMulticastUnbind;
+    cuMulticastGetGranularity: 12010 => multicast_objects::cuMulticastGetGranularity;
+    cuProfilerStart: 4000 => extras::cuProfilerStart;
+    cuProfilerStop: 4000 => extras::cuProfilerStop;
+    cuCoredumpSetAttributeGlobal: 12010 => extras::cuCoredumpSetAttributeGlobal;
+    cuCoredumpGetAttributeGlobal: 12010 => extras::cuCoredumpGetAttributeGlobal;
+    cuCoredumpSetAttribute: 12010 => extras::cuCoredumpSetAttribute;
+    cuCoredumpGetAttribute: 12010 => extras::cuCoredumpGetAttribute;
+    cuKernelGetName: 12030 => extras::cuKernelGetName;
+    cuFuncGetName: 12030 => extras::cuFuncGetName;
+    cuModuleLoad: 2000 => extras::cuModuleLoad;
+    cuModuleLoadData: 2000 => extras::cuModuleLoadData;
+    cuModuleLoadDataEx: 2010 => extras::cuModuleLoadDataEx;
+    cuModuleLoadFatBinary: 2000 => extras::cuModuleLoadFatBinary;
+    cuLibraryLoadData: 12000 => extras::cuLibraryLoadData;
+    cuLibraryLoadFromFile: 12000 => extras::cuLibraryLoadFromFile;
+    cuArrayCreate: 3020 => extras::cuArrayCreate_v2;
+    cuArrayGetDescriptor: 3020 => extras::cuArrayGetDescriptor_v2;
+    cuArrayDestroy: 2000 => extras::cuArrayDestroy;
+    cuCheckpointProcessGetState: 12080 => native_checkpoint::cuCheckpointProcessGetState;
+    cuCheckpointProcessGetRestoreThreadId:
+        12080 => native_checkpoint::cuCheckpointProcessGetRestoreThreadId;
+    cuCheckpointProcessLock: 12080 => native_checkpoint::cuCheckpointProcessLock;
+    cuCheckpointProcessCheckpoint: 12080 => native_checkpoint::cuCheckpointProcessCheckpoint;
+    cuCheckpointProcessRestore: 12080 => native_checkpoint::cuCheckpointProcessRestore;
+    cuCheckpointProcessUnlock: 12080 => native_checkpoint::cuCheckpointProcessUnlock;
 }
 
 /// What a lookup answers: the function (or null), the `CUdriverProcAddressQueryResult` and
