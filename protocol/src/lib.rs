@@ -4,22 +4,25 @@
 //! the schema changes); the modules around them are the hand-written runtime they rely on:
 //! bounded collections, the strict serde plumbing, fixed layouts and the envelope codec.
 
-pub mod bounded;
+// Floors, top to bottom: each module imports only from those below it (the tidy test).
+// 1. The socket transport.
+pub mod transport;
+// 2. Tickets: signed, enveloped carrier handles.
+pub mod ticket;
+// 3. Helpers over the generated types.
 pub mod carrier;
 pub mod devices;
-pub mod envelope;
-pub mod error;
-pub mod layout;
 pub mod state;
-pub mod ticket;
-pub mod transport;
+// 4. The generated types and their envelope (each names the other: `Message`, the version).
+pub mod envelope;
+pub mod generated;
+// 5. The strict serde plumbing.
 pub mod wire;
-
-/// Types generated from `schema/protocol.ron`.
-#[allow(clippy::all, missing_docs)]
-pub mod generated {
-    include!(concat!(env!("OUT_DIR"), "/protocol.rs"));
-}
+// 6. Fixed layouts.
+pub mod layout;
+// 7. Bounded collections and the decoding errors.
+pub mod bounded;
+pub mod error;
 
 pub use bounded::{BoundError, BoundedMap, BoundedString, BoundedVec};
 pub use carrier::{CARRIER_FOLDER, WindowTooSmall, carrier_file_name, window_chunks};

@@ -125,6 +125,25 @@ pub const COORDINATOR: Floors = Floors {
     ffi_edge: &[],
 };
 
+pub const PROTOCOL: Floors = Floors {
+    root: "protocol/src",
+    scope: &[],
+    floors: &[
+        &["transport"],
+        &["ticket"],
+        &["carrier", "devices", "state"],
+        &["envelope", "generated"],
+        &["wire"],
+        &["layout"],
+        &["bounded", "error"],
+    ],
+    unsafe_in: None,
+    root_macros: &[],
+    env_in: None,
+    circles_in: &[],
+    ffi_edge: &[],
+};
+
 pub const TRANSPORT: Floors = Floors {
     root: "protocol/src",
     scope: &["transport"],
@@ -172,7 +191,7 @@ pub const FAKECUDA: Floors = Floors {
     ffi_edge: &["ffi"],
 };
 
-pub const TABLES: [Floors; 4] = [SHIM, COORDINATOR, TRANSPORT, FAKECUDA];
+pub const TABLES: [Floors; 5] = [SHIM, COORDINATOR, PROTOCOL, TRANSPORT, FAKECUDA];
 
 /// Every Rust file of the workspace's crates (sources, tests, benches, build scripts), by
 /// path from `root`.
