@@ -10,13 +10,16 @@
 
 #![forbid(unsafe_code)]
 
-pub mod consts;
-// Written by `cuinterpose-codegen entry-points`, checked for staleness: rustfmt must leave it
-// as generated.
+// Floors, top to bottom: each module imports only from those below it (the tidy test).
+// 1. The struct mirrors, the results table, UUIDs.
+// `results` is written by `cuinterpose-codegen entry-points`, checked for staleness: rustfmt
+// must leave it as generated.
 #[rustfmt::skip]
 pub mod results;
 pub mod structs;
 pub mod uuid;
+// 2. The constants.
+pub mod consts;
 
 pub use structs::{
     RawAccessDesc, RawAllocProp, RawIpcMemHandle, RawLocation, RawMemAllocNodeParams, RawMemcpy3d,

@@ -211,7 +211,7 @@ impl Ctx {
         label: &str,
         result: Result<T, cuinterpose_workload::WorkloadError>,
     ) -> Result<T, cuinterpose_workload::WorkloadError> {
-        self.note(format!("{label}: {}", crate::outcome(&result)));
+        self.note(format!("{label}: {}", crate::names::outcome(&result)));
         result
     }
 
@@ -418,7 +418,7 @@ pub fn plain(name: &str, needs: Needs, scenario: fn(&mut Ctx)) {
                 .map(|mode| {
                     let mut ctx = Ctx::new(name, mode, vec![entry.clone()]);
                     let mut w = ctx.worker();
-                    crate::outcome(&w.resolve(needs.probe))
+                    crate::names::outcome(&w.resolve(needs.probe))
                 })
                 .collect();
             assert_eq!(

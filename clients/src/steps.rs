@@ -1,6 +1,6 @@
 //! Small driver sequences the scenarios share (each a few worker calls).
 
-use crate::{GRAN, POSIX};
+use crate::names::{GRAN, POSIX};
 use cuinterpose_workload::Worker;
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};

@@ -7,41 +7,35 @@
 
 #![forbid(unsafe_code)]
 
-pub mod ast;
-pub mod compat;
-pub mod diag;
+// Floors, top to bottom: each module imports only from those below it (the tidy test).
+// 1. The driver entry points' generator (its own input, the same diagnostics).
+#[cfg(feature = "entry-points")]
+pub mod entry_points;
+// 2. The emitters.
 #[cfg(feature = "markdown")]
 pub mod emit_doc;
 pub mod emit_rust;
-#[cfg(feature = "entry-points")]
-pub mod entry_points;
-pub mod ir;
+// 3. The schemas' comparison.
+pub mod compat;
+// 4. Semantic validation into the IR.
 pub mod lower;
+// 5. The IR.
+pub mod ir;
+// 6. The syntax tree.
+pub mod ast;
+// 7. Reading RON input, source positions.
+pub mod input;
 pub mod source;
+// 8. Diagnostics.
+pub mod diag;
 
 use diag::{Diagnostic, Diagnostics, Position};
+pub use input::parse_ron;
 use source::SourceMap;
 
 /// Parses RON into the syntax tree; a syntax error points at its line and column.
 pub fn parse(path: &str, text: &str) -> Result<ast::Schema, Diagnostics> {
     parse_ron(path, text)
-}
-
-/// Parses any RON input file (the schema, the entry-point policy); a syntax error points at
-/// its line and column.
-pub fn parse_ron<T: serde::de::DeserializeOwned>(path: &str, text: &str) -> Result<T, Diagnostics> {
-    ron::Options::default()
-        .from_str::<T>(text)
-        .map_err(|error| {
-            Diagnostics(vec![Diagnostic {
-                path: path.to_owned(),
-                position: Position {
-                    line: error.span.start.line,
-                    column: error.span.start.col,
-                },
-                message: error.code.to_string(),
-            }])
-        })
 }
 
 /// Parses and validates a schema.

@@ -57,6 +57,7 @@ pub fn facts(text: &str) -> Result<Facts, String> {
     Visitor {
         facts: &mut facts,
         owner: None,
+        inline: 0,
     }
     .visit_file(&file);
     Ok(facts)
@@ -92,6 +93,9 @@ struct Visitor<'f> {
     facts: &'f mut Facts,
     /// The type of the impl being visited, for method names.
     owner: Option<String>,
+    /// How many inline `mod x { … }` the visitor is inside: their `super` is the file's own
+    /// module, not its parent.
+    inline: usize,
 }
 
 impl Visitor<'_> {
@@ -120,6 +124,16 @@ impl Visitor<'_> {
     }
 
     fn import(&mut self, segments: Vec<String>, at: usize) {
+        let mut segments = segments;
+        let climbs = segments.iter().take_while(|s| *s == "super").count();
+        let within = climbs.min(self.inline);
+        if within > 0 {
+            // Those `super`s climb inline modules of this file: what is left starts here.
+            segments.splice(..within, ["self".to_owned()]);
+            if segments.get(1).is_some_and(|s| s == "super") {
+                segments.remove(0);
+            }
+        }
         let named = |i: usize| segments.get(i).map(String::as_str);
         if matches!(named(0), Some("crate" | "super" | "self" | "$crate")) {
             self.facts.imports.push(Import { line: at, segments });
@@ -161,7 +175,9 @@ impl Visitor<'_> {
 impl<'ast> Visit<'ast> for Visitor<'_> {
     fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
         if !is_test(&m.attrs) {
+            self.inline += 1;
             visit::visit_item_mod(self, m);
+            self.inline -= 1;
         }
     }
 
@@ -232,6 +248,15 @@ impl<'ast> Visit<'ast> for Visitor<'_> {
                 .push(line(m.path.segments[0].ident.span()));
         }
         visit::visit_macro(self, m);
+        // `quote!` writes code for another crate (the schema compiler's output): its paths
+        // are not this crate's imports.
+        if m.path
+            .segments
+            .last()
+            .is_some_and(|s| QUOTING.iter().any(|q| s.ident == q))
+        {
+            return;
+        }
         // A macro's arguments are tokens, not syntax: their paths are read from the tokens.
         let tokens: Vec<TokenTree> = flatten(m.tokens.clone());
         for (at, segments) in token_paths(&tokens) {
@@ -251,6 +276,9 @@ impl<'ast> Visit<'ast> for Visitor<'_> {
         visit::visit_path(self, p);
     }
 }
+
+/// Macros whose tokens are code for another crate.
+const QUOTING: [&str; 2] = ["quote", "quote_spanned"];
 
 /// Every token of `stream`, groups opened (their delimiters dropped).
 fn flatten(stream: TokenStream) -> Vec<TokenTree> {

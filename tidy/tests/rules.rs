@@ -89,6 +89,40 @@ fn imports_downward_in_comments_and_in_strings_are_fine() {
 }
 
 #[test]
+fn inline_modules_and_quoted_code_are_read_as_written() {
+    // `super` inside an inline module is the file's own module: no edge to the folder above.
+    check(
+        &SHIM,
+        &[
+            (
+                "shim/src/calls/vmm.rs",
+                "pub mod hex { pub fn x() {} }\npub mod other { fn f() { super::hex::x(); } }\n",
+            ),
+            ("shim/src/calls/mod.rs", "pub mod vmm;\n"),
+        ],
+        &[],
+    );
+    // Two `super`s from an inline module climb one folder: here up a floor.
+    check(
+        &SHIM,
+        &[(
+            "shim/src/state/gate.rs",
+            "mod inner { fn f() { super::super::super::calls::vmm::g(); } }\n",
+        )],
+        &["shim/src/state/gate.rs:1: state imports from calls, a floor above it"],
+    );
+    // `quote!` writes another crate's code: its paths are not imports.
+    check(
+        &SHIM,
+        &[(
+            "shim/src/sys/log.rs",
+            "fn f() { quote! { crate::state::x() }; }\n",
+        )],
+        &[],
+    );
+}
+
+#[test]
 fn a_circle_inside_a_folder_is_named() {
     check(
         &SHIM,

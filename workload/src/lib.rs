@@ -24,14 +24,19 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+// Floors, top to bottom: each module imports only from those below it (the tidy test).
+// 1. The two ends: the test's client and the worker process.
 pub mod client;
+pub mod worker;
+// 2. Errors and framing.
+pub mod error;
+pub mod wire;
+// 3. The commands and replies.
+pub mod proto;
+// 4. The driver's types, the entry paths, the byte patterns.
 pub mod cuda;
 pub mod entry;
-pub mod error;
 pub mod pattern;
-pub mod proto;
-pub mod wire;
-pub mod worker;
 
 pub use client::{
     DEFAULT_TIMEOUT, Exported, InitInfo, Output, Resolved, Worker, WorkerConfig, WorkerIdentity,

@@ -57,7 +57,7 @@ pub struct Table {
 
 /// Parses the policy; a syntax error points at its line and column.
 pub fn parse_policy(path: &str, text: &str) -> Result<Policy, Diagnostics> {
-    crate::parse_ron(path, text)
+    crate::input::parse_ron(path, text)
 }
 
 /// Checks the policy against the bindings and builds the table. Every name the policy

@@ -34,7 +34,7 @@ impl Worker {
         expect_reply!(self, Command::Write { address, bytes: bytes.to_vec() }, Reply::Done => ())
     }
 
-    /// FNV-1a of the range ([`crate::checksum`]).
+    /// FNV-1a of the range ([`crate::pattern::checksum`]).
     pub fn checksum(&mut self, address: u64, size: u64) -> Result<u64, WorkloadError> {
         expect_reply!(self, Command::Checksum { address, size },
             Reply::Checksum { checksum } => checksum)
