@@ -8,7 +8,11 @@
 //!   thread per core, as fakecuda copies);
 //! - a load against a copy into a fresh memfd mapping by one thread per core (fakecuda's device
 //!   memory, recreated by the load, is fresh shmem that Linux faults in 4 KiB at a time);
-//! - the checksum: XXH3-64 of the same bytes by one thread, against the save's transfers.
+//! - the checksum: XXH3-64 of the same bytes by one thread, against the save's transfers
+//!   (`hash/copy`: what the hash would cost if nothing overlapped it), and what it really adds
+//!   (`hash cost`): the save's chunked transfers (`cuMemcpyDtoHAsync` per 64 MiB chunk on one
+//!   stream, as the shim issues them) into one prepared arena with and without hashing each
+//!   chunk while the next is copied.
 //!
 //! With `CUINTERPOSE_BENCH_CARRIER=storage` the copies go through the storage carrier into
 //! `CUINTERPOSE_BENCH_DIR` (default `target/cuinterpose-bench-storage`; put it on the disk to
@@ -262,6 +266,48 @@ impl Calls<'_> {
         }
     }
 
+    /// The save's transfers without the shim around them: `to.len()` bytes from `va` into
+    /// `to` by one `cuMemcpyDtoHAsync` per carrier chunk on one stream, each synchronized
+    /// before the next; with `hash`, each chunk is hashed while the next one is copied, as the
+    /// shim's save does. The difference between the two is what the checksum costs.
+    fn chunked_save(&self, va: u64, to: &mut [u8], hash: bool) -> Vec<u64> {
+        let chunk = cuinterpose_protocol::CARRIER_CHUNK_BYTES;
+        let mut hashes = Vec::new();
+        let mut fold = |bytes: &[u8]| hashes.push(twox_hash::XxHash3_64::oneshot(bytes));
+        // SAFETY: cuda.h's prototypes; each copy writes inside `to`, which outlives the
+        // stream's synchronization after it.
+        unsafe {
+            let create: libloading::Symbol<unsafe extern "C" fn(*mut u64, c_uint) -> u32> =
+                self.driver.get(b"cuStreamCreate\0").unwrap();
+            let copy: libloading::Symbol<
+                unsafe extern "C" fn(*mut c_void, u64, usize, u64) -> u32,
+            > = self.driver.get(b"cuMemcpyDtoHAsync_v2\0").unwrap();
+            let sync: libloading::Symbol<unsafe extern "C" fn(u64) -> u32> =
+                self.driver.get(b"cuStreamSynchronize\0").unwrap();
+            let destroy: libloading::Symbol<unsafe extern "C" fn(u64) -> u32> =
+                self.driver.get(b"cuStreamDestroy_v2\0").unwrap();
+            let mut stream = 0;
+            assert_eq!(create(&mut stream, 0), 0);
+            let mut previous: Option<&[u8]> = None;
+            let mut address = va;
+            for part in to.chunks_mut(chunk) {
+                let len = part.len();
+                assert_eq!(copy(part.as_mut_ptr().cast(), address, len, stream), 0);
+                if let Some(copied) = previous.filter(|_| hash) {
+                    fold(copied);
+                }
+                assert_eq!(sync(stream), 0);
+                previous = Some(part);
+                address += len as u64;
+            }
+            if let Some(copied) = previous.filter(|_| hash) {
+                fold(copied);
+            }
+            assert_eq!(destroy(stream), 0);
+        }
+        hashes
+    }
+
     /// Reads all of `va` into `scratch` (the application using its memory between toggles).
     fn touch(&self, va: u64, scratch: &mut [u8]) {
         // SAFETY: cuda.h's prototype; `scratch` holds as many bytes as `va` maps.
@@ -335,7 +381,7 @@ fn report() {
     }
     println!("\ncarrier sweep (medians of this run; GB/s; ratio = limit time / carrier time):");
     println!(
-        "{:>9} | {:>6} {:>6} {:>6} {:>6} | {:>6} {:>6} | {:>10} {:>10} | {:>6} {:>9}",
+        "{:>9} | {:>6} {:>6} {:>6} {:>6} | {:>6} {:>6} | {:>10} {:>10} | {:>6} {:>9} {:>9}",
         "MiB",
         "save",
         "copy",
@@ -346,7 +392,8 @@ fn report() {
         "save/limit",
         "load/limit",
         "xxh3",
-        "hash/copy"
+        "hash/copy",
+        "hash cost"
     );
     let sizes: std::collections::BTreeSet<usize> = samples.keys().map(|(s, _)| *s).collect();
     for size in sizes {
@@ -357,8 +404,9 @@ fn report() {
             get(size, "limit_memfd"),
             get(size, "xxh3"),
         );
+        let (plain, hashed) = (get(size, "chunked"), get(size, "chunked_hashed"));
         println!(
-            "{:>9} | {:>6.2} {:>6.2} {:>6.2} {:>6.2} | {:>6.2} {:>6.2} | {:>9.2}x {:>9.2}x | {:>6.2} {:>8.0}%",
+            "{:>9} | {:>6.2} {:>6.2} {:>6.2} {:>6.2} | {:>6.2} {:>6.2} | {:>9.2}x {:>9.2}x | {:>6.2} {:>8.0}% {:>8.0}%",
             size / MIB,
             gbps(size, save),
             gbps(size, save_copy),
@@ -370,6 +418,7 @@ fn report() {
             memfd.as_secs_f64() / load.as_secs_f64(),
             gbps(size, hash),
             100.0 * hash.as_secs_f64() / save_copy.as_secs_f64(),
+            100.0 * (hashed.as_secs_f64() / plain.as_secs_f64() - 1.0),
         );
     }
 }
@@ -489,6 +538,32 @@ fn bench(c: &mut Criterion) {
         limit(&mut group, "xxh3_1_thread".into(), size, "xxh3", || {
             black_box(twox_hash::XxHash3_64::oneshot(&source))
         });
+        // The save's chunked transfers into one prepared arena (populated, as the shim's is
+        // before it copies), without and then with the hash.
+        let mut arena = Fresh::anonymous(size, cores);
+        // The baseline copies the same bytes: the chunks' hashes are those of the source.
+        let expected: Vec<u64> = source
+            .chunks(cuinterpose_protocol::CARRIER_CHUNK_BYTES)
+            .map(twox_hash::XxHash3_64::oneshot)
+            .collect();
+        assert_eq!(calls.chunked_save(va, arena.slice(), true), expected);
+        for (name, what, hash) in [
+            ("chunked_dtoh", "chunked", false),
+            ("chunked_dtoh_hashed", "chunked_hashed", true),
+        ] {
+            group.bench_function(name, |b| {
+                b.iter_custom(|n| {
+                    (0..n)
+                        .map(|_| {
+                            let started = Instant::now();
+                            black_box(calls.chunked_save(va, arena.slice(), hash));
+                            record(size, what, started.elapsed())
+                        })
+                        .sum()
+                })
+            });
+        }
+        drop(arena);
         group.finish();
         calls.release(va, size);
     }
