@@ -168,11 +168,16 @@ fn a_criu_dump_on_a_full_disk_is_aborted_and_the_workload_resumed() {
 /// (`cuinterpose-<label>-<pid>`), its output checked by `check`; then nothing of the workload is
 /// left running (the tmpfs unmounts). Says why where CRIU or the tmpfs is unavailable.
 fn check_full_disk(test: &str, label: &str, args: &[&str], check: impl FnOnce(&Output)) {
+    check_disk_of(test, label, "2m", args, check)
+}
+
+/// [`check_full_disk`] with a tmpfs of `size`.
+fn check_disk_of(test: &str, label: &str, size: &str, args: &[&str], check: impl FnOnce(&Output)) {
     let Some(binary) = criu::usable(test) else {
         return;
     };
     let dir = std::env::temp_dir().join(format!("cuinterpose-{label}-{}", std::process::id()));
-    let full = match Tmpfs::mount(dir, "2m") {
+    let full = match Tmpfs::mount(dir, size) {
         Ok(full) => full,
         Err(why) => return unavailable(test, &why),
     };
@@ -311,12 +316,17 @@ fn plain_criu_with_the_hook_checkpoints_the_sharing_twice() {
     assert_eq!(json["report"]["participants"], serde_json::json!([2, 3, 4]));
     let topology = json["topology"].to_string();
     for cycle in [1, 2] {
-        assert!(
-            topology.contains(&format!(
-                "criu cycle {cycle}: post-resume: the sharing was rebuilt and verified"
-            )),
-            "{topology}"
-        );
+        for expected in [
+            // The hook's default carrier: files beside CRIU's images, not in its page images.
+            "pre-dump: the shared bytes went to 3 carrier files (14680064 bytes) beside \
+             CRIU's images",
+            "post-resume: the sharing was rebuilt and verified",
+        ] {
+            assert!(
+                topology.contains(&format!("criu cycle {cycle}: {expected}")),
+                "{topology}"
+            );
+        }
     }
     // First a dump with --leave-running: the hook's watcher restored the tree in place.
     assert!(
@@ -328,14 +338,60 @@ fn plain_criu_with_the_hook_checkpoints_the_sharing_twice() {
     );
 }
 
-/// The hook's dump on a full disk: CRIU fails after pre-dump (which released the sharing) and
-/// calls no script; the hook's watcher sees CRIU end with the tree still running and puts the
-/// workload back from the host carriers.
+/// The hook's dump on a full disk with the host carrier: CRIU fails after pre-dump (which
+/// released the sharing) and calls no script; the hook's watcher sees CRIU end with the tree
+/// still running and puts the workload back from the host carriers. (With the storage
+/// carrier, the hook's default, the save itself fails on the full disk: see
+/// `the_hooks_storage_carrier_on_a_full_disk_keeps_the_tree_running`.)
 #[test]
 fn a_failed_dump_under_the_hook_is_put_back_by_its_watcher() {
     let test = "a_failed_dump_under_the_hook_is_put_back_by_its_watcher";
-    check_full_disk(test, "hookfull", &["--criu", "--criu-hook"], |output| {
-        check_aborted(output, "the hook's watcher put the workload back");
+    check_full_disk(
+        test,
+        "hookfull",
+        &["--criu", "--criu-hook", "--carrier", "host"],
+        |output| {
+            check_aborted(output, "the hook's watcher put the workload back");
+        },
+    );
+}
+
+/// The hook's dump with its default carrier (storage) on a disk that holds the carrier's files
+/// (14 MiB) but not CRIU's images: the pre-dump succeeds, CRIU fails, and the watcher puts
+/// the workload back from the carrier files, every byte verified (exit 3).
+#[test]
+fn a_failed_dump_under_the_hook_is_put_back_from_the_carrier_files() {
+    let test = "a_failed_dump_under_the_hook_is_put_back_from_the_carrier_files";
+    check_disk_of(
+        test,
+        "hookfiles",
+        "24m",
+        &["--criu", "--criu-hook"],
+        |output| {
+            check_aborted(output, "the hook's watcher put the workload back");
+        },
+    );
+}
+
+/// The hook's default carrier (storage, its files beside CRIU's images) on a full disk: the
+/// pre-dump's save fails naming the carrier file, the capture is rolled back before anyone is
+/// frozen, CRIU stops before it dumps anything, and the tree keeps running with every byte
+/// and sharing link (exit 3), nothing left holding the disk.
+#[test]
+fn the_hooks_storage_carrier_on_a_full_disk_keeps_the_tree_running() {
+    let test = "the_hooks_storage_carrier_on_a_full_disk_keeps_the_tree_running";
+    check_full_disk(test, "hookstore", &["--criu", "--criu-hook"], |output| {
+        let stderr = check_aborted(
+            output,
+            "the hook's pre-dump failed and left the workload running",
+        );
+        assert!(
+            stderr.contains("carrier file ")
+                && stderr.contains("/carrier/")
+                && stderr.contains("No space left on device")
+                && stderr.contains("nothing was changed"),
+            "{stderr}"
+        );
     });
 }
 
@@ -400,6 +456,7 @@ fn podman_checkpoints_and_restores_a_sharing_container() {
             "the hook's pre-dump: the sharing was taken apart and every CUDA process \
              checkpointed natively",
             "the hook's post-resume: the sharing was rebuilt and verified",
+            "the shared bytes went to 3 carrier files (14680064 bytes) beside CRIU's images",
         ] {
             assert!(
                 topology.contains(&format!("podman cycle {cycle}: {expected}")),

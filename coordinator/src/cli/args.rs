@@ -321,14 +321,19 @@ pub struct CarrierArgs {
     /// folder through a staging window (host memory held: the window), synced before the
     /// state is published, read back and verified by the restore. auto: storage where the
     /// checkpoint goes to a directory that is kept (prepare, checkpoint, toggle with --dir
-    /// or --criu), host for a toggle in a temporary directory (nothing need reach a disk).
+    /// or --criu, demo --criu or --podman; the CRIU hook's image directory, where
+    /// CUINTERPOSE_CARRIER sets it), host for a toggle in a temporary directory (nothing need
+    /// reach a disk).
     #[arg(long, value_enum, default_value_t = CarrierChoice::Auto)]
     pub carrier: CarrierChoice,
     /// The storage carrier's staging window in MiB: whole 64 MiB chunks, at least one (the
     /// default keeps the copy and three writers busy at once).
-    #[arg(long, value_name = "MIB", default_value_t = 256)]
+    #[arg(long, value_name = "MIB", default_value_t = DEFAULT_STAGING_MIB)]
     pub staging_mib: u64,
 }
+
+/// `--staging-mib`'s default: the plan's, four chunks.
+pub const DEFAULT_STAGING_MIB: u64 = crate::plan::DEFAULT_STAGING_BYTES >> 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CarrierChoice {

@@ -245,7 +245,8 @@ fn execute(command: Command) -> Result<ExitCode, Failure> {
                 return Ok(ExitCode::from(EXIT_USAGE));
             }
             let options = crate::demo::Options {
-                carriage: carriage(&carrier, criu.criu)?,
+                // CRIU's and Podman's image directories are kept (auto: storage).
+                carriage: carriage(&carrier, criu.criu || podman)?,
                 processes,
                 shared_mib,
                 mesh,
@@ -393,9 +394,6 @@ fn hook_command(
     {
         return Ok(code);
     }
-    // The host carrier: the hook has no setting for the carrier yet, and Podman's image
-    // directories (exported, moved between machines) are not yet known to keep a carrier/
-    // folder beside the images.
     let mut workload = workload(control_dir, lock_timeout_ms)?;
     if let (Some(criu), Some(root), Some(dir)) = (watch_criu, root, dir) {
         // The watcher's control directory was resolved by the hook that started it; it puts
@@ -405,6 +403,7 @@ fn hook_command(
         )));
     }
     workload.device_map = hook_device_map()?;
+    workload.carriage = super::settings::hook_carriage(|name| std::env::var(name).ok())?;
     Ok(criu_hook(&workload))
 }
 

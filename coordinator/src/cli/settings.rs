@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use cuinterpose_protocol::NamespacePid;
 use cuinterpose_protocol::transport::{CONTROL_DIR_VARIABLE, Timeouts, control_dir_from};
 
-use super::args::{CarrierArgs, CarrierChoice, Target};
+use super::args::{CarrierArgs, CarrierChoice, DEFAULT_STAGING_MIB, Target};
 use crate::commands::CommandError;
 use crate::compose::Workload;
 use crate::plan::Carriage;
@@ -86,6 +86,38 @@ pub(super) fn carriage(args: &CarrierArgs, kept: bool) -> Result<Carriage, Usage
     } else {
         Carriage::Host
     })
+}
+
+/// The hook's carriage: [`crate::hook::CARRIER_VARIABLE`] and
+/// [`crate::hook::STAGING_VARIABLE`] as `--carrier` and `--staging-mib` take them (unset:
+/// their defaults), for an image directory, which is kept.
+pub(super) fn hook_carriage(lookup: impl Fn(&str) -> Option<String>) -> Result<Carriage, Usage> {
+    use clap::ValueEnum as _;
+    let (carrier_name, staging_name) =
+        (crate::hook::CARRIER_VARIABLE, crate::hook::STAGING_VARIABLE);
+    let carrier = match lookup(carrier_name).filter(|text| !text.trim().is_empty()) {
+        None => CarrierChoice::Auto,
+        Some(text) => CarrierChoice::from_str(text.trim(), true).map_err(|_| {
+            Usage(format!(
+                "{carrier_name}={text:?}: expected auto, host or storage"
+            ))
+        })?,
+    };
+    let staging_mib = match lookup(staging_name).filter(|text| !text.trim().is_empty()) {
+        None => DEFAULT_STAGING_MIB,
+        Some(text) => text
+            .trim()
+            .parse()
+            .map_err(|_| Usage(format!("{staging_name}={text:?}: expected a number of MiB")))?,
+    };
+    carriage(
+        &CarrierArgs {
+            carrier,
+            staging_mib,
+        },
+        true,
+    )
+    .map_err(|Usage(why)| Usage(format!("{staging_name}: {why}")))
 }
 
 pub(super) fn session(target: &Target) -> Result<Session, Failure> {

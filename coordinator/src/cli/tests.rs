@@ -99,6 +99,61 @@ fn carrier_flags_choose_the_carriage() {
 }
 
 #[test]
+fn the_hooks_carrier_comes_from_its_settings() {
+    use super::settings::Usage;
+    use crate::plan::Carriage;
+    let check = |pairs: &[(&str, &str)]| {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect();
+        super::settings::hook_carriage(|name| {
+            pairs
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, value)| value.clone())
+        })
+    };
+    let storage = |mib: u64| Carriage::Storage {
+        staging_bytes: mib << 20,
+    };
+    // Unset or empty: auto, and an image directory is kept, so the storage carrier.
+    assert_eq!(check(&[]).unwrap(), storage(256));
+    assert_eq!(
+        check(&[("CUINTERPOSE_CARRIER", " ")]).unwrap(),
+        storage(256)
+    );
+    assert_eq!(
+        check(&[("CUINTERPOSE_CARRIER", "Host")]).unwrap(),
+        Carriage::Host
+    );
+    assert_eq!(
+        check(&[
+            ("CUINTERPOSE_CARRIER", "storage"),
+            ("CUINTERPOSE_STAGING_MIB", "128")
+        ])
+        .unwrap(),
+        storage(128)
+    );
+    let refused = |pairs: &[(&str, &str)], names: &[&str]| {
+        let Usage(why) = check(pairs).unwrap_err();
+        assert!(names.iter().all(|n| why.contains(n)), "{why}");
+    };
+    refused(
+        &[("CUINTERPOSE_CARRIER", "disk")],
+        &["CUINTERPOSE_CARRIER", "\"disk\"", "auto, host or storage"],
+    );
+    refused(
+        &[("CUINTERPOSE_STAGING_MIB", "lots")],
+        &["CUINTERPOSE_STAGING_MIB", "\"lots\""],
+    );
+    refused(
+        &[("CUINTERPOSE_STAGING_MIB", "1")],
+        &["CUINTERPOSE_STAGING_MIB", "too small"],
+    );
+}
+
+#[test]
 fn shim_is_found_next_to_the_executable() {
     let exe = Path::new("/opt/cuinterpose/bin/cuinterpose");
     assert_eq!(

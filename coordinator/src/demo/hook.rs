@@ -88,6 +88,28 @@ fn plugin_saw(images: &Path) -> Result<(usize, usize), DemoError> {
     Ok((found, resumed))
 }
 
+/// Where the hook's pre-dump put the shared bytes: the storage carrier's files beside CRIU's
+/// images in `images`, or (none there) the host carriers, which CRIU's page images then hold.
+pub(super) fn carried(images: &Path) -> String {
+    let sizes: Vec<u64> = std::fs::read_dir(crate::checkpoint_dir::carrier(images))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.metadata().ok())
+        .filter(|metadata| metadata.is_file())
+        .map(|metadata| metadata.len())
+        .collect();
+    if sizes.is_empty() {
+        return "the shared bytes stayed in the host carriers (CRIU's page images hold them)"
+            .into();
+    }
+    format!(
+        "the shared bytes went to {} carrier files ({} bytes) beside CRIU's images",
+        sizes.len(),
+        sizes.iter().sum::<u64>()
+    )
+}
+
 /// What the hook recorded for a successful `action` in `images` (the status file holds every
 /// delivery; one must be `ok`).
 pub(super) fn hook_said(images: &Path, action: &str) -> Result<String, DemoError> {
@@ -130,7 +152,7 @@ pub(super) fn cycles(
     let config = write_config(work, plugins)?;
     let mut criu = criu.clone();
     criu.extra_args = vec!["--config".into(), config.into_os_string()];
-    criu.env = hook_environment(work, &workload.driver);
+    criu.env = hook_environment(work, &workload.driver, workload.carriage);
     if plugins.is_some() {
         criu.env
             .extend(plugin_env(work, &work.join("lib/libcuda.so.1"))?);
@@ -163,6 +185,10 @@ pub(super) fn cycles(
             },
         )?;
         hook_said(&images, "pre-dump")?;
+        demo.topology.push(format!(
+            "criu cycle {cycle}: pre-dump: {}",
+            carried(&images)
+        ));
         take_counts(&mut report, &images);
         if cycle == 1 {
             let _ = unshare.wait();
@@ -294,15 +320,31 @@ fn after_failed_dump(
     unshare: &mut Child,
     root: u32,
 ) -> DemoError {
-    let watched = watch_record(images);
-    let resumed = watched.as_ref().is_some_and(|line| line["status"] == "ok");
+    // A pre-dump that refused (1) or rolled its capture back (3, e.g. the storage carrier on
+    // a full disk) left the tree running and started no watcher: CRIU stops before it dumps
+    // anything.
+    let refused = hook::read_status(images).into_iter().find(|line| {
+        line["action"] == "pre-dump"
+            && line["status"] == "failed"
+            && matches!(line["exit_code"].as_u64(), Some(1 | 3))
+    });
+    let watched = match refused {
+        Some(_) => None,
+        None => watch_record(images),
+    };
+    let by_watcher = watched.as_ref().is_some_and(|line| line["status"] == "ok");
+    let resumed = by_watcher || refused.is_some();
     if resumed && let Ok(workers) = connect_all(sockets) {
         demo.workers = workers;
         if let (Ok((regions, bytes)), Ok(links)) = (demo.verify_all(), check_sharing(demo)) {
+            let who = if by_watcher {
+                "the hook's watcher put the workload back"
+            } else {
+                "the hook's pre-dump failed and left the workload running"
+            };
             eprintln!(
-                "cuinterpose: demo: the hook's watcher put the workload back: {regions} regions \
-                 ({bytes} bytes) verified at their original addresses and {links} sharing links \
-                 live"
+                "cuinterpose: demo: {who}: {regions} regions ({bytes} bytes) verified at their \
+                 original addresses and {links} sharing links live"
             );
         }
         demo.exit_all();
@@ -326,11 +368,24 @@ fn after_failed_dump(
     }
 }
 
-/// The hook's environment (CRIU, or runc under Podman, passes it on): the demo's control
-/// directory, its driver, and that driver's own control directory, whatever this process's
-/// environment or a settings file on the machine says.
-pub(super) fn hook_environment(work: &Path, driver: &Path) -> Vec<(OsString, OsString)> {
+/// The hook's environment (CRIU, or runc under Podman, passes it on): the demo's carrier,
+/// control directory, driver, and that driver's own control directory, whatever this
+/// process's environment or a settings file on the machine says.
+pub(super) fn hook_environment(
+    work: &Path,
+    driver: &Path,
+    carriage: crate::plan::Carriage,
+) -> Vec<(OsString, OsString)> {
+    let (carrier, staging) = match carriage {
+        crate::plan::Carriage::Host => ("host", crate::plan::DEFAULT_STAGING_BYTES),
+        crate::plan::Carriage::Storage { staging_bytes } => ("storage", staging_bytes),
+    };
     vec![
+        (crate::hook::CARRIER_VARIABLE.into(), carrier.into()),
+        (
+            crate::hook::STAGING_VARIABLE.into(),
+            (staging >> 20).to_string().into(),
+        ),
         (
             cuinterpose_protocol::transport::CONTROL_DIR_VARIABLE.into(),
             work.join("control").into_os_string(),

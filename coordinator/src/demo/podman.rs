@@ -140,6 +140,7 @@ pub(super) fn start(
     driver_path: &Path,
     n: usize,
     keep: bool,
+    carriage: crate::plan::Carriage,
 ) -> Result<(Container, Vec<PathBuf>), DemoError> {
     check_setup()?;
     let rootfs = work.join("rootfs");
@@ -164,7 +165,7 @@ pub(super) fn start(
     let name = format!("cuinterpose-demo-{}", std::process::id());
     let mount = |dir: &Path, mode: &str| format!("{0}:{0}{mode}", dir.display());
     // The hook (run by CRIU, run by runc, run by podman) gets this environment.
-    let env: Vec<(OsString, OsString)> = super::hook::hook_environment(work, driver_path);
+    let env: Vec<(OsString, OsString)> = super::hook::hook_environment(work, driver_path, carriage);
     let container = Container { name, env, keep };
     let mut args: Vec<String> = [
         "--runtime",
@@ -244,6 +245,10 @@ pub(super) fn cycles(
             demo.topology
                 .push(format!("podman cycle {cycle}: the hook's {action}: {said}"));
         }
+        demo.topology.push(format!(
+            "podman cycle {cycle}: {}",
+            super::hook::carried(&images)
+        ));
         demo.workers = connect_all(sockets)?;
         if cycle < CYCLES {
             let (regions, bytes) = demo.verify_all()?;

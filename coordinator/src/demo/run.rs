@@ -119,8 +119,15 @@ fn run_in(
     let mut container = None;
     let workers = match &options.criu {
         _ if options.podman => {
-            let (started, sockets) =
-                super::podman::start(artifacts, work, &options.driver, driver, n, options.keep)?;
+            let (started, sockets) = super::podman::start(
+                artifacts,
+                work,
+                &options.driver,
+                driver,
+                n,
+                options.keep,
+                options.carriage,
+            )?;
             let workers = connect_all(&sockets)?;
             container = Some((started, sockets));
             workers

@@ -6,8 +6,9 @@
 //! CRIU runs every action script with no arguments and tells it what happens through its
 //! environment ([`ACTION_VARIABLE`], [`IMAGE_DIR_VARIABLE`], [`INIT_PID_VARIABLE`]):
 //!
-//! - `pre-dump` (the tree still runs): prepare (validate, save the shared bytes to the host
-//!   carriers, release the sharing, publish the state into the image directory), then native
+//! - `pre-dump` (the tree still runs): prepare (validate, save the shared bytes to the
+//!   carriers, by default files in the image directory's `carrier/` folder, release the
+//!   sharing, publish the state into the image directory), then native
 //!   lock and checkpoint of every CUDA process of the tree, so that CRIU's CUDA plugin finds
 //!   them done. A watcher ([`watch`]) then waits for CRIU: if CRIU exits and the tree still
 //!   runs (the dump failed, or `--leave-running`), it puts the workload back.
@@ -51,6 +52,13 @@ pub const INIT_PID_VARIABLE: &str = "CRTOOLS_INIT_PID";
 /// `OLD=NEW,…`): checked at pre-restore, honoured at post-resume. From the environment or the
 /// settings file.
 pub const DEVICE_MAP_VARIABLE: &str = "CUINTERPOSE_DEVICE_MAP";
+/// How a pre-dump carries the shared bytes, as `--carrier` takes it (`auto`, the default,
+/// `host` or `storage`): the image directory is kept, so `auto` is the storage carrier, whose
+/// files go to the image directory's `carrier/` folder (and with it into Podman's exported
+/// archive) instead of into CRIU's page images. From the environment or the settings file.
+pub const CARRIER_VARIABLE: &str = "CUINTERPOSE_CARRIER";
+/// The storage carrier's staging window in MiB, as `--staging-mib` takes it (default 256).
+pub const STAGING_VARIABLE: &str = "CUINTERPOSE_STAGING_MIB";
 
 /// The actions the hook acts on; every other one is passed over.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,9 +17,11 @@ pub const SETTINGS_FILE: &str = "/etc/cuinterpose/criu-hook.conf";
 pub const SETTINGS_VARIABLE: &str = "CUINTERPOSE_HOOK_SETTINGS";
 
 /// The variables a settings file may set.
-pub const ALLOWED: [&str; 7] = [
+pub const ALLOWED: [&str; 9] = [
     "CUINTERPOSE_DRIVER",
     "CUINTERPOSE_DEVICE_MAP",
+    "CUINTERPOSE_CARRIER",
+    "CUINTERPOSE_STAGING_MIB",
     "CUINTERPOSE_CONTROL_DIR",
     "CUINTERPOSE_CONTROL_TIMEOUT_SECONDS",
     "CUINTERPOSE_COPY_TIMEOUT_SECONDS",
@@ -154,7 +156,7 @@ mod tests {
         let path = dir.path().join("hook.conf");
         std::fs::write(
             &path,
-            "# comment\n\nCUINTERPOSE_DRIVER = /opt/libcuda.so.1\nFAKECUDA_CONTROL_DIR=/x\n",
+            "# comment\n\nCUINTERPOSE_DRIVER = /opt/libcuda.so.1\nFAKECUDA_CONTROL_DIR=/x\nCUINTERPOSE_CARRIER=host\n",
         )
         .unwrap();
         assert_eq!(
@@ -164,13 +166,14 @@ mod tests {
                     "CUINTERPOSE_DRIVER".to_owned(),
                     "/opt/libcuda.so.1".to_owned()
                 ),
-                ("FAKECUDA_CONTROL_DIR".to_owned(), "/x".to_owned())
+                ("FAKECUDA_CONTROL_DIR".to_owned(), "/x".to_owned()),
+                ("CUINTERPOSE_CARRIER".to_owned(), "host".to_owned())
             ]
         );
         std::fs::write(&path, "CUINTERPOSE_DRIVER=/a\nLD_PRELOAD=/evil.so\n").unwrap();
         let error = read(&path, true).expect_err("not allowed").to_string();
         assert!(
-            error.ends_with("hook.conf:2: LD_PRELOAD cannot be set here (allowed: CUINTERPOSE_DRIVER, CUINTERPOSE_DEVICE_MAP, CUINTERPOSE_CONTROL_DIR, CUINTERPOSE_CONTROL_TIMEOUT_SECONDS, CUINTERPOSE_COPY_TIMEOUT_SECONDS, FAKECUDA_CONTROL_DIR, FAKECUDA_LIBCUDA)"),
+            error.ends_with("hook.conf:2: LD_PRELOAD cannot be set here (allowed: CUINTERPOSE_DRIVER, CUINTERPOSE_DEVICE_MAP, CUINTERPOSE_CARRIER, CUINTERPOSE_STAGING_MIB, CUINTERPOSE_CONTROL_DIR, CUINTERPOSE_CONTROL_TIMEOUT_SECONDS, CUINTERPOSE_COPY_TIMEOUT_SECONDS, FAKECUDA_CONTROL_DIR, FAKECUDA_LIBCUDA)"),
             "{error}"
         );
         std::fs::write(&path, "just words\n").unwrap();

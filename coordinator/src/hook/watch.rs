@@ -9,7 +9,7 @@
 //! - still running, and `post-dump` recorded a completed dump (`--leave-running`): restored in
 //!   place from the state (native restore and unlock, the restore phases); the images stay.
 //! - still running, no completed dump: abort and resume, as `cuinterpose checkpoint --criu`
-//!   does (the workload is put back from the host carriers; the checkpoint is discarded).
+//!   does (the workload is put back from its carriers; the checkpoint is discarded).
 //!
 //! The outcome is appended to the status file. Processes are recognised by PID and start time,
 //! so a reused PID is never mistaken for them.
