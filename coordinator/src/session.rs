@@ -23,7 +23,7 @@ use cuinterpose_protocol::{
 mod ready;
 mod sockets;
 pub use ready::Readiness;
-use sockets::{Sockets, carried_folder};
+use sockets::{Sockets, carried_folder, name_folder};
 
 use crate::events::{CopyProgress, CopyState, Event};
 use crate::plan::{Carriage, ExchangeError, ExchangeKind, Outcome, Run};
@@ -263,7 +263,7 @@ impl Session {
                                     self.await_native(pid, request)?;
                                     let fd = carried_folder(request, folder)?;
                                     call_with(endpoint, request, fd, &self.timeouts)
-                                        .map(|(reply, _fd)| reply)
+                                        .map(|(reply, _fd)| name_folder(reply, folder))
                                         .map_err(|error| ExchangeError::from(&error))
                                 });
                             (outcome, started.elapsed())

@@ -376,16 +376,11 @@ pub(super) fn hook_environment(
     driver: &Path,
     carriage: crate::plan::Carriage,
 ) -> Vec<(OsString, OsString)> {
-    let (carrier, staging) = match carriage {
-        crate::plan::Carriage::Host => ("host", crate::plan::DEFAULT_STAGING_BYTES),
-        crate::plan::Carriage::Storage { staging_bytes } => ("storage", staging_bytes),
-    };
-    vec![
-        (crate::hook::CARRIER_VARIABLE.into(), carrier.into()),
-        (
-            crate::hook::STAGING_VARIABLE.into(),
-            (staging >> 20).to_string().into(),
-        ),
+    let mut environment: Vec<(OsString, OsString)> = carrier_environment(carriage)
+        .into_iter()
+        .map(|(name, value)| (name.into(), value.into()))
+        .collect();
+    environment.extend([
         (
             cuinterpose_protocol::transport::CONTROL_DIR_VARIABLE.into(),
             work.join("control").into_os_string(),
@@ -398,5 +393,18 @@ pub(super) fn hook_environment(
             super::types::FAKECUDA_CONTROL_DIR.into(),
             super::types::fakecuda_dir(work).into_os_string(),
         ),
+    ]);
+    environment
+}
+
+/// The hook's carrier settings for `carriage`, as `--carrier` and `--staging-mib` take them.
+pub(super) fn carrier_environment(carriage: crate::plan::Carriage) -> [(&'static str, String); 2] {
+    let (carrier, staging) = match carriage {
+        crate::plan::Carriage::Host => ("host", crate::plan::DEFAULT_STAGING_BYTES),
+        crate::plan::Carriage::Storage { staging_bytes } => ("storage", staging_bytes),
+    };
+    [
+        (crate::hook::CARRIER_VARIABLE, carrier.to_owned()),
+        (crate::hook::STAGING_VARIABLE, (staging >> 20).to_string()),
     ]
 }

@@ -164,7 +164,8 @@ pub(super) fn start(
         .to_path_buf();
     let name = format!("cuinterpose-demo-{}", std::process::id());
     let mount = |dir: &Path, mode: &str| format!("{0}:{0}{mode}", dir.display());
-    // The hook (run by CRIU, run by runc, run by podman) gets this environment.
+    // Podman's own environment (runc, and so CRIU and the hook, start with one of their own:
+    // the hook finds its settings in its settings file and the workload's processes).
     let env: Vec<(OsString, OsString)> = super::hook::hook_environment(work, driver_path, carriage);
     let container = Container { name, env, keep };
     let mut args: Vec<String> = [
@@ -188,6 +189,11 @@ pub(super) fn start(
     .iter()
     .map(ToString::to_string)
     .collect();
+    // The carrier the hook uses, as the workload's processes declare it.
+    for (key, value) in super::hook::carrier_environment(carriage) {
+        args.push("--env".into());
+        args.push(format!("{key}={value}"));
+    }
     for (key, value) in worker_env(artifacts, work, driver) {
         args.push("--env".into());
         args.push(format!(

@@ -5,9 +5,10 @@
 //! 1. its environment (wins);
 //! 2. the settings file [`SETTINGS_FILE`] (or `$CUINTERPOSE_HOOK_SETTINGS`): `NAME=VALUE`
 //!    lines for the variables in [`ALLOWED`], `#` comments;
-//! 3. for the control directories only, the environment of the workload's own processes
-//!    (`/proc/<pid>/environ`), read inside the workload's root. Never the driver library: the
-//!    hook runs as root, and a path a container chose must not decide what it loads.
+//! 3. for the control directories and the carrier only, the environment of the workload's own
+//!    processes (`/proc/<pid>/environ`), read inside the workload's root. Never the driver
+//!    library: the hook runs as root, and a path a container chose must not decide what it
+//!    loads.
 
 use std::path::{Path, PathBuf};
 
@@ -29,8 +30,15 @@ pub const ALLOWED: [&str; 9] = [
     "FAKECUDA_LIBCUDA",
 ];
 
-/// The variables the hook may take from the workload's own processes (directories only).
-pub const FROM_WORKLOAD: [&str; 2] = ["CUINTERPOSE_CONTROL_DIR", "FAKECUDA_CONTROL_DIR"];
+/// The variables the hook may take from the workload's own processes: the control directories
+/// and how its shared bytes are carried (the carrier folder it is given is detached from the
+/// host's file system, and the staging window is its own memory). Never the driver library.
+pub const FROM_WORKLOAD: [&str; 4] = [
+    "CUINTERPOSE_CONTROL_DIR",
+    "FAKECUDA_CONTROL_DIR",
+    "CUINTERPOSE_CARRIER",
+    "CUINTERPOSE_STAGING_MIB",
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {

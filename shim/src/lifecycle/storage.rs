@@ -36,12 +36,16 @@ const ALIGN: usize = 4096;
 /// Writer or reader threads beside the copying one.
 const MAX_WORKERS: usize = 4;
 
-/// Where a file is, for errors: the folder as this process sees it, and the name.
+/// Where a file is, for errors: the folder as this process sees it, and the name. A folder
+/// the coordinator detached from its file system (the root of a mount of its own) reads as
+/// `/`: the file is then named `carrier/NAME`, which the coordinator names in full.
 fn path_of(folder: BorrowedFd, name: &str) -> String {
     let fd = std::os::fd::AsRawFd::as_raw_fd(&folder);
     let dir = std::fs::read_link(format!("/proc/self/fd/{fd}"))
         .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| "carrier".into());
+        .ok()
+        .filter(|dir| dir != "/")
+        .unwrap_or_else(|| cuinterpose_protocol::CARRIER_FOLDER.into());
     format!("{dir}/{name}")
 }
 
