@@ -304,6 +304,15 @@ fn check_listing(path: &str, facts: &Facts, table: &Floors, problems: &mut Vec<S
     }
 }
 
+/// Crates of `crates` that no table of `tables` covers (a table's root is `CRATE/src`).
+pub fn tables_cover(crates: &[&str], tables: &[Floors]) -> Vec<String> {
+    crates
+        .iter()
+        .filter(|name| !tables.iter().any(|t| t.root == format!("{name}/src")))
+        .map(|name| format!("{name}: no table of floors"))
+        .collect()
+}
+
 /// Files over `max` lines, except `generated` ones (checked for staleness instead).
 pub fn file_lengths(tree: &Parsed, max: usize, generated: &[&str]) -> Vec<String> {
     tree.files

@@ -89,6 +89,15 @@ fn imports_downward_in_comments_and_in_strings_are_fine() {
 }
 
 #[test]
+fn a_crate_without_a_table_is_named() {
+    assert_eq!(
+        rules::tables_cover(&["shim", "newcrate"], &[SHIM, TRANSPORT]),
+        ["newcrate: no table of floors"]
+    );
+    assert!(rules::tables_cover(&["shim"], &[SHIM]).is_empty());
+}
+
+#[test]
 fn inline_modules_and_quoted_code_are_read_as_written() {
     // `super` inside an inline module is the file's own module: no edge to the folder above.
     check(
