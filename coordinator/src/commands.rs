@@ -96,9 +96,9 @@ impl CommandError {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Run(error) => error.exit_code(),
-            Self::AfterMutation { .. } => 2,
-            Self::Aborted { .. } => 3,
-            _ => 1,
+            Self::AfterMutation { .. } => crate::plan::EXIT_FAIL_STOP,
+            Self::Aborted { .. } => crate::plan::EXIT_ABORTED,
+            _ => crate::plan::EXIT_REFUSED,
         }
     }
 

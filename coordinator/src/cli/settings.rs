@@ -13,14 +13,7 @@ use crate::compose::Workload;
 use crate::plan::Carriage;
 use crate::session::Session;
 
-/// Exit status: refused or invalid, nothing changed.
-pub const EXIT_REFUSED: u8 = 1;
-/// Exit status: failed after mutation (fail-stop).
-pub const EXIT_FAIL_STOP: u8 = 2;
-/// Exit status: aborted after mutation; the workload was put back in place and resumed.
-pub const EXIT_ABORTED: u8 = 3;
-/// Exit status: usage error (`EX_USAGE`).
-pub const EXIT_USAGE: u8 = 64;
+pub use crate::plan::{EXIT_ABORTED, EXIT_FAIL_STOP, EXIT_REFUSED, EXIT_USAGE};
 
 /// A usage problem found after parsing (settings from the environment, PID values).
 #[derive(Debug)]

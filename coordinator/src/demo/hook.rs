@@ -320,13 +320,15 @@ fn after_failed_dump(
     unshare: &mut Child,
     root: u32,
 ) -> DemoError {
-    // A pre-dump that refused (1) or rolled its capture back (3, e.g. the storage carrier on
-    // a full disk) left the tree running and started no watcher: CRIU stops before it dumps
-    // anything.
+    // A pre-dump that refused or rolled its capture back (e.g. the storage carrier on a full
+    // disk) left the tree running and started no watcher: CRIU stops before it dumps anything.
+    let kept_running = [crate::plan::EXIT_REFUSED, crate::plan::EXIT_ABORTED].map(u64::from);
     let refused = hook::read_status(images).into_iter().find(|line| {
         line["action"] == "pre-dump"
             && line["status"] == "failed"
-            && matches!(line["exit_code"].as_u64(), Some(1 | 3))
+            && line["exit_code"]
+                .as_u64()
+                .is_some_and(|code| kept_running.contains(&code))
     });
     let watched = match refused {
         Some(_) => None,

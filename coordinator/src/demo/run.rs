@@ -275,7 +275,7 @@ fn criu_cycle(
     match criu::checkpoint(workload, criu, root, &dir, progress) {
         Ok(checkpointed) => report.absorb(checkpointed),
         Err(error) => {
-            if error.exit_code() == 3 {
+            if error.exit_code() == crate::plan::EXIT_ABORTED {
                 demo.workers = connect_all(sockets)?;
                 let (regions, bytes) = demo.verify_all()?;
                 let links = check_sharing(demo)?;

@@ -60,7 +60,7 @@ impl DemoError {
     pub fn exit_code(&self) -> u8 {
         match self {
             DemoError::Command(e) => e.exit_code(),
-            _ => 1,
+            _ => crate::plan::EXIT_REFUSED,
         }
     }
 }

@@ -118,7 +118,9 @@ impl HookError {
     /// 64 for a hook not run by CRIU, else the command's exit status.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::NotFromCriu | Self::Environment { .. } | Self::Settings(_) => 64,
+            Self::NotFromCriu | Self::Environment { .. } | Self::Settings(_) => {
+                crate::plan::EXIT_USAGE
+            }
             Self::Command(error) => error.exit_code(),
         }
     }

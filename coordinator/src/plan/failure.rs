@@ -11,6 +11,15 @@ use super::stage::{RunKind, Stage};
 use crate::state::{ChecksumDifference, RecordDifference};
 use crate::validate::TopologyError;
 
+/// Exit status: refused or invalid, nothing changed.
+pub const EXIT_REFUSED: u8 = 1;
+/// Exit status: failed after mutation (fail-stop).
+pub const EXIT_FAIL_STOP: u8 = 2;
+/// Exit status: aborted after mutation; the workload was put back in place and resumed.
+pub const EXIT_ABORTED: u8 = 3;
+/// Exit status: usage error (`EX_USAGE`).
+pub const EXIT_USAGE: u8 = 64;
+
 /// What went wrong in an exchange that gave no reply, for the plan to decide by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExchangeKind {
@@ -352,9 +361,9 @@ impl RunError {
     /// mutation, rolled back, the workload resumes.
     pub fn exit_code(&self) -> u8 {
         match (self.mutated, self.rolled_back) {
-            (false, _) => 1,
-            (true, false) => 2,
-            (true, true) => 3,
+            (false, _) => EXIT_REFUSED,
+            (true, false) => EXIT_FAIL_STOP,
+            (true, true) => EXIT_ABORTED,
         }
     }
 }

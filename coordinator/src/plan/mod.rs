@@ -32,7 +32,10 @@ mod stage;
 mod tests;
 
 pub use drive::{Broadcast, Broadcasted, Participants, drive};
-pub use failure::{ExchangeError, ExchangeKind, Failure, Reason, RunError};
+pub use failure::{
+    EXIT_ABORTED, EXIT_FAIL_STOP, EXIT_REFUSED, EXIT_USAGE, ExchangeError, ExchangeKind, Failure,
+    Reason, RunError,
+};
 pub use run::{Instruction, Outcome, Run};
 pub use stage::{Carriage, DEFAULT_STAGING_BYTES, RunKind, Stage};
 
